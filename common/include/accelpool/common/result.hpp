@@ -1,0 +1,57 @@
+// Errors as values across module boundaries: Status (ok or an error) and Result<T> (a value or an error).
+//
+// An error has a code (a short stable word, e.g. "not_found", "invalid_argument") that callers may branch on,
+// and a message for people that says what was wrong and where.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace accelpool {
+
+struct Error {
+  std::string code;
+  std::string message;
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)) {}  // NOLINT: implicit so `return Error{...};` reads well
+  static Status ok() { return {}; }
+
+  bool is_ok() const { return !error_; }
+  explicit operator bool() const { return is_ok(); }
+  const Error& error() const { return *error_; }
+
+ private:
+  std::optional<Error> error_;
+};
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit by design
+
+  bool is_ok() const { return std::holds_alternative<T>(v_); }
+  explicit operator bool() const { return is_ok(); }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  const Error& error() const { return std::get<Error>(v_); }
+  Status status() const { return is_ok() ? Status::ok() : Status(error()); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+inline Error make_error(std::string code, std::string message) { return {std::move(code), std::move(message)}; }
+
+}  // namespace accelpool

@@ -1,0 +1,48 @@
+// Backend configuration: flat string key/value pairs (what an agent reads from its config file's
+// [backends.<name>] table). Each backend documents its keys in docs/hosts.md; unknown keys are errors.
+#pragma once
+
+#include <accelpool/backends/device_backend.hpp>
+#include <accelpool/common/result.hpp>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace accelpool::backends {
+
+using BackendConfig = std::map<std::string, std::string>;
+
+// Reads typed values out of a BackendConfig and remembers which keys were read, so that finish() can refuse
+// unknown (usually misspelt) keys. Errors: "invalid_argument", message "backend <name>: config key '<key>': ...".
+class ConfigReader {
+ public:
+  ConfigReader(std::string backend, const BackendConfig& config) : backend_(std::move(backend)), config_(config) {}
+
+  std::string get_string(const std::string& key, const std::string& fallback);
+  Result<std::int64_t> get_int(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max);
+  Result<double> get_double(const std::string& key, double fallback, double min);
+  Result<bool> get_bool(const std::string& key, bool fallback);
+
+  // An "invalid_argument" error for `key` (for checks the caller makes on a value).
+  Error error(const std::string& key, const std::string& what) const;
+
+  // Ok when every key in the config was read; else an error naming the unknown keys.
+  Status finish() const;
+
+ private:
+  std::string backend_;
+  const BackendConfig& config_;
+  std::set<std::string> read_;
+};
+
+// Checks that `image` may be programmed on `device`: its compatible list (when not empty) matches the device
+// model. Errors: "incompatible" naming the image, the device and its model.
+Status check_compatible(const Image& image, const DeviceInfo& device);
+
+// The image's format: Image::format, or inferred from the file extension (".xclbin", ".cl") when empty.
+std::string image_format(const Image& image);
+
+}  // namespace accelpool::backends

@@ -1,0 +1,77 @@
+// One interface for every kind of device a host can drive: XRT FPGAs, OpenCL devices (GPUs, PoCL CPU
+// sub-devices), and the simulated backend. Each backend lives in its own folder and CMake target beside
+// this header; vendor SDKs are touched only there.
+//
+// Threading: a backend object is used from one thread at a time (the host's device worker). Calls may block
+// (programming an FPGA takes seconds), so the pool manager's state owner never calls them directly.
+// Errors: every call returns a Status/Result; vendor exceptions never escape a backend.
+#pragma once
+
+#include <accelpool/common/result.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace accelpool::backends {
+
+// A device as the backend found it. `local_id` is unique within the backend and stable across restarts
+// of the agent (e.g. "xrt:0000:65:00.1", "opencl:0:0/2", "sim:3").
+struct DeviceInfo {
+  std::string local_id;
+  std::string kind;     // scheduling class: "fpga", "gpu", "cpu", ...
+  std::string model;    // e.g. "xilinx_u250_gen3x16_xdma_4_1_202210_1", "pthread-haswell", "sim-u250"
+  std::string pci_bdf;  // "0000:65:00.1" when the device is a PCI function, else empty
+  bool passthrough = true;  // false: network-attached, reachable from guests on any host
+  std::map<std::string, std::string> attributes;  // backend-specific facts (serial, vendor, memory, ...)
+};
+
+// What to program: a bitstream image already verified by the registry (checksum, compatibility).
+// make_image() in <accelpool/backends/factory.hpp> builds one from a registry entry.
+struct Image {
+  std::string name;                  // registry name, e.g. "vadd"
+  std::string version;
+  std::string sha256;                // identity of the image
+  std::filesystem::path file;        // .xclbin, OpenCL source (.cl) or binary; may be empty for the sim backend
+  std::uint64_t size_bytes = 0;
+  std::string format;                // "xclbin", "opencl-source", "opencl-binary", "opaque"; "" = by file extension
+  std::vector<std::string> compatible;  // device models/shells it fits ('*' wildcards); empty = not checked
+  std::vector<std::string> kernels;     // kernel names it provides
+};
+
+enum class Health : std::uint8_t { ok, degraded, failed };
+
+struct HealthReport {
+  Health health = Health::ok;
+  std::string detail;  // why, when not ok
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // "xrt", "opencl", "sim".
+  virtual std::string_view name() const = 0;
+
+  // Lists the devices present now. Absent hardware is not an error: it is an empty list.
+  virtual Result<std::vector<DeviceInfo>> enumerate() = 0;
+
+  // Loads `image` onto the device; returns when the device is ready to run it. Errors: "not_found" (no such
+  // device), "incompatible" (image not for this device), "program_failed".
+  virtual Status program(std::string_view local_id, const Image& image) = 0;
+
+  // sha256 of the image the device holds now, or "" when none (or when the backend cannot tell).
+  virtual Result<std::string> loaded(std::string_view local_id) = 0;
+
+  // Returns the device to a clean state between tenants (clears memory, may unload the image).
+  virtual Status reset(std::string_view local_id) = 0;
+
+  // A quick check that the device works (e.g. a tiny kernel run). Must not take more than about a second.
+  virtual HealthReport health(std::string_view local_id) = 0;
+};
+
+}  // namespace accelpool::backends

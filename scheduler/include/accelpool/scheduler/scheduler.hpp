@@ -1,0 +1,178 @@
+// The scheduler: the one place where accelpool decides who gets which device.
+//
+// Pure and single-threaded: it never reads a clock (every call carries `now`, which must not go backwards),
+// does no I/O and uses no randomness. The live manager and the simulator drive the very same object.
+//
+// Lifecycle of a request: submit -> waiting -> (grant) -> running -> release.
+// A preemptive policy may return a Preemption for a running lease: the lease is then "revoking" and keeps
+// its devices until the caller reports the outcome with requeue() (the request waits again, keeping its
+// attained service) or release() (it is gone).
+#pragma once
+
+#include <accelpool/scheduler/model.hpp>
+#include <accelpool/scheduler/ordering.hpp>
+#include <accelpool/scheduler/placement.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace accelpool::scheduler {
+
+// A full policy: ordering + placement + tail guard, written "las+affinity" or "sjf+pack+guard=3600".
+struct PolicySpec {
+  std::string ordering = "fifo";
+  std::string placement = "first-fit";
+  std::optional<double> tail_guard_s;  // a request waiting longer than this is served next
+  bool preemption = true;              // allow preemption when the ordering is preemptive
+
+  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+nopreempt]". Returns nullopt and sets `error` if malformed.
+  static std::optional<PolicySpec> parse(std::string_view text, std::string* error);
+  std::string to_string() const;
+};
+
+enum class DeviceState : std::uint8_t { free, leased, draining, unavailable };
+
+enum class RequestPhase : std::uint8_t { waiting, running, revoking };
+
+// Outcome of an event that takes input the scheduler may reject; `error` says what was wrong.
+struct Rejection {
+  std::string error;
+};
+
+class Scheduler {
+ public:
+  // Builds a scheduler with the given policy; nullptr and `error` set when the spec names unknown policies.
+  static std::unique_ptr<Scheduler> create(const PolicySpec& spec, std::string* error);
+
+  // --- devices -------------------------------------------------------------------------------------
+  // A new device joins the pool free. Rejected if the id is in use.
+  std::optional<Rejection> add_device(const Device& device, Time now, Decisions& out);
+  // The device leaves the pool. A lease holding it is preempted (reason device_failed).
+  std::optional<Rejection> remove_device(DeviceId id, Time now, Decisions& out);
+  // The device stops serving (fails, or its host stopped heartbeating): like remove, but it stays known and
+  // can come back with set_available(id, true).
+  std::optional<Rejection> set_available(DeviceId id, bool available, Time now, Decisions& out);
+  // A draining device is granted to no one; its current lease runs on.
+  std::optional<Rejection> set_draining(DeviceId id, bool draining, Time now, Decisions& out);
+  // The device was reprogrammed outside a grant (e.g. reset): record what it holds now.
+  std::optional<Rejection> set_loaded(DeviceId id, BitstreamId loaded);
+
+  // --- tenants -------------------------------------------------------------------------------------
+  void set_tenant_weight(TenantId tenant, double weight);
+
+  // --- requests ------------------------------------------------------------------------------------
+  // A request arrives. Rejected if its id is live, count is 0, or it can never be served with the devices
+  // that exist (not enough of its kind reachable from its host).
+  std::optional<Rejection> submit(const Request& request, Time now, Decisions& out);
+  // The request is gone: a running or revoking lease frees its devices; a waiting request leaves the queue.
+  std::optional<Rejection> release(RequestId id, Time now, Decisions& out);
+  // A running or revoking lease gives its devices back and waits again, keeping its attained service.
+  std::optional<Rejection> requeue(RequestId id, Time now, Decisions& out);
+
+  // Time passes: LAS demotions, the tail guard and preemption checks that fall due by `now`.
+  void tick(Time now, Decisions& out);
+  // When tick() next has something to do. nullopt: nothing until another event.
+  std::optional<Time> next_wakeup() const;
+
+  // Switch policy at runtime: waiting requests are re-ranked (O(n log n)); running leases keep running.
+  std::optional<Rejection> set_policy(const PolicySpec& spec, Time now, Decisions& out);
+  const PolicySpec& policy() const { return spec_; }
+
+  // --- views (O(1) unless noted) --------------------------------------------------------------------
+  std::size_t waiting_count() const { return waiting_count_; }
+  std::size_t running_count() const { return running_count_; }
+  std::size_t device_count() const { return device_count_; }
+  std::size_t free_count() const { return free_count_; }
+  std::optional<RequestPhase> phase(RequestId id) const;
+  std::optional<DeviceState> device_state(DeviceId id) const;
+  const Device* device(DeviceId id) const;
+  // Devices of a running or revoking lease; empty otherwise.
+  std::vector<DeviceId> devices_of(RequestId id) const;
+  // Waiting requests in the order the policy would serve them if devices were free. O(n log n).
+  std::vector<RequestId> queue_order(Time now) const;
+  const TenantLedger& ledger() const { return ledger_; }
+
+ private:
+  struct Entry {
+    Request request;
+    RequestPhase phase = RequestPhase::waiting;
+    double attained_device_s = 0;
+    double attained_s = 0;
+    Time granted_at = 0;
+    PriorityKey key;                    // waiting key
+    PriorityKey victim_rank;             // running leases of preemptive policies
+    std::optional<Time> key_change_at;  // running leases: next LAS demotion
+    bool protected_ = false;            // granted by the tail guard: never preempted
+    std::vector<DeviceId> devices;
+    RequestView view() const { return {request, attained_device_s, attained_s, granted_at}; }
+  };
+  struct Slot {
+    Device device;
+    DeviceState state = DeviceState::free;
+    bool present = false;
+    bool draining = false;
+    bool available = true;
+    RequestId holder = 0;
+    bool held = false;
+  };
+  // Waiting requests that compete for the same devices in the same way form a bucket; inside a bucket
+  // they are ordered by key, so the bucket's head is its best request.
+  struct BucketKey {
+    KindId kind;
+    HostId host;
+    std::uint32_t count;
+    TenantId tenant;  // 0 unless the ordering is per tenant
+    auto operator<=>(const BucketKey&) const = default;
+  };
+  using Bucket = std::set<PriorityKey>;
+
+  Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering, std::unique_ptr<PlacementPolicy> placement);
+
+  Slot* slot(DeviceId id);
+  const Slot* slot(DeviceId id) const;
+  BucketKey bucket_key(const Request& r) const;
+  void enqueue(Entry& e, Time now);
+  void dequeue(Entry& e);
+  void grant(Entry& e, std::vector<DeviceId> devices, Time now, bool protect, Decisions& out);
+  void stop_running(Entry& e, Time now);
+  void make_free(Slot& s);
+  void make_unfree(Slot& s);
+  void refresh_slot(Slot& s);
+  std::size_t reachable_devices(const Request& r) const;  // present devices of its kind it could use
+  void dispatch(Time now, Decisions& out);
+  bool serve_aged(Time now, Decisions& out, std::set<KindId>& blocked);
+  void preempt_for_waiting(Time now, Decisions& out, const std::set<KindId>& blocked);
+  void apply_key_changes(Time now);
+  void mark_revoking(Entry& e, PreemptReason reason, Decisions& out);
+
+  PolicySpec spec_;
+  std::unique_ptr<OrderingPolicy> ordering_;
+  std::unique_ptr<PlacementPolicy> placement_;
+  TenantLedger ledger_;
+
+  std::vector<Slot> slots_;
+  FreeIndex free_;
+  std::unordered_map<RequestId, Entry> entries_;
+  std::map<BucketKey, Bucket> buckets_;
+  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> arrivals_;  // waiting, oldest first, per kind
+  std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
+  std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
+  std::unordered_map<KindId, std::size_t> revoking_devices_;
+  // Reachable devices per (kind, host) and per kind for network devices, to reject impossible requests.
+  std::map<std::pair<KindId, HostId>, std::size_t> passthrough_total_;
+  std::unordered_map<KindId, std::size_t> network_total_;
+
+  std::size_t waiting_count_ = 0;
+  std::size_t running_count_ = 0;
+  std::size_t device_count_ = 0;
+  std::size_t free_count_ = 0;
+  Time last_now_ = 0;
+};
+
+}  // namespace accelpool::scheduler

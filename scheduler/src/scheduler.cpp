@@ -1,0 +1,570 @@
+// The event-driven scheduler. See scheduler.hpp for the contract and docs/policies.md for the rules.
+//
+// Data structures, and why:
+// - waiting requests sit in buckets keyed by (kind, guest host, gang size[, tenant]); a bucket is ordered by
+//   the policy's key, so its head is its best request. Requests in one bucket compete for the same devices
+//   in the same way: if the head does not fit, nothing in the bucket does. Dispatch therefore looks only at
+//   bucket heads: O(B) per grant for B non-empty buckets (a handful of gang sizes x hosts x tenants), never
+//   at the whole queue;
+// - free devices sit in FreeIndex, keyed by kind and host and bitstream, so fit checks are O(1) and
+//   placement O(k log n) for a k-device gang;
+// - preemptible running leases sit per kind in a set ordered by victim rank, so the worst lease is found in
+//   O(log n); LAS demotions are timed events in `key_changes_`.
+#include <accelpool/scheduler/scheduler.hpp>
+
+#include <algorithm>
+#include <cassert>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace accelpool::scheduler {
+
+namespace {
+
+std::string id_text(std::uint64_t id) { return std::to_string(id); }
+
+// Victims examined per preemption attempt: bounds the work when a wide gang cannot gather enough devices.
+constexpr std::size_t kMaxVictimsExamined = 1024;
+
+}  // namespace
+
+// --- PolicySpec ----------------------------------------------------------------------------------------------
+
+std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* error) {
+  auto fail = [&](std::string message) -> std::optional<PolicySpec> {
+    if (error) *error = "policy '" + std::string(text) + "': " + std::move(message);
+    return std::nullopt;
+  };
+  PolicySpec spec;
+  std::size_t index = 0;
+  while (true) {
+    const auto plus = text.find('+');
+    const auto part = text.substr(0, plus);
+    if (part.empty()) return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+nopreempt])");
+    if (index == 0) {
+      spec.ordering = std::string(part);
+    } else if (part.starts_with("guard=")) {
+      const auto value = part.substr(6);
+      double s = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), s);
+      if (ec != std::errc{} || ptr != value.data() + value.size() || !(s > 0) || !std::isfinite(s)) {
+        return fail("guard needs a positive number of seconds, got '" + std::string(value) + "'");
+      }
+      spec.tail_guard_s = s;
+    } else if (part == "nopreempt") {
+      spec.preemption = false;
+    } else if (index == 1) {
+      spec.placement = std::string(part);
+    } else {
+      return fail("unexpected '" + std::string(part) + "'");
+    }
+    ++index;
+    if (plus == std::string_view::npos) break;
+    text.remove_prefix(plus + 1);
+  }
+  std::string why;
+  if (!make_ordering(spec.ordering, &why) || !make_placement(spec.placement, &why)) return fail(why);
+  return spec;
+}
+
+std::string PolicySpec::to_string() const {
+  std::ostringstream out;
+  out << ordering << '+' << placement;
+  if (tail_guard_s) out << "+guard=" << *tail_guard_s;
+  if (!preemption) out << "+nopreempt";
+  return out.str();
+}
+
+// --- construction --------------------------------------------------------------------------------------------
+
+std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string* error) {
+  auto ordering = make_ordering(spec.ordering, error);
+  if (!ordering) return nullptr;
+  auto placement = make_placement(spec.placement, error);
+  if (!placement) return nullptr;
+  if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) {
+    if (error) *error = "tail guard must be a positive number of seconds";
+    return nullptr;
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(spec, std::move(ordering), std::move(placement)));
+}
+
+Scheduler::Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering,
+                     std::unique_ptr<PlacementPolicy> placement)
+    : spec_(std::move(spec)), ordering_(std::move(ordering)), placement_(std::move(placement)) {}
+
+// --- device slots --------------------------------------------------------------------------------------------
+
+Scheduler::Slot* Scheduler::slot(DeviceId id) {
+  return id < slots_.size() && (slots_[id].present || slots_[id].held) ? &slots_[id] : nullptr;
+}
+
+const Scheduler::Slot* Scheduler::slot(DeviceId id) const {
+  return const_cast<Scheduler*>(this)->slot(id);
+}
+
+// A device is in the free index exactly when it is present, available, not draining and not held.
+void Scheduler::refresh_slot(Slot& s) {
+  const bool should_be_free = s.present && s.available && !s.draining && !s.held;
+  const bool is_free = s.state == DeviceState::free;
+  if (should_be_free && !is_free) {
+    free_.insert(s.device);
+    ++free_count_;
+  } else if (!should_be_free && is_free) {
+    free_.erase(s.device);
+    --free_count_;
+  }
+  s.state = should_be_free ? DeviceState::free
+            : s.held       ? DeviceState::leased
+            : !s.available || !s.present ? DeviceState::unavailable
+                                         : DeviceState::draining;
+}
+
+std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  if (slot(device.id)) return Rejection{"device " + id_text(device.id) + " already exists"};
+  if (device.id >= slots_.size()) slots_.resize(device.id + 1);
+  Slot& s = slots_[device.id];
+  s = Slot{};
+  s.device = device;
+  s.present = true;
+  s.state = DeviceState::unavailable;  // not in the index yet; refresh_slot puts it there
+  if (device.attach == AttachMode::passthrough) ++passthrough_total_[{device.kind, device.host}];
+  else ++network_total_[device.kind];
+  ++device_count_;
+  refresh_slot(s);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::remove_device(DeviceId id, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  Slot* s = slot(id);
+  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  s->present = false;
+  refresh_slot(*s);
+  if (s->device.attach == AttachMode::passthrough) --passthrough_total_[{s->device.kind, s->device.host}];
+  else --network_total_[s->device.kind];
+  --device_count_;
+  if (s->held) mark_revoking(entries_.at(s->holder), PreemptReason::device_failed, out);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::set_available(DeviceId id, bool available, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  Slot* s = slot(id);
+  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  s->available = available;
+  refresh_slot(*s);
+  if (!available && s->held) mark_revoking(entries_.at(s->holder), PreemptReason::device_failed, out);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::set_draining(DeviceId id, bool draining, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  Slot* s = slot(id);
+  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  s->draining = draining;
+  refresh_slot(*s);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::set_loaded(DeviceId id, BitstreamId loaded) {
+  Slot* s = slot(id);
+  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  const bool indexed = s->state == DeviceState::free;
+  if (indexed) free_.erase(s->device);
+  s->device.loaded = loaded;
+  if (indexed) free_.insert(s->device);
+  return std::nullopt;
+}
+
+void Scheduler::set_tenant_weight(TenantId tenant, double weight) {
+  ledger_.set_weight(tenant, weight > 0 ? weight : 1.0);
+}
+
+// --- requests ------------------------------------------------------------------------------------------------
+
+std::size_t Scheduler::reachable_devices(const Request& r) const {
+  std::size_t reachable = 0;
+  if (auto it = passthrough_total_.find({r.kind, r.guest_host}); it != passthrough_total_.end()) {
+    reachable += it->second;
+  }
+  if (auto it = network_total_.find(r.kind); it != network_total_.end()) reachable += it->second;
+  return reachable;
+}
+
+Scheduler::BucketKey Scheduler::bucket_key(const Request& r) const {
+  return {r.kind, r.guest_host, r.count, ordering_->per_tenant() ? r.tenant : TenantId{0}};
+}
+
+void Scheduler::enqueue(Entry& e, Time now) {
+  e.phase = RequestPhase::waiting;
+  e.key = ordering_->waiting_key(e.view(), now);
+  buckets_[bucket_key(e.request)].insert(e.key);
+  arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
+  ++waiting_count_;
+}
+
+void Scheduler::dequeue(Entry& e) {
+  auto bucket = buckets_.find(bucket_key(e.request));
+  bucket->second.erase(e.key);
+  if (bucket->second.empty()) buckets_.erase(bucket);
+  auto& arrivals = arrivals_[e.request.kind];
+  arrivals.erase({e.request.arrival, e.request.id});
+  if (arrivals.empty()) arrivals_.erase(e.request.kind);
+  --waiting_count_;
+}
+
+std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  if (entries_.count(request.id)) return Rejection{"request " + id_text(request.id) + " already exists"};
+  if (request.count == 0) return Rejection{"request " + id_text(request.id) + " asks for 0 devices"};
+  if (const auto reachable = reachable_devices(request); reachable < request.count) {
+    return Rejection{"request " + id_text(request.id) + " asks for " + std::to_string(request.count) +
+                     " devices but only " + std::to_string(reachable) + " of its kind are reachable from host " +
+                     std::to_string(request.guest_host) + ": it can never be served"};
+  }
+  Entry& e = entries_[request.id];
+  e.request = request;
+  enqueue(e, now);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+void Scheduler::grant(Entry& e, std::vector<DeviceId> devices, Time now, bool protect, Decisions& out) {
+  assert(devices.size() == e.request.count);
+  dequeue(e);
+  e.phase = RequestPhase::running;
+  e.granted_at = now;
+  e.protected_ = protect;
+  Grant g{e.request.id, {}};
+  g.devices.reserve(devices.size());
+  for (DeviceId id : devices) {
+    Slot& s = slots_[id];
+    assert(s.state == DeviceState::free);
+    s.held = true;
+    s.holder = e.request.id;
+    refresh_slot(s);
+    const bool reprogram = e.request.bitstream != kNoBitstream && s.device.loaded != e.request.bitstream;
+    if (e.request.bitstream != kNoBitstream) s.device.loaded = e.request.bitstream;
+    g.devices.push_back({id, reprogram});
+  }
+  e.devices = std::move(devices);
+  ledger_.lease_started(e.request.tenant, e.request.count, now);
+  ++running_count_;
+  if (ordering_->preemptive() && !protect) {
+    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    victims_[e.request.kind].insert(e.victim_rank);
+    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    if (e.key_change_at) key_changes_.insert({*e.key_change_at, e.request.id});
+  }
+  out.grants.push_back(std::move(g));
+}
+
+void Scheduler::stop_running(Entry& e, Time now) {
+  const double ran = std::max(0.0, now - e.granted_at);
+  e.attained_s += ran;
+  e.attained_device_s += ran * e.request.count;
+  ledger_.lease_stopped(e.request.tenant, e.request.count, now);
+  if (auto it = victims_.find(e.request.kind); it != victims_.end()) it->second.erase(e.victim_rank);
+  if (e.key_change_at) key_changes_.erase({*e.key_change_at, e.request.id});
+  e.key_change_at.reset();
+  if (e.phase == RequestPhase::revoking) revoking_devices_[e.request.kind] -= e.request.count;
+  for (DeviceId id : e.devices) {
+    Slot& s = slots_[id];
+    s.held = false;
+    refresh_slot(s);
+  }
+  e.devices.clear();
+  --running_count_;
+}
+
+std::optional<Rejection> Scheduler::release(RequestId id, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Rejection{"no request " + id_text(id)};
+  if (it->second.phase == RequestPhase::waiting) dequeue(it->second);
+  else stop_running(it->second, now);
+  entries_.erase(it);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::requeue(RequestId id, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Rejection{"no request " + id_text(id)};
+  Entry& e = it->second;
+  if (e.phase == RequestPhase::waiting) return Rejection{"request " + id_text(id) + " is not running"};
+  stop_running(e, now);
+  e.protected_ = false;
+  enqueue(e, now);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+void Scheduler::mark_revoking(Entry& e, PreemptReason reason, Decisions& out) {
+  if (e.phase != RequestPhase::running) return;
+  e.phase = RequestPhase::revoking;
+  if (auto it = victims_.find(e.request.kind); it != victims_.end()) it->second.erase(e.victim_rank);
+  if (e.key_change_at) key_changes_.erase({*e.key_change_at, e.request.id});
+  e.key_change_at.reset();
+  revoking_devices_[e.request.kind] += e.request.count;
+  out.preemptions.push_back({e.request.id, reason});
+}
+
+// --- time ----------------------------------------------------------------------------------------------------
+
+void Scheduler::apply_key_changes(Time now) {
+  while (!key_changes_.empty() && key_changes_.begin()->first <= now) {
+    const RequestId id = key_changes_.begin()->second;
+    key_changes_.erase(key_changes_.begin());
+    Entry& e = entries_.at(id);
+    auto& victims = victims_[e.request.kind];
+    victims.erase(e.victim_rank);
+    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    victims.insert(e.victim_rank);
+    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    // A change due exactly now was just applied; the next one must lie in the future.
+    if (e.key_change_at && *e.key_change_at <= now) e.key_change_at = std::nextafter(now, now + 1);
+    if (e.key_change_at) key_changes_.insert({*e.key_change_at, id});
+  }
+}
+
+void Scheduler::tick(Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  dispatch(now, out);
+}
+
+std::optional<Time> Scheduler::next_wakeup() const {
+  std::optional<Time> next;
+  auto consider = [&](Time t) {
+    if (!next || t < *next) next = t;
+  };
+  if (!key_changes_.empty()) consider(key_changes_.begin()->first);
+  if (spec_.tail_guard_s) {
+    // The next request to age past the guard: the oldest one that has not aged yet, per kind.
+    const double guard = *spec_.tail_guard_s;
+    for (const auto& [kind, arrivals] : arrivals_) {
+      auto it = arrivals.upper_bound({last_now_ - guard, std::numeric_limits<RequestId>::max()});
+      if (it != arrivals.end()) consider(it->first + guard);
+    }
+  }
+  return next;
+}
+
+// --- dispatch ------------------------------------------------------------------------------------------------
+
+// Serves requests that waited past the tail guard, oldest first, per kind. If the oldest aged request of a
+// kind does not fit, that kind is blocked for everyone else so its devices drain towards it.
+bool Scheduler::serve_aged(Time now, Decisions& out, std::set<KindId>& blocked) {
+  bool granted = false;
+  const double guard = *spec_.tail_guard_s;
+  std::vector<KindId> kinds;
+  kinds.reserve(arrivals_.size());
+  for (const auto& [kind, arrivals] : arrivals_) kinds.push_back(kind);
+  std::sort(kinds.begin(), kinds.end());  // deterministic order regardless of hashing
+  for (KindId kind : kinds) {
+    while (true) {
+      auto it = arrivals_.find(kind);
+      if (it == arrivals_.end() || it->second.empty()) break;
+      const auto [arrival, id] = *it->second.begin();
+      if (now - arrival < guard) break;
+      Entry& e = entries_.at(id);
+      const auto eligible = free_.eligible(kind, e.request.guest_host);
+      if (eligible.free() < e.request.count) {
+        blocked.insert(kind);
+        break;
+      }
+      grant(e, placement_->place(e.request, eligible), now, /*protect=*/true, out);
+      granted = true;
+    }
+  }
+  return granted;
+}
+
+void Scheduler::dispatch(Time now, Decisions& out) {
+  apply_key_changes(now);
+  std::set<KindId> blocked;
+  if (spec_.tail_guard_s) serve_aged(now, out, blocked);
+  const bool per_tenant = ordering_->per_tenant();
+  while (free_count_ > 0 && !buckets_.empty()) {
+    // The best head among buckets whose head fits now.
+    const PriorityKey* best = nullptr;
+    double best_rank = 0;
+    for (auto it = buckets_.begin(); it != buckets_.end();) {
+      const BucketKey& bk = it->first;
+      if (blocked.count(bk.kind) || free_.free_of_kind(bk.kind) < bk.count) {
+        // Skip the rest of this kind's buckets with this gang size or larger: none can fit.
+        if (blocked.count(bk.kind) || free_.free_of_kind(bk.kind) == 0) {
+          it = buckets_.lower_bound(BucketKey{bk.kind + 1, 0, 0, 0});
+        } else {
+          ++it;
+        }
+        continue;
+      }
+      if (free_.eligible(bk.kind, bk.host).free() >= bk.count) {
+        const PriorityKey& head = *it->second.begin();
+        const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
+        if (!best || rank < best_rank || (rank == best_rank && head < *best)) {
+          best = &head;
+          best_rank = rank;
+        }
+      }
+      ++it;
+    }
+    if (!best) break;
+    Entry& e = entries_.at(best->id);
+    grant(e, placement_->place(e.request, free_.eligible(e.request.kind, e.request.guest_host)), now,
+          /*protect=*/false, out);
+  }
+  if (ordering_->preemptive() && spec_.preemption) preempt_for_waiting(now, out, blocked);
+}
+
+// For each kind whose best waiting request cannot be placed, preempts the lowest-ranked running leases that
+// it strictly outranks, if together with the free devices they make room for it. One request per kind per
+// event, and none while earlier preemptions of that kind are still giving their devices back.
+void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<KindId>& blocked) {
+  std::map<KindId, const PriorityKey*> best_per_kind;
+  for (const auto& [bk, bucket] : buckets_) {
+    if (blocked.count(bk.kind)) continue;
+    const PriorityKey*& best = best_per_kind[bk.kind];
+    if (!best || *bucket.begin() < *best) best = &*bucket.begin();
+  }
+  for (const auto& [kind, candidate_key] : best_per_kind) {
+    if (auto r = revoking_devices_.find(kind); r != revoking_devices_.end() && r->second > 0) continue;
+    auto v = victims_.find(kind);
+    if (v == victims_.end() || v->second.empty()) continue;
+    const Entry& candidate = entries_.at(candidate_key->id);
+    const Request& c = candidate.request;
+    const std::size_t free_now = free_.eligible(kind, c.guest_host).free();
+    if (free_now >= c.count) continue;  // it fits: it is blocked by something else, not by running leases
+    std::size_t gathered = free_now;
+    std::vector<Entry*> chosen;
+    std::size_t examined = 0;
+    for (auto it = v->second.rbegin(); it != v->second.rend() && gathered < c.count; ++it) {
+      if (++examined > kMaxVictimsExamined) break;
+      Entry& victim = entries_.at(it->id);
+      if (!(candidate_key->primary < ordering_->running_key(victim.view(), now).primary)) break;
+      std::size_t usable = 0;
+      for (DeviceId id : victim.devices) {
+        const Slot& s = slots_[id];
+        const bool reachable = s.device.attach == AttachMode::network || s.device.host == c.guest_host;
+        if (reachable && s.present && s.available && !s.draining) ++usable;
+      }
+      if (usable == 0) continue;
+      gathered += usable;
+      chosen.push_back(&victim);
+    }
+    if (gathered < c.count) continue;
+    for (Entry* victim : chosen) mark_revoking(*victim, PreemptReason::priority, out);
+  }
+}
+
+// --- policy switch -------------------------------------------------------------------------------------------
+
+std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  std::string error;
+  auto ordering = make_ordering(spec.ordering, &error);
+  if (!ordering) return Rejection{error};
+  auto placement = make_placement(spec.placement, &error);
+  if (!placement) return Rejection{error};
+  if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) return Rejection{"tail guard must be positive"};
+
+  std::vector<Entry*> waiting;
+  std::vector<Entry*> running;
+  for (auto& [id, e] : entries_) {
+    if (e.phase == RequestPhase::waiting) waiting.push_back(&e);
+    else if (e.phase == RequestPhase::running) running.push_back(&e);
+  }
+  for (Entry* e : waiting) dequeue(*e);
+  for (Entry* e : running) {
+    if (auto it = victims_.find(e->request.kind); it != victims_.end()) it->second.erase(e->victim_rank);
+    if (e->key_change_at) key_changes_.erase({*e->key_change_at, e->request.id});
+    e->key_change_at.reset();
+  }
+  spec_ = spec;
+  ordering_ = std::move(ordering);
+  placement_ = std::move(placement);
+  for (Entry* e : waiting) enqueue(*e, now);
+  if (ordering_->preemptive()) {
+    for (Entry* e : running) {
+      if (e->protected_) continue;
+      e->victim_rank = ordering_->victim_rank(e->view(), now);
+      victims_[e->request.kind].insert(e->victim_rank);
+      e->key_change_at = ordering_->next_key_change(e->view(), now);
+      if (e->key_change_at) key_changes_.insert({*e->key_change_at, e->request.id});
+    }
+  }
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+// --- views ---------------------------------------------------------------------------------------------------
+
+std::optional<RequestPhase> Scheduler::phase(RequestId id) const {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.phase;
+}
+
+std::optional<DeviceState> Scheduler::device_state(DeviceId id) const {
+  const Slot* s = slot(id);
+  if (!s) return std::nullopt;
+  return s->state;
+}
+
+const Device* Scheduler::device(DeviceId id) const {
+  const Slot* s = slot(id);
+  return s ? &s->device : nullptr;
+}
+
+std::vector<DeviceId> Scheduler::devices_of(RequestId id) const {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return {};
+  return it->second.devices;
+}
+
+std::vector<RequestId> Scheduler::queue_order(Time now) const {
+  struct Item {
+    double rank;
+    PriorityKey key;
+    auto operator<=>(const Item&) const = default;
+  };
+  std::vector<Item> items;
+  items.reserve(waiting_count_);
+  const bool per_tenant = ordering_->per_tenant();
+  for (const auto& [bk, bucket] : buckets_) {
+    const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
+    for (const PriorityKey& k : bucket) items.push_back({rank, k});
+  }
+  std::sort(items.begin(), items.end());
+  if (spec_.tail_guard_s) {
+    // Aged requests come first, oldest first, as serve_aged would take them.
+    const double guard = *spec_.tail_guard_s;
+    std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
+      return now - entries_.at(i.key.id).request.arrival >= guard;
+    });
+    auto aged_end = std::find_if(items.begin(), items.end(), [&](const Item& i) {
+      return now - entries_.at(i.key.id).request.arrival < guard;
+    });
+    std::sort(items.begin(), aged_end, [&](const Item& a, const Item& b) {
+      const auto& ra = entries_.at(a.key.id).request;
+      const auto& rb = entries_.at(b.key.id).request;
+      return std::pair{ra.arrival, ra.id} < std::pair{rb.arrival, rb.id};
+    });
+  }
+  std::vector<RequestId> ids;
+  ids.reserve(items.size());
+  for (const Item& i : items) ids.push_back(i.key.id);
+  return ids;
+}
+
+}  // namespace accelpool::scheduler

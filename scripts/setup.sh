@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs every Debian package accelpool needs to build, test and run. Idempotent: safe to run again.
+# Usage: sudo scripts/setup.sh   (root is needed for apt-get)
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # tests and benchmarks
+  catch2 libbenchmark-dev
+  # JSON, config, logging, CLI
+  nlohmann-json3-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev
+  # networking: Boost 1.81 (Beast, Asio, JSON) and TLS
+  libboost1.81-dev libboost-json1.81-dev libssl-dev
+  # store
+  libsqlite3-dev sqlite3
+  # metrics
+  prometheus-cpp-dev
+  # device backends: XRT, OpenCL ICD loader + PoCL
+  libxrt-dev libxrt1 uuid-dev
+  ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
+  # hypervisor: libvirt with the QEMU driver
+  libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+# Boost 1.74's dev packages (Debian's default libboost-dev) conflict with 1.81: remove them first.
+old_boost=$(dpkg-query -W -f='${Package} ${Status}\n' 'libboost*1.74-dev' 2>/dev/null | awk '/install ok installed/{print $1}' || true)
+
+if [ ${#missing[@]} -eq 0 ] && [ -z "$old_boost" ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if [ -n "$old_boost" ]; then
+  # shellcheck disable=SC2086
+  $SUDO apt-get remove -y $old_boost libboost-dev || true
+fi
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: installed ${#missing[@]} packages"

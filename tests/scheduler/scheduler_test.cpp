@@ -1,0 +1,278 @@
+// The scheduler's event API: queueing, gangs, rejection, preemption, ageing, fairness, device changes.
+#include "fixtures.hpp"
+
+using namespace accelpool::scheduler;
+using namespace accelpool::scheduler::testing;
+using V = std::vector<RequestId>;
+
+TEST_CASE("fifo grants while devices are free and queues the rest", "[scheduler][fifo]") {
+  auto s = make_scheduler("fifo", "fpga:2");
+  CHECK(granted(submit(*s, req(1, 0), 0)) == V{1});
+  CHECK(granted(submit(*s, req(2, 1), 1)) == V{2});
+  CHECK(granted(submit(*s, req(3, 2), 2)).empty());
+  CHECK(s->waiting_count() == 1);
+  CHECK(s->phase(3) == RequestPhase::waiting);
+  CHECK(granted(release(*s, 1, 5)) == V{3});
+  CHECK(s->waiting_count() == 0);
+  CHECK(s->running_count() == 2);
+  CHECK(s->free_count() == 0);
+}
+
+TEST_CASE("a gang is granted all or nothing, and smaller requests fill the gap", "[scheduler][gang]") {
+  auto s = make_scheduler("fifo", "fpga:4");
+  CHECK(granted(submit(*s, req(1, 0, 3), 0)) == V{1});
+  CHECK(s->devices_of(1).size() == 3);
+  CHECK(granted(submit(*s, req(2, 1, 2), 1)).empty());  // only one device free
+  CHECK(granted(submit(*s, req(3, 2, 1), 2)) == V{3});  // fits the hole: work-conserving
+  auto d = release(*s, 1, 10);
+  CHECK(granted(d) == V{2});
+  CHECK(d.grants[0].devices.size() == 2);
+}
+
+TEST_CASE("bad requests are rejected with a reason and change nothing", "[scheduler][errors]") {
+  auto s = make_scheduler("fifo", "fpga:2;gpu:1");
+  Decisions out;
+  auto zero = s->submit(req(1, 0, 0), 0, out);
+  REQUIRE(zero);
+  CHECK_THAT(zero->error, Catch::Contains("0 devices"));
+  auto huge = s->submit(req(2, 0, 3), 0, out);
+  REQUIRE(huge);
+  CHECK_THAT(huge->error, Catch::Contains("never"));
+  Request gpu = req(3, 0, 2);
+  gpu.kind = kGpu;
+  CHECK(s->submit(gpu, 0, out));  // only one gpu exists
+  CHECK(granted(submit(*s, req(4, 0), 0)) == V{4});
+  auto dup = s->submit(req(4, 0), 0, out);
+  REQUIRE(dup);
+  CHECK_THAT(dup->error, Catch::Contains("already exists"));
+  CHECK(s->release(99, 0, out));
+  CHECK(s->requeue(99, 0, out));
+  CHECK(out.empty());
+  CHECK(s->waiting_count() == 0);
+  CHECK(s->running_count() == 1);
+  Device again;
+  again.id = 0;
+  CHECK(s->add_device(again, 0, out));
+  CHECK(s->device_count() == 3);
+}
+
+TEST_CASE("passthrough devices serve only guests on their host; network devices serve all", "[scheduler][attach]") {
+  auto s = make_scheduler("fifo", "fpga:2@1;fpga:1");
+  Request far = req(1, 0, 2);
+  far.guest_host = 7;  // sees only the one network device
+  Decisions out;
+  CHECK(s->submit(far, 0, out));
+  Request near = req(2, 0, 3);
+  near.guest_host = 1;  // two passthrough + one network
+  auto d = submit(*s, near, 0);
+  REQUIRE(granted(d) == V{2});
+  CHECK(d.grants[0].devices.size() == 3);
+}
+
+TEST_CASE("sjf serves the shortest estimate first; unknown estimates go last", "[scheduler][sjf]") {
+  auto s = make_scheduler("sjf", "fpga:1");
+  submit(*s, req(1, 0, 1, 100), 0);
+  submit(*s, req(2, 1, 1), 1);
+  submit(*s, req(3, 2, 1, 50), 2);
+  submit(*s, req(4, 3, 1, 10), 3);
+  CHECK(s->queue_order(3) == V{4, 3, 2});
+  CHECK(granted(release(*s, 1, 100)) == V{4});
+}
+
+TEST_CASE("srpt preempts a lease with more remaining time, and the victim keeps its progress", "[scheduler][srpt]") {
+  auto s = make_scheduler("srpt", "fpga:1");
+  submit(*s, req(1, 0, 1, 100), 0);
+  auto d = submit(*s, req(2, 10, 1, 20), 10);  // remaining 20 < 90
+  CHECK(preempted(d) == V{1});
+  CHECK(d.preemptions[0].reason == PreemptReason::priority);
+  CHECK(s->phase(1) == RequestPhase::revoking);
+  Decisions out;
+  REQUIRE_FALSE(s->requeue(1, 10, out));
+  CHECK(granted(out) == V{2});
+  // A newcomer with 95 s left does not outrank the victim's 90 s left.
+  submit(*s, req(3, 11, 1, 95), 11);
+  CHECK(s->queue_order(11) == V{1, 3});
+  // Nor does one equal to the running lease's remaining time (strict improvement only).
+  auto tie = submit(*s, req(4, 12, 1, 18), 12);
+  CHECK(tie.preemptions.empty());
+}
+
+TEST_CASE("srpt without preemption behaves like sjf on remaining time", "[scheduler][srpt]") {
+  auto s = make_scheduler("srpt+first-fit+nopreempt", "fpga:1");
+  submit(*s, req(1, 0, 1, 100), 0);
+  CHECK(submit(*s, req(2, 10, 1, 1), 10).preemptions.empty());
+}
+
+TEST_CASE("las demotes a running lease at its threshold, then a newcomer preempts it", "[scheduler][las]") {
+  auto s = make_scheduler("las:10", "fpga:1");
+  submit(*s, req(1, 0), 0);
+  REQUIRE(s->next_wakeup());
+  CHECK(*s->next_wakeup() == Approx(10));
+  CHECK(submit(*s, req(2, 5), 5).preemptions.empty());  // same queue: no preemption
+  Decisions out;
+  s->tick(10, out);
+  CHECK(preempted(out) == V{1});
+  out = {};
+  REQUIRE_FALSE(s->requeue(1, 10, out));
+  CHECK(granted(out) == V{2});
+  // The demoted request waits behind newcomers of the first queue.
+  submit(*s, req(3, 11), 11);
+  CHECK(s->queue_order(11) == V{3, 1});
+}
+
+TEST_CASE("las counts attained service in device-seconds: wide gangs age faster", "[scheduler][las]") {
+  auto s = make_scheduler("las:10", "fpga:4");
+  submit(*s, req(1, 0, 4), 0);
+  REQUIRE(s->next_wakeup());
+  CHECK(*s->next_wakeup() == Approx(2.5));  // 4 devices x 2.5 s = 10 device-seconds
+}
+
+TEST_CASE("djsf fills free devices with the densest requests", "[scheduler][djsf]") {
+  auto s = make_scheduler("djsf", "fpga:4");
+  submit(*s, req(9, 0, 4, 1), 0);  // holds all devices
+  submit(*s, req(1, 1, 4, 10), 1);  // work 40
+  submit(*s, req(2, 2, 1, 30), 2);  // work 30
+  submit(*s, req(3, 3, 2, 10), 3);  // work 20
+  CHECK(s->queue_order(3) == V{3, 2, 1});
+  auto d = release(*s, 9, 4);
+  CHECK(granted(d) == V{3, 2});  // 3 devices used; the 4-wide request waits
+}
+
+TEST_CASE("fair serves the tenant with the least weighted device-time", "[scheduler][fair]") {
+  auto s = make_scheduler("fair", "fpga:1");
+  s->set_tenant_weight(0, 1);
+  s->set_tenant_weight(1, 1);
+  Request a = req(1, 0);
+  a.tenant = 0;
+  submit(*s, a, 0);
+  Request a2 = req(2, 1);
+  a2.tenant = 0;
+  submit(*s, a2, 1);
+  Request b = req(3, 2);
+  b.tenant = 1;
+  submit(*s, b, 2);
+  // Tenant 0 used 10 device-seconds by then, tenant 1 none: tenant 1 goes first despite arriving later.
+  CHECK(s->queue_order(10) == V{3, 2});
+  CHECK(granted(release(*s, 1, 10)) == V{3});
+}
+
+TEST_CASE("fair honours weights", "[scheduler][fair]") {
+  TenantLedger ledger;
+  ledger.set_weight(1, 4);
+  ledger.lease_started(0, 1, 0);
+  ledger.lease_started(1, 2, 0);
+  CHECK(ledger.usage(0, 10) == Approx(10));
+  CHECK(ledger.usage(1, 10) == Approx(20));
+  ledger.lease_stopped(1, 2, 10);
+  CHECK(ledger.usage(1, 50) == Approx(20));
+  auto fair = make_ordering("fair", nullptr);
+  CHECK(fair->tenant_rank(ledger, 1, 50) < fair->tenant_rank(ledger, 0, 50));  // 20/4 < 50/1
+}
+
+TEST_CASE("the tail guard serves a request that waited too long, and reserves devices for it", "[scheduler][guard]") {
+  auto s = make_scheduler("sjf+first-fit+guard=50", "fpga:2");
+  submit(*s, req(1, 0, 1, 10), 0);
+  submit(*s, req(2, 0, 1, 10), 0);
+  submit(*s, req(3, 1, 2, 1000), 1);  // long gang: sjf would starve it
+  submit(*s, req(4, 2, 1, 5), 2);
+  REQUIRE(s->next_wakeup());
+  CHECK(*s->next_wakeup() == Approx(51));  // request 3 (arrived at 1) ages first
+  // Request 1 finishes before the guard: the short request 4 goes first.
+  CHECK(granted(release(*s, 1, 10)) == V{4});
+  submit(*s, req(5, 20, 1, 5), 20);
+  Decisions out;
+  s->tick(51, out);  // request 3 has now waited 50 s
+  CHECK(out.empty());  // nothing free yet
+  CHECK(s->queue_order(51).front() == 3);
+  // One device frees: it is kept for the aged gang, not given to the short request 5.
+  CHECK(granted(release(*s, 2, 60)).empty());
+  CHECK(granted(release(*s, 4, 61)) == V{3});
+}
+
+TEST_CASE("a failed device revokes its lease; the device returns when available again", "[scheduler][devices]") {
+  auto s = make_scheduler("fifo", "fpga:2");
+  submit(*s, req(1, 0, 2), 0);
+  Decisions out;
+  REQUIRE_FALSE(s->set_available(0, false, 1, out));
+  CHECK(preempted(out) == V{1});
+  CHECK(out.preemptions[0].reason == PreemptReason::device_failed);
+  out = {};
+  REQUIRE_FALSE(s->requeue(1, 2, out));
+  CHECK(out.grants.empty());  // one device left, the gang needs two
+  CHECK(s->device_state(0) == DeviceState::unavailable);
+  CHECK(s->device_state(1) == DeviceState::free);
+  REQUIRE_FALSE(s->set_available(0, true, 3, out));
+  CHECK(granted(out) == V{1});
+}
+
+TEST_CASE("removing a held device revokes the lease and forgets the device", "[scheduler][devices]") {
+  auto s = make_scheduler("fifo", "fpga:2");
+  submit(*s, req(1, 0), 0);
+  Decisions out;
+  REQUIRE_FALSE(s->remove_device(0, 1, out));
+  CHECK(preempted(out) == V{1});
+  CHECK(s->device_count() == 1);
+  out = {};
+  REQUIRE_FALSE(s->requeue(1, 2, out));
+  CHECK(granted(out) == V{1});
+  CHECK(s->devices_of(1) == std::vector<DeviceId>{1});
+  CHECK_FALSE(s->device(0));
+  CHECK(s->remove_device(0, 3, out));  // gone already
+}
+
+TEST_CASE("a draining device is granted to no one until undrained", "[scheduler][devices]") {
+  auto s = make_scheduler("fifo", "fpga:1");
+  Decisions out;
+  REQUIRE_FALSE(s->set_draining(0, true, 0, out));
+  CHECK(s->device_state(0) == DeviceState::draining);
+  CHECK(granted(submit(*s, req(1, 0), 0)).empty());
+  REQUIRE_FALSE(s->set_draining(0, false, 1, out));
+  CHECK(granted(out) == V{1});
+  CHECK(s->device_state(0) == DeviceState::leased);
+}
+
+TEST_CASE("switching policy re-ranks the queue and keeps leases", "[scheduler][policy]") {
+  auto s = make_scheduler("fifo", "fpga:1");
+  submit(*s, req(1, 0, 1, 100), 0);
+  submit(*s, req(2, 1, 1, 50), 1);
+  submit(*s, req(3, 2, 1, 10), 2);
+  CHECK(s->queue_order(2) == V{2, 3});
+  std::string error;
+  auto spec = PolicySpec::parse("sjf+affinity", &error);
+  REQUIRE(spec);
+  Decisions out;
+  REQUIRE_FALSE(s->set_policy(*spec, 3, out));
+  CHECK(s->queue_order(3) == V{3, 2});
+  CHECK(s->phase(1) == RequestPhase::running);
+  CHECK(s->policy().to_string() == "sjf+affinity");
+}
+
+TEST_CASE("policy specs parse and reject clearly", "[scheduler][policy]") {
+  std::string error;
+  auto spec = PolicySpec::parse("las:100/1000+pack+guard=3600", &error);
+  REQUIRE(spec);
+  CHECK(spec->ordering == "las:100/1000");
+  CHECK(spec->placement == "pack");
+  CHECK(spec->tail_guard_s == Approx(3600));
+  CHECK(PolicySpec::parse(spec->to_string(), &error)->to_string() == spec->to_string());
+  CHECK_FALSE(PolicySpec::parse("lifo", &error));
+  CHECK_THAT(error, Catch::Contains("unknown ordering 'lifo'"));
+  CHECK_FALSE(PolicySpec::parse("fifo+closest", &error));
+  CHECK_THAT(error, Catch::Contains("unknown placement"));
+  CHECK_FALSE(PolicySpec::parse("fifo+guard=-1", &error));
+  CHECK_THAT(error, Catch::Contains("guard"));
+  CHECK_FALSE(PolicySpec::parse("las:100/50", &error));
+  CHECK_THAT(error, Catch::Contains("ascending"));
+  CHECK_FALSE(PolicySpec::parse("fifo++pack", &error));
+  CHECK_FALSE(PolicySpec::parse("sjf:3", &error));
+}
+
+TEST_CASE("cancelling a waiting request removes it from the queue", "[scheduler]") {
+  auto s = make_scheduler("fifo", "fpga:1");
+  submit(*s, req(1, 0), 0);
+  submit(*s, req(2, 1), 1);
+  submit(*s, req(3, 2), 2);
+  release(*s, 2, 3);
+  CHECK(s->queue_order(3) == V{3});
+  CHECK(granted(release(*s, 1, 4)) == V{3});
+}
