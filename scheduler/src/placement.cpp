@@ -8,47 +8,70 @@ namespace accelpool::scheduler {
 
 // --- FreeIndex -------------------------------------------------------------------------------------------
 
+namespace {
+const IdSet kEmpty;
+}  // namespace
+
+const IdSet& DeviceGroup::holding(BitstreamId b) const {
+  auto it = by_bitstream_.find(b);
+  return it == by_bitstream_.end() ? kEmpty : it->second;
+}
+
+const IdSet& DeviceGroup::on_host(HostId host) const {
+  auto it = by_host_.find(host);
+  return it == by_host_.end() ? kEmpty : it->second;
+}
+
+std::optional<HostId> DeviceGroup::tightest_host(std::size_t n) const {
+  for (std::size_t c = std::max<std::size_t>(n, 1); c < hosts_with_free_.size(); ++c) {
+    if (!hosts_with_free_[c].empty()) return hosts_with_free_[c].first();
+  }
+  return std::nullopt;
+}
+
 DeviceGroup& FreeIndex::group(const Device& d) {
   const HostId host = d.attach == AttachMode::passthrough ? d.host : kNetworkHost;
   return groups_[GroupKey{d.kind, host}];
 }
 
-namespace {
-// Moves `host` within hosts_by_free after its free count went from `before` to `after`.
-void rerank_host(DeviceGroup& g, HostId host, std::size_t before, std::size_t after) {
-  if (before > 0) g.hosts_by_free.erase({before, host});
-  if (after > 0) g.hosts_by_free.insert({after, host});
+// Moves `host` from the "n free" class `from` to `to` (0 = not listed).
+void FreeIndex::move_host(DeviceGroup& g, HostId host, std::size_t from, std::size_t to) {
+  if (from > 0) g.hosts_with_free_[from].erase(host);
+  if (to > 0) {
+    if (to >= g.hosts_with_free_.size()) g.hosts_with_free_.resize(to + 1);
+    g.hosts_with_free_[to].insert(host);
+  }
 }
-}  // namespace
 
 void FreeIndex::insert(const Device& d) {
   DeviceGroup& g = group(d);
-  if (!g.free.insert(d.id).second) return;
-  g.by_bitstream[d.loaded].insert(d.id);
-  g.host_of[d.id] = d.host;
-  auto& on_host = g.by_host[d.host];
-  on_host.insert(d.id);
-  rerank_host(g, d.host, on_host.size() - 1, on_host.size());
+  if (!g.free_.insert(d.id)) return;
+  if (needs_.by_bitstream) g.by_bitstream_[d.loaded].insert(d.id);
+  if (needs_.by_host) {
+    if (d.id >= g.host_of_.size()) g.host_of_.resize(d.id + 1);
+    g.host_of_[d.id] = d.host;
+    IdSet& on_host = g.by_host_[d.host];
+    on_host.insert(d.id);
+    move_host(g, d.host, on_host.size() - 1, on_host.size());
+  }
+  if (d.kind >= free_by_kind_.size()) free_by_kind_.resize(d.kind + 1, 0);
   ++free_by_kind_[d.kind];
 }
 
 void FreeIndex::erase(const Device& d) {
   DeviceGroup& g = group(d);
-  if (g.free.erase(d.id) == 0) return;
-  if (auto it = g.by_bitstream.find(d.loaded); it != g.by_bitstream.end()) {
-    it->second.erase(d.id);
-    if (it->second.empty()) g.by_bitstream.erase(it);
+  if (!g.free_.erase(d.id)) return;
+  if (needs_.by_bitstream) g.by_bitstream_[d.loaded].erase(d.id);
+  if (needs_.by_host) {
+    IdSet& on_host = g.by_host_[d.host];
+    on_host.erase(d.id);
+    move_host(g, d.host, on_host.size() + 1, on_host.size());
   }
-  g.host_of.erase(d.id);
-  auto host_it = g.by_host.find(d.host);
-  host_it->second.erase(d.id);
-  rerank_host(g, d.host, host_it->second.size() + 1, host_it->second.size());
-  if (host_it->second.empty()) g.by_host.erase(host_it);
   --free_by_kind_[d.kind];
 }
 
 std::size_t FreeIndex::Eligible::free() const {
-  return (passthrough ? passthrough->free.size() : 0) + (network ? network->free.size() : 0);
+  return (passthrough ? passthrough->free().size() : 0) + (network ? network->free().size() : 0);
 }
 
 FreeIndex::Eligible FreeIndex::eligible(KindId kind, HostId guest_host) const {
@@ -59,18 +82,16 @@ FreeIndex::Eligible FreeIndex::eligible(KindId kind, HostId guest_host) const {
 }
 
 std::size_t FreeIndex::free_of_kind(KindId kind) const {
-  auto it = free_by_kind_.find(kind);
-  return it == free_by_kind_.end() ? 0 : it->second;
+  return kind < free_by_kind_.size() ? free_by_kind_[kind] : 0;
 }
 
 // --- placement policies -------------------------------------------------------------------------------------
 
 namespace {
 
-// Collects up to `need` devices from `from` into `out`, skipping ones already chosen. O(k log n) for k taken,
+// Collects up to `need` devices from `from` into `out`, skipping ones already chosen. O(k) for k taken,
 // plus the skipped ones (at most out.size()).
-template <typename Range>
-void take(const Range& from, std::size_t need, std::vector<DeviceId>& out) {
+void take(const IdSet& from, std::size_t need, std::vector<DeviceId>& out) {
   for (DeviceId id : from) {
     if (out.size() >= need) return;
     if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
@@ -79,34 +100,25 @@ void take(const Range& from, std::size_t need, std::vector<DeviceId>& out) {
 
 // Fills `out` up to `need` from a network group using as few hosts as possible: the host with the fewest free
 // devices that still fits the remainder (best fit); if none fits, the hosts with the most free devices first.
-// Hosts already used in `out` are preferred by the callers before this. O(h log n) for h hosts used.
 void take_packed(const DeviceGroup& g, std::size_t need, std::vector<DeviceId>& out) {
-  while (out.size() < need) {
-    const std::size_t rest = need - out.size();
-    auto fit = g.hosts_by_free.lower_bound({rest, 0});
-    // Skip hosts whose devices were all taken already (only possible for hosts already in `out`).
-    const std::size_t before = out.size();
-    if (fit != g.hosts_by_free.end()) {
-      take(g.by_host.at(fit->second), need, out);
-    }
-    if (out.size() == before) {
-      for (auto it = g.hosts_by_free.rbegin(); it != g.hosts_by_free.rend() && out.size() < need; ++it) {
-        take(g.by_host.at(it->second), need, out);
-      }
-      return;
-    }
-  }
+  if (out.size() >= need) return;
+  if (auto host = g.tightest_host(need - out.size())) take(g.on_host(*host), need, out);
+  if (out.size() >= need) return;
+  g.hosts_most_free_first([&](HostId host) {
+    take(g.on_host(host), need, out);
+    return out.size() < need;
+  });
 }
 
-// first-fit: the lowest-numbered eligible devices, the guest's own passthrough devices first. O(k log n).
+// first-fit: the lowest-numbered eligible devices, the guest's own passthrough devices first. O(k).
 class FirstFit final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "first-fit"; }
   std::vector<DeviceId> place(const Request& r, const FreeIndex::Eligible& e) const override {
     std::vector<DeviceId> out;
     out.reserve(r.count);
-    if (e.passthrough) take(e.passthrough->free, r.count, out);
-    if (e.network) take(e.network->free, r.count, out);
+    if (e.passthrough) take(e.passthrough->free(), r.count, out);
+    if (e.network) take(e.network->free(), r.count, out);
     return out;
   }
 };
@@ -117,10 +129,11 @@ class FirstFit final : public PlacementPolicy {
 class Pack final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "pack"; }
+  IndexNeeds needs() const override { return {.by_bitstream = false, .by_host = true}; }
   std::vector<DeviceId> place(const Request& r, const FreeIndex::Eligible& e) const override {
     std::vector<DeviceId> out;
     out.reserve(r.count);
-    if (e.passthrough) take(e.passthrough->free, r.count, out);
+    if (e.passthrough) take(e.passthrough->free(), r.count, out);
     if (e.network) take_packed(*e.network, r.count, out);
     return out;
   }
@@ -132,34 +145,31 @@ class Pack final : public PlacementPolicy {
 class Affinity final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "affinity"; }
+  IndexNeeds needs() const override { return {.by_bitstream = true, .by_host = true}; }
   std::vector<DeviceId> place(const Request& r, const FreeIndex::Eligible& e) const override {
     std::vector<DeviceId> out;
     out.reserve(r.count);
     for (const DeviceGroup* g : {e.passthrough, e.network}) {
       if (!g) continue;
-      if (r.bitstream != kNoBitstream) {
-        if (auto it = g->by_bitstream.find(r.bitstream); it != g->by_bitstream.end()) take(it->second, r.count, out);
-      }
-      if (out.size() >= r.count) break;
+      if (r.bitstream != kNoBitstream) take(g->holding(r.bitstream), r.count, out);
       if (g == e.network) take_near(*g, r.count, out);
-      if (auto it = g->by_bitstream.find(kNoBitstream); it != g->by_bitstream.end()) take(it->second, r.count, out);
+      take(g->holding(kNoBitstream), r.count, out);
       if (g == e.network) take_packed(*g, r.count, out);
-      else take(g->free, r.count, out);
+      else take(g->free(), r.count, out);
     }
     return out;
   }
 
  private:
-  // Free devices on the hosts of the devices chosen so far. O(k log n).
+  // Free devices on the hosts of the devices chosen so far. O(k) for a k-device gang.
   static void take_near(const DeviceGroup& g, std::size_t need, std::vector<DeviceId>& out) {
     std::vector<HostId> hosts;
     for (DeviceId id : out) {
-      if (auto it = g.host_of.find(id); it != g.host_of.end() &&
-                                        std::find(hosts.begin(), hosts.end(), it->second) == hosts.end()) {
-        hosts.push_back(it->second);
+      if (g.free().contains(id) && std::find(hosts.begin(), hosts.end(), g.host_of(id)) == hosts.end()) {
+        hosts.push_back(g.host_of(id));
       }
     }
-    for (HostId host : hosts) take(g.by_host.at(host), need, out);
+    for (HostId host : hosts) take(g.on_host(host), need, out);
   }
 };
 

@@ -93,7 +93,10 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
 
 Scheduler::Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering,
                      std::unique_ptr<PlacementPolicy> placement)
-    : spec_(std::move(spec)), ordering_(std::move(ordering)), placement_(std::move(placement)) {}
+    : spec_(std::move(spec)),
+      ordering_(std::move(ordering)),
+      placement_(std::move(placement)),
+      free_(placement_->needs()) {}
 
 // --- device slots --------------------------------------------------------------------------------------------
 
@@ -207,7 +210,7 @@ void Scheduler::enqueue(Entry& e, Time now) {
   e.phase = RequestPhase::waiting;
   e.key = ordering_->waiting_key(e.view(), now);
   buckets_[bucket_key(e.request)].insert(e.key);
-  arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
+  if (spec_.tail_guard_s) arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
   ++waiting_count_;
 }
 
@@ -215,9 +218,11 @@ void Scheduler::dequeue(Entry& e) {
   auto bucket = buckets_.find(bucket_key(e.request));
   bucket->second.erase(e.key);
   if (bucket->second.empty()) buckets_.erase(bucket);
-  auto& arrivals = arrivals_[e.request.kind];
-  arrivals.erase({e.request.arrival, e.request.id});
-  if (arrivals.empty()) arrivals_.erase(e.request.kind);
+  if (spec_.tail_guard_s) {
+    auto& arrivals = arrivals_[e.request.kind];
+    arrivals.erase({e.request.arrival, e.request.id});
+    if (arrivals.empty()) arrivals_.erase(e.request.kind);
+  }
   --waiting_count_;
 }
 
@@ -493,6 +498,10 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
   spec_ = spec;
   ordering_ = std::move(ordering);
   placement_ = std::move(placement);
+  free_ = FreeIndex(placement_->needs());
+  for (const Slot& s : slots_) {
+    if (s.state == DeviceState::free) free_.insert(s.device);
+  }
   for (Entry* e : waiting) enqueue(*e, now);
   if (ordering_->preemptive()) {
     for (Entry* e : running) {

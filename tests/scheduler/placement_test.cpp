@@ -95,19 +95,40 @@ TEST_CASE("every placement uses the guest's passthrough devices before network o
 }
 
 TEST_CASE("the free index follows grants, releases and reprogramming", "[placement][index]") {
-  FreeIndex index;
+  FreeIndex index({.by_bitstream = true, .by_host = true});
   index.insert(dev(0, 0, 5));
   index.insert(dev(1, 1));
+  index.insert(dev(2, 1));
   auto e = index.eligible(0, 0);
   REQUIRE(e.network);
-  CHECK(e.free() == 2);
-  CHECK(e.network->by_bitstream.at(5).count(0) == 1);
-  CHECK(e.network->hosts_by_free.size() == 2);
+  CHECK(e.free() == 3);
+  CHECK(e.network->holding(5).contains(0));
+  CHECK(e.network->tightest_host(1) == HostId{0});
+  CHECK(e.network->tightest_host(2) == HostId{1});
+  CHECK_FALSE(e.network->tightest_host(3));
   index.erase(dev(0, 0, 5));
   e = index.eligible(0, 0);
-  CHECK(e.free() == 1);
-  CHECK(e.network->by_bitstream.count(5) == 0);
-  CHECK(e.network->by_host.count(0) == 0);
-  CHECK(index.free_of_kind(0) == 1);
+  CHECK(e.free() == 2);
+  CHECK(e.network->holding(5).empty());
+  CHECK(e.network->on_host(0).empty());
+  CHECK(e.network->tightest_host(1) == HostId{1});
+  CHECK(index.free_of_kind(0) == 2);
   CHECK(index.free_of_kind(1) == 0);
+}
+
+TEST_CASE("IdSet finds ids in order across words and summary blocks", "[placement][index]") {
+  IdSet set;
+  for (std::uint32_t id : {5u, 64u, 4095u, 4096u, 70000u}) CHECK(set.insert(id));
+  CHECK_FALSE(set.insert(64));
+  CHECK(set.size() == 5);
+  std::vector<std::uint32_t> seen(set.begin(), set.end());
+  CHECK(seen == std::vector<std::uint32_t>{5, 64, 4095, 4096, 70000});
+  CHECK(set.next(6) == 64);
+  CHECK(set.next(4097) == 70000);
+  CHECK(set.next(70001) == IdSet::npos);
+  CHECK(set.erase(4095));
+  CHECK_FALSE(set.erase(4095));
+  CHECK(set.next(65) == 4096);
+  CHECK_FALSE(set.contains(4095));
+  CHECK(set.contains(70000));
 }

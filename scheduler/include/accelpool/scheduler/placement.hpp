@@ -1,12 +1,12 @@
 // Placement policies decide "which devices" a granted request gets, from an index of free devices.
 #pragma once
 
+#include <accelpool/scheduler/id_set.hpp>
 #include <accelpool/scheduler/model.hpp>
 
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string_view>
 #include <unordered_map>
@@ -14,19 +14,52 @@
 
 namespace accelpool::scheduler {
 
-// The free devices of one pool: one kind, and either one host's passthrough devices or the network-attached
-// devices of all hosts. Kept by FreeIndex; placement reads it.
-struct DeviceGroup {
-  std::set<DeviceId> free;                                          // ascending id
-  std::unordered_map<BitstreamId, std::set<DeviceId>> by_bitstream; // free devices by what they hold
-  std::map<HostId, std::set<DeviceId>> by_host;                     // free devices by host
-  std::unordered_map<DeviceId, HostId> host_of;                     // host of each free device
-  std::set<std::pair<std::size_t, HostId>> hosts_by_free;           // (free count, host), hosts with >= 1 free
+// What a placement policy needs indexed besides the free set. Each index costs time on every grant and
+// release, so the scheduler keeps only those its placement asks for.
+struct IndexNeeds {
+  bool by_bitstream = false;
+  bool by_host = false;
 };
 
-// Index of free devices, updated by the scheduler on every grant and release in O(log n).
+// The free devices of one pool: one kind, and either one host's passthrough devices or the network-attached
+// devices of all hosts. Kept by FreeIndex; placement reads it. All lookups are O(1) unless noted.
+class DeviceGroup {
+ public:
+  const IdSet& free() const { return free_; }
+  // Free devices holding bitstream `b` (kNoBitstream: holding nothing). Empty unless indexed by bitstream.
+  const IdSet& holding(BitstreamId b) const;
+  // Free devices on `host`. Empty unless indexed by host.
+  const IdSet& on_host(HostId host) const;
+  // The host of a free device (indexed by host only).
+  HostId host_of(DeviceId id) const { return host_of_[id]; }
+  // The host with the fewest free devices among those with at least `n`, if any. O(devices per host).
+  std::optional<HostId> tightest_host(std::size_t n) const;
+  // Calls `visit(host)` for hosts with free devices, most free first, until it returns false.
+  // O(devices per host + hosts visited).
+  template <typename Visit>
+  void hosts_most_free_first(Visit visit) const {
+    for (std::size_t n = hosts_with_free_.size(); n-- > 1;) {
+      for (HostId host : hosts_with_free_[n]) {
+        if (!visit(host)) return;
+      }
+    }
+  }
+
+ private:
+  friend class FreeIndex;
+  IdSet free_;
+  std::unordered_map<BitstreamId, IdSet> by_bitstream_;
+  std::unordered_map<HostId, IdSet> by_host_;
+  std::vector<HostId> host_of_;
+  std::vector<IdSet> hosts_with_free_;  // [n]: hosts with exactly n free devices (n >= 1)
+};
+
+// Index of free devices, updated by the scheduler on every grant and release: O(1) per device and index.
 class FreeIndex {
  public:
+  explicit FreeIndex(IndexNeeds needs = {}) : needs_(needs) {}
+  IndexNeeds needs() const { return needs_; }
+
   void insert(const Device& d);
   void erase(const Device& d);
 
@@ -50,8 +83,10 @@ class FreeIndex {
   };
   static constexpr HostId kNetworkHost = ~HostId{0};
   DeviceGroup& group(const Device& d);
+  void move_host(DeviceGroup& g, HostId host, std::size_t from, std::size_t to);
+  IndexNeeds needs_;
   std::map<GroupKey, DeviceGroup> groups_;
-  std::unordered_map<KindId, std::size_t> free_by_kind_;
+  std::vector<std::size_t> free_by_kind_;
 };
 
 // Contract for a placement policy. Called only when `eligible.free() >= request.count`; must return exactly
@@ -61,6 +96,8 @@ class PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
   virtual std::string_view name() const = 0;
+  // The indexes place() reads besides DeviceGroup::free().
+  virtual IndexNeeds needs() const { return {}; }
   virtual std::vector<DeviceId> place(const Request& request, const FreeIndex::Eligible& eligible) const = 0;
 };
 

@@ -160,7 +160,8 @@ class Scheduler {
   FreeIndex free_;
   std::unordered_map<RequestId, Entry> entries_;
   std::map<BucketKey, Bucket> buckets_;
-  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> arrivals_;  // waiting, oldest first, per kind
+  // Waiting requests per kind, oldest first; kept only with a tail guard.
+  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> arrivals_;
   std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
   std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
   std::unordered_map<KindId, std::size_t> revoking_devices_;
