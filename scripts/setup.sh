@@ -21,6 +21,10 @@ packages=(
   ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
   # hypervisor: libvirt with the QEMU driver
   libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
+  # guest image for the VM tests: busybox initramfs, kernel unpacked from its package (vm-shim/guest-image)
+  busybox-static cpio xz-utils binutils
+  # hypervisor attacher: parses libvirt's domain XML and metadata (libvirt-dev does not pull it in)
+  libxml2-dev
 )
 
 missing=()

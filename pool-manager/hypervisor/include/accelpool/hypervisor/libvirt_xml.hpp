@@ -1,0 +1,67 @@
+// The libvirt XML documents the attacher writes and reads: device definitions for hot-plug, the accelpool
+// element in a domain's metadata, and the device aliases of a live domain definition. Pure functions, no
+// connection to libvirt; the attacher and the tests share them.
+#pragma once
+
+#include <accelpool/common/result.hpp>
+#include <accelpool/hypervisor/attacher.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace accelpool::hypervisor {
+
+// Namespace URI and prefix of accelpool's element in a domain's <metadata>.
+inline constexpr std::string_view kMetadataNamespace = "https://accelpool.dev/xmlns/libvirt/1";
+inline constexpr std::string_view kMetadataKey = "accelpool";
+// Every device accelpool plugs carries a user alias with this prefix (libvirt keeps "ua-" aliases).
+inline constexpr std::string_view kAliasPrefix = "ua-accelpool-";
+
+// Longest pool device id and lease id accepted (the id ends up, escaped, in a file name under /dev/shm).
+inline constexpr std::size_t kMaxDeviceIdLength = 80;
+inline constexpr std::size_t kMaxLeaseIdLength = 200;
+
+// Checks a device id: 1..kMaxDeviceIdLength printable ASCII characters, no spaces.
+Status validate_device_id(std::string_view device_id);
+
+// Checks a whole spec (ids, lease, BDF for pci_hostdev). Errors: "invalid_argument" naming the field.
+Status validate_spec(const DeviceSpec& spec);
+
+// "0000:65:00.1" or "65:00.1" (hex, case-insensitive) -> "0000:65:00.1". Errors: "invalid_argument".
+Result<std::string> normalize_bdf(std::string_view bdf);
+
+// A device id escaped into [A-Za-z0-9-] plus "_xx" hex escapes: injective, valid in libvirt user aliases,
+// QEMU ids and file names. "sim:3" -> "sim_3a3".
+std::string escape_device_id(std::string_view device_id);
+
+// "ua-accelpool-<escaped id>": the alias the device carries in the VM.
+std::string device_alias(std::string_view device_id);
+
+// "accelpool-<escaped id>": the shared-memory region an emulated device is backed by (/dev/shm/<name>).
+std::string shmem_name(std::string_view device_id);
+
+// Checks the size of an emulated device's shared-memory region: a power of two in 1..1024 MiB.
+// Errors: "invalid_argument".
+Status validate_shmem_size(std::uint32_t shmem_size_mib);
+
+// The <hostdev> or <shmem> element for a live attach/detach of `spec`, carrying device_alias().
+// Errors: "invalid_argument" (see validate_spec, validate_shmem_size).
+Result<std::string> device_xml(const DeviceSpec& spec, std::uint32_t shmem_size_mib);
+
+// The accelpool metadata element for these records (state, lease and note included; `present` is not stored).
+std::string metadata_xml(const std::vector<AttachedDevice>& devices);
+
+// Parses what metadata_xml wrote, also as libvirt returns it (namespace prefixes added).
+// Errors: "invalid_argument" saying what is wrong (malformed XML, unknown state, missing attribute).
+Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml);
+
+// The alias of every device under <devices> of a domain definition (virDomainGetXMLDesc output).
+// Errors: "invalid_argument" on malformed XML.
+Result<std::vector<std::string>> device_aliases(std::string_view domain_xml);
+
+// Escapes text for use inside an XML attribute value or element.
+std::string xml_escape(std::string_view text);
+
+}  // namespace accelpool::hypervisor

@@ -1,0 +1,177 @@
+// The XML the attacher exchanges with libvirt, checked without a daemon: parsed back with libxml2 through the
+// same functions the attacher uses.
+#include "libvirt_harness.hpp"
+
+#include <accelpool/hypervisor/libvirt_attacher.hpp>
+#include <accelpool/hypervisor/libvirt_xml.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <set>
+
+using namespace accelpool;
+using namespace accelpool::hypervisor;
+
+TEST_CASE("device ids escape injectively into valid aliases and shmem names", "[hypervisor]") {
+  const std::vector<std::string> ids = {"sim:3", "sim_3a3", "sim-3", "xrt:0000:65:00.1", "opencl:0:0/2", "a.b",
+                                        "a_2eb", "A",       "a"};
+  std::set<std::string> aliases;
+  for (const auto& id : ids) {
+    const std::string alias = device_alias(id);
+    CHECK(alias.rfind("ua-accelpool-", 0) == 0);
+    // libvirt keeps a user alias only if it is made of [A-Za-z0-9_-]; QEMU ids allow the same.
+    CHECK(alias.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+          std::string::npos);
+    CHECK(shmem_name(id).find('/') == std::string::npos);
+    aliases.insert(alias);
+  }
+  CHECK(aliases.size() == ids.size());
+  CHECK(device_alias("sim:3") == "ua-accelpool-sim_3a3");
+  CHECK(shmem_name("sim:3") == "accelpool-sim_3a3");
+}
+
+TEST_CASE("device ids and specs are validated", "[hypervisor]") {
+  CHECK(validate_device_id("sim:0").is_ok());
+  CHECK(validate_device_id("").error().code == "invalid_argument");
+  CHECK(validate_device_id("has space").error().code == "invalid_argument");
+  CHECK(validate_device_id(std::string(kMaxDeviceIdLength + 1, 'x')).error().code == "invalid_argument");
+
+  DeviceSpec spec{"sim:0", "lease-1", AttachMethod::emulated, ""};
+  CHECK(validate_spec(spec).is_ok());
+  spec.lease_id.clear();
+  auto st = validate_spec(spec);
+  REQUIRE_FALSE(st.is_ok());
+  CHECK(st.error().message.find("lease id") != std::string::npos);
+}
+
+TEST_CASE("PCI addresses are normalised or rejected with the reason", "[hypervisor]") {
+  CHECK(*normalize_bdf("0000:65:00.1") == "0000:65:00.1");
+  CHECK(*normalize_bdf("65:00.1") == "0000:65:00.1");
+  CHECK(*normalize_bdf("000A:Af:1F.7") == "000a:af:1f.7");
+  for (const char* bad :
+       {"", "65:00", "65:00.8", "65:20.0", "0000:65:00:1", "g0:00.0", "00000:65:00.1", "0000:65:00.1 ", "65-00.1"}) {
+    auto r = normalize_bdf(bad);
+    INFO(bad);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error().code == "invalid_argument");
+    CHECK(r.error().message.find("PCI address") != std::string::npos);
+  }
+}
+
+TEST_CASE("device XML for hot-plug names the device by its alias", "[hypervisor]") {
+  auto shm = device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 4);
+  REQUIRE(shm.is_ok());
+  CHECK(*shm ==
+        "<shmem name='accelpool-sim_3a7'><model type='ivshmem-plain'/><size unit='M'>4</size>"
+        "<alias name='ua-accelpool-sim_3a7'/></shmem>");
+  auto pci = device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "65:00.1"}, 1);
+  REQUIRE(pci.is_ok());
+  CHECK(pci->find("<hostdev mode='subsystem' type='pci' managed='yes'>") == 0);
+  CHECK(pci->find("<address domain='0x0000' bus='0x65' slot='0x00' function='0x1'/>") != std::string::npos);
+  CHECK(pci->find("<alias name='ua-accelpool-xrt_3a0'/>") != std::string::npos);
+
+  CHECK(device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 3).error().code == "invalid_argument");
+  CHECK(device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "zz"}, 1).error().code == "invalid_argument");
+}
+
+TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]") {
+  AttachedDevice a;
+  a.device_id = "sim:1";
+  a.lease_id = "lease <&'\"> 1";
+  a.method = AttachMethod::emulated;
+  a.alias = device_alias(a.device_id);
+  a.state = AttachState::quarantined;
+  a.note = "no confirmation";
+  AttachedDevice b;
+  b.device_id = "xrt:0000:65:00.1";
+  b.lease_id = "L2";
+  b.method = AttachMethod::pci_hostdev;
+  b.pci_bdf = "0000:65:00.1";
+  b.alias = device_alias(b.device_id);
+  b.state = AttachState::detaching;
+
+  auto back = parse_metadata_xml(metadata_xml({a, b}));
+  REQUIRE(back.is_ok());
+  REQUIRE(back->size() == 2);
+  CHECK((*back)[0].lease_id == a.lease_id);
+  CHECK((*back)[0].state == AttachState::quarantined);
+  CHECK((*back)[0].note == "no confirmation");
+  CHECK((*back)[1].method == AttachMethod::pci_hostdev);
+  CHECK((*back)[1].pci_bdf == "0000:65:00.1");
+  CHECK((*back)[1].state == AttachState::detaching);
+
+  // libvirt returns the element with the namespace prefix it was stored under.
+  auto prefixed = parse_metadata_xml(
+      "<accelpool:accelpool xmlns:accelpool=\"https://accelpool.dev/xmlns/libvirt/1\" version=\"1\">\n"
+      "  <accelpool:device id=\"sim:1\" lease=\"L\" method=\"emulated\" alias=\"ua-accelpool-sim_3a1\" "
+      "state=\"attached\"/>\n</accelpool:accelpool>");
+  REQUIRE(prefixed.is_ok());
+  REQUIRE(prefixed->size() == 1);
+  CHECK((*prefixed)[0].device_id == "sim:1");
+
+  CHECK(parse_metadata_xml("").error().code == "invalid_argument");
+  CHECK(parse_metadata_xml("<accelpool><device id='x'/>").error().message.find("not well-formed") != std::string::npos);
+  CHECK(parse_metadata_xml("<other/>").error().message.find("<accelpool>") != std::string::npos);
+  auto bad_state =
+      parse_metadata_xml("<accelpool><device id='x' lease='l' method='emulated' alias='a' state='lost'/></accelpool>");
+  REQUIRE_FALSE(bad_state.is_ok());
+  CHECK(bad_state.error().message.find("unknown state 'lost'") != std::string::npos);
+  CHECK(parse_metadata_xml("<accelpool><device id='x'/></accelpool>").error().message.find("needs id") !=
+        std::string::npos);
+  CHECK(parse_metadata_xml("<accelpool/>")->empty());
+}
+
+TEST_CASE("device aliases are read from a domain definition", "[hypervisor]") {
+  auto aliases = device_aliases(
+      "<domain type='qemu'><name>x</name><devices><emulator>/q</emulator>"
+      "<shmem name='s'><alias name='ua-accelpool-a'/></shmem><controller type='usb'><alias name='usb'/>"
+      "</controller></devices><metadata><alias name='not-a-device'/></metadata></domain>");
+  REQUIRE(aliases.is_ok());
+  CHECK(*aliases == std::vector<std::string>{"ua-accelpool-a", "usb"});
+  CHECK(device_aliases("<domain>").error().code == "invalid_argument");
+}
+
+TEST_CASE("the test VM builder writes an OS-less or a kernel-booting domain", "[hypervisor]") {
+  testing::VmOptions o;
+  o.name = "vm-a";
+  auto plain = testing::domain_xml(o);
+  REQUIRE(plain.is_ok());
+  CHECK(plain->find("<domain type='qemu'>") == 0);
+  CHECK(plain->find("machine='pc'>hvm</type>") != std::string::npos);
+  CHECK(plain->find("<features><acpi/></features>") != std::string::npos);
+  CHECK(plain->find("<kernel>") == std::string::npos);
+  CHECK(plain->find("<disk") == std::string::npos);
+  CHECK(plain->find("<interface") == std::string::npos);
+
+  o.kernel = "/boot/vmlinuz";
+  o.initrd = "/tmp/initrd.img";
+  o.cmdline = "console=ttyS0 quiet";
+  o.console_log = "/tmp/console.log";
+  o.channels.push_back({"org.accelpool.guest.0", "/tmp/guest.sock"});
+  auto linux_vm = testing::domain_xml(o);
+  REQUIRE(linux_vm.is_ok());
+  CHECK(linux_vm->find("<kernel>/boot/vmlinuz</kernel>") != std::string::npos);
+  CHECK(linux_vm->find("<cmdline>console=ttyS0 quiet</cmdline>") != std::string::npos);
+  CHECK(linux_vm->find("<serial type='file'><source path='/tmp/console.log'/>") != std::string::npos);
+  CHECK(linux_vm->find("<target type='virtio' name='org.accelpool.guest.0'/>") != std::string::npos);
+
+  testing::VmOptions bad;
+  bad.name = "b";
+  bad.cmdline = "x";
+  CHECK(testing::domain_xml(bad).error().code == "invalid_argument");
+}
+
+TEST_CASE("an attacher with bad options or no daemon fails with a clear error", "[hypervisor]") {
+  LibvirtOptions o;
+  o.uri = "qemu+unix:///system?socket=/nonexistent/accelpool/libvirt-sock";
+  auto a = make_libvirt_attacher(o);
+  REQUIRE_FALSE(a.is_ok());
+  CHECK(a.error().code == "unavailable");
+  CHECK(a.error().message.find("/nonexistent/accelpool/libvirt-sock") != std::string::npos);
+
+  o.detach_timeout = std::chrono::milliseconds(0);
+  CHECK(make_libvirt_attacher(o).error().code == "invalid_argument");
+  o.detach_timeout = std::chrono::milliseconds(100);
+  o.shmem_size_mib = 3;
+  CHECK(make_libvirt_attacher(o).error().code == "invalid_argument");
+}
