@@ -60,17 +60,24 @@ class DeviceBackend {
   // Lists the devices present now. Absent hardware is not an error: it is an empty list.
   virtual Result<std::vector<DeviceInfo>> enumerate() = 0;
 
-  // Loads `image` onto the device; returns when the device is ready to run it. Errors: "not_found" (no such
-  // device), "incompatible" (image not for this device), "program_failed".
+  // Loads `image` onto the device; returns when the device is ready to run it. The caller passes only images
+  // the registry verified (Registry::verify right before, then make_image); the backend still refuses images
+  // whose format it cannot load or whose `compatible` list misses the device model, without touching the device.
+  // Errors: "not_found" (no such device), "incompatible" (image not for this device), "corrupt_image" (XRT: the
+  // file no longer parses), "invalid_argument" (the image has no sha256), "program_failed" (the device or driver
+  // failed; the message says why).
   virtual Status program(std::string_view local_id, const Image& image) = 0;
 
   // sha256 of the image the device holds now, or "" when none (or when the backend cannot tell).
   virtual Result<std::string> loaded(std::string_view local_id) = 0;
 
-  // Returns the device to a clean state between tenants (clears memory, may unload the image).
+  // Returns the device to a clean state between tenants (clears memory, may unload the image: sim keeps it
+  // unless configured, OpenCL drops its program, XRT keeps the xclbin). Errors: "not_found", "reset_failed".
   virtual Status reset(std::string_view local_id) = 0;
 
-  // A quick check that the device works (e.g. a tiny kernel run). Must not take more than about a second.
+  // A quick check that the device works (e.g. a tiny kernel run). Must not take more than about a second
+  // (OpenCL's first call per device may take longer while the driver compiles the check kernel). Never throws;
+  // an unknown device is reported as failed.
   virtual HealthReport health(std::string_view local_id) = 0;
 };
 

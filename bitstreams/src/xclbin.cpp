@@ -1,0 +1,105 @@
+// Container checks for .xclbin images. The offsets are those of `struct axlf` in XRT's <xclbin.h>
+// (checked against the header with static_asserts in the XRT-backed parser and the writer tool); they are
+// repeated here so that damaged images are refused before any parser walks them, with or without XRT.
+#include <accelpool/bitstreams/xclbin.hpp>
+
+#include "xclbin_parser.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace accelpool::bitstreams {
+namespace {
+
+constexpr std::size_t kMagicSize = 8;
+constexpr std::size_t kHeaderOffset = 304;                 // offsetof(axlf, m_header)
+constexpr std::size_t kLengthOffset = kHeaderOffset + 0;   // axlf_header::m_length
+constexpr std::size_t kVbnvOffset = kHeaderOffset + 48;    // axlf_header::m_platformVBNV[64]
+constexpr std::size_t kUuidOffset = kHeaderOffset + 112;   // axlf_header::uuid[16]
+constexpr std::size_t kNumSectionsOffset = kHeaderOffset + 144;  // axlf_header::m_numSections
+constexpr std::size_t kSectionsOffset = 456;               // offsetof(axlf, m_sections)
+constexpr std::size_t kSectionHeaderSize = 40;             // sizeof(axlf_section_header)
+constexpr std::size_t kMinSize = 496;                      // sizeof(axlf): header plus one section header
+
+template <typename T>
+T read_le(std::string_view bytes, std::size_t offset) {
+  T v{};
+  std::memcpy(&v, bytes.data() + offset, sizeof(T));
+  return v;
+}
+
+Error corrupt(std::string_view origin, std::string_view what) {
+  return make_error("corrupt_image", "xclbin " + std::string(origin) + ": " + std::string(what));
+}
+
+std::string format_uuid(const unsigned char* u) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += digits[u[i] >> 4];
+    out += digits[u[i] & 0xf];
+  }
+  return out;
+}
+
+}  // namespace
+
+bool xrt_parser_available() { return detail::have_xrt(); }
+
+Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_view origin) {
+  if (bytes.size() < kMinSize)
+    return corrupt(origin, "too small (" + std::to_string(bytes.size()) + " bytes; a header alone is " +
+                               std::to_string(kMinSize) + ")");
+  if (std::memcmp(bytes.data(), "xclbin2\0", kMagicSize) != 0) return corrupt(origin, "bad magic (expected \"xclbin2\")");
+  auto length = read_le<std::uint64_t>(bytes, kLengthOffset);
+  if (length != bytes.size())
+    return corrupt(origin, "header says " + std::to_string(length) + " bytes but the file has " +
+                               std::to_string(bytes.size()) + " (truncated or padded)");
+  auto sections = read_le<std::uint32_t>(bytes, kNumSectionsOffset);
+  if (sections == 0) return corrupt(origin, "no sections");
+  if (sections > 0x10000 || kSectionsOffset + std::uint64_t{sections} * kSectionHeaderSize > bytes.size())
+    return corrupt(origin, "section table of " + std::to_string(sections) + " entries does not fit in the file");
+  for (std::uint32_t i = 0; i < sections; ++i) {
+    std::size_t at = kSectionsOffset + std::size_t{i} * kSectionHeaderSize;
+    auto offset = read_le<std::uint64_t>(bytes, at + 24);
+    auto size = read_le<std::uint64_t>(bytes, at + 32);
+    if (offset > bytes.size() || size > bytes.size() - offset)
+      return corrupt(origin, "section " + std::to_string(i) + " (kind " + std::to_string(read_le<std::uint32_t>(bytes, at)) +
+                                 ") lies outside the file");
+  }
+  const char* vbnv = bytes.data() + kVbnvOffset;
+  std::size_t vbnv_len = strnlen(vbnv, 64);
+  if (vbnv_len == 64) return corrupt(origin, "platform VBNV is not NUL-terminated");
+  XclbinInfo info;
+  info.platform.assign(vbnv, vbnv_len);
+  info.uuid = format_uuid(reinterpret_cast<const unsigned char*>(bytes.data() + kUuidOffset));
+  info.num_sections = sections;
+  info.size_bytes = bytes.size();
+  return info;
+}
+
+Result<XclbinInfo> read_xclbin(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("io_error", "xclbin " + path.string() + ": cannot be opened");
+  std::ostringstream os;
+  os << in.rdbuf();
+  std::string bytes = os.str();
+  auto info = check_xclbin_container(bytes, path.string());
+  if (!info) return info;
+  if (detail::have_xrt()) {
+    XclbinInfo parsed = *info;
+    if (auto st = detail::parse_with_xrt(bytes, path.string(), parsed); !st) return st.error();
+    if (parsed.uuid != info->uuid)
+      return corrupt(path.string(), "XRT reads UUID " + parsed.uuid + " but the header holds " + info->uuid);
+    if (parsed.platform != info->platform)
+      return corrupt(path.string(), "XRT reads platform '" + parsed.platform + "' but the header holds '" +
+                                        info->platform + "'");
+    parsed.parsed_by_xrt = true;
+    return parsed;
+  }
+  return info;
+}
+
+}  // namespace accelpool::bitstreams

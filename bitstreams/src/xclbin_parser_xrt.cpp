@@ -1,0 +1,41 @@
+// The bitstreams library's only use of XRT: `xrt::xclbin` reads the metadata of an image (no device needed).
+#include "xclbin_parser.hpp"
+
+#include <experimental/xrt_xclbin.h>
+#include <xclbin.h>
+
+#include <cstddef>
+#include <exception>
+#include <vector>
+
+namespace accelpool::bitstreams::detail {
+
+// The container checks in xclbin.cpp use these offsets.
+static_assert(offsetof(axlf, m_header) == 304);
+static_assert(offsetof(axlf_header, m_length) == 0);
+static_assert(offsetof(axlf_header, m_platformVBNV) == 48);
+static_assert(offsetof(axlf_header, uuid) == 112);
+static_assert(offsetof(axlf_header, m_numSections) == 144);
+static_assert(offsetof(axlf, m_sections) == 456);
+static_assert(sizeof(axlf_section_header) == 40);
+static_assert(offsetof(axlf_section_header, m_sectionOffset) == 24);
+static_assert(offsetof(axlf_section_header, m_sectionSize) == 32);
+
+bool have_xrt() { return true; }
+
+Status parse_with_xrt(const std::string& bytes, std::string_view origin, XclbinInfo& info) {
+  try {
+    xrt::xclbin xclbin(std::vector<char>(bytes.begin(), bytes.end()));
+    info.uuid = xclbin.get_uuid().to_string();
+    info.platform = xclbin.get_xsa_name();
+    info.kernels.clear();
+    for (const auto& kernel : xclbin.get_kernels()) info.kernels.push_back(kernel.get_name());
+    return Status::ok();
+  } catch (const std::exception& e) {
+    return make_error("corrupt_image", "xclbin " + std::string(origin) + ": XRT's parser rejects it: " + e.what());
+  } catch (...) {
+    return make_error("corrupt_image", "xclbin " + std::string(origin) + ": XRT's parser rejects it (unknown error)");
+  }
+}
+
+}  // namespace accelpool::bitstreams::detail

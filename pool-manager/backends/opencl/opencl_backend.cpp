@@ -1,0 +1,424 @@
+#include <accelpool/backends/opencl_backend.hpp>
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <CL/cl_ext.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace accelpool::backends {
+namespace {
+
+std::string cl_error(cl_int code) { return "OpenCL error " + std::to_string(code); }
+
+std::string device_string(cl_device_id d, cl_device_info what) {
+  std::size_t size = 0;
+  if (clGetDeviceInfo(d, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
+  std::string s(size, '\0');
+  if (clGetDeviceInfo(d, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
+  while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string platform_string(cl_platform_id p, cl_platform_info what) {
+  std::size_t size = 0;
+  if (clGetPlatformInfo(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
+  std::string s(size, '\0');
+  if (clGetPlatformInfo(p, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
+  while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+template <typename T>
+T device_value(cl_device_id d, cl_device_info what, T fallback = {}) {
+  T v{};
+  return clGetDeviceInfo(d, what, sizeof v, &v, nullptr) == CL_SUCCESS ? v : fallback;
+}
+
+// Owning handles (release on destruction).
+struct ContextDel { void operator()(cl_context c) const { clReleaseContext(c); } };
+struct QueueDel { void operator()(cl_command_queue q) const { clReleaseCommandQueue(q); } };
+struct ProgramDel { void operator()(cl_program p) const { clReleaseProgram(p); } };
+struct KernelDel { void operator()(cl_kernel k) const { clReleaseKernel(k); } };
+struct MemDel { void operator()(cl_mem m) const { clReleaseMemObject(m); } };
+using Context = std::unique_ptr<std::remove_pointer_t<cl_context>, ContextDel>;
+using Queue = std::unique_ptr<std::remove_pointer_t<cl_command_queue>, QueueDel>;
+using Program = std::unique_ptr<std::remove_pointer_t<cl_program>, ProgramDel>;
+using Kernel = std::unique_ptr<std::remove_pointer_t<cl_kernel>, KernelDel>;
+using Mem = std::unique_ptr<std::remove_pointer_t<cl_mem>, MemDel>;
+
+constexpr const char* kHealthSource = R"CL(
+__kernel void accelpool_health(__global uint* x) {
+  const size_t i = get_global_id(0);
+  x[i] = x[i] * 3u + 7u;
+}
+)CL";
+
+std::string build_log(cl_program program, cl_device_id device) {
+  std::size_t size = 0;
+  clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
+  std::string log(size, '\0');
+  if (size) clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log.data(), nullptr);
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  if (log.size() > 2000) log = log.substr(0, 2000) + " ...";
+  return log;
+}
+
+}  // namespace
+
+struct OpenClBackend::Impl {
+  struct Device {
+    DeviceInfo info;
+    cl_device_id id = nullptr;
+    bool is_sub_device = false;
+    Context context;
+    Queue queue;
+    Program program;  // the loaded image
+    std::string loaded_sha256;
+    Program health_program;
+
+    ~Device() {
+      program.reset();
+      health_program.reset();
+      queue.reset();
+      context.reset();
+      if (is_sub_device && id) clReleaseDevice(id);
+    }
+  };
+  OpenClConfig config;
+  std::vector<std::unique_ptr<Device>> devices;
+
+  Device* find(std::string_view local_id) {
+    for (auto& d : devices) {
+      if (d->info.local_id == local_id) return d.get();
+    }
+    return nullptr;
+  }
+  static Error no_device(std::string_view local_id) {
+    return make_error("not_found", "opencl backend: no device '" + std::string(local_id) + "'");
+  }
+
+  Status add_device(cl_device_id id, bool sub, DeviceInfo info) {
+    auto d = std::make_unique<Device>();
+    d->id = id;
+    d->is_sub_device = sub;
+    d->info = std::move(info);
+    cl_int err = CL_SUCCESS;
+    d->context.reset(clCreateContext(nullptr, 1, &id, nullptr, nullptr, &err));
+    if (err != CL_SUCCESS)
+      return make_error("backend_failed", "opencl backend: creating a context for " + d->info.local_id + ": " + cl_error(err));
+    d->queue.reset(clCreateCommandQueue(d->context.get(), id, 0, &err));
+    if (err != CL_SUCCESS)
+      return make_error("backend_failed", "opencl backend: creating a queue for " + d->info.local_id + ": " + cl_error(err));
+    devices.push_back(std::move(d));
+    return Status::ok();
+  }
+
+  Result<Program> build(Device& d, const Image& image) {
+    std::ifstream in(image.file, std::ios::binary);
+    if (!in)
+      return make_error("program_failed", "opencl backend: image " + image.name + ": cannot read " + image.file.string());
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    cl_int err = CL_SUCCESS;
+    Program program;
+    if (image_format(image) == "opencl-source") {
+      const char* src = bytes.c_str();
+      std::size_t len = bytes.size();
+      program.reset(clCreateProgramWithSource(d.context.get(), 1, &src, &len, &err));
+    } else {
+      const auto* bin = reinterpret_cast<const unsigned char*>(bytes.data());
+      std::size_t len = bytes.size();
+      cl_int status = CL_SUCCESS;
+      program.reset(clCreateProgramWithBinary(d.context.get(), 1, &d.id, &len, &bin, &status, &err));
+      if (err == CL_SUCCESS && status != CL_SUCCESS) err = status;
+    }
+    if (err != CL_SUCCESS)
+      return make_error("program_failed", "opencl backend: image " + image.name + " on " + d.info.local_id +
+                                              ": creating the program failed: " + cl_error(err));
+    err = clBuildProgram(program.get(), 1, &d.id, "", nullptr, nullptr);
+    if (err != CL_SUCCESS)
+      return make_error("program_failed", "opencl backend: image " + image.name + " on " + d.info.local_id +
+                                              ": build failed (" + cl_error(err) + "): " + build_log(program.get(), d.id));
+    return program;
+  }
+};
+
+Result<OpenClConfig> parse_opencl_config(const BackendConfig& config) {
+  ConfigReader r("opencl", config);
+  OpenClConfig c;
+  auto sub = r.get_int("subdevices", 0, 0, 1024);
+  if (!sub) return sub.error();
+  c.subdevices = static_cast<int>(*sub);
+  c.platform = r.get_string("platform", "");
+  c.device_type = r.get_string("device_type", "all");
+  if (c.device_type != "all" && c.device_type != "cpu" && c.device_type != "gpu" && c.device_type != "accelerator")
+    return r.error("device_type", "'" + c.device_type + "' is not all, cpu, gpu or accelerator");
+  c.cache_dir = r.get_string("cache_dir", "");
+  if (auto st = r.finish(); !st) return st.error();
+  return c;
+}
+
+OpenClBackend::OpenClBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OpenClBackend::~OpenClBackend() = default;
+
+Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig& config) {
+  auto c = parse_opencl_config(config);
+  if (!c) return c.error();
+  if (!c->cache_dir.empty()) setenv("POCL_CACHE_DIR", c->cache_dir.c_str(), 1);
+  auto impl = std::make_unique<Impl>();
+  impl->config = *c;
+
+  cl_uint num_platforms = 0;
+  cl_int err = clGetPlatformIDs(0, nullptr, &num_platforms);
+  if (err == CL_PLATFORM_NOT_FOUND_KHR || num_platforms == 0) {
+    return std::unique_ptr<OpenClBackend>(new OpenClBackend(std::move(impl)));
+  }
+  if (err != CL_SUCCESS) return make_error("backend_failed", "opencl backend: listing platforms: " + cl_error(err));
+  std::vector<cl_platform_id> platforms(num_platforms);
+  clGetPlatformIDs(num_platforms, platforms.data(), nullptr);
+
+  cl_device_type type = CL_DEVICE_TYPE_ALL;
+  if (c->device_type == "cpu") type = CL_DEVICE_TYPE_CPU;
+  if (c->device_type == "gpu") type = CL_DEVICE_TYPE_GPU;
+  if (c->device_type == "accelerator") type = CL_DEVICE_TYPE_ACCELERATOR;
+
+  for (cl_uint p = 0; p < num_platforms; ++p) {
+    std::string pname = platform_string(platforms[p], CL_PLATFORM_NAME);
+    if (!c->platform.empty() && pname.find(c->platform) == std::string::npos) continue;
+    cl_uint num_devices = 0;
+    err = clGetDeviceIDs(platforms[p], type, 0, nullptr, &num_devices);
+    if (err == CL_DEVICE_NOT_FOUND || num_devices == 0) continue;
+    if (err != CL_SUCCESS)
+      return make_error("backend_failed", "opencl backend: listing devices of platform '" + pname + "': " + cl_error(err));
+    std::vector<cl_device_id> ids(num_devices);
+    clGetDeviceIDs(platforms[p], type, num_devices, ids.data(), nullptr);
+    for (cl_uint i = 0; i < num_devices; ++i) {
+      cl_device_id dev = ids[i];
+      DeviceInfo base;
+      base.local_id = "opencl:" + std::to_string(p) + ":" + std::to_string(i);
+      auto dtype = device_value<cl_device_type>(dev, CL_DEVICE_TYPE);
+      base.kind = (dtype & CL_DEVICE_TYPE_GPU) ? "gpu" : (dtype & CL_DEVICE_TYPE_CPU) ? "cpu" : "accelerator";
+      base.model = device_string(dev, CL_DEVICE_NAME);
+      base.attributes["platform"] = pname;
+      base.attributes["vendor"] = device_string(dev, CL_DEVICE_VENDOR);
+      base.attributes["driver_version"] = device_string(dev, CL_DRIVER_VERSION);
+      base.attributes["opencl_version"] = device_string(dev, CL_DEVICE_VERSION);
+      base.attributes["global_mem_bytes"] = std::to_string(device_value<cl_ulong>(dev, CL_DEVICE_GLOBAL_MEM_SIZE));
+      auto cus = device_value<cl_uint>(dev, CL_DEVICE_MAX_COMPUTE_UNITS);
+      base.attributes["compute_units"] = std::to_string(cus);
+      std::string extensions = device_string(dev, CL_DEVICE_EXTENSIONS);
+      if (extensions.find("cl_khr_pci_bus_info") != std::string::npos) {
+        cl_device_pci_bus_info_khr pci{};
+        if (clGetDeviceInfo(dev, CL_DEVICE_PCI_BUS_INFO_KHR, sizeof pci, &pci, nullptr) == CL_SUCCESS) {
+          char bdf[32];
+          std::snprintf(bdf, sizeof bdf, "%04x:%02x:%02x.%x", pci.pci_domain & 0xffff, pci.pci_bus & 0xff,
+                        pci.pci_device & 0x1f, pci.pci_function & 0x7);
+          base.pci_bdf = bdf;
+        }
+      }
+      // A device without a PCI function (a CPU) cannot be handed to a VM by passthrough.
+      base.passthrough = !base.pci_bdf.empty();
+
+      if (c->subdevices >= 2) {
+        if (cus < static_cast<cl_uint>(c->subdevices))
+          return make_error("invalid_argument", "backend opencl: config key 'subdevices': device " + base.local_id + " ('" +
+                                                    base.model + "') has " + std::to_string(cus) +
+                                                    " compute units, too few for " + std::to_string(c->subdevices) +
+                                                    " sub-devices");
+        cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY,
+                                                static_cast<cl_device_partition_property>(cus / c->subdevices), 0};
+        std::vector<cl_device_id> subs(static_cast<std::size_t>(c->subdevices) * 2);
+        cl_uint made = 0;
+        err = clCreateSubDevices(dev, props, static_cast<cl_uint>(subs.size()), subs.data(), &made);
+        if (err != CL_SUCCESS)
+          return make_error("invalid_argument", "backend opencl: config key 'subdevices': device " + base.local_id +
+                                                    " cannot be split: " + cl_error(err));
+        // Equal partitioning may yield more pieces than asked (CUs not divisible): keep the first N.
+        for (cl_uint s = 0; s < made; ++s) {
+          if (s >= static_cast<cl_uint>(c->subdevices)) {
+            clReleaseDevice(subs[s]);
+            continue;
+          }
+          DeviceInfo info = base;
+          info.local_id = base.local_id + "/" + std::to_string(s);
+          info.attributes["parent"] = base.local_id;
+          info.attributes["compute_units"] = std::to_string(device_value<cl_uint>(subs[s], CL_DEVICE_MAX_COMPUTE_UNITS));
+          if (auto st = impl->add_device(subs[s], true, std::move(info)); !st) return st.error();
+        }
+      } else {
+        if (auto st = impl->add_device(dev, false, std::move(base)); !st) return st.error();
+      }
+    }
+  }
+  return std::unique_ptr<OpenClBackend>(new OpenClBackend(std::move(impl)));
+}
+
+Result<std::vector<DeviceInfo>> OpenClBackend::enumerate() {
+  std::vector<DeviceInfo> out;
+  for (const auto& d : impl_->devices) out.push_back(d->info);
+  return out;
+}
+
+Status OpenClBackend::program(std::string_view local_id, const Image& image) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  std::string format = image_format(image);
+  if (format != "opencl-source" && format != "opencl-binary")
+    return make_error("incompatible", "opencl backend: image " + image.name + " has format " + format +
+                                          "; OpenCL devices load opencl-source or opencl-binary");
+  if (auto st = check_compatible(image, d->info); !st) return st;
+  auto program = impl_->build(*d, image);
+  if (!program) return program.error();
+  d->program = std::move(*program);
+  d->loaded_sha256 = image.sha256;
+  return Status::ok();
+}
+
+Result<std::string> OpenClBackend::loaded(std::string_view local_id) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  return d->loaded_sha256;
+}
+
+Status OpenClBackend::reset(std::string_view local_id) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  cl_int err = clFinish(d->queue.get());
+  d->program.reset();
+  d->loaded_sha256.clear();
+  if (err != CL_SUCCESS)
+    return make_error("reset_failed", "opencl backend: " + d->info.local_id + ": waiting for queued work: " + cl_error(err));
+  return Status::ok();
+}
+
+Result<std::string> OpenClBackend::program_binary(std::string_view local_id) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  if (!d->program) return make_error("not_programmed", "opencl backend: device " + d->info.local_id + " holds no image");
+  std::size_t size = 0;
+  cl_int err = clGetProgramInfo(d->program.get(), CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr);
+  if (err != CL_SUCCESS || size == 0)
+    return make_error("run_failed", "opencl backend: device " + d->info.local_id + ": no program binary (" + cl_error(err) + ")");
+  std::string binary(size, '\0');
+  unsigned char* ptr = reinterpret_cast<unsigned char*>(binary.data());
+  err = clGetProgramInfo(d->program.get(), CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr);
+  if (err != CL_SUCCESS)
+    return make_error("run_failed", "opencl backend: device " + d->info.local_id + ": reading the binary: " + cl_error(err));
+  return binary;
+}
+
+Result<std::vector<std::string>> OpenClBackend::kernel_names(std::string_view local_id) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  if (!d->program) return make_error("not_programmed", "opencl backend: device " + d->info.local_id + " holds no image");
+  std::size_t size = 0;
+  clGetProgramInfo(d->program.get(), CL_PROGRAM_KERNEL_NAMES, 0, nullptr, &size);
+  std::string names(size, '\0');
+  clGetProgramInfo(d->program.get(), CL_PROGRAM_KERNEL_NAMES, size, names.data(), nullptr);
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(names.c_str());
+  while (std::getline(in, item, ';')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+namespace {
+
+Status run_on(cl_context context, cl_command_queue queue, cl_program program, const std::string& where,
+              const std::string& kernel_name, std::vector<KernelArg>& args, const std::vector<std::size_t>& global) {
+  if (global.empty() || global.size() > 3)
+    return make_error("invalid_argument", where + ": global size must have 1 to 3 dimensions");
+  for (auto g : global) {
+    if (g == 0) return make_error("invalid_argument", where + ": global size has a zero dimension");
+  }
+  cl_int err = CL_SUCCESS;
+  Kernel kernel(clCreateKernel(program, kernel_name.c_str(), &err));
+  if (err != CL_SUCCESS)
+    return make_error("not_found", where + ": the loaded program has no kernel '" + kernel_name + "' (" + cl_error(err) + ")");
+  cl_uint num_args = 0;
+  clGetKernelInfo(kernel.get(), CL_KERNEL_NUM_ARGS, sizeof num_args, &num_args, nullptr);
+  if (num_args != args.size())
+    return make_error("invalid_argument", where + ": kernel '" + kernel_name + "' takes " + std::to_string(num_args) +
+                                              " arguments, " + std::to_string(args.size()) + " given");
+  std::vector<Mem> buffers(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto& a = args[i];
+    if (a.kind == KernelArg::Kind::scalar) {
+      err = clSetKernelArg(kernel.get(), static_cast<cl_uint>(i), a.bytes.size(), a.bytes.data());
+    } else {
+      if (a.bytes.empty()) return make_error("invalid_argument", where + ": argument " + std::to_string(i) + " is an empty buffer");
+      cl_mem_flags flags = a.kind == KernelArg::Kind::input    ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR
+                           : a.kind == KernelArg::Kind::output ? CL_MEM_WRITE_ONLY
+                                                               : CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
+      void* host = a.kind == KernelArg::Kind::output ? nullptr : a.bytes.data();
+      buffers[i].reset(clCreateBuffer(context, flags, a.bytes.size(), host, &err));
+      if (err != CL_SUCCESS)
+        return make_error("run_failed", where + ": allocating argument " + std::to_string(i) + ": " + cl_error(err));
+      cl_mem m = buffers[i].get();
+      err = clSetKernelArg(kernel.get(), static_cast<cl_uint>(i), sizeof m, &m);
+    }
+    if (err != CL_SUCCESS)
+      return make_error("invalid_argument", where + ": setting argument " + std::to_string(i) + " of '" + kernel_name +
+                                                "': " + cl_error(err));
+  }
+  err = clEnqueueNDRangeKernel(queue, kernel.get(), static_cast<cl_uint>(global.size()), nullptr, global.data(), nullptr,
+                               0, nullptr, nullptr);
+  if (err != CL_SUCCESS) return make_error("run_failed", where + ": launching '" + kernel_name + "': " + cl_error(err));
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto& a = args[i];
+    if (a.kind == KernelArg::Kind::output || a.kind == KernelArg::Kind::inout) {
+      err = clEnqueueReadBuffer(queue, buffers[i].get(), CL_TRUE, 0, a.bytes.size(), a.bytes.data(), 0, nullptr, nullptr);
+      if (err != CL_SUCCESS)
+        return make_error("run_failed", where + ": reading back argument " + std::to_string(i) + ": " + cl_error(err));
+    }
+  }
+  err = clFinish(queue);
+  if (err != CL_SUCCESS) return make_error("run_failed", where + ": finishing '" + kernel_name + "': " + cl_error(err));
+  return Status::ok();
+}
+
+}  // namespace
+
+Status OpenClBackend::run_kernel(std::string_view local_id, const std::string& kernel, std::vector<KernelArg>& args,
+                                 const std::vector<std::size_t>& global_size) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  if (!d->program) return make_error("not_programmed", "opencl backend: device " + d->info.local_id + " holds no image");
+  return run_on(d->context.get(), d->queue.get(), d->program.get(), "opencl backend: device " + d->info.local_id, kernel,
+                args, global_size);
+}
+
+HealthReport OpenClBackend::health(std::string_view local_id) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return {Health::failed, "opencl backend: no device '" + std::string(local_id) + "'"};
+  if (!d->health_program) {
+    cl_int err = CL_SUCCESS;
+    const char* src = kHealthSource;
+    Program p(clCreateProgramWithSource(d->context.get(), 1, &src, nullptr, &err));
+    if (err == CL_SUCCESS) err = clBuildProgram(p.get(), 1, &d->id, "", nullptr, nullptr);
+    if (err != CL_SUCCESS) return {Health::failed, "health kernel does not build: " + cl_error(err)};
+    d->health_program = std::move(p);
+  }
+  constexpr std::size_t n = 256;
+  std::vector<cl_uint> values(n);
+  for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<cl_uint>(i * 2654435761u);
+  std::vector<KernelArg> args{KernelArg::inout<cl_uint>(values)};
+  auto st = run_on(d->context.get(), d->queue.get(), d->health_program.get(), "health of " + d->info.local_id,
+                   "accelpool_health", args, {n});
+  if (!st) return {Health::failed, st.error().message};
+  auto result = args[0].as<cl_uint>();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (result[i] != values[i] * 3u + 7u)
+      return {Health::failed, "health kernel computed a wrong value at index " + std::to_string(i)};
+  }
+  return {Health::ok, ""};
+}
+
+}  // namespace accelpool::backends

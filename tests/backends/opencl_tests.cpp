@@ -1,0 +1,295 @@
+#include <accelpool/backends/opencl_backend.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <numeric>
+
+#include "test_support.hpp"
+
+using namespace accelpool::backends;
+using namespace accelpool::backends::test;
+
+namespace {
+
+BackendConfig pocl_config(int subdevices) {
+  BackendConfig c{{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}};
+  if (subdevices) c["subdevices"] = std::to_string(subdevices);
+  return c;
+}
+
+// The backend, or null (with a printed reason) when this machine reports no OpenCL device.
+std::unique_ptr<OpenClBackend> open_backend(int subdevices = 0) {
+  auto b = OpenClBackend::create(pocl_config(subdevices));
+  REQUIRE(b.is_ok());
+  if ((*b)->enumerate()->empty()) {
+    WARN("skipped: the OpenCL ICD loader reports no device (install pocl-opencl-icd)");
+    return nullptr;
+  }
+  return std::move(*b);
+}
+
+std::string first_cpu(OpenClBackend& b) {
+  auto listed = b.enumerate();
+  REQUIRE(listed.is_ok());
+  for (const auto& d : *listed) {
+    if (d.kind == "cpu") return d.local_id;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("opencl: the ICD loader's devices are enumerated", "[opencl]") {
+  auto b = open_backend();
+  if (!b) return;
+  auto devices = b->enumerate();
+  REQUIRE(devices.is_ok());
+  for (const auto& d : *devices) {
+    INFO(d.local_id << " " << d.model);
+    CHECK(d.local_id.rfind("opencl:", 0) == 0);
+    CHECK_FALSE(d.model.empty());
+    CHECK_FALSE(d.attributes.at("platform").empty());
+    CHECK(std::stoi(d.attributes.at("compute_units")) >= 1);
+    CHECK(d.passthrough == !d.pci_bdf.empty());
+  }
+}
+
+TEST_CASE("opencl: a device splits into equal sub-devices", "[opencl][pocl]") {
+  auto whole = open_backend();
+  if (!whole) return;
+  std::string cpu = first_cpu(*whole);
+  if (cpu.empty()) {
+    WARN("skipped: no OpenCL CPU device to split");
+    return;
+  }
+  int cus = 0;
+  auto listed = whole->enumerate();
+  REQUIRE(listed.is_ok());
+  for (const auto& d : *listed) {
+    if (d.local_id == cpu) cus = std::stoi(d.attributes.at("compute_units"));
+  }
+  if (cus < 2) {
+    WARN("skipped: the CPU device has only " << cus << " compute unit");
+    return;
+  }
+  whole.reset();
+  auto split = open_backend(2);
+  REQUIRE(split);
+  int subs = 0;
+  auto split_listed = split->enumerate();
+  REQUIRE(split_listed.is_ok());
+  for (const auto& d : *split_listed) {
+    if (d.attributes.count("parent") && d.attributes.at("parent") == cpu) {
+      ++subs;
+      CHECK(std::stoi(d.attributes.at("compute_units")) == cus / 2);
+      CHECK(d.kind == "cpu");
+    }
+  }
+  CHECK(subs == 2);
+  CHECK(split->health(cpu + "/0").health == Health::ok);
+  CHECK(split->health(cpu + "/1").health == Health::ok);
+}
+
+TEST_CASE("opencl: splitting into more sub-devices than compute units is refused", "[opencl][errors]") {
+  auto b = OpenClBackend::create(pocl_config(1024));
+  if (b.is_ok()) {
+    // Only possible when no device exists at all.
+    CHECK((*b)->enumerate()->empty());
+    return;
+  }
+  CHECK(b.error().code == "invalid_argument");
+  CHECK_THAT(b.error().message, Catch::Contains("'subdevices'") && Catch::Contains("compute units"));
+}
+
+TEST_CASE("opencl: a PoCL sub-device is programmed with the vadd sample and runs it", "[opencl][pocl]") {
+  auto b = open_backend(2);
+  if (!b) return;
+  std::string cpu = first_cpu(*b);
+  if (cpu.empty() || cpu.find('/') == std::string::npos) {
+    WARN("skipped: no splittable OpenCL CPU device");
+    return;
+  }
+  std::string sub = cpu.substr(0, cpu.find('/')) + "/1";
+  Image vadd = sample_image("vadd");
+  CHECK(b->loaded(sub)->empty());
+
+  auto start = std::chrono::steady_clock::now();
+  REQUIRE(b->program(sub, vadd).is_ok());
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  WARN("programming " << sub << " with vadd took " << ms << " ms");
+  CHECK(*b->loaded(sub) == vadd.sha256);
+  CHECK(b->kernel_names(sub).value() == std::vector<std::string>{"vadd"});
+
+  const std::uint32_t n = 100000;
+  std::vector<float> x(n), y(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i) * 0.5f;
+    y[i] = 1000.0f - static_cast<float>(i);
+  }
+  std::vector<KernelArg> args{KernelArg::in<float>(x), KernelArg::in<float>(y), KernelArg::out<float>(n),
+                              KernelArg::scalar<std::uint32_t>(n)};
+  REQUIRE(b->run_kernel(sub, "vadd", args, {n}).is_ok());
+  auto out = args[2].as<float>();
+  REQUIRE(out.size() == n);
+  for (std::uint32_t i = 0; i < n; i += 997) CHECK(out[i] == x[i] + y[i]);
+  CHECK(out[n - 1] == x[n - 1] + y[n - 1]);
+
+  // The other sub-device holds nothing.
+  std::string other = cpu.substr(0, cpu.find('/')) + "/0";
+  CHECK(b->loaded(other)->empty());
+  auto not_programmed = b->run_kernel(other, "vadd", args, {n});
+  REQUIRE_FALSE(not_programmed.is_ok());
+  CHECK(not_programmed.error().code == "not_programmed");
+
+  // Bad calls are clear errors.
+  CHECK(b->run_kernel(sub, "vsub", args, {n}).error().code == "not_found");
+  std::vector<KernelArg> too_few{KernelArg::in<float>(x)};
+  CHECK(b->run_kernel(sub, "vadd", too_few, {n}).error().code == "invalid_argument");
+
+  REQUIRE(b->reset(sub).is_ok());
+  CHECK(b->loaded(sub)->empty());
+}
+
+TEST_CASE("opencl: a program binary built on one sub-device programs another", "[opencl][pocl]") {
+  auto b = open_backend(2);
+  if (!b) return;
+  std::string cpu = first_cpu(*b);
+  if (cpu.empty() || cpu.find('/') == std::string::npos) {
+    WARN("skipped: no splittable OpenCL CPU device");
+    return;
+  }
+  std::string root = cpu.substr(0, cpu.find('/'));
+  REQUIRE(b->program(root + "/0", sample_image("vadd")).is_ok());
+  auto binary = b->program_binary(root + "/0");
+  REQUIRE(binary.is_ok());
+  CHECK(binary->size() > 0);
+
+  ScratchDir dir("binary");
+  Image image;
+  image.name = "vadd-bin";
+  image.version = "1";
+  image.sha256 = std::string(64, 'e');
+  image.file = dir.path() / "vadd.pocl";
+  image.format = "opencl-binary";
+  std::ofstream(image.file, std::ios::binary) << *binary;
+  REQUIRE(b->program(root + "/1", image).is_ok());
+  CHECK(*b->loaded(root + "/1") == image.sha256);
+  const std::uint32_t n = 513;
+  std::vector<float> x(n, 1.5f), y(n, 2.25f);
+  std::vector<KernelArg> args{KernelArg::in<float>(x), KernelArg::in<float>(y), KernelArg::out<float>(n),
+                              KernelArg::scalar<std::uint32_t>(n)};
+  REQUIRE(b->run_kernel(root + "/1", "vadd", args, {n}).is_ok());
+  for (float v : args[2].as<float>()) CHECK(v == 3.75f);
+
+  // Garbage is not a binary.
+  std::ofstream(image.file, std::ios::binary | std::ios::trunc) << "not a program binary";
+  auto bad = b->program(root + "/1", image);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.error().code == "program_failed");
+  CHECK(b->program_binary("opencl:9:9").error().code == "not_found");
+}
+
+TEST_CASE("opencl: the checksum and matmul samples compute correct results", "[opencl][pocl]") {
+  auto b = open_backend();
+  if (!b) return;
+  std::string cpu = first_cpu(*b);
+  if (cpu.empty()) {
+    WARN("skipped: no OpenCL CPU device");
+    return;
+  }
+  Image checksum = sample_image("checksum");
+  REQUIRE(b->program(cpu, checksum).is_ok());
+  const std::uint32_t n = 4096;
+  std::vector<std::uint32_t> data(n);
+  std::uint32_t expected = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    data[i] = i * 7919u + 13u;
+    expected += data[i] ^ (i * 2654435761u);
+  }
+  std::uint32_t zero = 0;
+  std::vector<KernelArg> args{KernelArg::in<std::uint32_t>(data), KernelArg::scalar<std::uint32_t>(n),
+                              KernelArg::inout<std::uint32_t>(std::span<const std::uint32_t>(&zero, 1))};
+  REQUIRE(b->run_kernel(cpu, "checksum", args, {n}).is_ok());
+  CHECK(args[2].as<std::uint32_t>()[0] == expected);
+
+  Image matmul = sample_image("matmul");
+  REQUIRE(b->program(cpu, matmul).is_ok());
+  CHECK(*b->loaded(cpu) == matmul.sha256);
+  const std::uint32_t m = 24;
+  std::vector<float> a(m * m), bm(m * m), want(m * m, 0.0f);
+  for (std::uint32_t i = 0; i < m * m; ++i) {
+    a[i] = static_cast<float>(i % 7) - 3.0f;
+    bm[i] = static_cast<float>(i % 5) * 0.5f;
+  }
+  for (std::uint32_t r = 0; r < m; ++r)
+    for (std::uint32_t c = 0; c < m; ++c)
+      for (std::uint32_t k = 0; k < m; ++k) want[r * m + c] += a[r * m + k] * bm[k * m + c];
+  std::vector<KernelArg> margs{KernelArg::in<float>(a), KernelArg::in<float>(bm), KernelArg::out<float>(m * m),
+                               KernelArg::scalar<std::uint32_t>(m)};
+  REQUIRE(b->run_kernel(cpu, "matmul", margs, {m, m}).is_ok());
+  auto got = margs[2].as<float>();
+  for (std::uint32_t i = 0; i < m * m; ++i) CHECK(got[i] == Approx(want[i]));
+}
+
+TEST_CASE("opencl: wrong images are refused and leave the loaded image in place", "[opencl][errors]") {
+  auto b = open_backend();
+  if (!b) return;
+  std::string cpu = first_cpu(*b);
+  if (cpu.empty()) {
+    WARN("skipped: no OpenCL CPU device");
+    return;
+  }
+  Image vadd = sample_image("vadd");
+  REQUIRE(b->program(cpu, vadd).is_ok());
+
+  auto reg = sample_registry();
+  if (auto x = reg.get("vadd_u250")) {
+    auto st = b->program(cpu, make_image(*x));
+    REQUIRE_FALSE(st.is_ok());
+    CHECK(st.error().code == "incompatible");
+    CHECK_THAT(st.error().message, Catch::Contains("xclbin"));
+  }
+
+  Image other_model = vadd;
+  other_model.compatible = {"NVIDIA *"};
+  auto st = b->program(cpu, other_model);
+  REQUIRE_FALSE(st.is_ok());
+  CHECK(st.error().code == "incompatible");
+  CHECK_THAT(st.error().message, Catch::Contains(cpu) && Catch::Contains("NVIDIA *"));
+
+  ScratchDir dir("badcl");
+  auto bad = dir.path() / "broken.cl";
+  std::ofstream(bad) << "__kernel void broken(__global int* x) { x[0] = undefined_thing; }\n";
+  Image broken;
+  broken.name = "broken";
+  broken.version = "1";
+  broken.sha256 = std::string(64, 'b');
+  broken.file = bad;
+  st = b->program(cpu, broken);
+  REQUIRE_FALSE(st.is_ok());
+  CHECK(st.error().code == "program_failed");
+  CHECK_THAT(st.error().message, Catch::Contains("undefined_thing"));  // the compiler's log
+
+  broken.file = dir.path() / "absent.cl";
+  CHECK(b->program(cpu, broken).error().code == "program_failed");
+  CHECK(*b->loaded(cpu) == vadd.sha256);
+  CHECK(b->program("opencl:9:9", vadd).error().code == "not_found");
+}
+
+TEST_CASE("opencl: health runs a tiny kernel quickly", "[opencl][health]") {
+  auto b = open_backend();
+  if (!b) return;
+  auto listed = b->enumerate();
+  REQUIRE(listed.is_ok());
+  for (const auto& d : *listed) {
+    auto first = b->health(d.local_id);
+    CHECK(first.health == Health::ok);
+    auto start = std::chrono::steady_clock::now();
+    auto again = b->health(d.local_id);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    CHECK(again.health == Health::ok);
+    CHECK(ms < 1000);
+  }
+  CHECK(b->health("opencl:9:9").health == Health::failed);
+}
