@@ -1,0 +1,68 @@
+// Starts the real accelpool-manager on loopback with a temporary data folder, for the shim's integration tests.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+
+namespace accelpool::shim::test {
+
+struct ManagerOptions {
+  int fpgas = 2;            // static host "local" with this many network-attached fpga devices
+  double ttl_s = 30;        // [leases] ttl_s
+  double revoke_grace_s = 2;  // [leases] revoke_grace_s
+  // Non-empty: the host uses this device backend (e.g. "opencl") instead of static fpga devices.
+  std::string backend;
+  std::string pocl_cache_dir;  // opencl: the backend's cache_dir
+};
+
+// Builder: a static pool of `fpgas` devices with the given TTL and grace period.
+inline ManagerOptions fpga_pool(int fpgas, double ttl_s = 30, double revoke_grace_s = 2) {
+  ManagerOptions o;
+  o.fpgas = fpgas;
+  o.ttl_s = ttl_s;
+  o.revoke_grace_s = revoke_grace_s;
+  return o;
+}
+
+// One manager process. Stopped (SIGTERM, then SIGKILL) and its folder removed on destruction.
+class ManagerProcess {
+ public:
+  // Path of the manager binary, or "" when this build has none (integration tests then skip).
+  static std::string binary();
+
+  explicit ManagerProcess(ManagerOptions options = {});
+  ~ManagerProcess();
+  ManagerProcess(const ManagerProcess&) = delete;
+  ManagerProcess& operator=(const ManagerProcess&) = delete;
+
+  // Starts (again, with the same data folder). Returns false and sets error() when it did not come up.
+  bool start();
+  void stop();
+  bool running() const { return pid_ > 0; }
+  const std::string& error() const { return error_; }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& guest_token() const { return guest_token_; }
+  const std::string& admin_token() const { return admin_token_; }
+  std::string tcp_uri() const { return "tcp://" + tcp_; }
+  std::string unix_uri() const { return "unix://" + unix_; }
+  const std::string& admin_url() const { return admin_; }
+
+  // Admin REST call (plain HTTP/1.1 on loopback). Returns the status code and fills `body`.
+  int admin_request(const std::string& method, const std::string& path, const std::string& json_body,
+                    std::string& body) const;
+
+ private:
+  ManagerOptions options_;
+  std::string dir_, error_, guest_token_, admin_token_, tcp_, unix_, admin_;
+  pid_t pid_ = -1;
+};
+
+// A unique temporary folder (removed by the caller).
+std::string make_temp_dir(const std::string& prefix);
+void remove_tree(const std::string& dir);
+std::string read_file(const std::string& path);
+
+}  // namespace accelpool::shim::test

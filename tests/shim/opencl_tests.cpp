@@ -1,0 +1,122 @@
+// Concurrent accelpool-run jobs on PoCL devices running the sample vadd kernel on real data.
+#include "manager_fixture.hpp"
+
+#include <accelpool/shim/client.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <set>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace accelpool::shim;
+using accelpool::shim::test::ManagerOptions;
+using accelpool::shim::test::ManagerProcess;
+using accelpool::shim::test::read_file;
+
+#ifdef SHIM_OPENCL_EXAMPLE_BIN
+TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the pool", "[integration][shim][opencl]") {
+  if (ManagerProcess::binary().empty()) {
+    WARN("skipped: this build has no accelpool-manager target");
+    return;
+  }
+  ManagerOptions o;
+  o.backend = "opencl";
+  o.pocl_cache_dir = std::filesystem::temp_directory_path().string() + "/accelpool-shim-pocl-" + std::to_string(getuid());
+  std::filesystem::create_directories(o.pocl_cache_dir);
+  ManagerProcess m(o);
+  if (!m.start()) FAIL("accelpool-manager did not start: " << m.error());
+  {
+    ClientOptions co;
+    co.uri = m.tcp_uri();
+    co.token = m.guest_token();
+    co.guest = "probe";
+    auto c = Client::connect(co);
+    REQUIRE(c);
+    AcquireOptions a;
+    a.kind = "cpu";
+    a.timeout = Seconds(10);
+    auto l = (*c)->acquire(a);
+    if (!l && l.error().code == "infeasible") {
+      WARN("skipped: the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " + l.error().message);
+      return;
+    }
+    REQUIRE(l);
+  }
+  constexpr int kJobs = 3;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kJobs; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string out = m.dir() + "/job" + std::to_string(i) + ".out";
+      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      setenv("ACCELPOOL_POOL", m.unix_uri().c_str(), 1);
+      setenv("ACCELPOOL_TOKEN", m.guest_token().c_str(), 1);
+      setenv("ACCELPOOL_GUEST", ("vm-job" + std::to_string(i)).c_str(), 1);
+      setenv("POCL_CACHE_DIR", o.pocl_cache_dir.c_str(), 1);
+      execl(ACCELPOOL_RUN_BIN, ACCELPOOL_RUN_BIN, "--kind", "cpu", "--estimate", "2", "--timeout", "60", "--",
+            SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "262144", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::set<std::string> leases;
+  for (int i = 0; i < kJobs; ++i) {
+    int st = 0;
+    waitpid(pids[i], &st, 0);
+    std::string out = read_file(m.dir() + "/job" + std::to_string(i) + ".out");
+    INFO(out);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+    CHECK(out.find("262144 elements verified") != std::string::npos);
+    auto p = out.find("lease ");
+    REQUIRE(p != std::string::npos);
+    leases.insert(out.substr(p + 6, out.find(' ', p + 6) - p - 6));
+  }
+  CHECK(leases.size() == kJobs);  // three grants, one after the other on the pool's device(s)
+
+  // The examples acquire by themselves through the library: the C++ one and the C one (C ABI), at the same time.
+  auto start = [&](const std::string& name, std::vector<std::string> args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string out = m.dir() + "/" + name + ".out";
+      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      unsetenv("ACCELPOOL_LEASE");
+      setenv("ACCELPOOL_POOL", m.tcp_uri().c_str(), 1);
+      setenv("ACCELPOOL_TOKEN", m.guest_token().c_str(), 1);
+      setenv("ACCELPOOL_GUEST", name.c_str(), 1);
+      setenv("ACCELPOOL_KIND", "cpu", 1);
+      setenv("POCL_CACHE_DIR", o.pocl_cache_dir.c_str(), 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  };
+  pid_t cpp = start("cpp", {SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "65536"});
+  pid_t c = start("c", {SHIM_OPENCL_C_EXAMPLE_BIN, m.unix_uri(), m.guest_token(), "vm-c", "cpu", SHIM_VADD_SOURCE, "65536"});
+  for (auto [pid, name] : {std::pair{cpp, "cpp"}, std::pair{c, "c"}}) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    std::string out = read_file(m.dir() + "/" + name + ".out");
+    INFO(name << ": " << out);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+    CHECK(out.find("65536 elements verified") != std::string::npos);
+    CHECK(out.find("local/opencl:") != std::string::npos);
+  }
+}
+#else
+TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the pool", "[integration][shim][opencl]") {
+  WARN("skipped: built without OpenCL (no ICD loader found), so the OpenCL example does not exist");
+}
+#endif

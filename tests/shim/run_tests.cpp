@@ -1,0 +1,278 @@
+// accelpool-run and the C ABI program against the real accelpool-manager on loopback.
+#include "manager_fixture.hpp"
+
+#include <accelpool/shim/client.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fcntl.h>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace accelpool::shim;
+using accelpool::shim::test::fpga_pool;
+using accelpool::shim::test::ManagerProcess;
+using accelpool::shim::test::read_file;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+#define REQUIRE_MANAGER(m)                                                                  \
+  if (ManagerProcess::binary().empty()) {                                                   \
+    WARN("skipped: this build has no accelpool-manager target, so there is no pool to test against"); \
+    return;                                                                                 \
+  }                                                                                         \
+  if (!(m).start()) FAIL("accelpool-manager did not start: " << (m).error())
+
+// A child process with its own process group, its output in a file.
+struct Child {
+  pid_t pid = -1;
+  std::string out;
+  int status = -1;
+
+  // Waits up to `seconds`; returns false if it is still running.
+  bool wait(double seconds) {
+    auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (Clock::now() < end) {
+      if (waitpid(pid, &status, WNOHANG) == pid) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  void kill_group() {
+    ::kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+  std::string output() const { return read_file(out); }
+};
+
+Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const std::string& out) {
+  Child c;
+  c.out = out;
+  c.pid = fork();
+  if (c.pid == 0) {
+    setpgid(0, 0);
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return c;
+}
+
+std::string run_bin() { return ACCELPOOL_RUN_BIN; }
+
+std::map<std::string, std::string> pool_env(const ManagerProcess& m, const std::string& guest) {
+  return {{"ACCELPOOL_POOL", m.tcp_uri()}, {"ACCELPOOL_TOKEN", m.guest_token()}, {"ACCELPOOL_GUEST", guest}};
+}
+
+std::unique_ptr<Client> observer(const ManagerProcess& m) {
+  ClientOptions o;
+  o.uri = m.tcp_uri();
+  o.token = m.guest_token();
+  o.guest = "observer";
+  auto c = Client::connect(o);
+  REQUIRE(c);
+  return std::move(*c);
+}
+
+std::map<std::string, std::string> read_env_file(const std::string& path) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+template <typename Pred>
+bool eventually(Pred p, double seconds) {
+  auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (Clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return p();
+}
+
+}  // namespace
+
+TEST_CASE("accelpool-run exports the grant, exits with the command's status and releases the lease", "[integration][shim][run]") {
+  ManagerProcess m;
+  REQUIRE_MANAGER(m);
+  std::string envfile = m.dir() + "/env.txt";
+  auto c = spawn({run_bin(), "--kind", "fpga", "--estimate", "3", "--timeout", "5", "--", "/bin/sh", "-c",
+                  "env | grep ^ACCELPOOL_ > " + envfile + "; exit 7"},
+                 pool_env(m, "vm-run"), m.dir() + "/run.out");
+  REQUIRE(c.wait(10));
+  INFO(c.output());
+  CHECK(c.exit_code() == 7);
+  auto env = read_env_file(envfile);
+  REQUIRE(env.count("ACCELPOOL_LEASE"));
+  CHECK(env["ACCELPOOL_KIND"] == "fpga");
+  CHECK(env["ACCELPOOL_COUNT"] == "1");
+  CHECK(env["ACCELPOOL_DEVICES"].rfind("local/", 0) == 0);
+  CHECK(env["ACCELPOOL_GUEST"] == "vm-run");
+  CHECK(env["ACCELPOOL_POOL"] == m.tcp_uri());
+  CHECK(env["ACCELPOOL_LEASE_JSON"].find("\"granted\"") != std::string::npos);
+  auto obs = observer(m);
+  auto lease = obs->get(std::stoull(env["ACCELPOOL_LEASE"]));
+  REQUIRE(lease);
+  CHECK(lease->state == LeaseState::released);
+  CHECK(lease->guest == "vm-run");
+
+  // Killed by a signal: 128 + signal, and still released.
+  auto k = spawn({run_bin(), "--", "/bin/sh", "-c", "echo $ACCELPOOL_LEASE > " + m.dir() + "/id; kill -KILL $$"},
+                 pool_env(m, "vm-run"), m.dir() + "/run2.out");
+  REQUIRE(k.wait(10));
+  CHECK(k.exit_code() == 128 + SIGKILL);
+  auto l2 = obs->get(std::stoull(read_file(m.dir() + "/id")));
+  REQUIRE(l2);
+  CHECK(l2->state == LeaseState::released);
+}
+
+TEST_CASE("accelpool-run reports pool errors with distinct exit codes", "[integration][shim][run]") {
+  ManagerProcess m;
+  REQUIRE_MANAGER(m);
+  auto env = pool_env(m, "vm-err");
+  auto infeasible = spawn({run_bin(), "--kind", "gpu", "--", "/bin/true"}, env, m.dir() + "/a.out");
+  REQUIRE(infeasible.wait(10));
+  CHECK(infeasible.exit_code() == 5);
+  CHECK(infeasible.output().find("gpu") != std::string::npos);
+
+  auto bad_env = env;
+  bad_env["ACCELPOOL_TOKEN"] = "apt_wrong";
+  auto token = spawn({run_bin(), "--", "/bin/true"}, bad_env, m.dir() + "/b.out");
+  REQUIRE(token.wait(10));
+  CHECK(token.exit_code() == 4);
+
+  auto missing = spawn({run_bin(), "--", "/nonexistent/command"}, env, m.dir() + "/c.out");
+  REQUIRE(missing.wait(10));
+  CHECK(missing.exit_code() == 127);
+  CHECK(missing.output().find("/nonexistent/command") != std::string::npos);
+
+  auto usage = spawn({run_bin(), "--count", "zero", "--", "/bin/true"}, env, m.dir() + "/d.out");
+  REQUIRE(usage.wait(10));
+  CHECK(usage.exit_code() == 2);
+  CHECK(usage.output().find("--count") != std::string::npos);
+
+  std::string tcp = m.tcp_uri();
+  m.stop();
+  auto unreachable = spawn({run_bin(), "--pool", tcp, "--", "/bin/true"}, env, m.dir() + "/e.out");
+  REQUIRE(unreachable.wait(10));
+  CHECK(unreachable.exit_code() == 3);
+  CHECK(unreachable.output().find("unreachable") != std::string::npos);
+}
+
+TEST_CASE("accelpool-run waits for a busy pool and gives up after --timeout", "[integration][shim][run]") {
+  ManagerProcess m(fpga_pool(1));
+  REQUIRE_MANAGER(m);
+  auto env = pool_env(m, "vm-busy");
+  auto holder = spawn({run_bin(), "--", "/bin/sh", "-c", "sleep 1.5"}, env, m.dir() + "/h.out");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto t0 = Clock::now();
+  auto late = spawn({run_bin(), "--timeout", "0.4", "--", "/bin/true"}, env, m.dir() + "/l.out");
+  REQUIRE(late.wait(10));
+  CHECK(late.exit_code() == 6);
+  auto waiter = spawn({run_bin(), "--", "/bin/sh", "-c", "exit 0"}, env, m.dir() + "/w.out");
+  REQUIRE(waiter.wait(15));
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(waiter.exit_code() == 0);
+  CHECK(took >= 1.0);  // it had to wait for the holder
+  REQUIRE(holder.wait(5));
+  CHECK(holder.exit_code() == 0);
+}
+
+TEST_CASE("a revoked lease's command gets SIGTERM within the grace period", "[integration][shim][run]") {
+  ManagerProcess m(fpga_pool(1, 30, 5));
+  REQUIRE_MANAGER(m);
+  std::string idfile = m.dir() + "/id", termfile = m.dir() + "/term";
+  auto c = spawn({run_bin(), "--", "/bin/sh", "-c",
+                  "trap 'echo TERM > " + termfile + "; exit 3' TERM; echo $ACCELPOOL_LEASE > " + idfile +
+                      "; while :; do sleep 0.05; done"},
+                 pool_env(m, "vm-revoke"), m.dir() + "/r.out");
+  REQUIRE(eventually([&] { return !read_file(idfile).empty(); }, 10));
+  std::uint64_t id = std::stoull(read_file(idfile));
+  std::string body;
+  auto t0 = Clock::now();
+  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(id) + "/revoke", R"({"reason":"test"})", body) == 200);
+  bool ended = c.wait(5);
+  if (!ended) c.kill_group();
+  REQUIRE(ended);
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO(c.output());
+  CHECK(c.exit_code() == 3);
+  CHECK(read_file(termfile) == "TERM\n");
+  CHECK(took < 5.0);
+  auto lease = observer(m)->get(id);
+  REQUIRE(lease);
+  CHECK(lease->state == LeaseState::released);  // given back before the deadline
+}
+
+TEST_CASE("accelpool-run forwards SIGTERM and SIGHUP to the command and still releases", "[integration][shim][run]") {
+  ManagerProcess m;
+  REQUIRE_MANAGER(m);
+  for (int sig : {SIGTERM, SIGHUP, SIGINT}) {
+    std::string idfile = m.dir() + "/id" + std::to_string(sig);
+    auto c = spawn({run_bin(), "--", "/bin/sh", "-c", "echo $ACCELPOOL_LEASE > " + idfile + "; exec sleep 30"},
+                   pool_env(m, "vm-sig"), m.dir() + "/s.out");
+    REQUIRE(eventually([&] { return !read_file(idfile).empty(); }, 10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::kill(c.pid, sig);  // to accelpool-run alone, as a supervisor would
+    bool ended = c.wait(5);
+    if (!ended) c.kill_group();
+    REQUIRE(ended);
+    CHECK(c.exit_code() == 128 + sig);
+    auto lease = observer(m)->get(std::stoull(read_file(idfile)));
+    REQUIRE(lease);
+    CHECK(lease->state == LeaseState::released);
+  }
+}
+
+TEST_CASE("a crashed client's lease is reclaimed after its TTL", "[integration][shim][run]") {
+  ManagerProcess m(fpga_pool(1, 1.0));
+  REQUIRE_MANAGER(m);
+  std::string idfile = m.dir() + "/id";
+  auto c = spawn({run_bin(), "--", "/bin/sh", "-c", "echo $ACCELPOOL_LEASE > " + idfile + "; exec sleep 30"},
+                 pool_env(m, "vm-crash"), m.dir() + "/c.out");
+  REQUIRE(eventually([&] { return !read_file(idfile).empty(); }, 10));
+  std::uint64_t id = std::stoull(read_file(idfile));
+  auto obs = observer(m);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // heartbeats keep it past one TTL
+  CHECK(obs->get(id)->state == LeaseState::granted);
+  c.kill_group();  // accelpool-run and its command die without releasing
+  REQUIRE(eventually([&] { auto l = obs->get(id); return l && l->state == LeaseState::expired; }, 4));
+  // The device serves the next request.
+  AcquireOptions a;
+  a.kind = "fpga";
+  a.timeout = Seconds(3);
+  CHECK(obs->acquire(a));
+}
+
+TEST_CASE("the C ABI works from a C program", "[integration][shim][c]") {
+  ManagerProcess m(fpga_pool(1));
+  REQUIRE_MANAGER(m);
+  auto c = spawn({SHIM_C_CHECK_BIN, m.unix_uri(), m.guest_token(), "vm-c"}, {}, m.dir() + "/c.out");
+  bool ended = c.wait(30);
+  if (!ended) c.kill_group();
+  REQUIRE(ended);
+  std::string out = c.output();
+  INFO(out);
+  CHECK(c.exit_code() == 0);
+  CHECK(out.find("0 failure(s)") != std::string::npos);
+  CHECK(out.find("FAIL") == std::string::npos);
+}

@@ -1,0 +1,265 @@
+// The C ABI over the C++ client. Every entry point catches everything: no exception crosses into C.
+#include <accelpool/accelpool.h>
+#include <accelpool/shim/client.hpp>
+
+#include <memory>
+#include <string>
+
+using accelpool::Error;
+using namespace accelpool::shim;
+
+struct accelpool_client {
+  std::unique_ptr<Client> client;
+};
+
+struct accelpool_lease {
+  Lease lease;
+  LeaseInfo snapshot;  // strings handed out point into this
+  std::string json;
+};
+
+struct accelpool_request {
+  PendingAcquire pending;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+accelpool_status status_of(const std::string& code) {
+  if (code == "invalid_argument" || code == "unsupported_version") return ACCELPOOL_ERR_INVALID_ARGUMENT;
+  if (code == "unreachable") return ACCELPOOL_ERR_UNREACHABLE;
+  if (code == "unauthorized") return ACCELPOOL_ERR_UNAUTHORIZED;
+  if (code == "infeasible") return ACCELPOOL_ERR_INFEASIBLE;
+  if (code == "timeout") return ACCELPOOL_ERR_TIMEOUT;
+  if (code == "cancelled") return ACCELPOOL_ERR_CANCELLED;
+  if (code == "not_found") return ACCELPOOL_ERR_NOT_FOUND;
+  if (code == "invalid_state") return ACCELPOOL_ERR_INVALID_STATE;
+  if (code == "quota_exceeded") return ACCELPOOL_ERR_QUOTA_EXCEEDED;
+  if (code == "disconnected") return ACCELPOOL_ERR_DISCONNECTED;
+  if (code == "ended") return ACCELPOOL_ERR_ENDED;
+  if (code == "protocol") return ACCELPOOL_ERR_PROTOCOL;
+  if (code == "closed") return ACCELPOOL_ERR_CLOSED;
+  return ACCELPOOL_ERR_INTERNAL;
+}
+
+accelpool_status fail(const Error& e) {
+  t_last_error = e.message;
+  return status_of(e.code);
+}
+
+accelpool_status fail(accelpool_status s, const std::string& message) {
+  t_last_error = message;
+  return s;
+}
+
+template <typename F>
+accelpool_status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return fail(ACCELPOOL_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(ACCELPOOL_ERR_INTERNAL, "internal error");
+  }
+}
+
+accelpool::Result<AcquireOptions> to_options(const accelpool_acquire_options* o) {
+  if (!o) return accelpool::make_error("invalid_argument", "acquire: options are NULL");
+  if (!o->kind || !*o->kind) return accelpool::make_error("invalid_argument", "acquire: 'kind' is required");
+  AcquireOptions a;
+  a.kind = o->kind;
+  if (o->bitstream) a.bitstream = o->bitstream;
+  a.count = o->count == 0 ? 1 : o->count;
+  if (o->estimate_s >= 0) a.estimate_s = o->estimate_s;
+  if (o->timeout_s >= 0) a.timeout = Seconds(o->timeout_s);
+  return a;
+}
+
+accelpool_lease* wrap(Lease&& l) {
+  auto* h = new accelpool_lease{std::move(l), {}, {}};
+  h->snapshot = h->lease.info();
+  return h;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* accelpool_last_error(void) { return t_last_error.c_str(); }
+
+const char* accelpool_status_name(accelpool_status s) {
+  switch (s) {
+    case ACCELPOOL_OK: return "ok";
+    case ACCELPOOL_ERR_INVALID_ARGUMENT: return "invalid_argument";
+    case ACCELPOOL_ERR_UNREACHABLE: return "unreachable";
+    case ACCELPOOL_ERR_UNAUTHORIZED: return "unauthorized";
+    case ACCELPOOL_ERR_INFEASIBLE: return "infeasible";
+    case ACCELPOOL_ERR_TIMEOUT: return "timeout";
+    case ACCELPOOL_ERR_CANCELLED: return "cancelled";
+    case ACCELPOOL_ERR_NOT_FOUND: return "not_found";
+    case ACCELPOOL_ERR_INVALID_STATE: return "invalid_state";
+    case ACCELPOOL_ERR_QUOTA_EXCEEDED: return "quota_exceeded";
+    case ACCELPOOL_ERR_DISCONNECTED: return "disconnected";
+    case ACCELPOOL_ERR_ENDED: return "ended";
+    case ACCELPOOL_ERR_PROTOCOL: return "protocol";
+    case ACCELPOOL_ERR_CLOSED: return "closed";
+    case ACCELPOOL_ERR_INTERNAL: return "internal";
+  }
+  return "unknown";
+}
+
+accelpool_status accelpool_connect(const char* uri, const char* token, const char* guest, accelpool_client** out) {
+  return guarded([&] {
+    if (!uri || !token || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "connect: uri, token and out are required");
+    ClientOptions o;
+    o.uri = uri;
+    o.token = token;
+    if (guest) o.guest = guest;
+    auto c = Client::connect(o);
+    if (!c) return fail(c.error());
+    *out = new accelpool_client{std::move(*c)};
+    return ACCELPOOL_OK;
+  });
+}
+
+void accelpool_client_free(accelpool_client* client) {
+  try {
+    delete client;
+  } catch (...) {
+  }
+}
+
+accelpool_acquire_options accelpool_acquire_options_default(void) {
+  accelpool_acquire_options o;
+  o.kind = nullptr;
+  o.bitstream = nullptr;
+  o.count = 1;
+  o.estimate_s = -1;
+  o.timeout_s = -1;
+  return o;
+}
+
+accelpool_status accelpool_acquire(accelpool_client* client, const accelpool_acquire_options* options,
+                                   accelpool_lease** out) {
+  return guarded([&] {
+    if (!client || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "acquire: client and out are required");
+    auto o = to_options(options);
+    if (!o) return fail(o.error());
+    auto l = client->client->acquire(*o);
+    if (!l) return fail(l.error());
+    *out = wrap(std::move(*l));
+    return ACCELPOOL_OK;
+  });
+}
+
+accelpool_status accelpool_acquire_start(accelpool_client* client, const accelpool_acquire_options* options,
+                                         accelpool_request** out) {
+  return guarded([&] {
+    if (!client || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "acquire_start: client and out are required");
+    auto o = to_options(options);
+    if (!o) return fail(o.error());
+    *out = new accelpool_request{client->client->acquire_async(*o)};
+    return ACCELPOOL_OK;
+  });
+}
+
+accelpool_status accelpool_request_wait(accelpool_request* request, double timeout_s, accelpool_lease** out) {
+  return guarded([&] {
+    if (!request || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "request_wait: request and out are required");
+    auto l = timeout_s < 0 ? request->pending.wait() : request->pending.wait(Seconds(timeout_s));
+    if (!l) return fail(l.error());
+    *out = wrap(std::move(*l));
+    return ACCELPOOL_OK;
+  });
+}
+
+accelpool_status accelpool_request_cancel(accelpool_request* request) {
+  return guarded([&] {
+    if (!request) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "request_cancel: request is NULL");
+    auto s = request->pending.cancel();
+    if (!s) return fail(s.error());
+    return ACCELPOOL_OK;
+  });
+}
+
+void accelpool_request_free(accelpool_request* request) {
+  try {
+    delete request;
+  } catch (...) {
+  }
+}
+
+uint64_t accelpool_lease_id(const accelpool_lease* lease) { return lease ? lease->snapshot.id : 0; }
+const char* accelpool_lease_kind(const accelpool_lease* lease) { return lease ? lease->snapshot.kind.c_str() : ""; }
+const char* accelpool_lease_bitstream(const accelpool_lease* lease) {
+  return lease ? lease->snapshot.bitstream.c_str() : "";
+}
+size_t accelpool_lease_device_count(const accelpool_lease* lease) { return lease ? lease->snapshot.devices.size() : 0; }
+const char* accelpool_lease_device(const accelpool_lease* lease, size_t index) {
+  if (!lease || index >= lease->snapshot.devices.size()) return nullptr;
+  return lease->snapshot.devices[index].name.c_str();
+}
+
+int accelpool_lease_device_opencl(const accelpool_lease* lease, size_t index, int* platform, int* device,
+                                  int* subdevice) {
+  if (!lease || index >= lease->snapshot.devices.size()) return 0;
+  const DeviceInfo& d = lease->snapshot.devices[index];
+  if (!d.opencl_platform || !d.opencl_device) return 0;
+  if (platform) *platform = *d.opencl_platform;
+  if (device) *device = *d.opencl_device;
+  if (subdevice) *subdevice = d.opencl_subdevice.value_or(-1);
+  return 1;
+}
+
+const char* accelpool_lease_device_pci(const accelpool_lease* lease, size_t index) {
+  if (!lease || index >= lease->snapshot.devices.size()) return "";
+  return lease->snapshot.devices[index].pci_address.c_str();
+}
+
+const char* accelpool_lease_json(accelpool_lease* lease) {
+  if (!lease) return "";
+  try {
+    lease->json = lease->lease.info().json;
+  } catch (...) {
+  }
+  return lease->json.c_str();
+}
+
+int accelpool_lease_revoking(const accelpool_lease* lease) {
+  try {
+    return lease && lease->lease.revoking() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void accelpool_lease_on_revoking(accelpool_lease* lease, accelpool_revoke_fn fn, void* user) {
+  if (!lease) return;
+  try {
+    if (!fn) {
+      lease->lease.on_revoking({});
+      return;
+    }
+    lease->lease.on_revoking([fn, user](const LeaseInfo& info) { fn(info.id, info.revoke_deadline.value_or(0), user); });
+  } catch (...) {
+  }
+}
+
+accelpool_status accelpool_lease_release(accelpool_lease* lease) {
+  return guarded([&] {
+    if (!lease) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "release: lease is NULL");
+    auto s = lease->lease.release();
+    if (!s) return fail(s.error());
+    return ACCELPOOL_OK;
+  });
+}
+
+void accelpool_lease_free(accelpool_lease* lease) {
+  try {
+    delete lease;
+  } catch (...) {
+  }
+}
+
+}  // extern "C"

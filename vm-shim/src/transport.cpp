@@ -1,0 +1,200 @@
+#include <accelpool/shim/transport.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <vector>
+
+namespace accelpool::shim {
+
+namespace {
+
+Error bad_uri(const std::string& uri, const std::string& why) {
+  return make_error("invalid_argument",
+                    "pool URI '" + uri + "': " + why + " (expected tcp://HOST:PORT, unix:///PATH or serial://NAME)");
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+Result<Stream> connect_tcp(const PoolUri& uri, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(uri.host.c_str(), uri.port.c_str(), &hints, &res);
+  if (rc != 0) return make_error("unreachable", "pool " + uri.text + ": cannot resolve '" + uri.host + "': " + gai_strerror(rc));
+  std::string last = "no address";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int pr;
+      do {
+        pr = poll(&p, 1, static_cast<int>(timeout.count()));
+      } while (pr < 0 && errno == EINTR);
+      if (pr == 0) {
+        last = "connect timed out after " + std::to_string(timeout.count()) + " ms";
+        ::close(fd);
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      r = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (r != 0) {
+      last = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    freeaddrinfo(res);
+    return Stream{fd, true};
+  }
+  freeaddrinfo(res);
+  return make_error("unreachable", "pool " + uri.text + " is unreachable: " + last);
+}
+
+Result<Stream> connect_unix(const PoolUri& uri) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (uri.path.size() >= sizeof addr.sun_path) {
+    return make_error("invalid_argument", "pool " + uri.text + ": socket path longer than " +
+                                              std::to_string(sizeof addr.sun_path - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, uri.path.c_str(), uri.path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return make_error("unreachable", "pool " + uri.text + ": socket: " + std::strerror(errno));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    return make_error("unreachable", "pool " + uri.text + " is unreachable: " + why);
+  }
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  return Stream{fd, true};
+}
+
+Result<Stream> open_serial(const PoolUri& uri, const SerialDirs& dirs) {
+  auto dev = find_virtio_port(uri.name, dirs.sys_dir, dirs.dev_dir);
+  if (!dev) return dev.error();
+  int fd = ::open(dev->c_str(), O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return make_error("unreachable", "pool " + uri.text + ": cannot open " + *dev + ": " + std::strerror(errno));
+  return Stream{fd, false};
+}
+
+}  // namespace
+
+Result<PoolUri> parse_pool_uri(const std::string& uri) {
+  PoolUri u;
+  u.text = uri;
+  auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };
+  if (starts("tcp://")) {
+    std::string rest = uri.substr(6);
+    if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    std::string host, port;
+    if (!rest.empty() && rest[0] == '[') {
+      auto close = rest.find(']');
+      if (close == std::string::npos) return bad_uri(uri, "unclosed '[' in the host");
+      host = rest.substr(1, close - 1);
+      if (close + 1 >= rest.size() || rest[close + 1] != ':') return bad_uri(uri, "missing ':PORT'");
+      port = rest.substr(close + 2);
+    } else {
+      auto colon = rest.rfind(':');
+      if (colon == std::string::npos) return bad_uri(uri, "missing ':PORT'");
+      host = rest.substr(0, colon);
+      port = rest.substr(colon + 1);
+    }
+    if (host.empty()) return bad_uri(uri, "empty host");
+    if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      return bad_uri(uri, "port '" + port + "' is not a number in 1..65535");
+    }
+    u.kind = PoolUri::Kind::tcp;
+    u.host = host;
+    u.port = port;
+    return u;
+  }
+  if (starts("unix:")) {
+    std::string path = uri.substr(5);
+    if (path.rfind("//", 0) == 0) path = path.substr(2);
+    if (path.empty()) return bad_uri(uri, "empty socket path");
+    u.kind = PoolUri::Kind::unix_socket;
+    u.path = path;
+    return u;
+  }
+  if (starts("serial://")) {
+    std::string name = uri.substr(9);
+    if (name.empty()) return bad_uri(uri, "empty port name");
+    if (name.find('/') != std::string::npos) return bad_uri(uri, "a port name may not contain '/'");
+    u.kind = PoolUri::Kind::serial;
+    u.name = name;
+    return u;
+  }
+  return bad_uri(uri, "unknown scheme");
+}
+
+Result<std::string> find_virtio_port(const std::string& name, const std::string& sys_dir, const std::string& dev_dir) {
+  DIR* d = opendir(sys_dir.c_str());
+  if (!d) {
+    return make_error("unreachable", "no virtio-serial port named '" + name + "': cannot read " + sys_dir + ": " +
+                                         std::strerror(errno));
+  }
+  std::vector<std::string> seen;
+  std::string found;
+  while (dirent* e = readdir(d)) {
+    std::string entry = e->d_name;
+    if (entry == "." || entry == "..") continue;
+    std::ifstream f(sys_dir + "/" + entry + "/name");
+    if (!f) continue;
+    std::string n;
+    std::getline(f, n);
+    n = trim(n);
+    if (n.empty()) continue;
+    seen.push_back(n + " (" + entry + ")");
+    if (n == name && found.empty()) found = entry;
+  }
+  closedir(d);
+  if (found.empty()) {
+    std::sort(seen.begin(), seen.end());
+    std::string list;
+    for (const auto& s : seen) list += (list.empty() ? "" : ", ") + s;
+    return make_error("unreachable", "no virtio-serial port named '" + name + "' under " + sys_dir +
+                                         (list.empty() ? " (no named ports)" : " (ports: " + list + ")"));
+  }
+  return dev_dir + "/" + found;
+}
+
+Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout, const SerialDirs& serial) {
+  switch (uri.kind) {
+    case PoolUri::Kind::tcp: return connect_tcp(uri, timeout);
+    case PoolUri::Kind::unix_socket: return connect_unix(uri);
+    case PoolUri::Kind::serial: return open_serial(uri, serial);
+  }
+  return make_error("internal", "unknown URI kind");
+}
+
+}  // namespace accelpool::shim

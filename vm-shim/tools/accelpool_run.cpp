@@ -1,0 +1,304 @@
+// accelpool-run: acquire devices, run a command with them, give them back. See docs/guest-guide.md.
+#include <accelpool/shim/client.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <optional>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace accelpool::shim;
+
+constexpr const char* kUsage = R"(usage: accelpool-run [options] -- command [args...]
+
+Acquires devices from an accelpool pool, runs the command with them (environment variables
+ACCELPOOL_LEASE, ACCELPOOL_DEVICES, ACCELPOOL_KIND, ... describe the grant), forwards signals to it,
+sends it SIGTERM when the lease is being revoked, releases the lease when it ends, and exits with the
+command's status (128+N if it was killed by signal N).
+
+  --pool URI          tcp://HOST:PORT, unix:///PATH or serial://NAME  (env ACCELPOOL_POOL,
+                      default tcp://127.0.0.1:7070)
+  --token T           tenant token (env ACCELPOOL_TOKEN)
+  --guest ID          guest id (env ACCELPOOL_GUEST, default: the host name)
+  --kind K            device kind (default fpga)
+  --bitstream B       bitstream the devices must hold
+  --count N           number of devices, all or nothing (default 1)
+  --estimate SECONDS  expected run time (helps shortest-job policies)
+  --timeout SECONDS   give up if not granted within this (default: wait)
+  --verbose           say what was granted and released on stderr
+  --help              this text
+
+Exit status: the command's; 2 bad usage, 3 pool unreachable, 4 token refused, 5 request infeasible
+(or over quota), 6 not granted within --timeout, 1 other failures before the command ran,
+126 command not executable, 127 command not found.
+)";
+
+std::atomic<bool> g_revoking{false};
+std::atomic<bool> g_ended{false};
+std::atomic<double> g_deadline{0};
+
+int fail_usage(const std::string& msg) {
+  std::fprintf(stderr, "accelpool-run: %s\n(see accelpool-run --help)\n", msg.c_str());
+  return 2;
+}
+
+int exit_code_for(const std::string& code) {
+  if (code == "invalid_argument" || code == "unsupported_version") return 2;
+  if (code == "unreachable" || code == "disconnected") return 3;
+  if (code == "unauthorized") return 4;
+  if (code == "infeasible" || code == "quota_exceeded") return 5;
+  if (code == "timeout") return 6;
+  return 1;
+}
+
+bool parse_number(const std::string& s, double& out) {
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtod(s.c_str(), &end);
+  return errno == 0 && end && *end == '\0' && !s.empty() && out >= 0;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// The variables the command gets, describing the grant.
+std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string& pool, const std::string& guest) {
+  std::vector<std::string> env;
+  auto add = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
+  std::string names, pci, ocl, xrt, endpoints, models;
+  for (const auto& d : l.devices) {
+    auto join = [](std::string& list, const std::string& v) { list += (list.empty() ? "" : ",") + v; };
+    join(names, d.name);
+    if (!d.pci_address.empty()) join(pci, d.pci_address);
+    if (d.opencl_platform && d.opencl_device) {
+      join(ocl, std::to_string(*d.opencl_platform) + ":" + std::to_string(*d.opencl_device) +
+                    (d.opencl_subdevice ? "/" + std::to_string(*d.opencl_subdevice) : ""));
+    }
+    if (d.xrt_index) join(xrt, std::to_string(*d.xrt_index));
+    if (!d.endpoint.empty()) join(endpoints, d.endpoint);
+    if (!d.model.empty()) join(models, d.model);
+  }
+  add("ACCELPOOL_LEASE", std::to_string(l.id));
+  add("ACCELPOOL_KIND", l.kind);
+  add("ACCELPOOL_BITSTREAM", l.bitstream);
+  add("ACCELPOOL_COUNT", std::to_string(l.devices.size()));
+  add("ACCELPOOL_DEVICES", names);
+  add("ACCELPOOL_LEASE_JSON", l.json);
+  add("ACCELPOOL_POOL", pool);
+  add("ACCELPOOL_GUEST", guest);
+  if (!models.empty()) add("ACCELPOOL_MODELS", models);
+  if (!pci.empty()) add("ACCELPOOL_PCI", pci);
+  if (!ocl.empty()) {
+    add("ACCELPOOL_OPENCL_DEVICES", ocl);
+    const auto& d = *std::find_if(l.devices.begin(), l.devices.end(),
+                                  [](const DeviceInfo& x) { return x.opencl_platform && x.opencl_device; });
+    add("ACCELPOOL_OPENCL_PLATFORM", std::to_string(*d.opencl_platform));
+    add("ACCELPOOL_OPENCL_DEVICE", std::to_string(*d.opencl_device));
+    if (d.opencl_subdevice) add("ACCELPOOL_OPENCL_SUBDEVICE", std::to_string(*d.opencl_subdevice));
+  }
+  if (!xrt.empty()) add("ACCELPOOL_XRT_INDEX", xrt.substr(0, xrt.find(',')));
+  if (!endpoints.empty()) add("ACCELPOOL_ENDPOINTS", endpoints);
+  return env;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ClientOptions copts;
+  copts.uri = env_or("ACCELPOOL_POOL", "tcp://127.0.0.1:7070");
+  copts.token = env_or("ACCELPOOL_TOKEN", "");
+  copts.guest = env_or("ACCELPOOL_GUEST", "");
+  AcquireOptions aopts;
+  aopts.kind = "fpga";
+  bool verbose = false;
+  int cmd_at = -1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      cmd_at = i + 1;
+      break;
+    }
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--verbose" || a == "-v") {
+      verbose = true;
+      continue;
+    }
+    std::string value;
+    auto eq = a.find('=');
+    std::string key = a.substr(0, eq);
+    static const char* kWithValue[] = {"--pool", "--token", "--guest", "--kind", "--bitstream", "--count", "--estimate", "--timeout"};
+    bool known = std::any_of(std::begin(kWithValue), std::end(kWithValue), [&](const char* k) { return key == k; });
+    if (!known) return fail_usage("unknown option '" + a + "'");
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc) return fail_usage(key + " needs a value");
+      value = argv[++i];
+    }
+    if (key == "--pool") {
+      copts.uri = value;
+    } else if (key == "--token") {
+      copts.token = value;
+    } else if (key == "--guest") {
+      copts.guest = value;
+    } else if (key == "--kind") {
+      if (value.empty()) return fail_usage("--kind must not be empty");
+      aopts.kind = value;
+    } else if (key == "--bitstream") {
+      aopts.bitstream = value;
+    } else if (key == "--count") {
+      double n;
+      if (!parse_number(value, n) || n < 1 || n > 4096 || n != static_cast<std::uint32_t>(n)) {
+        return fail_usage("--count '" + value + "' must be a whole number in 1..4096");
+      }
+      aopts.count = static_cast<std::uint32_t>(n);
+    } else if (key == "--estimate") {
+      double s;
+      if (!parse_number(value, s)) return fail_usage("--estimate '" + value + "' must be a number of seconds >= 0");
+      aopts.estimate_s = s;
+    } else if (key == "--timeout") {
+      double s;
+      if (!parse_number(value, s)) return fail_usage("--timeout '" + value + "' must be a number of seconds >= 0");
+      aopts.timeout = Seconds(s);
+    }
+  }
+  if (cmd_at < 0 || cmd_at >= argc) return fail_usage("no command given after '--'");
+  if (copts.token.empty()) return fail_usage("no token: pass --token or set ACCELPOOL_TOKEN");
+
+  // Signals are taken synchronously by the main loop; every thread started from here on inherits the mask.
+  sigset_t handled, original;
+  sigemptyset(&handled);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1}) sigaddset(&handled, s);
+  pthread_sigmask(SIG_BLOCK, &handled, &original);
+
+  auto client = Client::connect(copts);
+  if (!client) {
+    std::fprintf(stderr, "accelpool-run: %s\n", client.error().message.c_str());
+    return exit_code_for(client.error().code);
+  }
+  pid_t self = getpid();
+  aopts.on_revoking = [self](const LeaseInfo& l) {
+    g_deadline = l.revoke_deadline.value_or(0);
+    g_revoking = true;
+    kill(self, SIGUSR1);
+  };
+  aopts.on_ended = [self](const LeaseInfo&) {
+    g_ended = true;
+    kill(self, SIGUSR1);
+  };
+  // A signal while waiting for the grant gives the request up.
+  auto pending = (*client)->acquire_async(aopts);
+  std::optional<Lease> lease;
+  while (!lease) {
+    auto r = pending.wait(Seconds(0.1));
+    if (r) {
+      lease = std::move(*r);
+      break;
+    }
+    if (r.error().code != "timeout" || pending.done()) {
+      std::fprintf(stderr, "accelpool-run: %s\n", r.error().message.c_str());
+      return exit_code_for(r.error().code);
+    }
+    timespec zero{0, 0};
+    siginfo_t si;
+    int sig = sigtimedwait(&handled, &si, &zero);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+      (void)pending.cancel();
+      std::fprintf(stderr, "accelpool-run: interrupted by signal %d while waiting; request cancelled\n", sig);
+      return 128 + sig;
+    }
+  }
+  LeaseInfo info = lease->info();
+  if (verbose) {
+    std::string devs;
+    for (const auto& d : info.devices) devs += " " + d.name;
+    std::fprintf(stderr, "accelpool-run: lease %llu granted:%s\n", static_cast<unsigned long long>(info.id), devs.c_str());
+  }
+
+  // The command's environment: ours plus the grant's, prepared before fork (the child only execs).
+  std::vector<std::string> vars = lease_environment(info, copts.uri, copts.guest.empty() ? info.guest : copts.guest);
+  std::vector<std::string> merged;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string k = kv.substr(0, kv.find('='));
+    bool replaced = std::any_of(vars.begin(), vars.end(), [&](const std::string& v) { return v.compare(0, k.size() + 1, k + "=") == 0; });
+    if (!replaced) merged.push_back(kv);
+  }
+  merged.insert(merged.end(), vars.begin(), vars.end());
+  std::vector<char*> envp;
+  for (auto& s : merged) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "accelpool-run: pipe: %s\n", std::strerror(errno));
+    return 1;
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "accelpool-run: fork: %s\n", std::strerror(errno));
+    return 1;
+  }
+  if (child == 0) {
+    ::close(errpipe[0]);
+    sigprocmask(SIG_SETMASK, &original, nullptr);
+    execvpe(argv[cmd_at], argv + cmd_at, envp.data());
+    int err = errno;
+    [[maybe_unused]] ssize_t n = ::write(errpipe[1], &err, sizeof err);
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  ::close(errpipe[1]);
+  int exec_errno = 0;
+  if (::read(errpipe[0], &exec_errno, sizeof exec_errno) == static_cast<ssize_t>(sizeof exec_errno)) {
+    std::fprintf(stderr, "accelpool-run: cannot run '%s': %s\n", argv[cmd_at], std::strerror(exec_errno));
+  }
+  ::close(errpipe[0]);
+
+  int status = 0;
+  bool term_sent = false;
+  for (;;) {
+    if ((g_revoking || g_ended) && !term_sent) {
+      term_sent = true;
+      if (verbose || g_revoking) {
+        std::fprintf(stderr, "accelpool-run: lease %llu is %s; sending SIGTERM to the command\n",
+                     static_cast<unsigned long long>(info.id), g_ended ? "ended" : "being revoked");
+      }
+      kill(child, SIGTERM);
+    }
+    pid_t w = waitpid(child, &status, WNOHANG);
+    if (w == child) break;
+    timespec tick{0, 200 * 1000 * 1000};
+    siginfo_t si;
+    int sig = sigtimedwait(&handled, &si, &tick);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+      // A terminal's signal (SI_KERNEL) already reached the command in our process group; one sent to us alone
+      // (kill, a supervisor) is passed on.
+      if (si.si_code != SI_KERNEL) kill(child, sig);
+    }
+  }
+  auto released = lease->release();
+  if (!released) std::fprintf(stderr, "accelpool-run: releasing lease %llu: %s\n", static_cast<unsigned long long>(info.id), released.error().message.c_str());
+  else if (verbose) std::fprintf(stderr, "accelpool-run: lease %llu released\n", static_cast<unsigned long long>(info.id));
+  lease.reset();
+  client->reset();
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
