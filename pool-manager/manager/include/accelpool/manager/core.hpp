@@ -1,0 +1,183 @@
+// The pool's state machine: leases, the queue (through the scheduler library), devices, tenants.
+//
+// Threading: one owner. Every method must be called on the owner thread (the daemon's io_context thread, or a
+// test's thread); network threads post to it. Nothing here locks.
+// Durability: every method that changes state writes the change to the Store before it returns, so a reply
+// built from its result never reports something a crash could undo. With group commit on, methods leave their
+// changes pending instead, and the caller must commit() before it sends any reply built since the last commit:
+// many calls then share one transaction.
+#pragma once
+
+#include <accelpool/common/result.hpp>
+#include <accelpool/manager/clock.hpp>
+#include <accelpool/manager/host_driver.hpp>
+#include <accelpool/manager/store.hpp>
+#include <accelpool/manager/types.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accelpool::manager {
+
+struct CoreOptions {
+  double lease_ttl_s = 30;      // a lease whose guest has not heartbeaten for this long is reclaimed
+  double revoke_grace_s = 10;   // time a guest has to release after a revocation warning
+  std::string policy = "fifo+first-fit";
+  std::size_t history = 10000;  // ended leases kept in memory for stats and listing
+};
+
+enum class LeaseEvent : std::uint8_t {
+  granted,   // every device is ready: the guest may use them
+  revoking,  // the guest must release before revoke_deadline
+  requeued,  // preempted: devices taken back, the lease waits again
+  ended,     // released, cancelled, expired or revoked
+};
+
+// Receives lease events on the owner thread, after the change is durable. Must not call back into the core.
+class CoreListener {
+ public:
+  virtual ~CoreListener() = default;
+  virtual void lease_event(const Lease& lease, LeaseEvent event) = 0;
+};
+
+struct AcquireParams {
+  std::string tenant;
+  std::string guest;
+  std::string guest_host;  // "" : the first host
+  std::string kind;
+  std::string bitstream;
+  std::uint32_t count = 1;
+  std::optional<double> estimate_s;
+};
+
+struct LeaseFilter {
+  std::optional<std::string> tenant;
+  std::optional<std::string> guest;
+  std::optional<LeaseState> state;
+  bool include_ended = false;
+};
+
+struct DeviceView {
+  DeviceRecord record;
+  std::string state;  // free, leased, draining, unavailable
+  std::optional<LeaseId> lease;
+};
+
+struct Percentiles {
+  std::size_t count = 0;
+  double avg = 0, p50 = 0, p95 = 0, p99 = 0;
+};
+struct StatsGroup {
+  Percentiles jct;
+  Percentiles wait;
+};
+struct Stats {
+  double window_s = 0;
+  StatsGroup all;
+  std::map<std::string, StatsGroup> by_tenant;
+  std::map<std::string, StatsGroup> by_bitstream;
+};
+
+struct Counters {
+  std::uint64_t grants = 0;
+  std::uint64_t reprogrammings = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t expirations = 0;
+};
+
+class PoolCore {
+ public:
+  // Loads the store's snapshot and rebuilds the pool: devices, queue order, leases (live leases get one TTL
+  // from now to heartbeat again). Errors: "store", "config" (bad policy), "corrupt" (inconsistent snapshot).
+  static Result<std::unique_ptr<PoolCore>> create(CoreOptions options, const Clock& clock, Store& store);
+  ~PoolCore();
+  PoolCore(const PoolCore&) = delete;
+  PoolCore& operator=(const PoolCore&) = delete;
+
+  void add_listener(CoreListener* listener);
+
+  // Binds a host: its devices join the pool (known ones keep their state; known ones now missing become
+  // unavailable). Errors: "conflict" (host name in use), the driver's enumeration error.
+  Status attach_host(std::unique_ptr<HostDriver> host);
+
+  // --- tenants and tokens -------------------------------------------------------------------------------
+  // Creates a tenant; returns its token (shown once; only the hash is stored).
+  // Errors: "invalid_argument" (bad name, weight <= 0), "conflict" (exists).
+  Result<std::string> create_tenant(const std::string& name, double weight, std::uint32_t max_devices);
+  // Errors: "not_found", "invalid_argument".
+  Status update_tenant(const std::string& name, std::optional<double> weight, std::optional<std::uint32_t> max_devices);
+  Result<std::string> rotate_tenant_token(const std::string& name);
+  std::vector<TenantRecord> tenants() const;
+  // The tenant a token belongs to. Errors: "unauthorized".
+  Result<std::string> authenticate(const std::string& token) const;
+  // Sets the admin token (stored hashed). Returns false if the token is empty.
+  Status set_admin_token(const std::string& token);
+  bool has_admin_token() const;
+  bool check_admin(const std::string& token) const;
+
+  // --- leases ---------------------------------------------------------------------------------------------
+  // A new lease, returned queued or granted. Errors: "invalid_argument", "not_found" (unknown tenant),
+  // "quota_exceeded", "infeasible" (no such devices in the pool).
+  Result<Lease> acquire(const AcquireParams& params);
+  // Gives up a queued lease. `tenant` "" acts as admin. Errors: "not_found", "forbidden", "invalid_state".
+  Result<Lease> cancel(const std::string& tenant, LeaseId id);
+  // Ends a granted, revoking or queued lease. Errors: "not_found", "forbidden", "invalid_state".
+  Result<Lease> release(const std::string& tenant, LeaseId id);
+  // Renews the TTL of one lease (id) or of every live lease of the guest. Errors: "not_found", "forbidden".
+  Result<std::vector<Lease>> heartbeat(const std::string& tenant, const std::string& guest,
+                                       std::optional<LeaseId> id);
+  // Admin revocation: the guest gets the grace period, then the lease ends revoked. Errors: "not_found",
+  // "invalid_state".
+  Result<Lease> revoke(LeaseId id, const std::string& reason);
+  // Errors: "not_found", "forbidden" (lease of another tenant; tenant "" acts as admin).
+  Result<Lease> get(const std::string& tenant, LeaseId id) const;
+  std::vector<Lease> list(const LeaseFilter& filter) const;
+  // Waiting leases in the order the policy would serve them.
+  std::vector<Lease> queue() const;
+
+  // --- devices and hosts ----------------------------------------------------------------------------------
+  std::vector<DeviceView> devices() const;
+  Result<DeviceView> device(const std::string& name) const;
+  std::vector<std::string> hosts() const;
+  // Errors: "not_found".
+  Status set_draining(const std::string& name, bool draining);
+  // Resets a free device through its host. Errors: "not_found", "invalid_state" (leased).
+  Status reset_device(const std::string& name);
+  std::vector<std::string> bitstreams() const;  // names held by devices or asked for by leases
+
+  // --- policy, time, stats --------------------------------------------------------------------------------
+  std::string policy() const;
+  // Errors: "invalid_argument" naming what is wrong.
+  Status set_policy(const std::string& spec);
+  // Carries out what falls due by now: expiries, revocation deadlines, scheduler ticks.
+  void tick();
+  // When tick() next has work, if ever.
+  std::optional<double> next_wakeup() const;
+  Stats stats(double window_s) const;
+  Counters counters() const;
+  std::size_t queue_length() const;
+  std::map<std::string, std::size_t> leases_by_state() const;
+  std::map<std::string, std::size_t> devices_by_state() const;
+
+  Store& store();
+
+  // Group commit (see the header comment). Off by default.
+  void set_group_commit(bool on);
+  // Whether changes are waiting for commit().
+  bool has_uncommitted() const;
+  // Writes every pending change in one transaction, runs `after_write` (send the held replies there), then
+  // tells the listeners about the events. A store that cannot write ends the process (see flush in core.cpp).
+  void commit(const std::function<void()>& after_write = {});
+
+ private:
+  struct Impl;
+  explicit PoolCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace accelpool::manager

@@ -1,0 +1,54 @@
+// Durable pool state behind an interface: SQLite now, another database later.
+#pragma once
+
+#include <accelpool/common/result.hpp>
+#include <accelpool/manager/types.hpp>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace accelpool::manager {
+
+// Everything the manager needs to come back after a restart.
+struct Snapshot {
+  std::vector<TenantRecord> tenants;
+  std::vector<DeviceRecord> devices;
+  std::vector<Lease> leases;  // every live lease, plus the most recent ended ones (for stats), by id
+  std::map<std::string, std::string> meta;
+  LeaseId max_lease_id = 0;   // the largest id ever used (ended leases included)
+};
+
+// One atomic set of changes: either all of it is durable or none.
+struct Batch {
+  std::vector<Lease> leases;          // upserts by id
+  std::vector<DeviceRecord> devices;  // upserts by name
+  std::vector<TenantRecord> tenants;  // upserts by name
+  std::vector<std::pair<std::string, std::string>> meta;
+  bool empty() const { return leases.empty() && devices.empty() && tenants.empty() && meta.empty(); }
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Reads the whole state. Called once at start, before any apply. `recent_ended` bounds how many ended
+  // leases come back. Errors: "store" with the database's message.
+  virtual Result<Snapshot> load(std::size_t recent_ended) = 0;
+
+  // Makes the batch durable before returning (a process crash right after loses nothing). Called on the owner
+  // thread before every reply that reports the change. Errors: "store"; then nothing of the batch was applied.
+  virtual Status apply(const Batch& batch) = 0;
+
+  // Writes a consistent copy of the store to `dest` while the manager runs. Errors: "store".
+  virtual Status backup(const std::filesystem::path& dest) = 0;
+};
+
+// SQLite in WAL mode. `full_sync` makes every commit survive power loss too (fsync per commit); without it a
+// commit survives a crash of the process (kill -9) and the disk is synced at checkpoints.
+Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync);
+
+}  // namespace accelpool::manager

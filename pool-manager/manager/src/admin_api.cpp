@@ -1,0 +1,346 @@
+#include "admin_api.hpp"
+
+#include "json_codec.hpp"
+#include "metrics.hpp"
+
+#include <charconv>
+#include <map>
+#include <vector>
+
+namespace accelpool::manager {
+
+namespace json = boost::json;
+
+namespace {
+
+int http_status(const std::string& code) {
+  if (code == "invalid_argument") return 400;
+  if (code == "unauthorized") return 401;
+  if (code == "forbidden") return 403;
+  if (code == "not_found") return 404;
+  if (code == "conflict" || code == "invalid_state") return 409;
+  if (code == "quota_exceeded" || code == "infeasible") return 422;
+  return 500;
+}
+
+ApiResponse ok(json::value v, int status = 200) { return {status, "application/json", json::serialize(v)}; }
+ApiResponse from_error(const Error& e) { return AdminApi::error(http_status(e.code), e.code, e.message); }
+
+std::string url_decode(std::string_view s, bool* bad) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      unsigned v = 0;
+      if (i + 2 >= s.size()) {
+        *bad = true;
+        return {};
+      }
+      auto r = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      if (r.ec != std::errc() || r.ptr != s.data() + i + 3) {
+        *bad = true;
+        return {};
+      }
+      out.push_back(static_cast<char>(v));
+      i += 2;
+    } else if (s[i] == '+') {
+      out.push_back(' ');
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+struct Target {
+  std::vector<std::string> segments;
+  std::map<std::string, std::string> query;
+};
+
+std::optional<Target> parse_target(const std::string& target) {
+  Target t;
+  auto q = target.find('?');
+  std::string path = target.substr(0, q);
+  bool bad = false;
+  std::size_t start = 1;
+  if (path.empty() || path[0] != '/') return std::nullopt;
+  while (start <= path.size()) {
+    auto end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) t.segments.push_back(url_decode(std::string_view(path).substr(start, end - start), &bad));
+    start = end + 1;
+  }
+  if (q != std::string::npos) {
+    std::string_view qs = std::string_view(target).substr(q + 1);
+    while (!qs.empty()) {
+      auto amp = qs.find('&');
+      auto part = qs.substr(0, amp);
+      auto eq = part.find('=');
+      std::string key = url_decode(part.substr(0, eq), &bad);
+      std::string value = eq == std::string_view::npos ? "" : url_decode(part.substr(eq + 1), &bad);
+      if (!key.empty()) t.query[key] = value;
+      if (amp == std::string_view::npos) break;
+      qs.remove_prefix(amp + 1);
+    }
+  }
+  if (bad) return std::nullopt;
+  return t;
+}
+
+// Parses a JSON object body ("" counts as {}). Sets `err` on failure.
+std::optional<json::object> parse_body(const std::string& body, ApiResponse* err) {
+  if (body.empty()) return json::object{};
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec) {
+    *err = AdminApi::error(400, "invalid_argument", "the body is not valid JSON: " + ec.message());
+    return std::nullopt;
+  }
+  if (!v.is_object()) {
+    *err = AdminApi::error(400, "invalid_argument", "the body must be a JSON object");
+    return std::nullopt;
+  }
+  return std::move(v.get_object());
+}
+
+std::optional<std::uint64_t> parse_id(const std::string& s) {
+  std::uint64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+ApiResponse method_not_allowed(const std::string& method, const std::string& path) {
+  return AdminApi::error(405, "method_not_allowed", method + " is not allowed on " + path);
+}
+
+}  // namespace
+
+ApiResponse AdminApi::error(int status, const std::string& code, const std::string& message) {
+  return ok(json::object{{"error", json::object{{"code", code}, {"message", message}}}}, status);
+}
+
+AdminApi::AdminApi(PoolCore& core, Metrics& metrics, std::string openapi, std::function<bool()> ready,
+                   std::function<void()> commit)
+    : core_(core), metrics_(metrics), openapi_(std::move(openapi)), ready_(std::move(ready)), commit_(std::move(commit)) {}
+
+ApiResponse AdminApi::handle(const ApiRequest& req) {
+  ApiResponse r = route(req);
+  if (commit_) commit_();
+  return r;
+}
+
+ApiResponse AdminApi::route(const ApiRequest& req) {
+  auto parsed = parse_target(req.target);
+  if (!parsed) return error(400, "invalid_argument", "malformed request target");
+  const auto& seg = parsed->segments;
+  const auto& query = parsed->query;
+  const std::string& m = req.method;
+  std::string path = req.target.substr(0, req.target.find('?'));
+
+  // Unauthenticated: probes, metrics, the API description.
+  if (seg.size() == 1 && seg[0] == "healthz") {
+    if (m != "GET") return method_not_allowed(m, path);
+    return ok(json::object{{"status", "ok"}});
+  }
+  if (seg.size() == 1 && seg[0] == "readyz") {
+    if (m != "GET") return method_not_allowed(m, path);
+    bool r = ready_();
+    return ok(json::object{{"ready", r}}, r ? 200 : 503);
+  }
+  if (seg.size() == 1 && seg[0] == "metrics") {
+    if (m != "GET") return method_not_allowed(m, path);
+    return {200, "text/plain; version=0.0.4", metrics_.scrape()};
+  }
+  if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "openapi.yaml") {
+    if (m != "GET") return method_not_allowed(m, path);
+    return {200, "application/yaml", openapi_};
+  }
+
+  if (seg.empty() || seg[0] != "v1") return error(404, "not_found", "no route " + path);
+  // Everything under /v1 needs the admin token.
+  const std::string prefix = "Bearer ";
+  if (req.authorization.rfind(prefix, 0) != 0) {
+    return error(401, "unauthorized", "missing 'Authorization: Bearer <admin token>' header");
+  }
+  std::string token = req.authorization.substr(prefix.size());
+  if (!core_.check_admin(token)) {
+    if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot use the admin API");
+    return error(401, "unauthorized", "wrong admin token");
+  }
+  ApiResponse bad;
+  auto body = parse_body(req.body, &bad);
+  if (!body) return bad;
+  FieldReader in(*body, m + " " + path);
+
+  const std::string r1 = seg.size() > 1 ? seg[1] : "";
+  if (r1 == "hosts") {
+    if (m != "GET") return method_not_allowed(m, path);
+    auto hosts = core_.hosts();
+    auto devices = core_.devices();
+    auto host_json = [&](const std::string& h) {
+      json::array devs;
+      for (const auto& d : devices) {
+        if (d.record.host == h) devs.emplace_back(to_json(d));
+      }
+      return json::object{{"name", h}, {"devices", std::move(devs)}};
+    };
+    if (seg.size() == 2) {
+      json::array a;
+      for (const auto& h : hosts) a.emplace_back(host_json(h));
+      return ok(json::object{{"hosts", std::move(a)}});
+    }
+    if (seg.size() == 3) {
+      if (std::find(hosts.begin(), hosts.end(), seg[2]) == hosts.end()) return error(404, "not_found", "no host " + seg[2]);
+      return ok(host_json(seg[2]));
+    }
+  }
+  if (r1 == "devices") {
+    if (seg.size() == 2) {
+      if (m != "GET") return method_not_allowed(m, path);
+      json::array a;
+      for (const auto& d : core_.devices()) a.emplace_back(to_json(d));
+      return ok(json::object{{"devices", std::move(a)}});
+    }
+    if (seg.size() == 4 || seg.size() == 5) {
+      std::string name = seg[2] + "/" + seg[3];
+      if (seg.size() == 4) {
+        if (m != "GET") return method_not_allowed(m, path);
+        auto d = core_.device(name);
+        if (!d) return from_error(d.error());
+        return ok(to_json(*d));
+      }
+      const std::string& action = seg[4];
+      if (action != "drain" && action != "undrain" && action != "reset") return error(404, "not_found", "no route " + path);
+      if (m != "POST") return method_not_allowed(m, path);
+      if (auto e = in.finish()) return from_error(*e);
+      Status s = action == "reset" ? core_.reset_device(name) : core_.set_draining(name, action == "drain");
+      if (!s) return from_error(s.error());
+      auto d = core_.device(name);
+      if (!d) return from_error(d.error());
+      return ok(to_json(*d), action == "reset" ? 202 : 200);
+    }
+  }
+  if (r1 == "leases") {
+    if (seg.size() == 2) {
+      if (m != "GET") return method_not_allowed(m, path);
+      LeaseFilter f;
+      for (const auto& [k, v] : query) {
+        if (k == "tenant") f.tenant = v;
+        else if (k == "guest") f.guest = v;
+        else if (k == "state") {
+          f.state = parse_lease_state(v);
+          if (!f.state) return error(400, "invalid_argument", "query 'state': unknown lease state '" + v + "'");
+        } else if (k == "all") {
+          if (v != "true" && v != "false") return error(400, "invalid_argument", "query 'all' must be true or false");
+          f.include_ended = v == "true";
+        } else {
+          return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+        }
+      }
+      return ok(json::object{{"leases", to_json(core_.list(f))}});
+    }
+    auto id = parse_id(seg[2]);
+    if (!id) return error(400, "invalid_argument", "lease id '" + seg[2] + "' is not a non-negative integer");
+    if (seg.size() == 3) {
+      if (m != "GET") return method_not_allowed(m, path);
+      auto l = core_.get("", *id);
+      if (!l) return from_error(l.error());
+      return ok(to_json(*l));
+    }
+    if (seg.size() == 4 && seg[3] == "revoke") {
+      if (m != "POST") return method_not_allowed(m, path);
+      auto reason = in.string("reason", false, 256);
+      if (auto e = in.finish()) return from_error(*e);
+      auto l = core_.revoke(*id, reason.value_or(""));
+      if (!l) return from_error(l.error());
+      return ok(to_json(*l));
+    }
+  }
+  if (r1 == "queue" && seg.size() == 2) {
+    if (m != "GET") return method_not_allowed(m, path);
+    return ok(json::object{{"queue", to_json(core_.queue())}});
+  }
+  if (r1 == "bitstreams" && seg.size() == 2) {
+    if (m != "GET") return method_not_allowed(m, path);
+    json::array a;
+    auto devices = core_.devices();
+    for (const auto& b : core_.bitstreams()) {
+      json::array on;
+      for (const auto& d : devices) {
+        if (d.record.loaded == b) on.emplace_back(d.record.name);
+      }
+      a.emplace_back(json::object{{"name", b}, {"loaded_on", std::move(on)}});
+    }
+    return ok(json::object{{"bitstreams", std::move(a)}});
+  }
+  if (r1 == "tenants") {
+    if (seg.size() == 2) {
+      if (m == "GET") {
+        json::array a;
+        for (const auto& t : core_.tenants()) a.emplace_back(to_json(t));
+        return ok(json::object{{"tenants", std::move(a)}});
+      }
+      if (m != "POST") return method_not_allowed(m, path);
+      auto name = in.string("name", true, 64);
+      auto weight = in.number("weight", false, 1e-9, 1e6);
+      auto max = in.uint("max_devices", false, 1u << 20);
+      if (auto e = in.finish()) return from_error(*e);
+      auto token = core_.create_tenant(*name, weight.value_or(1.0), static_cast<std::uint32_t>(max.value_or(0)));
+      if (!token) return from_error(token.error());
+      json::object o{{"name", *name}, {"weight", weight.value_or(1.0)}, {"max_devices", max.value_or(0)}, {"token", *token}};
+      return ok(o, 201);
+    }
+    if (seg.size() == 3) {
+      if (m != "PATCH") return method_not_allowed(m, path);
+      auto weight = in.number("weight", false, 1e-9, 1e6);
+      auto max = in.uint("max_devices", false, 1u << 20);
+      if (auto e = in.finish()) return from_error(*e);
+      std::optional<std::uint32_t> max32;
+      if (max) max32 = static_cast<std::uint32_t>(*max);
+      if (auto s = core_.update_tenant(seg[2], weight, max32); !s) return from_error(s.error());
+      for (const auto& t : core_.tenants()) {
+        if (t.name == seg[2]) return ok(to_json(t));
+      }
+    }
+    if (seg.size() == 4 && seg[3] == "rotate-token") {
+      if (m != "POST") return method_not_allowed(m, path);
+      if (auto e = in.finish()) return from_error(*e);
+      auto token = core_.rotate_tenant_token(seg[2]);
+      if (!token) return from_error(token.error());
+      return ok(json::object{{"name", seg[2]}, {"token", *token}});
+    }
+  }
+  if (r1 == "policy" && seg.size() == 2) {
+    if (m == "GET") return ok(json::object{{"policy", core_.policy()}});
+    if (m != "PUT") return method_not_allowed(m, path);
+    auto policy = in.string("policy", true, 256);
+    if (auto e = in.finish()) return from_error(*e);
+    if (auto s = core_.set_policy(*policy); !s) return from_error(s.error());
+    return ok(json::object{{"policy", core_.policy()}});
+  }
+  if (r1 == "stats" && seg.size() == 2) {
+    if (m != "GET") return method_not_allowed(m, path);
+    std::vector<double> windows = {60, 300, 3600};
+    for (const auto& [k, v] : query) {
+      if (k != "window") return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+      double w = 0;
+      auto r = std::from_chars(v.data(), v.data() + v.size(), w);
+      if (r.ec != std::errc() || r.ptr != v.data() + v.size() || !(w > 0) || w > 1e8) {
+        return error(400, "invalid_argument", "query 'window' must be a number of seconds in (0, 1e8]");
+      }
+      windows = {w};
+    }
+    json::array a;
+    for (double w : windows) a.emplace_back(to_json(core_.stats(w)));
+    Counters c = core_.counters();
+    return ok(json::object{{"windows", std::move(a)},
+                           {"counters", json::object{{"grants", c.grants},
+                                                     {"reprogrammings", c.reprogrammings},
+                                                     {"preemptions", c.preemptions},
+                                                     {"expirations", c.expirations}}},
+                           {"queue_length", core_.queue_length()}});
+  }
+  return error(404, "not_found", "no route " + m + " " + path);
+}
+
+}  // namespace accelpool::manager

@@ -1,0 +1,193 @@
+#include "config.hpp"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <set>
+#include <sstream>
+
+namespace accelpool::manager {
+
+namespace {
+
+std::string where(const std::filesystem::path& file, const toml::node& n) {
+  std::ostringstream o;
+  o << file.string() << ":" << n.source().begin.line << ":" << n.source().begin.column;
+  return o.str();
+}
+
+// Refuses keys a table does not know (usually misspelt).
+Status check_keys(const std::filesystem::path& file, const toml::table& t, const std::set<std::string>& known,
+                  const std::string& table) {
+  for (const auto& [k, v] : t) {
+    if (!known.count(std::string(k.str()))) {
+      return make_error("config", where(file, v) + ": unknown key '" + std::string(k.str()) + "' in " + table);
+    }
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status read(const std::filesystem::path& file, const toml::table& t, const char* key, T& out, const std::string& table) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::ok();
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (auto v = n->value<std::string>()) { out = *v; return Status::ok(); }
+    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be a string");
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (auto v = n->value<bool>(); v && n->is_boolean()) { out = *v; return Status::ok(); }
+    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be true or false");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (n->is_number()) { out = *n->value<double>(); return Status::ok(); }
+    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be a number");
+  } else {
+    if (n->is_integer()) {
+      auto v = *n->value<std::int64_t>();
+      if (v >= 0 && static_cast<std::uint64_t>(v) <= std::numeric_limits<T>::max()) {
+        out = static_cast<T>(v);
+        return Status::ok();
+      }
+    }
+    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be a non-negative integer");
+  }
+}
+
+#define ACCELPOOL_TRY(expr)         \
+  do {                              \
+    if (auto s_ = (expr); !s_) return s_.error(); \
+  } while (0)
+
+const toml::table* sub(const toml::table& t, const char* key) { return t.get_as<toml::table>(key); }
+
+}  // namespace
+
+Config default_config() { return Config{}; }
+
+Result<Config> load_config(const std::filesystem::path& file) {
+  toml::table root;
+  try {
+    root = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream o;
+    o << file.string() << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+    return make_error("config", o.str());
+  }
+  Config c;
+  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants"}, "the top level"));
+  std::string data_dir = c.data_dir.string();
+  ACCELPOOL_TRY(read(file, root, "data_dir", data_dir, "top level"));
+  c.data_dir = data_dir;
+  if (c.data_dir.is_relative()) c.data_dir = file.parent_path() / c.data_dir;
+  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits"}) {
+    if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
+  }
+  if (auto* t = sub(root, "store")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"file", "full_sync"}, "[store]"));
+    ACCELPOOL_TRY(read(file, *t, "file", c.store_file, "store"));
+    ACCELPOOL_TRY(read(file, *t, "full_sync", c.full_sync, "store"));
+  }
+  if (auto* t = sub(root, "guest")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix"}, "[guest]"));
+    ACCELPOOL_TRY(read(file, *t, "tcp", c.guest_tcp, "guest"));
+    ACCELPOOL_TRY(read(file, *t, "unix", c.guest_unix, "guest"));
+  }
+  if (auto* t = sub(root, "admin")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"listen"}, "[admin]"));
+    ACCELPOOL_TRY(read(file, *t, "listen", c.admin_listen, "admin"));
+  }
+  if (auto* t = sub(root, "leases")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history"}, "[leases]"));
+    ACCELPOOL_TRY(read(file, *t, "ttl_s", c.core.lease_ttl_s, "leases"));
+    ACCELPOOL_TRY(read(file, *t, "revoke_grace_s", c.core.revoke_grace_s, "leases"));
+    ACCELPOOL_TRY(read(file, *t, "history", c.core.history, "leases"));
+    if (!(c.core.lease_ttl_s > 0)) return make_error("config", file.string() + ": leases.ttl_s must be > 0");
+    if (!(c.core.revoke_grace_s >= 0)) return make_error("config", file.string() + ": leases.revoke_grace_s must be >= 0");
+  }
+  if (auto* t = sub(root, "scheduler")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"policy"}, "[scheduler]"));
+    ACCELPOOL_TRY(read(file, *t, "policy", c.core.policy, "scheduler"));
+  }
+  if (auto* t = sub(root, "limits")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"max_body_bytes", "request_timeout_s", "max_connections"}, "[limits]"));
+    ACCELPOOL_TRY(read(file, *t, "max_body_bytes", c.max_body_bytes, "limits"));
+    ACCELPOOL_TRY(read(file, *t, "request_timeout_s", c.request_timeout_s, "limits"));
+    ACCELPOOL_TRY(read(file, *t, "max_connections", c.max_connections, "limits"));
+  }
+  if (const toml::node* hn = root.get("hosts")) {
+    const auto* arr = hn->as_array();
+    if (!arr) return make_error("config", where(file, *hn) + ": hosts must be an array of tables ([[hosts]])");
+    for (const auto& h : *arr) {
+      const auto* t = h.as_table();
+      if (!t) return make_error("config", where(file, h) + ": each [[hosts]] entry must be a table");
+      ACCELPOOL_TRY(check_keys(file, *t, {"name", "backend", "settings", "devices"}, "[[hosts]]"));
+      HostConfig hc;
+      ACCELPOOL_TRY(read(file, *t, "name", hc.name, "hosts"));
+      ACCELPOOL_TRY(read(file, *t, "backend", hc.backend, "hosts"));
+      if (auto* s = sub(*t, "settings")) {
+        for (const auto& [k, v] : *s) {
+          if (v.is_string()) hc.settings[std::string(k.str())] = *v.value<std::string>();
+          else if (v.is_integer()) hc.settings[std::string(k.str())] = std::to_string(*v.value<std::int64_t>());
+          else if (v.is_floating_point()) hc.settings[std::string(k.str())] = std::to_string(*v.value<double>());
+          else if (v.is_boolean()) hc.settings[std::string(k.str())] = *v.value<bool>() ? "true" : "false";
+          else return make_error("config", where(file, v) + ": hosts.settings." + std::string(k.str()) + " must be a string, number or boolean");
+        }
+      }
+      if (const toml::node* dn = t->get("devices")) {
+        const auto* darr = dn->as_array();
+        if (!darr) return make_error("config", where(file, *dn) + ": hosts.devices must be an array of tables");
+        for (const auto& d : *darr) {
+          const auto* dt = d.as_table();
+          if (!dt) return make_error("config", where(file, d) + ": each hosts.devices entry must be a table");
+          ACCELPOOL_TRY(check_keys(file, *dt, {"kind", "model", "count", "attach"}, "hosts.devices"));
+          StaticDeviceGroup g;
+          std::string attach = "network";
+          std::uint32_t count = 1;
+          ACCELPOOL_TRY(read(file, *dt, "kind", g.kind, "hosts.devices"));
+          ACCELPOOL_TRY(read(file, *dt, "model", g.model, "hosts.devices"));
+          ACCELPOOL_TRY(read(file, *dt, "count", count, "hosts.devices"));
+          ACCELPOOL_TRY(read(file, *dt, "attach", attach, "hosts.devices"));
+          if (attach != "network" && attach != "passthrough") {
+            return make_error("config", where(file, d) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
+          }
+          if (count < 1 || count > 100000) return make_error("config", where(file, d) + ": hosts.devices.count must be in 1..100000");
+          g.count = static_cast<int>(count);
+          g.passthrough = attach == "passthrough";
+          hc.devices.push_back(g);
+        }
+      }
+      c.hosts.push_back(std::move(hc));
+    }
+  }
+  if (const toml::node* tn = root.get("tenants")) {
+    const auto* arr = tn->as_array();
+    if (!arr) return make_error("config", where(file, *tn) + ": tenants must be an array of tables ([[tenants]])");
+    for (const auto& e : *arr) {
+      const auto* t = e.as_table();
+      if (!t) return make_error("config", where(file, e) + ": each [[tenants]] entry must be a table");
+      ACCELPOOL_TRY(check_keys(file, *t, {"name", "weight", "max_devices"}, "[[tenants]]"));
+      TenantConfig tc;
+      ACCELPOOL_TRY(read(file, *t, "name", tc.name, "tenants"));
+      ACCELPOOL_TRY(read(file, *t, "weight", tc.weight, "tenants"));
+      ACCELPOOL_TRY(read(file, *t, "max_devices", tc.max_devices, "tenants"));
+      if (tc.name.empty()) return make_error("config", where(file, e) + ": tenants.name is required");
+      c.tenants.push_back(tc);
+    }
+  }
+  return c;
+}
+
+Result<std::pair<std::string, unsigned short>> parse_endpoint(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return make_error("config", "endpoint '" + text + "' must look like ADDRESS:PORT, e.g. 127.0.0.1:7070");
+  }
+  std::string host = text.substr(0, colon);
+  unsigned port = 0;
+  auto r = std::from_chars(text.data() + colon + 1, text.data() + text.size(), port);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || port > 65535) {
+    return make_error("config", "endpoint '" + text + "': the port must be a number in 0..65535");
+  }
+  return std::make_pair(host, static_cast<unsigned short>(port));
+}
+
+}  // namespace accelpool::manager

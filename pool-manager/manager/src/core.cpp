@@ -1,0 +1,1016 @@
+// The pool's state machine. See core.hpp for the threading and durability rules.
+#include <accelpool/manager/auth.hpp>
+#include <accelpool/manager/core.hpp>
+#include <accelpool/scheduler/scheduler.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <set>
+#include <unordered_map>
+
+namespace accelpool::manager {
+
+namespace sched = accelpool::scheduler;
+
+namespace {
+
+bool valid_name(const std::string& s, std::size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.' || c == ':';
+  });
+}
+
+Percentiles percentiles(std::vector<double> v) {
+  Percentiles p;
+  p.count = v.size();
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  p.avg = sum / static_cast<double>(v.size());
+  auto at = [&](double q) {
+    auto idx = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) ;
+    return v[std::min(v.size() - 1, idx == 0 ? 0 : idx - 1)];
+  };
+  p.p50 = at(0.50);
+  p.p95 = at(0.95);
+  p.p99 = at(0.99);
+  return p;
+}
+
+std::string device_state_name(std::optional<sched::DeviceState> s) {
+  if (!s) return "unknown";
+  switch (*s) {
+    case sched::DeviceState::free: return "free";
+    case sched::DeviceState::leased: return "leased";
+    case sched::DeviceState::draining: return "draining";
+    case sched::DeviceState::unavailable: return "unavailable";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+struct PoolCore::Impl {
+  struct Sample {
+    std::string tenant;
+    std::string bitstream;
+    double ended_at;
+    double jct;
+    double wait;
+  };
+
+  CoreOptions options;
+  const Clock& clock;
+  Store& store;
+  std::unique_ptr<sched::Scheduler> scheduler;
+  sched::NameTable kinds, bitstreams, tenant_ids, host_ids;
+
+  std::map<std::string, TenantRecord> tenants;
+  std::unordered_map<std::string, std::string> tenant_by_hash;
+  std::string admin_hash;
+  std::string policy_text;
+
+  std::map<std::string, DeviceRecord> devices;            // by name
+  std::unordered_map<sched::DeviceId, std::string> by_sched_id;
+  std::unordered_map<std::string, LeaseId> holder;        // device name -> lease holding it
+  sched::DeviceId next_sched_id = 0;
+
+  std::map<std::string, std::unique_ptr<HostDriver>> hosts;
+  std::vector<std::string> host_order;
+  std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
+
+  std::map<LeaseId, Lease> live;
+  std::map<LeaseId, Lease> ended;
+  std::set<std::pair<double, LeaseId>> expiries;
+  std::set<std::pair<double, LeaseId>> deadlines;
+  std::unordered_map<LeaseId, std::uint64_t> epoch;       // bumps on every grant: stale completions are ignored
+  std::unordered_map<LeaseId, std::size_t> pending_prepare;
+  std::deque<Sample> samples;
+  Counters counters;
+  LeaseId last_id = 0;
+  double last_now = 0;
+
+  std::set<LeaseId> dirty_leases;
+  std::set<std::string> dirty_devices;
+  Batch batch;  // tenants and meta; leases and devices are copied from the dirty sets at flush
+  std::vector<std::pair<Lease, LeaseEvent>> events;
+  std::vector<CoreListener*> listeners;
+
+  Impl(CoreOptions o, const Clock& c, Store& s) : options(std::move(o)), clock(c), store(s) {}
+
+  double now() {
+    last_now = std::max(last_now, clock.now());
+    return last_now;
+  }
+
+  Lease* find_lease(LeaseId id) {
+    auto it = live.find(id);
+    return it == live.end() ? nullptr : &it->second;
+  }
+  const Lease* find_any(LeaseId id) const {
+    if (auto it = live.find(id); it != live.end()) return &it->second;
+    if (auto it = ended.find(id); it != ended.end()) return &it->second;
+    return nullptr;
+  }
+  DeviceRecord* device_by_sched(sched::DeviceId id) {
+    auto it = by_sched_id.find(id);
+    if (it == by_sched_id.end()) return nullptr;
+    return &devices.at(it->second);
+  }
+
+  // --- durability -----------------------------------------------------------------------------------------
+  void touch(const Lease& l) { dirty_leases.insert(l.id); }
+  void touch(const DeviceRecord& d) { dirty_devices.insert(d.name); }
+  void emit(const Lease& l, LeaseEvent e) { events.emplace_back(l, e); }
+
+  bool group_commit = false;
+
+  void flush() {
+    if (!group_commit) commit({});
+  }
+
+  bool uncommitted() const { return !dirty_leases.empty() || !dirty_devices.empty() || !batch.empty() || !events.empty(); }
+
+  // Writes every pending change, then tells the listeners. A store that cannot write leaves the manager unable
+  // to keep its promise of durability: it stops, and a restart resumes from the store.
+  void commit(const std::function<void()>& after_write) {
+    for (LeaseId id : dirty_leases) {
+      if (const Lease* l = find_any(id)) batch.leases.push_back(*l);
+    }
+    for (const auto& name : dirty_devices) {
+      if (auto it = devices.find(name); it != devices.end()) batch.devices.push_back(it->second);
+    }
+    dirty_leases.clear();
+    dirty_devices.clear();
+    if (!batch.empty()) {
+      Status s = store.apply(batch);
+      if (!s) {
+        std::fprintf(stderr, "accelpool-manager: fatal: cannot write the store: %s\n", s.error().message.c_str());
+        std::abort();
+      }
+      batch = Batch{};
+    }
+    if (after_write) after_write();
+    auto pending = std::move(events);
+    events.clear();
+    for (const auto& [lease, event] : pending) {
+      for (auto* l : listeners) l->lease_event(lease, event);
+    }
+  }
+
+  // --- host calls ---------------------------------------------------------------------------------------------
+  void host_call(const std::string& host, std::function<void(HostDriver&)> fn) {
+    auto it = hosts.find(host);
+    if (it == hosts.end()) {
+      deferred[host].push_back(std::move(fn));
+    } else {
+      fn(*it->second);
+    }
+  }
+
+  void release_devices(const Lease& l) {
+    for (const auto& name : l.devices) {
+      holder.erase(name);
+      auto& d = devices.at(name);
+      host_call(d.host, [this, name, local = d.local_id](HostDriver& h) {
+        h.release(local, [this, name](Status s, std::string loaded) { on_device_reset(name, s, std::move(loaded)); });
+      });
+    }
+  }
+
+  void on_device_reset(const std::string& name, const Status& s, std::string loaded) {
+    auto it = devices.find(name);
+    if (it == devices.end()) return;
+    auto& d = it->second;
+    double t = now();
+    sched::Decisions out;
+    if (!s) {
+      std::fprintf(stderr, "accelpool-manager: device %s failed to reset: %s\n", name.c_str(), s.error().message.c_str());
+      d.available = false;
+      (void)scheduler->set_available(d.sched_id, false, t, out);
+    } else if (loaded != d.loaded) {
+      d.loaded = loaded;
+      (void)scheduler->set_loaded(d.sched_id, loaded.empty() ? sched::kNoBitstream : bitstreams.intern(loaded));
+    }
+    touch(d);
+    apply(out, t);
+    flush();
+  }
+
+  void prepare_devices(Lease& l) {
+    std::uint64_t ep = epoch[l.id];
+    pending_prepare[l.id] = l.devices.size();
+    for (const auto& name : l.devices) {
+      auto& d = devices.at(name);
+      bool reprogram = !l.bitstream.empty() && d.loaded != l.bitstream;
+      host_call(d.host, [this, id = l.id, ep, name, local = d.local_id, bs = l.bitstream, reprogram,
+                         guest = l.guest](HostDriver& h) {
+        h.prepare(local, bs, reprogram, guest,
+                  [this, id, ep, name](Status s, std::string loaded) { on_prepared(id, ep, name, s, std::move(loaded)); });
+      });
+    }
+  }
+
+  void on_prepared(LeaseId id, std::uint64_t ep, const std::string& name, const Status& s, std::string loaded) {
+    double t = now();
+    sched::Decisions out;
+    auto dit = devices.find(name);
+    if (dit != devices.end() && s && !loaded.empty() && loaded != dit->second.loaded) {
+      dit->second.loaded = loaded;
+      (void)scheduler->set_loaded(dit->second.sched_id, bitstreams.intern(loaded));
+      touch(dit->second);
+    }
+    Lease* l = find_lease(id);
+    bool current = l && epoch[id] == ep && (l->state == LeaseState::granted || l->state == LeaseState::revoking);
+    if (!s) {
+      std::fprintf(stderr, "accelpool-manager: device %s failed to prepare: %s\n", name.c_str(), s.error().message.c_str());
+      if (dit != devices.end()) {
+        dit->second.available = false;
+        touch(dit->second);
+        // The scheduler preempts the lease holding it (device_failed); apply() requeues that lease.
+        (void)scheduler->set_available(dit->second.sched_id, false, t, out);
+      }
+    } else if (current) {
+      if (--pending_prepare[id] == 0) {
+        pending_prepare.erase(id);
+        l->ready = true;
+        touch(*l);
+        emit(*l, LeaseEvent::granted);
+      }
+    }
+    apply(out, t);
+    flush();
+  }
+
+  // --- lease transitions --------------------------------------------------------------------------------------
+  void set_expiry(Lease& l, double at) {
+    expiries.erase({l.expires_at, l.id});
+    l.expires_at = at;
+    expiries.insert({at, l.id});
+  }
+  void clear_deadline(Lease& l) {
+    deadlines.erase({l.revoke_deadline, l.id});
+    l.revoke_deadline = 0;
+    l.requeue_on_deadline = false;
+  }
+
+  void apply(sched::Decisions& d, double t) {
+    // Decisions can cascade (a requeue frees devices that serve others): loop until quiet.
+    while (!d.empty()) {
+      sched::Decisions next;
+      for (const auto& g : d.grants) on_grant(g, t);
+      for (const auto& p : d.preemptions) on_preempt(p, t, next);
+      d = std::move(next);
+    }
+  }
+
+  void on_grant(const sched::Grant& g, double t) {
+    Lease* l = find_lease(g.request);
+    if (!l) {
+      std::fprintf(stderr, "accelpool-manager: fatal: the scheduler granted unknown request %llu\n",
+                   static_cast<unsigned long long>(g.request));
+      std::abort();
+    }
+    l->state = LeaseState::granted;
+    l->granted_at = t;
+    if (l->first_granted_at == 0) l->first_granted_at = t;
+    l->ready = false;
+    l->devices.clear();
+    for (const auto& dg : g.devices) {
+      DeviceRecord* d = device_by_sched(dg.device);
+      if (!d) {
+        std::fprintf(stderr, "accelpool-manager: fatal: the scheduler granted unknown device %u\n", dg.device);
+        std::abort();
+      }
+      l->devices.push_back(d->name);
+      holder[d->name] = l->id;
+      if (dg.reprogram) {
+        ++l->reprogrammed;
+        ++counters.reprogrammings;
+      }
+    }
+    ++counters.grants;
+    ++epoch[l->id];
+    set_expiry(*l, t + options.lease_ttl_s);
+    touch(*l);
+    prepare_devices(*l);
+    // Record what the devices will hold once programmed, as the scheduler does.
+    for (const auto& name : l->devices) {
+      auto& d = devices.at(name);
+      if (!l->bitstream.empty() && d.loaded != l->bitstream) {
+        d.loaded = l->bitstream;
+        touch(d);
+      }
+    }
+  }
+
+  void on_preempt(const sched::Preemption& p, double t, sched::Decisions& out) {
+    Lease* l = find_lease(p.request);
+    if (!l) return;
+    ++counters.preemptions;
+    ++l->preemptions;
+    if (p.reason == sched::PreemptReason::device_failed) {
+      requeue(*l, t, out);
+      return;
+    }
+    l->state = LeaseState::revoking;
+    clear_deadline(*l);
+    l->revoke_deadline = t + options.revoke_grace_s;
+    l->requeue_on_deadline = true;
+    deadlines.insert({l->revoke_deadline, l->id});
+    touch(*l);
+    emit(*l, LeaseEvent::revoking);
+  }
+
+  void requeue(Lease& l, double t, sched::Decisions& out) {
+    if (auto r = scheduler->requeue(l.id, t, out)) {
+      std::fprintf(stderr, "accelpool-manager: requeue of lease %llu refused: %s\n",
+                   static_cast<unsigned long long>(l.id), r->error.c_str());
+    }
+    release_devices(l);
+    clear_deadline(l);
+    pending_prepare.erase(l.id);
+    ++epoch[l.id];
+    l.state = LeaseState::queued;
+    l.devices.clear();
+    l.ready = false;
+    touch(l);
+    emit(l, LeaseEvent::requeued);
+  }
+
+  void end_lease(Lease& l, LeaseState state, const std::string& reason, double t) {
+    sched::Decisions out;
+    if (auto r = scheduler->release(l.id, t, out)) {
+      std::fprintf(stderr, "accelpool-manager: release of lease %llu refused: %s\n",
+                   static_cast<unsigned long long>(l.id), r->error.c_str());
+    }
+    if (l.state == LeaseState::granted || l.state == LeaseState::revoking) release_devices(l);
+    expiries.erase({l.expires_at, l.id});
+    clear_deadline(l);
+    pending_prepare.erase(l.id);
+    epoch.erase(l.id);
+    l.state = state;
+    l.ended_at = t;
+    l.end_reason = reason;
+    l.ready = false;
+    if (state == LeaseState::released && l.first_granted_at > 0) {
+      samples.push_back({l.tenant, l.bitstream, t, t - l.created_at, l.first_granted_at - l.created_at});
+      while (samples.size() > options.history) samples.pop_front();
+    }
+    if (state == LeaseState::expired) ++counters.expirations;
+    LeaseId id = l.id;
+    ended[id] = std::move(l);
+    live.erase(id);
+    while (ended.size() > options.history) ended.erase(ended.begin());
+    Lease& e = ended.at(id);
+    touch(e);
+    emit(e, LeaseEvent::ended);
+    apply(out, t);
+  }
+
+  Result<Lease*> owned(const std::string& tenant, LeaseId id) {
+    Lease* l = find_lease(id);
+    if (!l) {
+      if (const Lease* e = find_any(id); e && (tenant.empty() || e->tenant == tenant)) {
+        return make_error("invalid_state", "lease " + std::to_string(id) + " has already ended (" +
+                                               std::string(to_string(e->state)) + ")");
+      }
+      return make_error("not_found", "no lease " + std::to_string(id));
+    }
+    // Another tenant's lease looks like no lease at all: ids leak nothing.
+    if (!tenant.empty() && l->tenant != tenant) return make_error("not_found", "no lease " + std::to_string(id));
+    return l;
+  }
+
+  // --- restore ----------------------------------------------------------------------------------------------
+  sched::Request request_of(const Lease& l) {
+    sched::Request r;
+    r.id = l.id;
+    r.tenant = tenant_ids.intern(l.tenant);
+    r.kind = kinds.intern(l.kind);
+    r.bitstream = l.bitstream.empty() ? sched::kNoBitstream : bitstreams.intern(l.bitstream);
+    r.count = l.count;
+    r.guest_host = host_ids.intern(l.guest_host);
+    r.estimate_s = l.estimate_s;
+    r.arrival = l.created_at;
+    return r;
+  }
+
+  sched::Device sched_device(const DeviceRecord& d) {
+    sched::Device sd;
+    sd.id = d.sched_id;
+    sd.host = host_ids.intern(d.host);
+    sd.kind = kinds.intern(d.kind);
+    sd.attach = d.passthrough ? sched::AttachMode::passthrough : sched::AttachMode::network;
+    sd.loaded = d.loaded.empty() ? sched::kNoBitstream : bitstreams.intern(d.loaded);
+    return sd;
+  }
+
+  Status restore(Snapshot snap) {
+    double t = now();
+    for (auto& tr : snap.tenants) {
+      tenant_by_hash[tr.token_hash] = tr.name;
+      scheduler->set_tenant_weight(tenant_ids.intern(tr.name), tr.weight);
+      tenants[tr.name] = tr;
+    }
+    if (auto it = snap.meta.find("admin_token_hash"); it != snap.meta.end()) admin_hash = it->second;
+    for (auto& d : snap.devices) {
+      next_sched_id = std::max(next_sched_id, d.sched_id + 1);
+      by_sched_id[d.sched_id] = d.name;
+      devices[d.name] = d;
+    }
+    last_id = snap.max_lease_id;
+
+    std::vector<Lease*> running, waiting;
+    for (auto& l : snap.leases) {
+      LeaseId id = l.id;
+      if (is_terminal(l.state)) {
+        if (l.state == LeaseState::released && l.first_granted_at > 0) {
+          samples.push_back({l.tenant, l.bitstream, l.ended_at, l.ended_at - l.created_at, l.first_granted_at - l.created_at});
+        }
+        ended[id] = std::move(l);
+      } else {
+        live[id] = std::move(l);
+        Lease& ll = live[id];
+        (ll.state == LeaseState::queued ? waiting : running).push_back(&ll);
+      }
+    }
+    std::sort(running.begin(), running.end(), [](const Lease* a, const Lease* b) {
+      return std::tie(a->granted_at, a->id) < std::tie(b->granted_at, b->id);
+    });
+    std::sort(waiting.begin(), waiting.end(), [](const Lease* a, const Lease* b) {
+      return std::tie(a->created_at, a->id) < std::tie(b->created_at, b->id);
+    });
+
+    // Running leases first: add exactly their devices, then submit, so the scheduler can only grant those.
+    std::set<std::string> added;
+    std::vector<Lease*> orphans;
+    for (Lease* l : running) {
+      bool ok = l->devices.size() == l->count;
+      for (const auto& name : l->devices) ok = ok && devices.count(name) && !added.count(name);
+      if (!ok) {
+        orphans.push_back(l);
+        continue;
+      }
+      sched::Decisions out;
+      for (const auto& name : l->devices) {
+        if (auto r = scheduler->add_device(sched_device(devices.at(name)), t, out)) {
+          return make_error("corrupt", "device " + name + ": " + r->error);
+        }
+        added.insert(name);
+      }
+      if (auto r = scheduler->submit(request_of(*l), t, out)) {
+        return make_error("corrupt", "lease " + std::to_string(l->id) + ": " + r->error);
+      }
+      if (out.grants.size() != 1 || out.grants[0].request != l->id) {
+        return make_error("corrupt", "lease " + std::to_string(l->id) + " could not be restored on its devices");
+      }
+      for (const auto& name : l->devices) holder[name] = l->id;
+      epoch[l->id] = 1;
+      l->expires_at = t + options.lease_ttl_s;
+      expiries.insert({l->expires_at, l->id});
+      if (l->state == LeaseState::revoking) {
+        l->revoke_deadline = std::max(l->revoke_deadline, t + options.revoke_grace_s);
+        deadlines.insert({l->revoke_deadline, l->id});
+      }
+      touch(*l);
+      if (!l->ready) prepare_devices(*l);
+    }
+    sched::Decisions out;
+    for (auto& [name, d] : devices) {
+      if (!added.count(name)) {
+        if (auto r = scheduler->add_device(sched_device(d), t, out)) {
+          return make_error("corrupt", "device " + name + ": " + r->error);
+        }
+      }
+    }
+    for (auto& [name, d] : devices) {
+      if (d.draining) (void)scheduler->set_draining(d.sched_id, true, t, out);
+      if (!d.available) (void)scheduler->set_available(d.sched_id, false, t, out);
+    }
+    for (Lease* l : waiting) {
+      l->expires_at = t + options.lease_ttl_s;
+      expiries.insert({l->expires_at, l->id});
+      touch(*l);
+      if (auto r = scheduler->submit(request_of(*l), t, out)) {
+        // The pool no longer has devices for it.
+        end_lease(*l, LeaseState::revoked, "restore: " + r->error, t);
+      }
+    }
+    for (Lease* l : orphans) {
+      l->state = LeaseState::queued;  // it holds nothing the scheduler knows of
+      end_lease(*l, LeaseState::revoked, "restore: its devices are gone", t);
+    }
+    apply(out, t);
+    flush();
+    return Status::ok();
+  }
+};
+
+// --- PoolCore ----------------------------------------------------------------------------------------------------
+
+PoolCore::PoolCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PoolCore::~PoolCore() = default;
+
+Result<std::unique_ptr<PoolCore>> PoolCore::create(CoreOptions options, const Clock& clock, Store& store) {
+  if (!(options.lease_ttl_s > 0) || !(options.revoke_grace_s >= 0)) {
+    return make_error("config", "lease TTL must be > 0 and revocation grace >= 0");
+  }
+  auto snap = store.load(options.history);
+  if (!snap) return snap.error();
+  std::string spec_text = options.policy;
+  // A policy set at runtime survives restarts unless the configured one changed since.
+  auto& meta = snap->meta;
+  if (auto it = meta.find("policy"); it != meta.end() && meta["policy_config"] == options.policy) spec_text = it->second;
+  std::string error;
+  auto spec = sched::PolicySpec::parse(spec_text, &error);
+  if (!spec) return make_error("config", "policy '" + spec_text + "': " + error);
+  auto scheduler = sched::Scheduler::create(*spec, &error);
+  if (!scheduler) return make_error("config", "policy '" + spec_text + "': " + error);
+  auto impl = std::make_unique<Impl>(options, clock, store);
+  impl->scheduler = std::move(scheduler);
+  impl->policy_text = spec->to_string();
+  impl->batch.meta.emplace_back("policy_config", options.policy);
+  impl->batch.meta.emplace_back("policy", impl->policy_text);
+  if (auto s = impl->restore(std::move(*snap)); !s) return s.error();
+  return std::unique_ptr<PoolCore>(new PoolCore(std::move(impl)));
+}
+
+void PoolCore::add_listener(CoreListener* listener) { impl_->listeners.push_back(listener); }
+
+Status PoolCore::attach_host(std::unique_ptr<HostDriver> host) {
+  auto& m = *impl_;
+  std::string name = host->name();
+  if (!valid_name(name, 64)) return make_error("invalid_argument", "host name '" + name + "' is not valid");
+  if (m.hosts.count(name)) return make_error("conflict", "host " + name + " is already attached");
+  auto found = host->devices();
+  if (!found) return found.error();
+  double t = m.now();
+  sched::Decisions out;
+  std::set<std::string> present;
+  for (const auto& hd : *found) {
+    std::string dev_name = name + "/" + hd.local_id;
+    if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
+      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' of kind '" +
+                                                hd.kind + "' with characters outside [A-Za-z0-9._:-]");
+    }
+    present.insert(dev_name);
+    auto it = m.devices.find(dev_name);
+    if (it == m.devices.end()) {
+      DeviceRecord d;
+      d.name = dev_name;
+      d.host = name;
+      d.local_id = hd.local_id;
+      d.kind = hd.kind;
+      d.model = hd.model;
+      d.passthrough = hd.passthrough;
+      d.loaded = hd.loaded;
+      d.sched_id = m.next_sched_id++;
+      m.by_sched_id[d.sched_id] = dev_name;
+      auto& rec = m.devices[dev_name] = d;
+      if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
+        return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
+      }
+      m.touch(rec);
+    } else if (!it->second.available) {
+      it->second.available = true;
+      (void)m.scheduler->set_available(it->second.sched_id, true, t, out);
+      m.touch(it->second);
+    }
+  }
+  for (auto& [dev_name, d] : m.devices) {
+    if (d.host == name && !present.count(dev_name) && d.available) {
+      d.available = false;
+      (void)m.scheduler->set_available(d.sched_id, false, t, out);
+      m.touch(d);
+    }
+  }
+  m.host_order.push_back(name);
+  HostDriver& h = *(m.hosts[name] = std::move(host));
+  auto ops = std::move(m.deferred[name]);
+  m.deferred.erase(name);
+  for (auto& op : ops) op(h);
+  m.apply(out, t);
+  m.flush();
+  return Status::ok();
+}
+
+// --- tenants ---------------------------------------------------------------------------------------------------
+
+Result<std::string> PoolCore::create_tenant(const std::string& name, double weight, std::uint32_t max_devices) {
+  auto& m = *impl_;
+  if (!valid_name(name, 64)) return make_error("invalid_argument", "tenant name must be 1-64 characters of [A-Za-z0-9._:-]");
+  if (!(weight > 0) || !std::isfinite(weight) || weight > 1e6) {
+    return make_error("invalid_argument", "tenant weight must be a number in (0, 1e6]");
+  }
+  if (m.tenants.count(name)) return make_error("conflict", "tenant " + name + " exists");
+  std::string token = generate_token("apt_");
+  TenantRecord t{name, weight, max_devices, sha256_hex(token)};
+  m.tenants[name] = t;
+  m.tenant_by_hash[t.token_hash] = name;
+  m.scheduler->set_tenant_weight(m.tenant_ids.intern(name), weight);
+  m.batch.tenants.push_back(t);
+  m.flush();
+  return token;
+}
+
+Status PoolCore::update_tenant(const std::string& name, std::optional<double> weight,
+                               std::optional<std::uint32_t> max_devices) {
+  auto& m = *impl_;
+  auto it = m.tenants.find(name);
+  if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
+  if (weight && (!(*weight > 0) || !std::isfinite(*weight) || *weight > 1e6)) {
+    return make_error("invalid_argument", "tenant weight must be a number in (0, 1e6]");
+  }
+  if (weight) {
+    it->second.weight = *weight;
+    m.scheduler->set_tenant_weight(m.tenant_ids.intern(name), *weight);
+  }
+  if (max_devices) it->second.max_devices = *max_devices;
+  m.batch.tenants.push_back(it->second);
+  m.flush();
+  return Status::ok();
+}
+
+Result<std::string> PoolCore::rotate_tenant_token(const std::string& name) {
+  auto& m = *impl_;
+  auto it = m.tenants.find(name);
+  if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
+  std::string token = generate_token("apt_");
+  m.tenant_by_hash.erase(it->second.token_hash);
+  it->second.token_hash = sha256_hex(token);
+  m.tenant_by_hash[it->second.token_hash] = name;
+  m.batch.tenants.push_back(it->second);
+  m.flush();
+  return token;
+}
+
+std::vector<TenantRecord> PoolCore::tenants() const {
+  std::vector<TenantRecord> out;
+  for (const auto& [_, t] : impl_->tenants) out.push_back(t);
+  return out;
+}
+
+Result<std::string> PoolCore::authenticate(const std::string& token) const {
+  if (token.empty() || token.size() > 256) return make_error("unauthorized", "missing or malformed token");
+  auto it = impl_->tenant_by_hash.find(sha256_hex(token));
+  if (it == impl_->tenant_by_hash.end()) return make_error("unauthorized", "unknown token");
+  return it->second;
+}
+
+Status PoolCore::set_admin_token(const std::string& token) {
+  if (token.size() < 16) return make_error("invalid_argument", "an admin token needs at least 16 characters");
+  impl_->admin_hash = sha256_hex(token);
+  impl_->batch.meta.emplace_back("admin_token_hash", impl_->admin_hash);
+  impl_->flush();
+  return Status::ok();
+}
+
+bool PoolCore::has_admin_token() const { return !impl_->admin_hash.empty(); }
+
+bool PoolCore::check_admin(const std::string& token) const {
+  if (impl_->admin_hash.empty() || token.empty() || token.size() > 256) return false;
+  return constant_time_equal(sha256_hex(token), impl_->admin_hash);
+}
+
+// --- leases ----------------------------------------------------------------------------------------------------
+
+Result<Lease> PoolCore::acquire(const AcquireParams& p) {
+  auto& m = *impl_;
+  auto tit = m.tenants.find(p.tenant);
+  if (tit == m.tenants.end()) return make_error("not_found", "no tenant " + p.tenant);
+  if (!valid_name(p.guest, 128)) return make_error("invalid_argument", "guest id must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (!valid_name(p.kind, 64)) return make_error("invalid_argument", "kind must be 1-64 characters of [A-Za-z0-9._:-]");
+  if (!p.bitstream.empty() && !valid_name(p.bitstream, 128)) {
+    return make_error("invalid_argument", "bitstream must be 1-128 characters of [A-Za-z0-9._:-]");
+  }
+  if (!p.guest_host.empty() && !valid_name(p.guest_host, 64)) {
+    return make_error("invalid_argument", "guest_host must be 1-64 characters of [A-Za-z0-9._:-]");
+  }
+  if (p.count < 1 || p.count > 4096) return make_error("invalid_argument", "count must be in 1..4096");
+  if (p.estimate_s && (!std::isfinite(*p.estimate_s) || *p.estimate_s < 0 || *p.estimate_s > 1e9)) {
+    return make_error("invalid_argument", "estimate_s must be a number in [0, 1e9]");
+  }
+  if (!m.kinds.find(p.kind)) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");
+  if (tit->second.max_devices > 0) {
+    std::uint64_t used = 0;
+    for (const auto& [_, l] : m.live) {
+      if (l.tenant == p.tenant) used += l.count;
+    }
+    if (used + p.count > tit->second.max_devices) {
+      return make_error("quota_exceeded", "tenant " + p.tenant + " may hold or wait for at most " +
+                                              std::to_string(tit->second.max_devices) + " devices (" +
+                                              std::to_string(used) + " in use or queued)");
+    }
+  }
+  double t = m.now();
+  Lease l;
+  l.id = m.last_id + 1;
+  l.tenant = p.tenant;
+  l.guest = p.guest;
+  l.guest_host = p.guest_host.empty() ? (m.host_order.empty() ? std::string("local") : m.host_order.front()) : p.guest_host;
+  l.kind = p.kind;
+  l.bitstream = p.bitstream;
+  l.count = p.count;
+  l.estimate_s = p.estimate_s;
+  l.created_at = t;
+  sched::Decisions out;
+  sched::Request r = m.request_of(l);
+  Lease& stored = m.live[l.id] = std::move(l);
+  if (auto rej = m.scheduler->submit(r, t, out)) {
+    m.live.erase(r.id);
+    return make_error("infeasible", rej->error);
+  }
+  m.last_id = r.id;
+  m.set_expiry(stored, t + m.options.lease_ttl_s);
+  m.touch(stored);
+  m.apply(out, t);
+  Lease copy = m.live.count(r.id) ? m.live.at(r.id) : *m.find_any(r.id);
+  m.flush();
+  return copy;
+}
+
+Result<Lease> PoolCore::cancel(const std::string& tenant, LeaseId id) {
+  auto& m = *impl_;
+  auto l = m.owned(tenant, id);
+  if (!l) return l.error();
+  if ((*l)->state != LeaseState::queued) {
+    return make_error("invalid_state", "lease " + std::to_string(id) + " is " + std::string(to_string((*l)->state)) +
+                                           ", not queued: release it instead");
+  }
+  m.end_lease(**l, LeaseState::cancelled, "cancelled by the guest", m.now());
+  Lease copy = *m.find_any(id);
+  m.flush();
+  return copy;
+}
+
+Result<Lease> PoolCore::release(const std::string& tenant, LeaseId id) {
+  auto& m = *impl_;
+  auto l = m.owned(tenant, id);
+  if (!l) return l.error();
+  LeaseState end = (*l)->state == LeaseState::queued ? LeaseState::cancelled : LeaseState::released;
+  m.end_lease(**l, end, end == LeaseState::cancelled ? "released while queued" : "released by the guest", m.now());
+  Lease copy = *m.find_any(id);
+  m.flush();
+  return copy;
+}
+
+Result<std::vector<Lease>> PoolCore::heartbeat(const std::string& tenant, const std::string& guest,
+                                               std::optional<LeaseId> id) {
+  auto& m = *impl_;
+  double t = m.now();
+  std::vector<Lease> out;
+  if (id) {
+    auto l = m.owned(tenant, *id);
+    if (!l) return l.error();
+    m.set_expiry(**l, t + m.options.lease_ttl_s);
+    m.touch(**l);
+    out.push_back(**l);
+  } else {
+    for (auto& [_, l] : m.live) {
+      if (l.tenant == tenant && l.guest == guest) {
+        m.set_expiry(l, t + m.options.lease_ttl_s);
+        m.touch(l);
+        out.push_back(l);
+      }
+    }
+  }
+  m.flush();
+  return out;
+}
+
+Result<Lease> PoolCore::revoke(LeaseId id, const std::string& reason) {
+  auto& m = *impl_;
+  auto l = m.owned("", id);
+  if (!l) return l.error();
+  Lease& lease = **l;
+  double t = m.now();
+  if (lease.state == LeaseState::queued) {
+    m.end_lease(lease, LeaseState::revoked, reason.empty() ? "revoked by an admin" : reason, t);
+  } else {
+    m.clear_deadline(lease);
+    lease.state = LeaseState::revoking;
+    lease.revoke_deadline = t + m.options.revoke_grace_s;
+    lease.requeue_on_deadline = false;
+    lease.end_reason = reason.empty() ? "revoked by an admin" : reason;
+    m.deadlines.insert({lease.revoke_deadline, lease.id});
+    m.touch(lease);
+    m.emit(lease, LeaseEvent::revoking);
+  }
+  Lease copy = *m.find_any(id);
+  m.flush();
+  return copy;
+}
+
+Result<Lease> PoolCore::get(const std::string& tenant, LeaseId id) const {
+  const Lease* l = impl_->find_any(id);
+  if (!l || (!tenant.empty() && l->tenant != tenant)) return make_error("not_found", "no lease " + std::to_string(id));
+  return *l;
+}
+
+std::vector<Lease> PoolCore::list(const LeaseFilter& f) const {
+  std::vector<Lease> out;
+  auto match = [&](const Lease& l) {
+    return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.state || l.state == *f.state);
+  };
+  if (f.include_ended || (f.state && is_terminal(*f.state))) {
+    for (const auto& [_, l] : impl_->ended) {
+      if (match(l)) out.push_back(l);
+    }
+  }
+  for (const auto& [_, l] : impl_->live) {
+    if (match(l)) out.push_back(l);
+  }
+  std::sort(out.begin(), out.end(), [](const Lease& a, const Lease& b) { return a.id < b.id; });
+  return out;
+}
+
+std::vector<Lease> PoolCore::queue() const {
+  std::vector<Lease> out;
+  for (auto id : impl_->scheduler->queue_order(impl_->last_now)) {
+    if (const Lease* l = impl_->find_any(id)) out.push_back(*l);
+  }
+  return out;
+}
+
+// --- devices -----------------------------------------------------------------------------------------------------
+
+std::vector<DeviceView> PoolCore::devices() const {
+  std::vector<DeviceView> out;
+  for (const auto& [name, _] : impl_->devices) out.push_back(*device(name));
+  return out;
+}
+
+Result<DeviceView> PoolCore::device(const std::string& name) const {
+  auto it = impl_->devices.find(name);
+  if (it == impl_->devices.end()) return make_error("not_found", "no device " + name);
+  DeviceView v;
+  v.record = it->second;
+  v.state = device_state_name(impl_->scheduler->device_state(it->second.sched_id));
+  if (auto h = impl_->holder.find(name); h != impl_->holder.end()) v.lease = h->second;
+  return v;
+}
+
+std::vector<std::string> PoolCore::hosts() const {
+  std::set<std::string> names(impl_->host_order.begin(), impl_->host_order.end());
+  for (const auto& [_, d] : impl_->devices) names.insert(d.host);
+  return {names.begin(), names.end()};
+}
+
+Status PoolCore::set_draining(const std::string& name, bool draining) {
+  auto& m = *impl_;
+  auto it = m.devices.find(name);
+  if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  double t = m.now();
+  sched::Decisions out;
+  if (auto r = m.scheduler->set_draining(it->second.sched_id, draining, t, out)) {
+    return make_error("invalid_state", r->error);
+  }
+  it->second.draining = draining;
+  m.touch(it->second);
+  m.apply(out, t);
+  m.flush();
+  return Status::ok();
+}
+
+Status PoolCore::reset_device(const std::string& name) {
+  auto& m = *impl_;
+  auto it = m.devices.find(name);
+  if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  if (m.holder.count(name)) {
+    return make_error("invalid_state", "device " + name + " is leased (lease " + std::to_string(m.holder.at(name)) +
+                                           "): drain it and revoke the lease first");
+  }
+  m.host_call(it->second.host, [&m, name, local = it->second.local_id](HostDriver& h) {
+    h.reset(local, [&m, name](Status s, std::string loaded) { m.on_device_reset(name, s, std::move(loaded)); });
+  });
+  return Status::ok();
+}
+
+std::vector<std::string> PoolCore::bitstreams() const {
+  std::set<std::string> names;
+  for (const auto& [_, d] : impl_->devices) {
+    if (!d.loaded.empty()) names.insert(d.loaded);
+  }
+  for (const auto& [_, l] : impl_->live) {
+    if (!l.bitstream.empty()) names.insert(l.bitstream);
+  }
+  return {names.begin(), names.end()};
+}
+
+// --- policy, time, stats --------------------------------------------------------------------------------------
+
+std::string PoolCore::policy() const { return impl_->policy_text; }
+
+Status PoolCore::set_policy(const std::string& text) {
+  auto& m = *impl_;
+  std::string error;
+  auto spec = sched::PolicySpec::parse(text, &error);
+  if (!spec) return make_error("invalid_argument", "policy '" + text + "': " + error);
+  double t = m.now();
+  sched::Decisions out;
+  if (auto r = m.scheduler->set_policy(*spec, t, out)) return make_error("invalid_argument", "policy '" + text + "': " + r->error);
+  m.policy_text = spec->to_string();
+  m.batch.meta.emplace_back("policy", m.policy_text);
+  m.apply(out, t);
+  m.flush();
+  return Status::ok();
+}
+
+void PoolCore::tick() {
+  auto& m = *impl_;
+  double t = m.now();
+  while (!m.expiries.empty() && m.expiries.begin()->first <= t) {
+    LeaseId id = m.expiries.begin()->second;
+    m.expiries.erase(m.expiries.begin());
+    if (Lease* l = m.find_lease(id)) m.end_lease(*l, LeaseState::expired, "no heartbeat for the lease TTL", t);
+  }
+  while (!m.deadlines.empty() && m.deadlines.begin()->first <= t) {
+    LeaseId id = m.deadlines.begin()->second;
+    Lease* l = m.find_lease(id);
+    if (!l) {
+      m.deadlines.erase(m.deadlines.begin());
+      continue;
+    }
+    if (l->requeue_on_deadline) {
+      sched::Decisions out;
+      m.requeue(*l, t, out);
+      m.apply(out, t);
+    } else {
+      std::string reason = l->end_reason.empty() ? "revoked" : l->end_reason;
+      m.end_lease(*l, LeaseState::revoked, reason, t);
+    }
+  }
+  sched::Decisions out;
+  m.scheduler->tick(t, out);
+  m.apply(out, t);
+  m.flush();
+}
+
+std::optional<double> PoolCore::next_wakeup() const {
+  std::optional<double> w = impl_->scheduler->next_wakeup();
+  auto earlier = [&](double t) { w = w ? std::min(*w, t) : t; };
+  if (!impl_->expiries.empty()) earlier(impl_->expiries.begin()->first);
+  if (!impl_->deadlines.empty()) earlier(impl_->deadlines.begin()->first);
+  return w;
+}
+
+Stats PoolCore::stats(double window_s) const {
+  Stats s;
+  s.window_s = window_s;
+  double since = impl_->last_now - window_s;
+  std::vector<double> jct, wait;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_t, by_b;
+  for (const auto& x : impl_->samples) {
+    if (x.ended_at < since) continue;
+    jct.push_back(x.jct);
+    wait.push_back(x.wait);
+    by_t[x.tenant].first.push_back(x.jct);
+    by_t[x.tenant].second.push_back(x.wait);
+    std::string b = x.bitstream.empty() ? "(none)" : x.bitstream;
+    by_b[b].first.push_back(x.jct);
+    by_b[b].second.push_back(x.wait);
+  }
+  s.all = {percentiles(jct), percentiles(wait)};
+  for (auto& [k, v] : by_t) s.by_tenant[k] = {percentiles(v.first), percentiles(v.second)};
+  for (auto& [k, v] : by_b) s.by_bitstream[k] = {percentiles(v.first), percentiles(v.second)};
+  return s;
+}
+
+Counters PoolCore::counters() const { return impl_->counters; }
+std::size_t PoolCore::queue_length() const { return impl_->scheduler->waiting_count(); }
+
+std::map<std::string, std::size_t> PoolCore::leases_by_state() const {
+  std::map<std::string, std::size_t> out;
+  for (std::size_t i = 0; i <= static_cast<std::size_t>(LeaseState::revoked); ++i) {
+    out[std::string(to_string(static_cast<LeaseState>(i)))] = 0;
+  }
+  for (const auto& [_, l] : impl_->live) ++out[std::string(to_string(l.state))];
+  for (const auto& [_, l] : impl_->ended) ++out[std::string(to_string(l.state))];
+  return out;
+}
+
+std::map<std::string, std::size_t> PoolCore::devices_by_state() const {
+  std::map<std::string, std::size_t> out{{"free", 0}, {"leased", 0}, {"draining", 0}, {"unavailable", 0}};
+  for (const auto& [_, d] : impl_->devices) ++out[device_state_name(impl_->scheduler->device_state(d.sched_id))];
+  return out;
+}
+
+Store& PoolCore::store() { return impl_->store; }
+
+void PoolCore::set_group_commit(bool on) {
+  impl_->group_commit = on;
+  if (!on) impl_->commit({});
+}
+
+bool PoolCore::has_uncommitted() const { return impl_->uncommitted(); }
+
+void PoolCore::commit(const std::function<void()>& after_write) { impl_->commit(after_write); }
+
+}  // namespace accelpool::manager

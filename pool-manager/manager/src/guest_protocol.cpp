@@ -1,0 +1,170 @@
+#include "guest_protocol.hpp"
+
+#include "json_codec.hpp"
+
+namespace accelpool::manager {
+
+namespace json = boost::json;
+
+namespace {
+
+// JSON-RPC 2.0 codes, then the application's (-32000..-32099), each with a stable word in error.data.code.
+int rpc_code(const std::string& code) {
+  if (code == "invalid_argument") return -32602;
+  if (code == "unauthorized") return -32001;
+  if (code == "forbidden") return -32003;
+  if (code == "not_found") return -32004;
+  if (code == "invalid_state") return -32009;
+  if (code == "conflict") return -32009;
+  if (code == "quota_exceeded") return -32029;
+  if (code == "infeasible") return -32022;
+  return -32000;
+}
+
+std::string error_reply(const json::value& id, int code, const std::string& word, const std::string& message) {
+  json::object err{{"code", code}, {"message", message}, {"data", json::object{{"code", word}}}};
+  return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(err)}});
+}
+
+std::string error_reply(const json::value& id, const Error& e) { return error_reply(id, rpc_code(e.code), e.code, e.message); }
+
+std::string result_reply(const json::value& id, json::value result) {
+  return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
+}
+
+}  // namespace
+
+std::string GuestProtocol::too_long() {
+  return error_reply(nullptr, -32600, "invalid_request",
+                     "message longer than " + std::to_string(kMaxGuestLine) + " bytes; closing the connection");
+}
+
+std::string GuestProtocol::timeout_error() {
+  return error_reply(nullptr, -32001, "timeout", "no hello in time; closing the connection");
+}
+
+std::string GuestProtocol::notification(const Lease& lease, LeaseEvent event) {
+  const char* method = "lease.ended";
+  switch (event) {
+    case LeaseEvent::granted: method = "lease.granted"; break;
+    case LeaseEvent::revoking: method = "lease.revoking"; break;
+    case LeaseEvent::requeued: method = "lease.requeued"; break;
+    case LeaseEvent::ended: method = "lease.ended"; break;
+  }
+  return json::serialize(json::object{{"jsonrpc", "2.0"}, {"method", method}, {"params", json::object{{"lease", to_json(lease)}}}});
+}
+
+std::string GuestProtocol::handle(GuestSession& session, std::string_view line) {
+  json::error_code ec;
+  json::value msg = json::parse(line, ec);
+  if (ec) return error_reply(nullptr, -32700, "parse_error", "not valid JSON: " + ec.message());
+  if (!msg.is_object()) return error_reply(nullptr, -32600, "invalid_request", "a message must be a JSON object");
+  const auto& obj = msg.get_object();
+  json::value id = nullptr;
+  bool has_id = false;
+  if (auto it = obj.find("id"); it != obj.end()) {
+    const auto& v = it->value();
+    if (!(v.is_string() || v.is_int64() || v.is_uint64() || v.is_null()) ||
+        (v.is_string() && v.get_string().size() > 128)) {
+      return error_reply(nullptr, -32600, "invalid_request", "'id' must be an integer or a string of at most 128 characters");
+    }
+    id = v;
+    has_id = true;
+  }
+  auto reply = [&](std::string r) { return has_id ? r : std::string(); };
+  auto jv = obj.find("jsonrpc");
+  if (jv == obj.end() || !jv->value().is_string() || jv->value().get_string() != "2.0") {
+    return reply(error_reply(id, -32600, "invalid_request", "'jsonrpc' must be \"2.0\""));
+  }
+  auto mit = obj.find("method");
+  if (mit == obj.end() || !mit->value().is_string()) {
+    return reply(error_reply(id, -32600, "invalid_request", "'method' must be a string"));
+  }
+  for (const auto& kv : obj) {
+    if (kv.key() != "jsonrpc" && kv.key() != "id" && kv.key() != "method" && kv.key() != "params") {
+      return reply(error_reply(id, -32600, "invalid_request", "unknown member '" + std::string(kv.key()) + "'"));
+    }
+  }
+  std::string method(mit->value().get_string());
+  static const json::object kEmpty;
+  const json::object* params = &kEmpty;
+  if (auto pit = obj.find("params"); pit != obj.end()) {
+    if (!pit->value().is_object()) return reply(error_reply(id, -32602, "invalid_argument", "'params' must be an object"));
+    params = &pit->value().get_object();
+  }
+  FieldReader in(*params, method);
+
+  if (method == "hello") {
+    auto version = in.uint("protocol", true, 1000);
+    auto token = in.string("token", true);
+    auto guest = in.string("guest", true, 128);
+    auto host = in.string("guest_host", false, 64);
+    if (auto e = in.finish()) return reply(error_reply(id, *e));
+    if (*version != static_cast<std::uint64_t>(kGuestProtocolVersion)) {
+      return reply(error_reply(id, -32602, "unsupported_version",
+                               "protocol version " + std::to_string(*version) + " is not supported; this manager speaks " +
+                                   std::to_string(kGuestProtocolVersion)));
+    }
+    auto tenant = core_.authenticate(*token);
+    if (!tenant) return reply(error_reply(id, tenant.error()));
+    session.authenticated = true;
+    session.tenant = *tenant;
+    session.guest = *guest;
+    session.guest_host = host.value_or("");
+    LeaseFilter f;
+    f.tenant = session.tenant;
+    f.guest = session.guest;
+    return reply(result_reply(id, json::object{{"protocol", kGuestProtocolVersion},
+                                               {"server", "accelpool-manager"},
+                                               {"tenant", session.tenant},
+                                               {"guest", session.guest},
+                                               {"leases", to_json(core_.list(f))}}));
+  }
+  if (!session.authenticated) {
+    return reply(error_reply(id, -32001, "unauthorized", "call hello with a tenant token first"));
+  }
+  if (method == "acquire") {
+    AcquireParams p;
+    p.tenant = session.tenant;
+    p.guest = session.guest;
+    p.guest_host = session.guest_host;
+    auto kind = in.string("kind", true, 64);
+    auto bitstream = in.string("bitstream", false, 128);
+    auto count = in.uint("count", false, 4096);
+    auto estimate = in.number("estimate_s", false, 0, 1e9);
+    if (auto e = in.finish()) return reply(error_reply(id, *e));
+    p.kind = *kind;
+    p.bitstream = bitstream.value_or("");
+    p.count = static_cast<std::uint32_t>(count.value_or(1));
+    p.estimate_s = estimate;
+    auto l = core_.acquire(p);
+    if (!l) return reply(error_reply(id, l.error()));
+    return reply(result_reply(id, json::object{{"lease", to_json(*l)}}));
+  }
+  if (method == "cancel" || method == "release" || method == "get") {
+    auto lease = in.uint("lease", true, UINT64_MAX);
+    if (auto e = in.finish()) return reply(error_reply(id, *e));
+    Result<Lease> l = method == "cancel"    ? core_.cancel(session.tenant, *lease)
+                      : method == "release" ? core_.release(session.tenant, *lease)
+                                            : core_.get(session.tenant, *lease);
+    if (!l) return reply(error_reply(id, l.error()));
+    return reply(result_reply(id, json::object{{"lease", to_json(*l)}}));
+  }
+  if (method == "heartbeat") {
+    auto lease = in.uint("lease", false, UINT64_MAX);
+    if (auto e = in.finish()) return reply(error_reply(id, *e));
+    auto ls = core_.heartbeat(session.tenant, session.guest, lease);
+    if (!ls) return reply(error_reply(id, ls.error()));
+    return reply(result_reply(id, json::object{{"leases", to_json(*ls)}}));
+  }
+  if (method == "list") {
+    if (auto e = in.finish()) return reply(error_reply(id, *e));
+    LeaseFilter f;
+    f.tenant = session.tenant;
+    f.guest = session.guest;
+    return reply(result_reply(id, json::object{{"leases", to_json(core_.list(f))}}));
+  }
+  return reply(error_reply(id, -32601, "method_not_found", "no method '" + method + "'"));
+}
+
+}  // namespace accelpool::manager

@@ -1,0 +1,165 @@
+#include "json_codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace accelpool::manager {
+
+namespace json = boost::json;
+
+json::object to_json(const Lease& l) {
+  json::object o;
+  o["id"] = l.id;
+  o["state"] = to_string(l.state);
+  o["ready"] = l.ready;
+  o["tenant"] = l.tenant;
+  o["guest"] = l.guest;
+  o["guest_host"] = l.guest_host;
+  o["kind"] = l.kind;
+  o["bitstream"] = l.bitstream;
+  o["count"] = l.count;
+  if (l.estimate_s) o["estimate_s"] = *l.estimate_s; else o["estimate_s"] = nullptr;
+  json::array devs;
+  for (const auto& d : l.devices) devs.emplace_back(d);
+  o["devices"] = std::move(devs);
+  o["created_at"] = l.created_at;
+  o["granted_at"] = l.granted_at > 0 ? json::value(l.granted_at) : json::value(nullptr);
+  o["ended_at"] = l.ended_at > 0 ? json::value(l.ended_at) : json::value(nullptr);
+  o["expires_at"] = is_terminal(l.state) ? json::value(nullptr) : json::value(l.expires_at);
+  o["revoke_deadline"] = l.state == LeaseState::revoking ? json::value(l.revoke_deadline) : json::value(nullptr);
+  o["reprogrammed"] = l.reprogrammed;
+  o["preemptions"] = l.preemptions;
+  o["end_reason"] = l.end_reason;
+  return o;
+}
+
+json::array to_json(const std::vector<Lease>& leases) {
+  json::array a;
+  for (const auto& l : leases) a.emplace_back(to_json(l));
+  return a;
+}
+
+json::object to_json(const DeviceView& d) {
+  json::object o;
+  o["name"] = d.record.name;
+  o["host"] = d.record.host;
+  o["local_id"] = d.record.local_id;
+  o["kind"] = d.record.kind;
+  o["model"] = d.record.model;
+  o["attach"] = d.record.passthrough ? "passthrough" : "network";
+  o["loaded"] = d.record.loaded;
+  o["state"] = d.state;
+  o["draining"] = d.record.draining;
+  o["available"] = d.record.available;
+  o["lease"] = d.lease ? json::value(*d.lease) : json::value(nullptr);
+  return o;
+}
+
+json::object to_json(const TenantRecord& t) {
+  json::object o;
+  o["name"] = t.name;
+  o["weight"] = t.weight;
+  o["max_devices"] = t.max_devices;
+  return o;
+}
+
+namespace {
+json::object to_json(const Percentiles& p) {
+  return {{"count", p.count}, {"avg", p.avg}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}};
+}
+json::object to_json(const StatsGroup& g) { return {{"jct_s", to_json(g.jct)}, {"wait_s", to_json(g.wait)}}; }
+}  // namespace
+
+json::object to_json(const Stats& s) {
+  json::object o;
+  o["window_s"] = s.window_s;
+  o["all"] = to_json(s.all);
+  json::object t, b;
+  for (const auto& [k, v] : s.by_tenant) t[k] = to_json(v);
+  for (const auto& [k, v] : s.by_bitstream) b[k] = to_json(v);
+  o["by_tenant"] = std::move(t);
+  o["by_bitstream"] = std::move(b);
+  return o;
+}
+
+// --- FieldReader -------------------------------------------------------------------------------------------------
+
+void FieldReader::fail(std::string message) {
+  if (!error_) error_ = make_error("invalid_argument", where_ + ": " + std::move(message));
+}
+
+const json::value* FieldReader::take(std::string_view key, bool required) {
+  seen_.emplace_back(key);
+  auto it = obj_.find(key);
+  if (it == obj_.end() || (it->value().is_null() && !required)) {
+    if (required) fail("missing field '" + std::string(key) + "'");
+    return nullptr;
+  }
+  return &it->value();
+}
+
+std::optional<std::string> FieldReader::string(std::string_view key, bool required, std::size_t max_len) {
+  const auto* v = take(key, required);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) {
+    fail("field '" + std::string(key) + "' must be a string");
+    return std::nullopt;
+  }
+  const auto& s = v->get_string();
+  if (s.size() > max_len) {
+    fail("field '" + std::string(key) + "' is longer than " + std::to_string(max_len) + " characters");
+    return std::nullopt;
+  }
+  return std::string(s);
+}
+
+std::optional<std::uint64_t> FieldReader::uint(std::string_view key, bool required, std::uint64_t max) {
+  const auto* v = take(key, required);
+  if (!v) return std::nullopt;
+  std::optional<std::uint64_t> out;
+  if (v->is_uint64()) out = v->get_uint64();
+  else if (v->is_int64() && v->get_int64() >= 0) out = static_cast<std::uint64_t>(v->get_int64());
+  if (!out || *out > max) {
+    fail("field '" + std::string(key) + "' must be an integer in 0.." + std::to_string(max));
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<double> FieldReader::number(std::string_view key, bool required, double min, double max) {
+  const auto* v = take(key, required);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) {
+    fail("field '" + std::string(key) + "' must be a number");
+    return std::nullopt;
+  }
+  double d = v->to_number<double>();
+  if (!std::isfinite(d) || d < min || d > max) {
+    fail("field '" + std::string(key) + "' must be between " + json::serialize(json::value(min)) + " and " +
+         json::serialize(json::value(max)));
+    return std::nullopt;
+  }
+  return d;
+}
+
+std::optional<bool> FieldReader::boolean(std::string_view key, bool required) {
+  const auto* v = take(key, required);
+  if (!v) return std::nullopt;
+  if (!v->is_bool()) {
+    fail("field '" + std::string(key) + "' must be true or false");
+    return std::nullopt;
+  }
+  return v->get_bool();
+}
+
+std::optional<Error> FieldReader::finish() {
+  for (const auto& kv : obj_) {
+    if (std::find(seen_.begin(), seen_.end(), kv.key()) == seen_.end()) {
+      fail("unknown field '" + std::string(kv.key()) + "'");
+      break;
+    }
+  }
+  return error_;
+}
+
+}  // namespace accelpool::manager

@@ -1,0 +1,42 @@
+// JSON shapes shared by the guest protocol and the admin API (Boost.JSON). Internal to the manager.
+#pragma once
+
+#include <accelpool/manager/core.hpp>
+
+#include <boost/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace accelpool::manager {
+
+boost::json::object to_json(const Lease& l);
+boost::json::object to_json(const DeviceView& d);
+boost::json::object to_json(const TenantRecord& t);  // never the hash
+boost::json::object to_json(const Stats& s);
+boost::json::array to_json(const std::vector<Lease>& leases);
+
+// Reads fields of a request object strictly: wrong types, out-of-range numbers and unknown fields are errors
+// that name the field. Call finish() after the reads to refuse fields nobody asked for.
+class FieldReader {
+ public:
+  FieldReader(const boost::json::object& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+  std::optional<std::string> string(std::string_view key, bool required, std::size_t max_len = 256);
+  std::optional<std::uint64_t> uint(std::string_view key, bool required, std::uint64_t max);
+  std::optional<double> number(std::string_view key, bool required, double min, double max);
+  std::optional<bool> boolean(std::string_view key, bool required);
+  // The first error, if any read failed or an unknown field is present.
+  std::optional<Error> finish();
+
+ private:
+  const boost::json::value* take(std::string_view key, bool required);
+  void fail(std::string message);
+  const boost::json::object& obj_;
+  std::string where_;
+  std::vector<std::string> seen_;
+  std::optional<Error> error_;
+};
+
+}  // namespace accelpool::manager

@@ -1,0 +1,71 @@
+#include "metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <map>
+
+namespace accelpool::manager {
+
+namespace {
+const prometheus::Histogram::BucketBoundaries kSeconds = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1,    5,
+                                                          10,    30,    60,   300,  900, 3600, 14400, 86400};
+}
+
+struct Metrics::Impl {
+  const PoolCore& core;
+  prometheus::Registry registry;
+  prometheus::Gauge& queue_length;
+  prometheus::Family<prometheus::Gauge>& devices;
+  prometheus::Family<prometheus::Gauge>& leases;
+  prometheus::Counter& grants;
+  prometheus::Counter& reprogrammings;
+  prometheus::Counter& preemptions;
+  prometheus::Counter& expirations;
+  prometheus::Histogram& wait;
+  prometheus::Histogram& jct;
+  Counters seen;
+
+  explicit Impl(const PoolCore& c)
+      : core(c),
+        queue_length(prometheus::BuildGauge().Name("accelpool_queue_length").Help("Requests waiting for devices").Register(registry).Add({})),
+        devices(prometheus::BuildGauge().Name("accelpool_devices").Help("Devices by state").Register(registry)),
+        leases(prometheus::BuildGauge().Name("accelpool_leases").Help("Leases by state (ended ones: those still in memory)").Register(registry)),
+        grants(prometheus::BuildCounter().Name("accelpool_grants_total").Help("Leases granted (a requeued lease counts again)").Register(registry).Add({})),
+        reprogrammings(prometheus::BuildCounter().Name("accelpool_reprogrammings_total").Help("Devices programmed with another bitstream for a grant").Register(registry).Add({})),
+        preemptions(prometheus::BuildCounter().Name("accelpool_preemptions_total").Help("Leases preempted by the scheduler").Register(registry).Add({})),
+        expirations(prometheus::BuildCounter().Name("accelpool_expirations_total").Help("Leases reclaimed after their guest stopped heartbeating").Register(registry).Add({})),
+        wait(prometheus::BuildHistogram().Name("accelpool_wait_seconds").Help("Time from acquire to first grant").Register(registry).Add({}, kSeconds)),
+        jct(prometheus::BuildHistogram().Name("accelpool_jct_seconds").Help("Job completion time: acquire to release").Register(registry).Add({}, kSeconds)) {}
+};
+
+Metrics::Metrics(const PoolCore& core) : impl_(std::make_unique<Impl>(core)) {}
+Metrics::~Metrics() = default;
+
+void Metrics::lease_event(const Lease& lease, LeaseEvent event) {
+  if (event == LeaseEvent::granted && lease.preemptions == 0 && lease.granted_at == lease.first_granted_at) {
+    impl_->wait.Observe(lease.first_granted_at - lease.created_at);
+  } else if (event == LeaseEvent::ended && lease.state == LeaseState::released) {
+    impl_->jct.Observe(lease.ended_at - lease.created_at);
+  }
+}
+
+std::string Metrics::scrape() {
+  auto& m = *impl_;
+  m.queue_length.Set(static_cast<double>(m.core.queue_length()));
+  for (const auto& [state, n] : m.core.devices_by_state()) m.devices.Add({{"state", state}}).Set(static_cast<double>(n));
+  for (const auto& [state, n] : m.core.leases_by_state()) m.leases.Add({{"state", state}}).Set(static_cast<double>(n));
+  Counters c = m.core.counters();
+  m.grants.Increment(static_cast<double>(c.grants - m.seen.grants));
+  m.reprogrammings.Increment(static_cast<double>(c.reprogrammings - m.seen.reprogrammings));
+  m.preemptions.Increment(static_cast<double>(c.preemptions - m.seen.preemptions));
+  m.expirations.Increment(static_cast<double>(c.expirations - m.seen.expirations));
+  m.seen = c;
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(m.registry.Collect());
+}
+
+}  // namespace accelpool::manager

@@ -1,0 +1,25 @@
+// Prometheus metrics of the pool (prometheus-cpp registry and text serializer). Internal to the manager.
+#pragma once
+
+#include <accelpool/manager/core.hpp>
+
+#include <memory>
+#include <string>
+
+namespace accelpool::manager {
+
+class Metrics final : public CoreListener {
+ public:
+  explicit Metrics(const PoolCore& core);
+  ~Metrics() override;
+  // Observes waits (first grant) and JCTs (release). Owner thread.
+  void lease_event(const Lease& lease, LeaseEvent event) override;
+  // The exposition text (Prometheus text format 0.0.4), with gauges read from the core now. Owner thread.
+  std::string scrape();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace accelpool::manager

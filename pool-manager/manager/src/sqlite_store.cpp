@@ -1,0 +1,369 @@
+// The SQLite store: one connection, WAL journal, one transaction per Batch.
+#include <accelpool/manager/store.hpp>
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace accelpool::manager {
+
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+  name TEXT PRIMARY KEY, weight REAL NOT NULL, max_devices INTEGER NOT NULL, token_hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS devices (
+  name TEXT PRIMARY KEY, host TEXT NOT NULL, local_id TEXT NOT NULL, kind TEXT NOT NULL, model TEXT NOT NULL,
+  passthrough INTEGER NOT NULL, loaded TEXT NOT NULL, draining INTEGER NOT NULL, available INTEGER NOT NULL,
+  sched_id INTEGER NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS leases (
+  id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, guest TEXT NOT NULL, guest_host TEXT NOT NULL,
+  kind TEXT NOT NULL, bitstream TEXT NOT NULL, count INTEGER NOT NULL, estimate_s REAL,
+  state TEXT NOT NULL, created_at REAL NOT NULL, granted_at REAL NOT NULL, first_granted_at REAL NOT NULL,
+  ended_at REAL NOT NULL, expires_at REAL NOT NULL, revoke_deadline REAL NOT NULL,
+  requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
+  reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS leases_live ON leases(state);
+CREATE INDEX IF NOT EXISTS leases_ended ON leases(ended_at);
+)sql";
+
+Error db_error(sqlite3* db, const std::string& what) {
+  return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  void bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void bind_null(int i) { sqlite3_bind_null(stmt_, i); }
+  std::string text(int i) {
+    auto* p = sqlite3_column_text(stmt_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i))) : std::string();
+  }
+  double real(int i) { return sqlite3_column_double(stmt_, i); }
+  std::int64_t integer(int i) { return sqlite3_column_int64(stmt_, i); }
+  bool is_null(int i) { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+std::string join_devices(const std::vector<std::string>& devices) {
+  std::string out;
+  for (const auto& d : devices) {
+    if (!out.empty()) out += ',';
+    out += d;
+  }
+  return out;
+}
+
+std::vector<std::string> split_devices(const std::string& s) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+constexpr const char* kLeaseColumns =
+    "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
+    "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
+    "preemptions, end_reason";
+
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override {
+    meta_.reset();
+    tenant_.reset();
+    device_.reset();
+    lease_.reset();
+    sqlite3_close(db_);
+  }
+
+  Status init(bool full_sync) {
+    std::string pragmas = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") + (full_sync ? "FULL" : "NORMAL") +
+                          "; PRAGMA foreign_keys=ON;";
+    if (auto s = exec(pragmas.c_str(), "setting pragmas"); !s) return s;
+    Stmt v(db_, "PRAGMA user_version");
+    if (!v.ok() || sqlite3_step(v.get()) != SQLITE_ROW) return db_error(db_, "reading the schema version");
+    auto version = v.integer(0);
+    if (version > kSchemaVersion) {
+      return make_error("store", "the database has schema version " + std::to_string(version) +
+                                     ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
+    }
+    if (auto s = exec(kSchema, "creating the schema"); !s) return s;
+    return exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version");
+  }
+
+  Result<Snapshot> load(std::size_t recent_ended) override {
+    Snapshot snap;
+    {
+      Stmt s(db_, "SELECT key, value FROM meta");
+      if (!s.ok()) return db_error(db_, "reading meta");
+      while (sqlite3_step(s.get()) == SQLITE_ROW) snap.meta[s.text(0)] = s.text(1);
+    }
+    {
+      Stmt s(db_, "SELECT name, weight, max_devices, token_hash FROM tenants ORDER BY name");
+      if (!s.ok()) return db_error(db_, "reading tenants");
+      while (sqlite3_step(s.get()) == SQLITE_ROW) {
+        snap.tenants.push_back({s.text(0), s.real(1), static_cast<std::uint32_t>(s.integer(2)), s.text(3)});
+      }
+    }
+    {
+      Stmt s(db_,
+             "SELECT name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id "
+             "FROM devices ORDER BY sched_id");
+      if (!s.ok()) return db_error(db_, "reading devices");
+      while (sqlite3_step(s.get()) == SQLITE_ROW) {
+        DeviceRecord d;
+        d.name = s.text(0);
+        d.host = s.text(1);
+        d.local_id = s.text(2);
+        d.kind = s.text(3);
+        d.model = s.text(4);
+        d.passthrough = s.integer(5) != 0;
+        d.loaded = s.text(6);
+        d.draining = s.integer(7) != 0;
+        d.available = s.integer(8) != 0;
+        d.sched_id = static_cast<std::uint32_t>(s.integer(9));
+        snap.devices.push_back(std::move(d));
+      }
+    }
+    auto read_leases = [&](const std::string& sql) -> Status {
+      Stmt s(db_, sql.c_str());
+      if (!s.ok()) return db_error(db_, "reading leases");
+      s.bind(1, static_cast<std::int64_t>(recent_ended));
+      int rc;
+      while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+        Lease l;
+        l.id = static_cast<LeaseId>(s.integer(0));
+        l.tenant = s.text(1);
+        l.guest = s.text(2);
+        l.guest_host = s.text(3);
+        l.kind = s.text(4);
+        l.bitstream = s.text(5);
+        l.count = static_cast<std::uint32_t>(s.integer(6));
+        if (!s.is_null(7)) l.estimate_s = s.real(7);
+        auto state = parse_lease_state(s.text(8));
+        if (!state) return make_error("corrupt", "lease " + std::to_string(l.id) + " has unknown state '" + s.text(8) + "'");
+        l.state = *state;
+        l.created_at = s.real(9);
+        l.granted_at = s.real(10);
+        l.first_granted_at = s.real(11);
+        l.ended_at = s.real(12);
+        l.expires_at = s.real(13);
+        l.revoke_deadline = s.real(14);
+        l.requeue_on_deadline = s.integer(15) != 0;
+        l.ready = s.integer(16) != 0;
+        l.devices = split_devices(s.text(17));
+        l.reprogrammed = static_cast<std::uint32_t>(s.integer(18));
+        l.preemptions = static_cast<std::uint32_t>(s.integer(19));
+        l.end_reason = s.text(20);
+        snap.leases.push_back(std::move(l));
+      }
+      if (rc != SQLITE_DONE) return db_error(db_, "reading leases");
+      return Status::ok();
+    };
+    std::string cols = kLeaseColumns;
+    if (auto st = read_leases("SELECT " + cols +
+                              " FROM leases WHERE state IN ('queued','granted','revoking') AND ?1 >= 0 ORDER BY id");
+        !st) {
+      return st.error();
+    }
+    if (auto st = read_leases("SELECT * FROM (SELECT " + cols +
+                              " FROM leases WHERE state NOT IN ('queued','granted','revoking') ORDER BY ended_at DESC "
+                              "LIMIT ?1) ORDER BY id");
+        !st) {
+      return st.error();
+    }
+    std::sort(snap.leases.begin(), snap.leases.end(), [](const Lease& a, const Lease& b) { return a.id < b.id; });
+    {
+      Stmt s(db_, "SELECT COALESCE(MAX(id), 0) FROM leases");
+      if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) return db_error(db_, "reading the largest lease id");
+      snap.max_lease_id = static_cast<LeaseId>(s.integer(0));
+    }
+    return snap;
+  }
+
+  Status apply(const Batch& batch) override {
+    if (batch.empty()) return Status::ok();
+    if (!prepared_) {
+      if (auto s = prepare(); !s) return s;
+    }
+    if (auto s = exec("BEGIN IMMEDIATE", "beginning a transaction"); !s) return s;
+    Status st = write(batch);
+    if (!st) {
+      (void)exec("ROLLBACK", "rolling back");
+      return st;
+    }
+    return exec("COMMIT", "committing");
+  }
+
+  Status backup(const std::filesystem::path& dest) override {
+    sqlite3* out = nullptr;
+    if (sqlite3_open(dest.c_str(), &out) != SQLITE_OK) {
+      Error e = db_error(out, "opening backup file " + dest.string());
+      sqlite3_close(out);
+      return e;
+    }
+    sqlite3_backup* b = sqlite3_backup_init(out, "main", db_, "main");
+    if (!b) {
+      Error e = db_error(out, "starting the backup");
+      sqlite3_close(out);
+      return e;
+    }
+    int rc = sqlite3_backup_step(b, -1);
+    sqlite3_backup_finish(b);
+    Status result = rc == SQLITE_DONE ? Status::ok() : Status(db_error(out, "copying to " + dest.string()));
+    sqlite3_close(out);
+    return result;
+  }
+
+ private:
+  Status exec(const char* sql, const std::string& what) {
+    char* msg = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+      std::string m = msg ? msg : "unknown error";
+      sqlite3_free(msg);
+      return make_error("store", what + ": " + m);
+    }
+    return Status::ok();
+  }
+
+  Status write(const Batch& batch) {
+    if (!batch.meta.empty()) {
+      Stmt& s = *meta_;
+      for (const auto& [k, v] : batch.meta) {
+        s.reset();
+        s.bind(1, k);
+        s.bind(2, v);
+        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing meta " + k);
+      }
+    }
+    if (!batch.tenants.empty()) {
+      Stmt& s = *tenant_;
+      for (const auto& t : batch.tenants) {
+        s.reset();
+        s.bind(1, t.name);
+        s.bind(2, t.weight);
+        s.bind(3, static_cast<std::int64_t>(t.max_devices));
+        s.bind(4, t.token_hash);
+        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing tenant " + t.name);
+      }
+    }
+    if (!batch.devices.empty()) {
+      Stmt& s = *device_;
+      for (const auto& d : batch.devices) {
+        s.reset();
+        s.bind(1, d.name);
+        s.bind(2, d.host);
+        s.bind(3, d.local_id);
+        s.bind(4, d.kind);
+        s.bind(5, d.model);
+        s.bind(6, static_cast<std::int64_t>(d.passthrough));
+        s.bind(7, d.loaded);
+        s.bind(8, static_cast<std::int64_t>(d.draining));
+        s.bind(9, static_cast<std::int64_t>(d.available));
+        s.bind(10, static_cast<std::int64_t>(d.sched_id));
+        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing device " + d.name);
+      }
+    }
+    if (!batch.leases.empty()) {
+      Stmt& s = *lease_;
+      for (const auto& l : batch.leases) {
+        s.reset();
+        s.bind(1, static_cast<std::int64_t>(l.id));
+        s.bind(2, l.tenant);
+        s.bind(3, l.guest);
+        s.bind(4, l.guest_host);
+        s.bind(5, l.kind);
+        s.bind(6, l.bitstream);
+        s.bind(7, static_cast<std::int64_t>(l.count));
+        if (l.estimate_s) s.bind(8, *l.estimate_s); else s.bind_null(8);
+        s.bind(9, std::string(to_string(l.state)));
+        s.bind(10, l.created_at);
+        s.bind(11, l.granted_at);
+        s.bind(12, l.first_granted_at);
+        s.bind(13, l.ended_at);
+        s.bind(14, l.expires_at);
+        s.bind(15, l.revoke_deadline);
+        s.bind(16, static_cast<std::int64_t>(l.requeue_on_deadline));
+        s.bind(17, static_cast<std::int64_t>(l.ready));
+        s.bind(18, join_devices(l.devices));
+        s.bind(19, static_cast<std::int64_t>(l.reprogrammed));
+        s.bind(20, static_cast<std::int64_t>(l.preemptions));
+        s.bind(21, l.end_reason);
+        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
+      }
+    }
+    return Status::ok();
+  }
+
+  // The write statements, prepared once (after the schema exists).
+  Status prepare() {
+    meta_ = std::make_unique<Stmt>(
+        db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value=excluded.value");
+    tenant_ = std::make_unique<Stmt>(
+        db_, "INSERT OR REPLACE INTO tenants(name, weight, max_devices, token_hash) VALUES(?1, ?2, ?3, ?4)");
+    device_ = std::make_unique<Stmt>(
+        db_,
+        "INSERT INTO devices(name, host, local_id, kind, model, passthrough, loaded, draining, "
+        "available, sched_id) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(name) DO UPDATE SET "
+        "host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, "
+        "passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
+        "available=excluded.available, sched_id=excluded.sched_id");
+    std::string sql = std::string("INSERT OR REPLACE INTO leases(") + kLeaseColumns +
+                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)";
+    lease_ = std::make_unique<Stmt>(db_, sql.c_str());
+    for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get()}) {
+      if (!st->ok()) return db_error(db_, "preparing the write statements");
+    }
+    prepared_ = true;
+    return Status::ok();
+  }
+
+  sqlite3* db_;
+  bool prepared_ = false;
+  std::unique_ptr<Stmt> meta_, tenant_, device_, lease_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Error e = db_error(db, "opening " + file.string());
+    sqlite3_close(db);
+    return e;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  auto store = std::make_unique<SqliteStore>(db);
+  if (auto s = store->init(full_sync); !s) {
+    return make_error("store", file.string() + ": " + s.error().message);
+  }
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace accelpool::manager

@@ -1,0 +1,98 @@
+// The daemon's TOML configuration: every key read, bad input named by file, line and key.
+#include "test_support.hpp"
+
+#include "config.hpp"
+
+#include <fstream>
+
+using namespace accelpool::manager;
+using namespace accelpool::manager::test;
+
+namespace {
+accelpool::Result<Config> load_text(const TempDir& dir, const std::string& text) {
+  auto p = dir.path / "m.toml";
+  std::ofstream(p) << text;
+  return load_config(p);
+}
+}  // namespace
+
+TEST_CASE("a full configuration file is read", "[config]") {
+  TempDir dir;
+  auto c = load_text(dir, R"(
+data_dir = "data"
+[store]
+file = "x.db"
+full_sync = true
+[guest]
+tcp = "127.0.0.1:9000"
+unix = ""
+[admin]
+listen = "127.0.0.1:9001"
+[leases]
+ttl_s = 12.5
+revoke_grace_s = 3
+history = 50
+[scheduler]
+policy = "las+affinity"
+[limits]
+max_body_bytes = 4096
+request_timeout_s = 2
+max_connections = 10
+[[hosts]]
+name = "lab"
+backend = "static"
+[[hosts.devices]]
+kind = "gpu"
+model = "a100"
+count = 3
+attach = "passthrough"
+[[tenants]]
+name = "t1"
+weight = 2.5
+max_devices = 4
+)");
+  REQUIRE(c.is_ok());
+  CHECK(c->data_dir == dir.path / "data");
+  CHECK(c->store_file == "x.db");
+  CHECK(c->full_sync);
+  CHECK(c->guest_tcp == "127.0.0.1:9000");
+  CHECK(c->guest_unix.empty());
+  CHECK(c->admin_listen == "127.0.0.1:9001");
+  CHECK(c->core.lease_ttl_s == 12.5);
+  CHECK(c->core.revoke_grace_s == 3);
+  CHECK(c->core.history == 50);
+  CHECK(c->core.policy == "las+affinity");
+  CHECK(c->max_body_bytes == 4096);
+  CHECK(c->max_connections == 10);
+  REQUIRE(c->hosts.size() == 1);
+  CHECK(c->hosts[0].devices.at(0).count == 3);
+  CHECK(c->hosts[0].devices.at(0).passthrough);
+  REQUIRE(c->tenants.size() == 1);
+  CHECK(c->tenants[0].weight == 2.5);
+  CHECK(c->tenants[0].max_devices == 4);
+}
+
+TEST_CASE("bad configuration names the file, line and key", "[config]") {
+  TempDir dir;
+  auto unknown = load_text(dir, "[leases]\nttl_s = 5\nttl = 7\n");
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.error().message.find("m.toml:3") != std::string::npos);
+  CHECK(unknown.error().message.find("'ttl'") != std::string::npos);
+
+  auto type = load_text(dir, "[leases]\nttl_s = \"long\"\n");
+  REQUIRE_FALSE(type.is_ok());
+  CHECK(type.error().message.find("leases.ttl_s must be a number") != std::string::npos);
+
+  auto syntax = load_text(dir, "[leases\n");
+  REQUIRE_FALSE(syntax.is_ok());
+  CHECK(syntax.error().message.find("m.toml:1") != std::string::npos);
+
+  auto negative = load_text(dir, "[limits]\nmax_connections = -1\n");
+  REQUIRE_FALSE(negative.is_ok());
+  CHECK(negative.error().message.find("non-negative integer") != std::string::npos);
+
+  CHECK_FALSE(load_text(dir, "[[hosts]]\nname = \"h\"\n[[hosts.devices]]\nattach = \"usb\"\n").is_ok());
+  CHECK_FALSE(parse_endpoint("localhost").is_ok());
+  CHECK_FALSE(parse_endpoint("127.0.0.1:99999").is_ok());
+  CHECK(parse_endpoint("127.0.0.1:0")->second == 0);
+}

@@ -1,0 +1,296 @@
+#include <set>
+#include "test_support.hpp"
+
+using namespace accelpool::manager;
+using namespace accelpool::manager::test;
+
+TEST_CASE("a lease goes queued -> granted -> released and the next request is served", "[core]") {
+  Pool pool(make_devices("fpga", 1));
+  Lease a = pool.acquire("a", "vm1", 1, "vadd");
+  CHECK(a.state == LeaseState::granted);
+  CHECK(a.devices == std::vector<std::string>{"local/fpga0"});
+  CHECK_FALSE(a.ready);
+  CHECK(pool.log.count(a.id, LeaseEvent::granted) == 0);
+  pool.posts.drain();  // the host finishes programming
+  CHECK(pool.get(a.id).ready);
+  CHECK(pool.log.count(a.id, LeaseEvent::granted) == 1);
+  CHECK(pool.core->device("local/fpga0")->record.loaded == "vadd");
+
+  Lease b = pool.acquire("a", "vm2");
+  CHECK(b.state == LeaseState::queued);
+  CHECK(pool.core->queue_length() == 1);
+
+  pool.clock.advance(5);
+  auto rel = pool.core->release("a", a.id);
+  REQUIRE(rel.is_ok());
+  CHECK(rel->state == LeaseState::released);
+  CHECK(rel->ended_at - rel->created_at == Approx(5));
+  CHECK(pool.get(b.id).state == LeaseState::granted);
+  CHECK(pool.log.count(a.id, LeaseEvent::ended) == 1);
+
+  auto again = pool.core->release("a", a.id);
+  REQUIRE_FALSE(again.is_ok());
+  CHECK(again.error().code == "invalid_state");
+  auto st = pool.core->stats(3600);
+  CHECK(st.all.jct.count == 1);
+  CHECK(st.all.jct.avg == Approx(5));
+}
+
+TEST_CASE("queued requests are served in FIFO order and cancel removes one", "[core]") {
+  Pool pool(make_devices("fpga", 1));
+  Lease a = pool.acquire("a", "vm1");
+  pool.clock.advance(1);
+  Lease b = pool.acquire("a", "vm2");
+  pool.clock.advance(1);
+  Lease c = pool.acquire("b", "vm3");
+  pool.clock.advance(1);
+  Lease d = pool.acquire("a", "vm4");
+  auto q = pool.core->queue();
+  REQUIRE(q.size() == 3);
+  CHECK(q[0].id == b.id);
+  CHECK(q[1].id == c.id);
+  CHECK(q[2].id == d.id);
+
+  auto cancelled = pool.core->cancel("a", b.id);
+  REQUIRE(cancelled.is_ok());
+  CHECK(cancelled->state == LeaseState::cancelled);
+  auto not_queued = pool.core->cancel("a", a.id);
+  REQUIRE_FALSE(not_queued.is_ok());
+  CHECK(not_queued.error().code == "invalid_state");
+
+  REQUIRE(pool.core->release("a", a.id).is_ok());
+  CHECK(pool.get(c.id).state == LeaseState::granted);
+  CHECK(pool.get(d.id).state == LeaseState::queued);
+}
+
+TEST_CASE("a gang request is granted all devices at once or waits", "[core]") {
+  Pool pool(make_devices("fpga", 3));
+  Lease one = pool.acquire("a", "vm1");
+  Lease gang = pool.acquire("a", "vm2", 3);
+  CHECK(gang.state == LeaseState::queued);
+  CHECK(gang.devices.empty());
+  REQUIRE(pool.core->release("a", one.id).is_ok());
+  Lease g = pool.get(gang.id);
+  CHECK(g.state == LeaseState::granted);
+  CHECK(g.devices.size() == 3);
+  pool.posts.drain();
+  CHECK(pool.get(gang.id).ready);
+  auto too_big = [&] {
+    AcquireParams p{"a", "vm3", "", "fpga", "", 4, std::nullopt};
+    return pool.core->acquire(p);
+  }();
+  REQUIRE_FALSE(too_big.is_ok());
+  CHECK(too_big.error().code == "infeasible");
+}
+
+TEST_CASE("a lease whose guest stops heartbeating expires and its device serves the next", "[core]") {
+  CoreOptions opts;
+  opts.lease_ttl_s = 10;
+  Pool pool(make_devices("fpga", 1), opts);
+  Lease a = pool.acquire("a", "vm1");
+  Lease b = pool.acquire("b", "vm2");
+  pool.clock.advance(8);
+  REQUIRE(pool.core->heartbeat("a", "vm1", std::nullopt).is_ok());
+  REQUIRE(pool.core->heartbeat("b", "vm2", b.id).is_ok());
+  REQUIRE(pool.core->next_wakeup().has_value());
+  CHECK(*pool.core->next_wakeup() == Approx(pool.clock.now() + 10));
+  pool.clock.advance(9);
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+  REQUIRE(pool.core->heartbeat("b", "vm2", std::nullopt).is_ok());
+  pool.clock.advance(2);  // a's last heartbeat was 11 s ago
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::expired);
+  CHECK(pool.get(b.id).state == LeaseState::granted);
+  CHECK(pool.core->counters().expirations == 1);
+}
+
+TEST_CASE("an admin revocation gives the guest its grace period", "[core]") {
+  CoreOptions opts;
+  opts.revoke_grace_s = 5;
+  Pool pool(make_devices("fpga", 1), opts);
+  Lease a = pool.acquire("a", "vm1");
+  Lease b = pool.acquire("a", "vm2");
+  auto r = pool.core->revoke(a.id, "maintenance");
+  REQUIRE(r.is_ok());
+  CHECK(r->state == LeaseState::revoking);
+  CHECK(r->revoke_deadline == Approx(pool.clock.now() + 5));
+  CHECK(pool.log.count(a.id, LeaseEvent::revoking) == 1);
+  pool.clock.advance(4);
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::revoking);
+  pool.clock.advance(2);
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::revoked);
+  CHECK(pool.get(a.id).end_reason == "maintenance");
+  CHECK(pool.get(b.id).state == LeaseState::granted);
+
+  // Released inside the grace period: a normal release.
+  auto r2 = pool.core->revoke(b.id, "");
+  REQUIRE(r2.is_ok());
+  auto rel = pool.core->release("a", b.id);
+  REQUIRE(rel.is_ok());
+  CHECK(rel->state == LeaseState::released);
+}
+
+TEST_CASE("a tenant sees and releases only its own leases", "[core]") {
+  Pool pool(make_devices("fpga", 1));
+  Lease a = pool.acquire("a", "vm1");
+  auto peek = pool.core->get("b", a.id);
+  REQUIRE_FALSE(peek.is_ok());
+  CHECK(peek.error().code == "not_found");
+  auto steal = pool.core->release("b", a.id);
+  REQUIRE_FALSE(steal.is_ok());
+  CHECK(steal.error().code == "not_found");
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+  CHECK(pool.core->authenticate(pool.token).value() == "a");
+  CHECK(pool.core->authenticate(pool.token_b).value() == "b");
+  CHECK_FALSE(pool.core->authenticate("apt_wrong").is_ok());
+  auto rotated = pool.core->rotate_tenant_token("a");
+  REQUIRE(rotated.is_ok());
+  CHECK_FALSE(pool.core->authenticate(pool.token).is_ok());
+  CHECK(pool.core->authenticate(*rotated).value() == "a");
+}
+
+TEST_CASE("quotas and bad input are refused without changing anything", "[core]") {
+  Pool pool(make_devices("fpga", 4));
+  REQUIRE(pool.core->update_tenant("a", 2.0, 2u).is_ok());
+  pool.acquire("a", "vm1", 2);
+  AcquireParams p{"a", "vm1", "", "fpga", "", 1, std::nullopt};
+  auto over = pool.core->acquire(p);
+  REQUIRE_FALSE(over.is_ok());
+  CHECK(over.error().code == "quota_exceeded");
+
+  auto before = pool.core->list({}).size();
+  std::vector<AcquireParams> bad = {
+      {"b", "vm", "", "fpga", "", 0, std::nullopt},            // count 0
+      {"b", "", "", "fpga", "", 1, std::nullopt},              // no guest
+      {"b", "vm", "", "gpu", "", 1, std::nullopt},             // no such kind
+      {"b", "vm", "", "fpga", "bad name", 1, std::nullopt},    // bitstream charset
+      {"b", "vm", "", "fpga", "", 1, -1.0},                    // negative estimate
+      {"nobody", "vm", "", "fpga", "", 1, std::nullopt},       // unknown tenant
+  };
+  for (const auto& b : bad) {
+    auto r = pool.core->acquire(b);
+    CHECK_FALSE(r.is_ok());
+  }
+  CHECK(pool.core->list({}).size() == before);
+  CHECK_FALSE(pool.core->create_tenant("a", 1, 0).is_ok());
+  CHECK_FALSE(pool.core->create_tenant("x", 0, 0).is_ok());
+  CHECK_FALSE(pool.core->set_policy("nonsense+first-fit").is_ok());
+  CHECK(pool.core->policy() == "fifo+first-fit");
+}
+
+TEST_CASE("the policy switches at runtime and survives a restart", "[core]") {
+  Pool pool(make_devices("fpga", 1));
+  REQUIRE(pool.core->set_policy("sjf+affinity").is_ok());
+  CHECK(pool.core->policy().rfind("sjf+affinity", 0) == 0);
+  pool.restart(make_devices("fpga", 1));
+  CHECK(pool.core->policy().rfind("sjf+affinity", 0) == 0);
+}
+
+TEST_CASE("draining a device keeps it from new grants", "[core]") {
+  Pool pool(make_devices("fpga", 2));
+  REQUIRE(pool.core->set_draining("local/fpga0", true).is_ok());
+  Lease a = pool.acquire("a", "vm1");
+  CHECK(a.devices == std::vector<std::string>{"local/fpga1"});
+  Lease b = pool.acquire("a", "vm2");
+  CHECK(b.state == LeaseState::queued);
+  CHECK(pool.core->device("local/fpga0")->state == "draining");
+  REQUIRE(pool.core->set_draining("local/fpga0", false).is_ok());
+  CHECK(pool.get(b.id).state == LeaseState::granted);
+  CHECK_FALSE(pool.core->set_draining("local/nope", true).is_ok());
+}
+
+TEST_CASE("after a crash, leases, queue order, devices and bitstreams come back", "[core][restart]") {
+  CoreOptions opts;
+  opts.lease_ttl_s = 10;
+  Pool pool(make_devices("fpga", 2), opts);
+  Lease a = pool.acquire("a", "vm1", 1, "vadd");
+  Lease b = pool.acquire("b", "vm2", 1, "conv");
+  pool.posts.drain();
+  pool.clock.advance(1);
+  Lease c = pool.acquire("a", "vm3");
+  pool.clock.advance(1);
+  Lease d = pool.acquire("b", "vm4", 2);
+  pool.clock.advance(1);
+  Lease e = pool.acquire("a", "vm5");
+  REQUIRE(pool.core->release("b", b.id).is_ok());  // c takes b's device
+  pool.posts.drain();
+  Lease c_now = pool.get(c.id);
+  REQUIRE(c_now.state == LeaseState::granted);
+
+  pool.clock.advance(8);  // 8 s into a 10 s TTL: a restart must give a full TTL again
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+  CHECK(pool.get(a.id).devices == a.devices);
+  CHECK(pool.get(a.id).expires_at == Approx(pool.clock.now() + 10));
+  CHECK(pool.get(c.id).devices == c_now.devices);
+  CHECK(pool.get(b.id).state == LeaseState::released);
+  auto q = pool.core->queue();
+  REQUIRE(q.size() == 2);
+  CHECK(q[0].id == d.id);
+  CHECK(q[1].id == e.id);
+  CHECK(pool.core->device(a.devices[0])->record.loaded == "vadd");
+  CHECK(pool.core->device(a.devices[0])->lease == a.id);
+
+  // New ids never reuse old ones; the restored grants are real: releasing serves the queue.
+  Lease f = pool.acquire("a", "vm6");
+  CHECK(f.id > e.id);
+  REQUIRE(pool.core->release("a", a.id).is_ok());
+  REQUIRE(pool.core->release("a", c.id).is_ok());
+  // Both devices serve the restored queue (which ones is the policy's choice); none is held twice.
+  std::set<std::string> held;
+  std::size_t granted_devices = 0;
+  for (const auto& l : pool.core->list({})) {
+    if (l.state != LeaseState::granted) continue;
+    granted_devices += l.devices.size();
+    held.insert(l.devices.begin(), l.devices.end());
+  }
+  CHECK(granted_devices == 2);
+  CHECK(held.size() == 2);
+}
+
+TEST_CASE("tokens are stored hashed", "[core][store]") {
+  Pool pool;
+  REQUIRE(pool.core->set_admin_token("admin-token-0123456789").is_ok());
+  CHECK(pool.core->check_admin("admin-token-0123456789"));
+  CHECK_FALSE(pool.core->check_admin("admin-token-012345678"));
+  auto snap = pool.store->load(10);
+  REQUIRE(snap.is_ok());
+  for (const auto& t : snap->tenants) {
+    CHECK(t.token_hash.size() == 64);
+    CHECK(t.token_hash != pool.token);
+  }
+  CHECK(snap->meta.at("admin_token_hash") != "admin-token-0123456789");
+  CHECK(snap->meta.at("admin_token_hash").size() == 64);
+}
+
+TEST_CASE("a preemption becomes a revocation with grace, then the lease waits again", "[core][preemption]") {
+  CoreOptions opts;
+  opts.policy = "srpt+first-fit";
+  opts.revoke_grace_s = 5;
+  Pool pool(make_devices("fpga", 1), opts);
+  AcquireParams long_job{"a", "vm1", "", "fpga", "", 1, 1000.0};
+  auto a = pool.core->acquire(long_job);
+  REQUIRE(a.is_ok());
+  REQUIRE(a->state == LeaseState::granted);
+  pool.clock.advance(1);
+  AcquireParams short_job{"b", "vm2", "", "fpga", "", 1, 1.0};
+  auto b = pool.core->acquire(short_job);
+  REQUIRE(b.is_ok());
+  CHECK(b->state == LeaseState::queued);
+  Lease victim = pool.get(a->id);
+  REQUIRE(victim.state == LeaseState::revoking);
+  CHECK(victim.revoke_deadline == Approx(pool.clock.now() + 5));
+  CHECK(pool.log.count(a->id, LeaseEvent::revoking) == 1);
+  pool.clock.advance(6);
+  pool.core->tick();
+  CHECK(pool.get(a->id).state == LeaseState::queued);
+  CHECK(pool.log.count(a->id, LeaseEvent::requeued) == 1);
+  CHECK(pool.get(b->id).state == LeaseState::granted);
+  CHECK(pool.core->counters().preemptions == 1);
+  REQUIRE(pool.core->release("b", b->id).is_ok());
+  CHECK(pool.get(a->id).state == LeaseState::granted);
+  CHECK(pool.get(a->id).preemptions == 1);
+}

@@ -1,0 +1,539 @@
+// End-to-end tests: the real accelpool-manager binary on loopback, driven over its sockets.
+#include "test_client.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+using namespace accelpool::manager::itest;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::filesystem::path temp_dir() {
+  std::random_device rd;
+  auto p = std::filesystem::temp_directory_path() / ("apm-it-" + std::to_string(rd()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+std::string config(int devices, double ttl_s, double grace_s, const std::string& extra = "") {
+  std::ostringstream o;
+  o << "[leases]\nttl_s = " << ttl_s << "\nrevoke_grace_s = " << grace_s << "\n"
+    << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n"
+    << "[admin]\nlisten = \"127.0.0.1:0\"\n"
+    << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
+    << "[[hosts.devices]]\nkind = \"fpga\"\ncount = " << devices << "\n"
+    << "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n"
+    << extra;
+  return o.str();
+}
+
+struct Running {
+  std::filesystem::path dir = temp_dir();
+  DaemonProcess daemon;
+  std::string admin, token_a, token_b;
+  explicit Running(const std::string& cfg) : daemon(dir, cfg) {
+    daemon.start();
+    admin = daemon.token("admin token");
+    token_a = daemon.token("guest token for tenant a");
+    token_b = daemon.token("guest token for tenant b");
+  }
+  ~Running() {
+    daemon.stop(SIGKILL);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  HttpResult get(const std::string& target) { return http(daemon.endpoints().admin_port, "GET", target, admin); }
+  HttpResult post(const std::string& target, const std::string& body = "") {
+    return http(daemon.endpoints().admin_port, "POST", target, admin, body);
+  }
+  GuestClient guest(const std::string& token, const std::string& id) {
+    auto c = GuestClient::tcp(daemon.endpoints().guest_port);
+    auto r = c.hello(token, id);
+    REQUIRE(r.contains("result"));
+    return c;
+  }
+  std::string admin_lease_state(std::uint64_t id) {
+    auto r = get("/v1/leases/" + std::to_string(id));
+    REQUIRE(r.status == 200);
+    return std::string(r.json().at("state").as_string());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("full lease lifecycle over TCP: grant, queue when full, gang, release, notifications", "[integration]") {
+  Running m(config(2, 30, 1));
+  auto g1 = m.guest(m.token_a, "vm1");
+  auto g2 = m.guest(m.token_a, "vm2");
+
+  auto a = g1.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd"}});
+  REQUIRE(lease_state(a) == "granted");
+  auto id_a = lease_id(a);
+  REQUIRE(g1.wait_notification("lease.granted", id_a));
+
+  auto gang = g2.call("acquire", {{"kind", "fpga"}, {"count", 2}, {"estimate_s", 10}});
+  REQUIRE(lease_state(gang) == "queued");
+  auto id_gang = lease_id(gang);
+  auto q = m.get("/v1/queue");
+  REQUIRE(q.status == 200);
+  REQUIRE(q.json().at("queue").as_array().size() == 1);
+
+  auto hb = g1.call("heartbeat", {});
+  REQUIRE(hb.at("result").at("leases").as_array().size() == 1);
+
+  auto rel = g1.call("release", {{"lease", id_a}});
+  REQUIRE(lease_state(rel) == "released");
+  REQUIRE(g1.wait_notification("lease.ended", id_a));
+  auto granted = g2.wait_notification("lease.granted", id_gang);
+  REQUIRE(granted);
+  CHECK(granted->at("params").at("lease").at("devices").as_array().size() == 2);
+  CHECK(granted->at("params").at("lease").at("ready").as_bool());
+
+  auto dev = m.get("/v1/devices/local/fpga0");
+  REQUIRE(dev.status == 200);
+  CHECK(dev.json().at("lease").to_number<std::uint64_t>() == id_gang);
+  auto cancel_granted = g2.call("cancel", {{"lease", id_gang}});
+  CHECK(error_word(cancel_granted) == "invalid_state");
+  REQUIRE(lease_state(g2.call("release", {{"lease", id_gang}})) == "released");
+  auto stats = m.get("/v1/stats?window=3600");
+  REQUIRE(stats.status == 200);
+  CHECK(stats.json().at("windows").at(0).at("all").at("jct_s").at("count").to_number<int>() == 2);
+  auto metrics = http(m.daemon.endpoints().admin_port, "GET", "/metrics", "");
+  REQUIRE(metrics.status == 200);
+  CHECK(metrics.body.find("accelpool_grants_total 2") != std::string::npos);
+  CHECK(metrics.body.find("accelpool_jct_seconds_count 2") != std::string::npos);
+}
+
+TEST_CASE("a dropped connection keeps its leases; the Unix socket speaks the same protocol", "[integration]") {
+  Running m(config(1, 30, 1));
+  std::uint64_t id = 0;
+  {
+    auto c = GuestClient::unix_socket(m.daemon.endpoints().guest_unix);
+    REQUIRE(c.hello(m.token_a, "vm1").contains("result"));
+    auto r = c.call("acquire", {{"kind", "fpga"}});
+    REQUIRE(lease_state(r) == "granted");
+    id = lease_id(r);
+  }  // connection dropped
+  std::this_thread::sleep_for(100ms);
+  CHECK(m.admin_lease_state(id) == "granted");
+  auto c2 = GuestClient::tcp(m.daemon.endpoints().guest_port);
+  auto hello = c2.hello(m.token_a, "vm1");
+  REQUIRE(hello.at("result").at("leases").as_array().size() == 1);
+  CHECK(hello.at("result").at("leases").at(0).at("id").to_number<std::uint64_t>() == id);
+  CHECK(lease_state(c2.call("release", {{"lease", id}})) == "released");
+}
+
+TEST_CASE("a guest that stops heartbeating loses its lease to the next in line", "[integration]") {
+  Running m(config(1, 1.0, 1));
+  auto g1 = m.guest(m.token_a, "vm1");
+  auto g2 = m.guest(m.token_b, "vm2");
+  auto a = g1.call("acquire", {{"kind", "fpga"}});
+  auto b = g2.call("acquire", {{"kind", "fpga"}});
+  REQUIRE(lease_state(b) == "queued");
+  auto id_a = lease_id(a), id_b = lease_id(b);
+  // g2 keeps heartbeating; g1 does not.
+  std::optional<boost::json::object> granted;
+  for (int i = 0; i < 10 && !granted; ++i) {
+    g2.call("heartbeat", {});
+    granted = g2.wait_notification("lease.granted", id_b, 300ms);
+  }
+  REQUIRE(granted);
+  auto ended = g1.wait_notification("lease.ended", id_a, 1000ms);
+  REQUIRE(ended);
+  CHECK(ended->at("params").at("lease").at("state").as_string() == "expired");
+  CHECK(m.admin_lease_state(id_a) == "expired");
+}
+
+TEST_CASE("an admin revocation warns the guest, then ends the lease after the grace period", "[integration]") {
+  Running m(config(1, 30, 0.5));
+  auto g = m.guest(m.token_a, "vm1");
+  auto id = lease_id(g.call("acquire", {{"kind", "fpga"}}));
+  auto r = m.post("/v1/leases/" + std::to_string(id) + "/revoke", R"({"reason":"maintenance"})");
+  REQUIRE(r.status == 200);
+  CHECK(r.json().at("state").as_string() == "revoking");
+  auto warn = g.wait_notification("lease.revoking", id);
+  REQUIRE(warn);
+  CHECK(warn->at("params").at("lease").at("revoke_deadline").is_number());
+  auto ended = g.wait_notification("lease.ended", id, 3000ms);
+  REQUIRE(ended);
+  CHECK(ended->at("params").at("lease").at("state").as_string() == "revoked");
+  CHECK(ended->at("params").at("lease").at("end_reason").as_string() == "maintenance");
+}
+
+TEST_CASE("tenants are isolated: other tenants' leases are invisible, guest tokens cannot use the admin API",
+          "[integration]") {
+  Running m(config(1, 30, 1));
+  auto ga = m.guest(m.token_a, "vm1");
+  auto gb = m.guest(m.token_b, "vm1");  // same guest id, other tenant
+  auto id = lease_id(ga.call("acquire", {{"kind", "fpga"}}));
+  CHECK(error_word(gb.call("get", {{"lease", id}})) == "not_found");
+  CHECK(error_word(gb.call("release", {{"lease", id}})) == "not_found");
+  CHECK(gb.call("list", {}).at("result").at("leases").as_array().empty());
+  CHECK(m.admin_lease_state(id) == "granted");
+  auto port = m.daemon.endpoints().admin_port;
+  CHECK(http(port, "GET", "/v1/leases", m.token_a).status == 403);
+  CHECK(http(port, "GET", "/v1/leases", "").status == 401);
+  CHECK(http(port, "GET", "/v1/leases", "apa_wrong").status == 401);
+  auto bad = GuestClient::tcp(m.daemon.endpoints().guest_port);
+  CHECK(error_word(bad.hello("apt_wrong", "vm9")) == "unauthorized");
+  CHECK(error_word(bad.call("acquire", {{"kind", "fpga"}})) == "unauthorized");
+  // Rotating a token locks the old one out.
+  auto rot = m.post("/v1/tenants/a/rotate-token");
+  REQUIRE(rot.status == 200);
+  auto fresh = GuestClient::tcp(m.daemon.endpoints().guest_port);
+  CHECK(error_word(fresh.hello(m.token_a, "vm1")) == "unauthorized");
+  std::string new_token(rot.json().at("token").as_string());
+  CHECK(fresh.hello(new_token, "vm1").contains("result"));
+}
+
+TEST_CASE("the policy switches at runtime through the admin API", "[integration]") {
+  Running m(config(1, 30, 1));
+  auto port = m.daemon.endpoints().admin_port;
+  auto put = http(port, "PUT", "/v1/policy", m.admin, R"({"policy":"sjf+affinity"})");
+  REQUIRE(put.status == 200);
+  CHECK(std::string(put.json().at("policy").as_string()).rfind("sjf+affinity", 0) == 0);
+  auto bad = http(port, "PUT", "/v1/policy", m.admin, R"({"policy":"nope"})");
+  CHECK(bad.status == 400);
+  CHECK(bad.json().at("error").at("code").as_string() == "invalid_argument");
+  CHECK(std::string(m.get("/v1/policy").json().at("policy").as_string()).rfind("sjf+affinity", 0) == 0);
+  // sjf serves the shortest estimate first.
+  auto g = m.guest(m.token_a, "vm1");
+  auto hold = lease_id(g.call("acquire", {{"kind", "fpga"}}));
+  auto slow = lease_id(g.call("acquire", {{"kind", "fpga"}, {"estimate_s", 100}}));
+  auto fast = lease_id(g.call("acquire", {{"kind", "fpga"}, {"estimate_s", 1}}));
+  auto q = m.get("/v1/queue").json().at("queue").as_array();
+  REQUIRE(q.size() == 2);
+  CHECK(q[0].at("id").to_number<std::uint64_t>() == fast);
+  CHECK(q[1].at("id").to_number<std::uint64_t>() == slow);
+  g.call("release", {{"lease", hold}});
+  CHECK(m.admin_lease_state(fast) == "granted");
+}
+
+TEST_CASE("bad input gets a clear error, changes nothing, and the daemon keeps serving", "[integration]") {
+  Running m(config(1, 30, 1));
+  auto g = m.guest(m.token_a, "vm1");
+  auto expect_error = [&](const std::string& line, int code) {
+    g.send_line(line);
+    auto reply = g.read_line();
+    REQUIRE(reply);
+    auto v = boost::json::parse(*reply).as_object();
+    INFO(line << " -> " << *reply);
+    REQUIRE(v.contains("error"));
+    CHECK(v.at("error").at("code").to_number<int>() == code);
+    CHECK(!v.at("error").at("message").as_string().empty());
+  };
+  expect_error("{not json", -32700);
+  expect_error("[1,2]", -32600);
+  expect_error(R"({"jsonrpc":"2.0","id":1,"method":"fly"})", -32601);
+  expect_error(R"({"jsonrpc":"2.0","id":2,"method":"acquire","params":{"kind":3}})", -32602);
+  expect_error(R"({"jsonrpc":"2.0","id":3,"method":"acquire","params":{"kind":"fpga","count":1e300}})", -32602);
+  expect_error(R"({"jsonrpc":"2.0","id":4,"method":"acquire","params":{"kind":"fpga","colour":"red"}})", -32602);
+  expect_error(R"({"jsonrpc":"2.0","id":5,"method":"release","params":{"lease":184467440737095516150}})", -32602);
+  expect_error(R"({"jsonrpc":"2.0","id":6,"method":"release","params":{"lease":-1}})", -32602);
+  expect_error(R"({"jsonrpc":"2.0","id":7,"method":"release","params":{"lease":99999}})", -32004);
+  expect_error(R"({"jsonrpc":"2.0","id":{"x":1},"method":"list"})", -32600);
+  expect_error(R"({"jsonrpc":"2.0","id":8,"method":"acquire","params":{"kind":"fpga","count":0}})", -32602);
+  expect_error(R"({"jsonrpc":"2.0","id":9,"method":"hello","params":{"protocol":2,"token":"x","guest":"g"}})", -32602);
+  CHECK(m.get("/v1/leases?all=true").json().at("leases").as_array().empty());
+
+  auto port = m.daemon.endpoints().admin_port;
+  auto r = http(port, "POST", "/v1/tenants", m.admin, "{\"name\":");
+  CHECK(r.status == 400);
+  CHECK(r.json().at("error").at("code").as_string() == "invalid_argument");
+  CHECK(http(port, "POST", "/v1/tenants", m.admin, R"({"name":"c","weight":"heavy"})").status == 400);
+  CHECK(http(port, "POST", "/v1/tenants", m.admin, R"({"name":"c","colour":1})").status == 400);
+  CHECK(http(port, "POST", "/v1/tenants", m.admin, R"({"name":"c","max_devices":1e30})").status == 400);
+  CHECK(http(port, "POST", "/v1/tenants", m.admin, R"({"name":"bad name"})").status == 400);
+  CHECK(http(port, "GET", "/v1/leases/abc", m.admin).status == 400);
+  CHECK(http(port, "GET", "/v1/leases?state=sleeping", m.admin).status == 400);
+  CHECK(http(port, "GET", "/v1/nothing", m.admin).status == 404);
+  CHECK(http(port, "DELETE", "/v1/policy", m.admin).status == 405);
+  CHECK(http(port, "POST", "/v1/tenants", m.admin, R"({"name":"a"})").status == 409);
+  CHECK(m.get("/v1/tenants").json().at("tenants").as_array().size() == 2);
+  // A body over the limit is refused from its Content-Length, before it is read.
+  CHECK(http_raw(port, "POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + m.admin +
+                           "\r\nContent-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{\"name\":") == 413);
+  CHECK(http_raw(port, "GET /v1/leases HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 * 1024, 'h') + "\r\n\r\n") == 431);
+  CHECK(http_raw(port, "GARBAGE\r\n\r\n") == 400);
+  // A guest line over the limit ends that connection with an error; others are unaffected.
+  {
+    auto big = GuestClient::tcp(m.daemon.endpoints().guest_port);
+    big.send_line(std::string(100 * 1024, 'y'));
+    auto reply = big.read_line();
+    REQUIRE(reply);
+    CHECK(reply->find("-32600") != std::string::npos);
+  }
+  CHECK(http(port, "GET", "/healthz", "").status == 200);
+  CHECK(lease_state(g.call("acquire", {{"kind", "fpga"}})) == "granted");
+}
+
+TEST_CASE("every route in docs/api/openapi.yaml answers as documented", "[integration][openapi]") {
+  Running m(config(1, 30, 1));
+  auto g = m.guest(m.token_a, "vm1");
+  auto id = lease_id(g.call("acquire", {{"kind", "fpga"}}));
+  auto port = m.daemon.endpoints().admin_port;
+  auto doc = http(port, "GET", "/v1/openapi.yaml", "");
+  REQUIRE(doc.status == 200);
+  // Walk the paths section: "  /path:" then "    method:" then "        \"NNN\":" response codes.
+  std::istringstream in(doc.body);
+  std::string line, path, method;
+  bool in_paths = false;
+  std::map<std::pair<std::string, std::string>, std::set<int>> routes;
+  std::regex path_re(R"(^  (/[^:]*):\s*$)"), method_re(R"(^    (get|post|put|patch|delete):\s*$)"),
+      code_re(R"re(^        "(\d{3})":)re");
+  std::smatch sm;
+  while (std::getline(in, line)) {
+    if (line == "paths:") in_paths = true;
+    if (!in_paths) continue;
+    if (std::regex_match(line, sm, path_re)) path = sm[1], method.clear();
+    else if (std::regex_match(line, sm, method_re)) method = sm[1];
+    else if (!method.empty() && std::regex_search(line, sm, code_re)) routes[{path, method}].insert(std::stoi(sm[1]));
+  }
+  REQUIRE(routes.size() >= 20);
+  const std::map<std::string, std::string> params = {
+      {"{host}", "local"}, {"{local_id}", "fpga0"}, {"{id}", std::to_string(id)}, {"{name}", "a"}};
+  const std::map<std::string, std::string> bodies = {
+      {"post /v1/tenants", R"({"name":"t2","weight":2})"},
+      {"patch /v1/tenants/{name}", R"({"max_devices":3})"},
+      {"put /v1/policy", R"({"policy":"fifo+first-fit"})"},
+      {"post /v1/leases/{id}/revoke", R"({"reason":"openapi test"})"}};
+  for (const auto& [route, codes] : routes) {
+    std::string target = route.first;
+    for (const auto& [k, v] : params) {
+      for (auto pos = target.find(k); pos != std::string::npos; pos = target.find(k)) target.replace(pos, k.size(), v);
+    }
+    std::string upper = route.second;
+    for (auto& c : upper) c = static_cast<char>(std::toupper(c));
+    auto b = bodies.find(route.second + " " + route.first);
+    auto r = http(port, upper, target, m.admin, b == bodies.end() ? "" : b->second);
+    INFO(upper << " " << target << " -> " << r.status << " " << r.body.substr(0, 200));
+    CHECK(codes.count(r.status) == 1);
+    CHECK((r.status / 100 == 2 || r.json().at("error").at("message").as_string().size() > 0));
+  }
+}
+
+TEST_CASE("SIGTERM shuts down cleanly and a restart restores leases and the queue", "[integration][restart]") {
+  Running m(config(1, 30, 1));
+  std::uint64_t held, waiting;
+  {
+    auto g = m.guest(m.token_a, "vm1");
+    held = lease_id(g.call("acquire", {{"kind", "fpga"}, {"bitstream", "conv"}}));
+    waiting = lease_id(g.call("acquire", {{"kind", "fpga"}}));
+  }
+  m.daemon.stop(SIGTERM);
+  CHECK(m.daemon.exit_code() == 0);
+  m.daemon.start();
+  CHECK(m.admin_lease_state(held) == "granted");
+  CHECK(m.admin_lease_state(waiting) == "queued");
+  CHECK(m.get("/v1/devices/local/fpga0").json().at("loaded").as_string() == "conv");
+  auto g = m.guest(m.token_a, "vm1");
+  g.call("release", {{"lease", held}});
+  CHECK(m.admin_lease_state(waiting) == "granted");
+}
+
+TEST_CASE("SIGKILL at random moments under load loses no lease and grants none twice", "[integration][crash]") {
+  Running m(config(4, 60, 1));
+  std::mutex mu;
+  std::map<std::uint64_t, std::string> acknowledged;  // lease -> last state a reply reported
+  std::set<std::uint64_t> release_sent;
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 4; ++round) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c) {
+      clients.emplace_back([&, c, round] {
+        try {
+          auto g = GuestClient::tcp(m.daemon.endpoints().guest_port);
+          g.hello(c % 2 ? m.token_b : m.token_a, "vm" + std::to_string(c));
+          std::vector<std::uint64_t> mine;
+          for (int i = 0; !stop; ++i) {
+            if (mine.size() < 2) {
+              auto r = g.call("acquire", {{"kind", "fpga"}});
+              if (!r.contains("result")) continue;
+              std::lock_guard lock(mu);
+              acknowledged[lease_id(r)] = lease_state(r);
+              mine.push_back(lease_id(r));
+            } else {
+              auto id = mine.front();
+              {
+                std::lock_guard lock(mu);
+                release_sent.insert(id);  // from here a lost reply may hide a release that happened
+              }
+              auto r = g.call("release", {{"lease", id}});
+              mine.erase(mine.begin());
+              if (!r.contains("result")) continue;
+              std::lock_guard lock(mu);
+              acknowledged[id] = lease_state(r);
+            }
+          }
+        } catch (const std::exception&) {
+          // the daemon died under us: expected
+        }
+        (void)round;
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
+    m.daemon.stop(SIGKILL);
+    stop = true;
+    for (auto& t : clients) t.join();
+    m.daemon.start();
+
+    auto all = m.get("/v1/leases?all=true");
+    REQUIRE(all.status == 200);
+    std::map<std::uint64_t, boost::json::object> found;
+    std::map<std::string, std::uint64_t> holder;
+    auto all_json = all.json();
+    for (const auto& v : all_json.at("leases").as_array()) {
+      const auto& l = v.as_object();
+      auto id = l.at("id").to_number<std::uint64_t>();
+      found[id] = l;
+      std::string st(l.at("state").as_string());
+      if (st == "granted" || st == "revoking") {
+        for (const auto& d : l.at("devices").as_array()) {
+          std::string dev(d.as_string());
+          auto other = holder.find(dev);
+          INFO("device " << dev << " held by " << id << " and " << (other == holder.end() ? 0 : other->second));
+          CHECK(other == holder.end());
+          holder[dev] = id;
+        }
+      }
+    }
+    std::lock_guard lock(mu);
+    for (const auto& [id, state] : acknowledged) {
+      INFO("lease " << id << " acknowledged as " << state);
+      REQUIRE(found.count(id) == 1);
+      std::string now(found[id].at("state").as_string());
+      if (state == "released" || state == "cancelled") CHECK(now == state);
+      else if (release_sent.count(id)) CHECK((now == "queued" || now == "granted" || now == "released" || now == "cancelled"));
+      else CHECK((now == "queued" || now == "granted"));
+    }
+    auto devs = m.get("/v1/devices").json().at("devices").as_array();
+    for (const auto& d : devs) {
+      if (d.at("lease").is_null()) continue;
+      auto h = holder.find(std::string(d.at("name").as_string()));
+      REQUIRE(h != holder.end());
+      CHECK(h->second == d.at("lease").to_number<std::uint64_t>());
+    }
+  }
+  CHECK(acknowledged.size() > 8);
+}
+
+TEST_CASE("the embedded default starts with no config: simulated devices, tokens and the admin URL printed once",
+          "[integration][default]") {
+  auto dir = temp_dir();
+  {
+    DaemonProcess d(dir, "");
+    d.start();
+    auto out = d.output();
+    CHECK(std::regex_search(out, std::regex(R"(admin API http://127\.0\.0\.1:\d+)")));
+    std::string admin = d.token("admin token");
+    std::string guest = d.token("guest token for tenant default");
+    CHECK(admin.rfind("apa_", 0) == 0);
+    auto devices = http(d.endpoints().admin_port, "GET", "/v1/devices", admin);
+    REQUIRE(devices.status == 200);
+    auto devs = devices.json().at("devices").as_array();
+    REQUIRE_FALSE(devs.empty());
+    std::string kind(devs[0].at("kind").as_string());
+    CHECK(http(d.endpoints().admin_port, "GET", "/readyz", "").status == 200);
+    // A lease with a bitstream on the simulated backend: programmed, then ready.
+    auto g = GuestClient::unix_socket(d.endpoints().guest_unix);
+    REQUIRE(g.hello(guest, "vm1").contains("result"));
+    auto r = g.call("acquire", {{"kind", kind}, {"bitstream", "vadd"}});
+    REQUIRE(lease_state(r) == "granted");
+    auto ready = g.wait_notification("lease.granted", lease_id(r));
+    REQUIRE(ready);
+    CHECK(ready->at("params").at("lease").at("reprogrammed").to_number<int>() == 1);
+    d.stop(SIGTERM);
+    CHECK(d.exit_code() == 0);
+    // A second start prints no tokens: they were shown once.
+    d.start();
+    CHECK(d.output().find("admin token", out.size()) == std::string::npos);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST_CASE("a connection that never says hello is closed after the request timeout", "[integration][robustness]") {
+  Running m(config(1, 30, 1, "[limits]\nrequest_timeout_s = 0.3\n"));
+  auto idle = GuestClient::tcp(m.daemon.endpoints().guest_port);
+  auto line = idle.read_line(3000ms);
+  REQUIRE(line);
+  CHECK(line->find("\"timeout\"") != std::string::npos);
+  CHECK_FALSE(idle.read_line(2000ms));  // closed
+  // An authenticated guest may stay quiet longer than that.
+  auto g = m.guest(m.token_a, "vm1");
+  std::this_thread::sleep_for(600ms);
+  CHECK(lease_state(g.call("acquire", {{"kind", "fpga"}})) == "granted");
+  // A slow admin client is cut off too.
+  CHECK(http_raw(m.daemon.endpoints().admin_port, "GET /healthz HTTP/1.1\r\nHost: x\r\n") == 0);
+}
+
+namespace {
+// Runs accelpoolctl with `args`; returns its exit code and stdout+stderr.
+std::pair<int, std::string> ctl(const std::string& url, const std::string& token, const std::string& args) {
+  std::string cmd = std::string("ACCELPOOL_URL=") + url + " ACCELPOOL_TOKEN=" + token + " " + ACCELPOOLCTL_BIN + " " +
+                    args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+}  // namespace
+
+TEST_CASE("accelpoolctl drives the admin API with tables, JSON and clear errors", "[integration][ctl]") {
+  Running m(config(2, 30, 1));
+  std::string url = "http://127.0.0.1:" + std::to_string(m.daemon.endpoints().admin_port);
+  auto g = m.guest(m.token_a, "vm1");
+  auto id = lease_id(g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd"}}));
+
+  auto [rc, out] = ctl(url, m.admin, "devices");
+  CHECK(rc == 0);
+  CHECK(out.rfind("DEVICE", 0) == 0);
+  CHECK(out.find("local/fpga0") != std::string::npos);
+  CHECK(out.find("vadd") != std::string::npos);
+
+  auto [rc2, js] = ctl(url, m.admin, "-o json leases");
+  CHECK(rc2 == 0);
+  auto v = boost::json::parse(js);
+  CHECK(v.at("leases").at(0).at("id").to_number<std::uint64_t>() == id);
+
+  CHECK(ctl(url, m.admin, "drain local/fpga1").first == 0);
+  CHECK(m.get("/v1/devices/local/fpga1").json().at("draining").as_bool());
+  CHECK(ctl(url, m.admin, "policy set sjf+pack").first == 0);
+  CHECK(ctl(url, m.admin, "policy").second.rfind("sjf+pack", 0) == 0);
+  auto [rc3, created] = ctl(url, m.admin, "tenants create team-x --weight 2 --max-devices 3");
+  CHECK(rc3 == 0);
+  CHECK(created.find("apt_") != std::string::npos);
+  CHECK(ctl(url, m.admin, "revoke " + std::to_string(id) + " --reason test").first == 0);
+  CHECK(m.admin_lease_state(id) == "revoking");
+  CHECK(ctl(url, m.admin, "stats").second.find("WINDOW") != std::string::npos);
+
+  auto [bad_rc, bad_out] = ctl(url, "apa_wrong", "devices");
+  CHECK(bad_rc == 4);
+  CHECK(bad_out.find("token") != std::string::npos);
+  CHECK(ctl(url, m.token_a, "devices").first == 4);
+  auto [missing_rc, missing_out] = ctl(url, m.admin, "lease 99999");
+  CHECK(missing_rc == 1);
+  CHECK(missing_out.find("no lease 99999") != std::string::npos);
+  auto [down_rc, down_out] = ctl("http://127.0.0.1:1", m.admin, "devices");
+  CHECK(down_rc == 3);
+  CHECK(down_out.find("cannot reach") != std::string::npos);
+  CHECK(ctl(url, m.admin, "frobnicate").first == 2);
+}

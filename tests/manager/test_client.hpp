@@ -1,0 +1,91 @@
+// Drives a real accelpool-manager process: starts it on loopback with free ports, talks to it over plain
+// sockets (newline-delimited JSON for guests, hand-written HTTP/1.1 for the admin API).
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accelpool::manager::itest {
+
+namespace json = boost::json;
+
+struct Endpoints {
+  int admin_port = 0;
+  int guest_port = 0;
+  std::string guest_unix;
+};
+
+class DaemonProcess {
+ public:
+  // `config` is written to DATA/manager.toml (it should listen on 127.0.0.1 port 0 everywhere); an empty
+  // `config` runs the embedded default with free ports.
+  DaemonProcess(std::filesystem::path data_dir, std::string config);
+  ~DaemonProcess();
+  void start();                 // returns once endpoints.json of this process exists
+  void stop(int signal);        // SIGTERM for a graceful stop, SIGKILL for a crash; waits for the exit
+  int exit_code() const { return exit_code_; }
+  bool running() const { return pid_ > 0; }
+  std::string output() const;   // stdout and stderr so far
+  const Endpoints& endpoints() const { return ep_; }
+  const std::filesystem::path& data_dir() const { return dir_; }
+  // Token lines from the first start: "guest token for tenant NAME", "admin token".
+  std::string token(const std::string& what) const;
+
+ private:
+  std::filesystem::path dir_;
+  std::string config_;
+  int pid_ = -1;
+  int exit_code_ = -1;
+  Endpoints ep_;
+  std::string first_output_;
+};
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+  json::value json() const;
+};
+
+HttpResult http(int port, const std::string& method, const std::string& target, const std::string& token,
+                const std::string& body = "");
+// Sends raw bytes and returns the status line's code (0 if the server closed without answering).
+int http_raw(int port, const std::string& request);
+
+class GuestClient {
+ public:
+  static GuestClient tcp(int port);
+  static GuestClient unix_socket(const std::string& path);
+  GuestClient(GuestClient&& o) noexcept;
+  ~GuestClient();
+
+  void send_line(const std::string& line);
+  // The next line, or nullopt on timeout / close.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+  // A call: sends it with a fresh id, returns the reply (notifications seen meanwhile are kept).
+  json::object call(const std::string& method, json::object params);
+  json::object hello(const std::string& token, const std::string& guest);
+  // Waits for a notification with `method` for `lease` (or any lease when 0).
+  std::optional<json::object> wait_notification(const std::string& method, std::uint64_t lease,
+                                                std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+  void close();
+
+ private:
+  explicit GuestClient(int fd) : fd_(fd) {}
+  int fd_ = -1;
+  std::string buffer_;
+  std::uint64_t next_id_ = 1;
+  std::deque<json::object> notifications_;
+};
+
+// Result of a call, or the error code word (error.data.code).
+std::string error_word(const json::object& reply);
+std::uint64_t lease_id(const json::object& reply);
+std::string lease_state(const json::object& reply);
+
+}  // namespace accelpool::manager::itest

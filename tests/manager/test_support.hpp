@@ -1,0 +1,118 @@
+// Builders for core tests: a temporary data folder, a store, a core over a static host, a poster to drain.
+#pragma once
+
+#include <accelpool/manager/core.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+
+namespace accelpool::manager::test {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / ("accelpool-mgr-test-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Completions from hosts queue here; the test runs them when it wants (it plays the owner thread).
+struct PostQueue {
+  std::deque<std::function<void()>> jobs;
+  Poster poster() {
+    return [this](std::function<void()> f) { jobs.push_back(std::move(f)); };
+  }
+  void drain() {
+    while (!jobs.empty()) {
+      auto f = std::move(jobs.front());
+      jobs.pop_front();
+      f();
+    }
+  }
+};
+
+struct EventLog : CoreListener {
+  std::vector<std::pair<LeaseId, LeaseEvent>> events;
+  void lease_event(const Lease& lease, LeaseEvent event) override { events.emplace_back(lease.id, event); }
+  std::size_t count(LeaseId id, LeaseEvent e) const {
+    std::size_t n = 0;
+    for (const auto& [i, ev] : events) n += (i == id && ev == e);
+    return n;
+  }
+};
+
+// "fpga:4" -> four fpga devices named fpga0.. on the host.
+inline std::vector<HostDevice> make_devices(const std::string& kind, int n, bool passthrough = false) {
+  std::vector<HostDevice> out;
+  for (int i = 0; i < n; ++i) out.push_back({kind + std::to_string(i), kind, "test-" + kind, passthrough, ""});
+  return out;
+}
+
+struct Pool {
+  TempDir dir;
+  ManualClock clock;
+  PostQueue posts;
+  EventLog log;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<PoolCore> core;
+  CoreOptions options;
+  std::string token;  // tenant "a"
+  std::string token_b;  // tenant "b"
+
+  explicit Pool(std::vector<HostDevice> devices = make_devices("fpga", 2), CoreOptions opts = {}) : options(opts) {
+    open();
+    REQUIRE(core->attach_host(make_static_host("local", devices, posts.poster())).is_ok());
+    auto t = core->create_tenant("a", 1, 0);
+    REQUIRE(t.is_ok());
+    token = *t;
+    auto tb = core->create_tenant("b", 1, 0);
+    REQUIRE(tb.is_ok());
+    token_b = *tb;
+  }
+  void open() {
+    auto s = open_sqlite_store(dir.path / "pool.db", false);
+    REQUIRE(s.is_ok());
+    store = std::move(*s);
+    auto c = PoolCore::create(options, clock, *store);
+    if (!c) FAIL(c.error().message);
+    core = std::move(*c);
+    core->add_listener(&log);
+  }
+  // Simulates a crash and restart: drops the core without any shutdown step, reopens the same file.
+  void restart(std::vector<HostDevice> devices) {
+    posts.jobs.clear();
+    core.reset();
+    store.reset();
+    open();
+    REQUIRE(core->attach_host(make_static_host("local", devices, posts.poster())).is_ok());
+  }
+  Lease acquire(const std::string& tenant, const std::string& guest, std::uint32_t count = 1,
+                const std::string& bitstream = "") {
+    AcquireParams p;
+    p.tenant = tenant;
+    p.guest = guest;
+    p.kind = "fpga";
+    p.count = count;
+    p.bitstream = bitstream;
+    auto r = core->acquire(p);
+    if (!r) FAIL(r.error().code + ": " + r.error().message);
+    return *r;
+  }
+  Lease get(LeaseId id) {
+    auto r = core->get("", id);
+    REQUIRE(r.is_ok());
+    return *r;
+  }
+};
+
+}  // namespace accelpool::manager::test
