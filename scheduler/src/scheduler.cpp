@@ -243,10 +243,15 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
 }
 
 void Scheduler::grant(Entry& e, std::vector<DeviceId> devices, Time now, bool protect, Decisions& out) {
-  assert(devices.size() == e.request.count);
   dequeue(e);
+  out.grants.push_back(start(e, std::move(devices), now, protect));
+}
+
+// Makes a request that is in no queue a running lease on `devices`, which must be free.
+Grant Scheduler::start(Entry& e, std::vector<DeviceId> devices, Time granted_at, bool protect) {
+  assert(devices.size() == e.request.count);
   e.phase = RequestPhase::running;
-  e.granted_at = now;
+  e.granted_at = granted_at;
   e.protected_ = protect;
   Grant g{e.request.id, {}};
   g.devices.reserve(devices.size());
@@ -261,15 +266,39 @@ void Scheduler::grant(Entry& e, std::vector<DeviceId> devices, Time now, bool pr
     g.devices.push_back({id, reprogram});
   }
   e.devices = std::move(devices);
-  ledger_.lease_started(e.request.tenant, e.request.count, now);
+  ledger_.lease_started(e.request.tenant, e.request.count, granted_at);
   ++running_count_;
   if (ordering_->preemptive() && !protect) {
-    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    e.victim_rank = ordering_->victim_rank(e.view(), granted_at);
     victims_[e.request.kind].insert(e.victim_rank);
-    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    e.key_change_at = ordering_->next_key_change(e.view(), granted_at);
     if (e.key_change_at) key_changes_.insert({*e.key_change_at, e.request.id});
   }
-  out.grants.push_back(std::move(g));
+  return g;
+}
+
+std::optional<Rejection> Scheduler::restore(const Request& request, std::span<const DeviceId> devices,
+                                            Time granted_at, double attained_device_s) {
+  const std::string what = "restoring request " + id_text(request.id) + ": ";
+  if (entries_.count(request.id)) return Rejection{what + "it already exists"};
+  if (request.count == 0 || devices.size() != request.count) {
+    return Rejection{what + "it asks for " + std::to_string(request.count) + " devices but holds " +
+                     std::to_string(devices.size())};
+  }
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const Slot* s = slot(devices[i]);
+    if (!s || s->state != DeviceState::free || s->device.kind != request.kind ||
+        std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]) !=
+            devices.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return Rejection{what + "device " + id_text(devices[i]) + " is unknown, not free, listed twice or of another kind"};
+    }
+  }
+  Entry& e = entries_[request.id];
+  e.request = request;
+  e.attained_device_s = attained_device_s;
+  e.attained_s = attained_device_s / request.count;
+  (void)start(e, {devices.begin(), devices.end()}, granted_at, /*protect=*/false);
+  return std::nullopt;
 }
 
 void Scheduler::stop_running(Entry& e, Time now) {

@@ -276,3 +276,27 @@ TEST_CASE("cancelling a waiting request removes it from the queue", "[scheduler]
   CHECK(s->queue_order(3) == V{3});
   CHECK(granted(release(*s, 1, 4)) == V{3});
 }
+
+TEST_CASE("a lease restored after a restart holds its devices and keeps its service", "[scheduler][restore]") {
+  auto s = make_scheduler("las:10", "fpga:3");
+  const std::vector<DeviceId> held{2, 0};
+  REQUIRE_FALSE(s->restore(req(7, 0, 2), held, /*granted_at=*/100, /*attained_device_s=*/4));
+  CHECK(s->phase(7) == RequestPhase::running);
+  CHECK(s->devices_of(7) == held);
+  CHECK(s->device_state(1) == DeviceState::free);
+  // 4 device-seconds attained + 2 devices x 3 s = 10 at t=103: the LAS demotion is due then.
+  REQUIRE(s->next_wakeup());
+  CHECK(*s->next_wakeup() == Approx(103));
+  // Bad restores are refused and change nothing.
+  const std::vector<DeviceId> busy{0}, unknown{9}, twice{1, 1};
+  CHECK(s->restore(req(8, 0, 1), busy, 100));
+  CHECK(s->restore(req(8, 0, 1), unknown, 100));
+  CHECK(s->restore(req(8, 0, 2), twice, 100));
+  CHECK(s->restore(req(7, 0, 1), std::vector<DeviceId>{1}, 100));
+  CHECK(s->restore(req(8, 0, 2), std::vector<DeviceId>{1}, 100));
+  CHECK_FALSE(s->phase(8));
+  CHECK(s->running_count() == 1);
+  CHECK(s->free_count() == 1);
+  CHECK(granted(release(*s, 7, 104)).empty());
+  CHECK(s->free_count() == 3);
+}

@@ -448,28 +448,23 @@ struct PoolCore::Impl {
       return std::tie(a->created_at, a->id) < std::tie(b->created_at, b->id);
     });
 
-    // Running leases first: add exactly their devices, then submit, so the scheduler can only grant those.
-    std::set<std::string> added;
+    // Every device, then each running lease on exactly its devices, then the queue. A lease whose devices are
+    // gone or claimed twice cannot be restored: it ends below.
+    sched::Decisions out;
+    for (auto& [name, d] : devices) {
+      if (auto r = scheduler->add_device(sched_device(d), t, out)) {
+        return make_error("corrupt", "device " + name + ": " + r->error);
+      }
+    }
     std::vector<Lease*> orphans;
     for (Lease* l : running) {
-      bool ok = l->devices.size() == l->count;
-      for (const auto& name : l->devices) ok = ok && devices.count(name) && !added.count(name);
-      if (!ok) {
+      std::vector<sched::DeviceId> ids;
+      for (const auto& name : l->devices) {
+        if (auto it = devices.find(name); it != devices.end()) ids.push_back(it->second.sched_id);
+      }
+      if (ids.size() != l->devices.size() || scheduler->restore(request_of(*l), ids, l->granted_at)) {
         orphans.push_back(l);
         continue;
-      }
-      sched::Decisions out;
-      for (const auto& name : l->devices) {
-        if (auto r = scheduler->add_device(sched_device(devices.at(name)), t, out)) {
-          return make_error("corrupt", "device " + name + ": " + r->error);
-        }
-        added.insert(name);
-      }
-      if (auto r = scheduler->submit(request_of(*l), t, out)) {
-        return make_error("corrupt", "lease " + std::to_string(l->id) + ": " + r->error);
-      }
-      if (out.grants.size() != 1 || out.grants[0].request != l->id) {
-        return make_error("corrupt", "lease " + std::to_string(l->id) + " could not be restored on its devices");
       }
       for (const auto& name : l->devices) holder[name] = l->id;
       epoch[l->id] = 1;
@@ -481,14 +476,6 @@ struct PoolCore::Impl {
       }
       touch(*l);
       if (!l->ready) prepare_devices(*l);
-    }
-    sched::Decisions out;
-    for (auto& [name, d] : devices) {
-      if (!added.count(name)) {
-        if (auto r = scheduler->add_device(sched_device(d), t, out)) {
-          return make_error("corrupt", "device " + name + ": " + r->error);
-        }
-      }
     }
     for (auto& [name, d] : devices) {
       if (d.draining) (void)scheduler->set_draining(d.sched_id, true, t, out);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -74,6 +75,13 @@ class Scheduler {
   std::optional<Rejection> release(RequestId id, Time now, Decisions& out);
   // A running or revoking lease gives its devices back and waits again, keeping its attained service.
   std::optional<Rejection> requeue(RequestId id, Time now, Decisions& out);
+
+  // Re-creates a lease that ran before a restart: `request` holds `devices` since `granted_at`, after
+  // `attained_device_s` of service in earlier leases. For recovering state from a store; emits no grant.
+  // Rejected (and nothing changes) if the id is live, the device count differs from the request's, or a
+  // device is unknown, not free, or not of the request's kind.
+  std::optional<Rejection> restore(const Request& request, std::span<const DeviceId> devices, Time granted_at,
+                                   double attained_device_s = 0);
 
   // Time passes: LAS demotions, the tail guard and preemption checks that fall due by `now`.
   void tick(Time now, Decisions& out);
@@ -140,6 +148,7 @@ class Scheduler {
   void enqueue(Entry& e, Time now);
   void dequeue(Entry& e);
   void grant(Entry& e, std::vector<DeviceId> devices, Time now, bool protect, Decisions& out);
+  Grant start(Entry& e, std::vector<DeviceId> devices, Time granted_at, bool protect);
   void stop_running(Entry& e, Time now);
   void make_free(Slot& s);
   void make_unfree(Slot& s);

@@ -1,0 +1,251 @@
+// accelpool-sim: replays a trace (a file or a synthetic one) against a pool under one or more policies and
+// reports JCT statistics, per-job rows and plots. See docs/simulator.md.
+#include <accelpool/sim/lower_bound.hpp>
+#include <accelpool/sim/pool_file.hpp>
+#include <accelpool/sim/report.hpp>
+#include <accelpool/sim/simulator.hpp>
+#include <accelpool/sim/trace.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace {
+
+namespace sim = accelpool::sim;
+namespace sch = accelpool::scheduler;
+
+std::string join(std::span<const std::string_view> names) {
+  std::string out;
+  for (auto n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+int fail(const std::string& message) {
+  std::cerr << "accelpool-sim: " << message << '\n';
+  return 1;
+}
+
+// Writes a whole file, or says why not.
+bool write_text_file(const std::string& path, const std::string& text, std::string* error) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out << text;
+  out.flush();
+  if (!out) {
+    *error = "cannot write " + path;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "accelpool-sim: discrete-event replay of accelerator jobs against a pool, with the accelpool scheduler "
+      "deciding.\nExample: accelpool-sim --trace philly.csv --format philly --devices 374 --load 0.85 "
+      "--policy fifo,las+affinity --json out.json --plot plots/"};
+  app.set_help_all_flag("--help-all", "Show all options");
+  app.option_defaults()->always_capture_default(true);
+
+  std::string trace_path, format = "native";
+  std::size_t synthetic = 0;
+  auto* trace_opt = app.add_option("--trace", trace_path, "Trace file (CSV)")->type_name("FILE")->group("Trace");
+  app.add_option("--format", format, "Trace format: native (arrival_s,runtime_s,...) or philly")
+      ->check(CLI::IsMember({"native", "philly"}))
+      ->group("Trace");
+  auto* syn_opt = app.add_option("--synthetic", synthetic, "Generate N synthetic jobs instead of reading a trace")
+                      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}))
+                      ->group("Trace");
+  trace_opt->excludes(syn_opt);
+
+  sim::GeneratorSpec gen;
+  std::string runtime_dist = "exponential", gangs;
+  app.add_option("--rate", gen.arrival_rate, "Synthetic: Poisson arrival rate, jobs per second (--load rescales it)")
+      ->group("Synthetic trace");
+  app.add_option("--runtime-dist", runtime_dist, "Synthetic: exponential, lognormal or pareto (bounded)")
+      ->check(CLI::IsMember({"exponential", "lognormal", "pareto"}))
+      ->group("Synthetic trace");
+  app.add_option("--mean-runtime", gen.mean_runtime_s, "Synthetic: mean run time in seconds (exponential, lognormal)")
+      ->group("Synthetic trace");
+  app.add_option("--sigma", gen.lognormal_sigma, "Synthetic: lognormal sigma")->group("Synthetic trace");
+  app.add_option("--pareto-alpha", gen.pareto_alpha, "Synthetic: bounded Pareto shape")->group("Synthetic trace");
+  app.add_option("--pareto-min", gen.pareto_min_s, "Synthetic: bounded Pareto lower bound, seconds")->group("Synthetic trace");
+  app.add_option("--pareto-max", gen.pareto_max_s, "Synthetic: bounded Pareto upper bound, seconds")->group("Synthetic trace");
+  app.add_option("--gangs", gangs, "Synthetic: gang-size mix SIZE:WEIGHT,... (default 1:1)")->type_name("MIX")->group("Synthetic trace");
+  app.add_option("--bitstreams", gen.bitstreams, "Synthetic: number of bitstreams, Zipf-popular")->group("Synthetic trace");
+  app.add_option("--zipf", gen.zipf_s, "Synthetic: Zipf exponent of bitstream popularity")->group("Synthetic trace");
+  app.add_option("--tenants", gen.tenants, "Synthetic: number of tenants (uniform)")->group("Synthetic trace");
+
+  std::uint32_t devices = 0;
+  double reconfig_s = 0, attach_s = 0;
+  std::string pool_path;
+  auto* dev_opt = app.add_option("--devices", devices, "Homogeneous pool of N network-attached fpga devices")
+                      ->check(CLI::Range(1U, 10'000'000U))
+                      ->group("Pool");
+  auto* pool_opt = app.add_option("--pool", pool_path, "Pool description (JSON, see docs/simulator.md)")->type_name("FILE")->group("Pool");
+  dev_opt->excludes(pool_opt);
+  app.add_option("--reconfig-s", reconfig_s, "With --devices: seconds to program a bitstream")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Pool");
+  app.add_option("--attach-s", attach_s, "With --devices: seconds to attach a device to a guest")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Pool");
+
+  std::string policies;
+  double load = 0;
+  std::string estimates;
+  sim::SimOptions options;
+  app.add_option("--policy", policies,
+                 "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+nopreempt], each run on the same trace. "
+                 "Orderings: " + join(sch::ordering_names()) + ". Placements: " + join(sch::placement_names()) +
+                     ". Default: every ordering with first-fit")
+      ->type_name("LIST")
+      ->group("Experiment");
+  app.add_option("--load", load, "Rescale arrival times so the offered load is X (device-seconds asked / available)")
+      ->check(CLI::PositiveNumber)
+      ->group("Experiment");
+  app.add_option("--estimates", estimates,
+                 "Run-time estimates the scheduler sees: trace, oracle, none, noisy:SIGMA "
+                 "(default: trace if the trace has estimate_s, else oracle)")
+      ->type_name("MODE")
+      ->group("Experiment");
+  app.add_option("--restore-s", options.restore_s, "Seconds charged to resume a preempted job")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Experiment");
+  app.add_option("--seed", options.seed, "Seed of the generator and of noisy estimates")->group("Experiment");
+  bool self_check = false;
+  app.add_flag("--self-check", self_check, "Check invariants after every event (slow)")->group("Experiment");
+  bool check_wc = false;
+  app.add_flag("--check-work-conserving", check_wc,
+               "With --self-check: also fail if a device idles while a waiting job fits on it")
+      ->group("Experiment");
+
+  std::string json_path, csv_path, plot_dir;
+  bool deterministic = false, quiet = false;
+  app.add_option("--json", json_path, "Write {\"meta\":..., \"runs\":[...]} to FILE")->type_name("FILE")->group("Output");
+  app.add_option("--csv", csv_path, "Write one row per job and policy to FILE")->type_name("FILE")->group("Output");
+  app.add_option("--plot", plot_dir, "Write jct_cdf.svg and queue.svg to DIR")->type_name("DIR")->group("Output");
+  app.add_flag("--deterministic", deterministic,
+               "Write wall_s as 0 in the JSON so that equal inputs give byte-identical files")
+      ->group("Output");
+  app.add_flag("--quiet", quiet, "No progress line on stderr")->group("Output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (trace_path.empty() && synthetic == 0) return fail("give a trace: --trace FILE or --synthetic N (see --help)");
+  if (devices == 0 && pool_path.empty()) return fail("give a pool: --devices N or --pool FILE (see --help)");
+  if (!pool_path.empty() && (reconfig_s > 0 || attach_s > 0)) {
+    return fail("--reconfig-s and --attach-s apply to --devices; with --pool put costs in the pool file");
+  }
+  if (synthetic == 0) {
+    for (const char* flag : {"--rate", "--runtime-dist", "--mean-runtime", "--sigma", "--pareto-alpha",
+                             "--pareto-min", "--pareto-max", "--gangs", "--bitstreams", "--zipf", "--tenants"}) {
+      if (app.count(flag) > 0) return fail(std::string(flag) + " applies only to --synthetic");
+    }
+  }
+
+  // Policies, all checked before anything runs.
+  std::vector<sch::PolicySpec> specs;
+  {
+    std::vector<std::string> names;
+    if (policies.empty()) {
+      for (auto n : sch::ordering_names()) names.emplace_back(n);
+    } else {
+      std::stringstream ss(policies);
+      std::string item;
+      while (std::getline(ss, item, ',')) names.push_back(item);
+    }
+    for (const auto& name : names) {
+      std::string error;
+      auto spec = sch::PolicySpec::parse(name, &error);
+      if (!spec) return fail("--policy \"" + name + "\": " + error);
+      if (!sch::Scheduler::create(*spec, &error)) return fail("--policy \"" + name + "\": " + error);
+      specs.push_back(*spec);
+    }
+    if (specs.empty()) return fail("--policy names no policy");
+  }
+
+  // Pool.
+  sim::PoolSpec pool;
+  if (!pool_path.empty()) {
+    auto p = sim::load_pool_file(pool_path);
+    if (!p) return fail(p.error().message);
+    pool = std::move(*p);
+  } else {
+    pool = sim::PoolSpec::homogeneous(devices, reconfig_s, attach_s);
+  }
+
+  // Trace.
+  sim::Trace trace;
+  sim::RunMeta meta;
+  meta.seed = options.seed;
+  if (synthetic > 0) {
+    gen.jobs = synthetic;
+    gen.runtime = runtime_dist == "lognormal" ? sim::RuntimeDist::lognormal
+                  : runtime_dist == "pareto"  ? sim::RuntimeDist::pareto
+                                              : sim::RuntimeDist::exponential;
+    if (!gangs.empty()) {
+      if (auto st = sim::parse_gang_mix(gangs, gen); !st) return fail(st.error().message);
+    }
+    auto t = sim::generate_trace(gen, options.seed);
+    if (!t) return fail(t.error().message);
+    trace = std::move(*t);
+    meta.trace = "synthetic:" + std::to_string(synthetic);
+  } else {
+    auto t = sim::load_trace(trace_path, format == "philly" ? sim::TraceFormat::philly : sim::TraceFormat::native);
+    if (!t) return fail(t.error().message);
+    trace = std::move(*t);
+    meta.trace = trace_path;
+  }
+  if (load > 0) {
+    if (auto st = sim::rescale_load(trace, pool.total_devices(), load); !st) return fail(st.error().message);
+  }
+  meta.load = sim::offered_load(trace, pool.total_devices());
+  sim::EstimateSpec est = sim::default_estimates(trace);
+  if (!estimates.empty()) {
+    auto e = sim::EstimateSpec::parse(estimates);
+    if (!e) return fail(e.error().message);
+    est = *e;
+  }
+  sim::apply_estimates(trace, est, options.seed);
+  meta.estimates = est.to_string();
+
+  // Runs.
+  options.progress = !quiet;
+  options.self_check = self_check || check_wc;
+  options.check_work_conserving = check_wc;
+  options.lower_bound_avg_jct_s = sim::lower_bound_avg_jct(trace, pool.total_devices());
+  std::vector<sim::RunResult> runs;
+  for (const auto& spec : specs) {
+    options.progress_label = spec.to_string();
+    auto r = sim::simulate(trace, pool, spec, options);
+    if (!r) return fail(spec.to_string() + ": " + r.error().message);
+    runs.push_back(std::move(*r));
+  }
+
+  // Outputs.
+  sim::write_table(std::cout, meta, runs);
+  std::string error;
+  if (!json_path.empty()) {
+    std::ostringstream s;
+    sim::write_json(s, meta, runs, !deterministic);
+    if (!write_text_file(json_path, s.str(), &error)) return fail(error);
+  }
+  if (!csv_path.empty()) {
+    std::ostringstream s;
+    sim::write_csv(s, runs);
+    if (!write_text_file(csv_path, s.str(), &error)) return fail(error);
+  }
+  if (!plot_dir.empty()) {
+    if (auto st = sim::write_plots(plot_dir, runs); !st) return fail(st.error().message);
+  }
+  return 0;
+}

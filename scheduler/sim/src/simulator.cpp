@@ -1,0 +1,697 @@
+// The discrete-event engine. One heap holds completions and scheduler wake-ups; arrivals are read from the
+// trace sorted by time, so the heap never holds more than (running leases + stale completions + 1) events.
+#include <accelpool/sim/lower_bound.hpp>
+#include <accelpool/sim/simulator.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace accelpool::sim {
+
+namespace sch = accelpool::scheduler;
+
+PoolSpec PoolSpec::homogeneous(std::uint32_t devices, double reconfig_s, double attach_s) {
+  PoolSpec pool;
+  HostSpec host;
+  host.name = "host0";
+  DeviceGroupSpec group;
+  group.count = devices;
+  host.devices.push_back(group);
+  pool.hosts.push_back(std::move(host));
+  pool.default_cost = {reconfig_s, attach_s};
+  return pool;
+}
+
+std::uint64_t PoolSpec::total_devices() const {
+  std::uint64_t n = 0;
+  for (const auto& h : hosts) {
+    for (const auto& g : h.devices) n += g.count;
+  }
+  return n;
+}
+
+const ModelCost& PoolSpec::cost(const std::string& model) const {
+  auto it = models.find(model);
+  return it == models.end() ? default_cost : it->second;
+}
+
+namespace {
+
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+// Nearest-rank percentiles (the smallest value with at least a fraction p of the values at or below it) for
+// ascending `ps`, by successive selections: O(n) instead of a sort. Reorders `v`.
+std::vector<double> percentiles(std::vector<double>& v, std::initializer_list<double> ps) {
+  std::vector<double> out;
+  auto from = v.begin();
+  for (double p : ps) {
+    if (v.empty()) {
+      out.push_back(0);
+      continue;
+    }
+    auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
+    rank = std::clamp<std::size_t>(rank, 1, v.size());
+    const auto nth = v.begin() + static_cast<std::ptrdiff_t>(rank - 1);
+    if (nth >= from) {
+      std::nth_element(from, nth, v.end());
+      from = nth;
+    }
+    out.push_back(*nth);
+  }
+  return out;
+}
+
+double mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+}
+
+std::string fmt_num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+enum class EventType : std::uint8_t { completion = 0, tick = 1 };
+
+struct Event {
+  double t;
+  EventType type;
+  std::uint32_t job;
+  std::uint32_t gen;
+  bool operator>(const Event& o) const {
+    if (t != o.t) return t > o.t;
+    if (type != o.type) return type > o.type;
+    if (job != o.job) return job > o.job;
+    return gen > o.gen;
+  }
+};
+
+struct JobState {
+  double remaining = 0;       // run seconds still to do
+  double lease_start = 0;     // grant time of the current lease
+  double run_start = 0;       // lease_start + setup
+  double first_start = -1;
+  double finish = 0;
+  std::uint32_t gen = 0;      // bumped on every grant and preemption; stale completions carry an old one
+  std::uint32_t reconfigs = 0;
+  std::uint32_t preemptions = 0;
+  bool arrived = false;
+  bool running = false;
+  bool done = false;
+};
+
+// Where a device sits, for the reachability pre-check and the work-conservation self-check.
+struct DeviceInfo {
+  sch::HostId host = 0;
+  sch::KindId kind = 0;
+  sch::AttachMode attach = sch::AttachMode::network;
+  double reconfig_s = 0;
+  double attach_s = 0;
+};
+
+class Engine {
+ public:
+  Engine(const Trace& trace, const PoolSpec& pool, const SimOptions& options)
+      : trace_(trace), pool_(pool), options_(options) {}
+
+  Result<RunResult> run(const sch::PolicySpec& policy);
+
+ private:
+  Status setup(const sch::PolicySpec& policy);
+  Status handle(sch::Decisions& out, double now);
+  Status grant(const sch::Grant& g, double now);
+  Status preempt(const sch::Preemption& p, double now, sch::Decisions& out);
+  Status complete(std::uint32_t j, double now, sch::Decisions& out);
+  Status arrive(std::uint32_t j, double now, sch::Decisions& out);
+  Status self_check(double now);
+  void schedule_tick(double now);
+  void sample_queue(double now);
+  void progress(double now, bool last);
+  Error internal(const std::string& what) const { return make_error("internal", what); }
+  std::string job_name(std::uint32_t j) const { return "job " + std::to_string(trace_.jobs[order_[j]].id); }
+  const Job& job(std::uint32_t j) const { return trace_.jobs[order_[j]]; }
+
+  const Trace& trace_;
+  const PoolSpec& pool_;
+  const SimOptions& options_;
+
+  std::unique_ptr<sch::Scheduler> sched_;
+  sch::NameTable kinds_, bitstreams_, tenants_, hosts_;
+  std::vector<DeviceInfo> devices_;
+  std::vector<std::uint32_t> holder_;           // per device: job index holding it, or kNone
+  std::vector<std::uint32_t> order_;            // job index (request id) -> position in trace_.jobs
+  std::vector<sch::Request> requests_;          // per job index
+  std::vector<JobState> state_;
+  std::vector<double> arrival_;                 // per job index, in replay order
+  // Devices of each job's running lease: lease_devices_[lease_offset_[j] .. + count), valid while running.
+  std::vector<std::uint64_t> lease_offset_;
+  std::vector<sch::DeviceId> lease_devices_;
+  std::span<sch::DeviceId> lease(std::uint32_t j) {
+    return {lease_devices_.data() + lease_offset_[j], requests_[j].count};
+  }
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
+  std::optional<double> pending_tick_;
+  std::optional<double> ticked_at_;  // time of the last tick, while no other event has happened since
+
+  // Self-check only: jobs that arrived and are not done, with each one's position in the list.
+  std::vector<std::uint32_t> active_;
+  std::vector<std::uint32_t> active_pos_;
+
+  std::uint64_t busy_ = 0;
+  std::uint64_t events_ = 0;
+  std::uint64_t done_ = 0;
+  std::uint64_t reconfigs_ = 0;
+  std::uint64_t preemptions_ = 0;
+  std::uint64_t max_waiting_ = 0;
+  double held_device_s_ = 0;
+  double useful_device_s_ = 0;
+
+  std::vector<QueueSample> queue_;
+  double sample_dt_ = 1;
+  double next_sample_ = 0;
+
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_progress_;
+  bool printed_ = false;
+};
+
+Status Engine::setup(const sch::PolicySpec& policy) {
+  if (trace_.jobs.empty()) return make_error("invalid_argument", "the trace has no jobs");
+  if (trace_.jobs.size() >= kNone) return make_error("invalid_argument", "the trace has too many jobs");
+  if (options_.restore_s < 0 || !std::isfinite(options_.restore_s)) {
+    return make_error("invalid_argument", "restore_s must be a finite number >= 0");
+  }
+  std::string error;
+  sched_ = sch::Scheduler::create(policy, &error);
+  if (!sched_) return make_error("invalid_argument", "policy " + policy.to_string() + ": " + error);
+
+  // Pool: hosts and devices in declaration order get dense ids.
+  if (pool_.hosts.empty()) return make_error("invalid_argument", "the pool has no hosts");
+  std::map<std::pair<sch::KindId, sch::HostId>, std::uint64_t> passthrough;  // reachable counts
+  std::map<sch::KindId, std::uint64_t> network;
+  sch::Decisions out;
+  for (const auto& h : pool_.hosts) {
+    if (hosts_.find(h.name)) return make_error("invalid_argument", "pool: host \"" + h.name + "\" is declared twice");
+    const sch::HostId host = hosts_.intern(h.name);
+    for (const auto& g : h.devices) {
+      const sch::KindId kind = kinds_.intern(g.kind);
+      const ModelCost& cost = pool_.cost(g.model);
+      if (cost.reconfig_s < 0 || cost.attach_s < 0 || !std::isfinite(cost.reconfig_s) ||
+          !std::isfinite(cost.attach_s)) {
+        return make_error("invalid_argument", "pool: model \"" + g.model + "\" has a negative or non-finite cost");
+      }
+      for (std::uint32_t i = 0; i < g.count; ++i) {
+        sch::Device d;
+        d.id = static_cast<sch::DeviceId>(devices_.size());
+        d.host = host;
+        d.kind = kind;
+        d.attach = g.attach;
+        if (auto rej = sched_->add_device(d, 0, out)) {
+          return internal("scheduler rejected device " + std::to_string(d.id) + ": " + rej->error);
+        }
+        devices_.push_back({host, kind, g.attach, cost.reconfig_s, cost.attach_s});
+        if (g.attach == sch::AttachMode::network) {
+          ++network[kind];
+        } else {
+          ++passthrough[{kind, host}];
+        }
+      }
+    }
+  }
+  if (devices_.empty()) return make_error("invalid_argument", "the pool has no devices");
+  if (!out.empty()) return internal("scheduler made decisions with no requests");
+  holder_.assign(devices_.size(), kNone);
+
+  // Jobs: replay order is (arrival, id); the request id is the position in that order.
+  const auto n = static_cast<std::uint32_t>(trace_.jobs.size());
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0U);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const Job& jb = trace_.jobs[i];
+    auto bad = [&](const char* what) { return make_error("invalid_argument", "job " + std::to_string(jb.id) + ": " + what); };
+    if (!std::isfinite(jb.arrival_s) || jb.arrival_s < 0) return bad("arrival_s must be a finite number >= 0");
+    if (!std::isfinite(jb.runtime_s) || jb.runtime_s < 0) return bad("runtime_s must be a finite number >= 0");
+    if (jb.devices == 0) return bad("devices must be >= 1");
+  }
+  {
+    // Sort compact keys rather than chasing the (large) Job records.
+    struct Key {
+      double arrival;
+      std::uint64_t id;
+      std::uint32_t index;
+    };
+    std::vector<Key> keys(n);
+    for (std::uint32_t i = 0; i < n; ++i) keys[i] = {trace_.jobs[i].arrival_s, trace_.jobs[i].id, i};
+    auto less = [](const Key& a, const Key& b) { return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id; };
+    if (!std::is_sorted(keys.begin(), keys.end(), less)) std::sort(keys.begin(), keys.end(), less);
+    for (std::uint32_t j = 0; j < n; ++j) order_[j] = keys[j].index;
+  }
+  {
+    std::vector<std::uint64_t> ids(n);
+    for (std::uint32_t i = 0; i < n; ++i) ids[i] = trace_.jobs[i].id;
+    if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
+    auto dup = std::adjacent_find(ids.begin(), ids.end());
+    if (dup != ids.end()) return make_error("invalid_argument", "job " + std::to_string(*dup) + ": id used twice");
+  }
+  requests_.resize(n);
+  // Names repeat across jobs: look them up by view in small caches (no string copies), and remember the
+  // reachable device count of the last (kind, host).
+  std::unordered_map<std::string_view, std::uint32_t> tenant_ids, bitstream_ids;
+  auto cached = [](std::unordered_map<std::string_view, std::uint32_t>& cache, sch::NameTable& table,
+                   const std::string& name) {
+    auto it = cache.find(name);
+    if (it != cache.end()) return it->second;
+    const std::uint32_t id = table.intern(name);
+    cache.emplace(name, id);
+    return id;
+  };
+  const std::string* last_kind_name = nullptr;
+  const std::string* last_host_name = nullptr;
+  sch::KindId last_kind = 0;
+  sch::HostId last_host = 0;
+  std::uint64_t last_reachable = 0;
+  for (std::uint32_t j = 0; j < n; ++j) {
+    const Job& jb = job(j);
+    if (!last_kind_name || jb.kind != *last_kind_name || jb.host != *last_host_name) {
+      auto kind = kinds_.find(jb.kind);
+      if (!kind) return make_error("invalid_argument", job_name(j) + ": the pool has no devices of kind \"" + jb.kind + "\"");
+      sch::HostId host = 0;
+      if (!jb.host.empty()) {
+        auto h = hosts_.find(jb.host);
+        if (!h) return make_error("invalid_argument", job_name(j) + ": the pool has no host \"" + jb.host + "\"");
+        host = *h;
+      }
+      std::uint64_t reachable = 0;
+      if (auto it = network.find(*kind); it != network.end()) reachable += it->second;
+      if (auto it = passthrough.find({*kind, host}); it != passthrough.end()) reachable += it->second;
+      last_kind_name = &jb.kind;
+      last_host_name = &jb.host;
+      last_kind = *kind;
+      last_host = host;
+      last_reachable = reachable;
+    }
+    const sch::KindId kind = last_kind;
+    const sch::HostId host = last_host;
+    const std::uint64_t reachable = last_reachable;
+    if (jb.devices > reachable) {
+      return make_error("invalid_argument", job_name(j) + " asks for " + std::to_string(jb.devices) + " " + jb.kind +
+                                                " devices but only " + std::to_string(reachable) +
+                                                " are reachable from host \"" + hosts_.name(host) + "\"");
+    }
+    sch::Request& r = requests_[j];
+    r.id = j;
+    r.tenant = cached(tenant_ids, tenants_, jb.tenant);
+    r.kind = kind;
+    r.bitstream = jb.bitstream.empty() ? sch::kNoBitstream : cached(bitstream_ids, bitstreams_, jb.bitstream);
+    r.count = jb.devices;
+    r.guest_host = host;
+    r.estimate_s = jb.estimate_s;
+    r.arrival = jb.arrival_s;
+  }
+  state_.resize(n);
+  arrival_.resize(n);
+  lease_offset_.resize(n + 1);
+  for (std::uint32_t j = 0; j < n; ++j) {
+    state_[j].remaining = job(j).runtime_s;
+    arrival_[j] = job(j).arrival_s;
+    lease_offset_[j + 1] = lease_offset_[j] + requests_[j].count;
+  }
+  lease_devices_.resize(lease_offset_[n]);
+
+  // Queue samples start at the first arrival; the interval doubles whenever the buffer fills.
+  const double span = std::max(1.0, job(n - 1).arrival_s - job(0).arrival_s);
+  sample_dt_ = span / static_cast<double>(std::max<std::size_t>(options_.max_queue_samples, 16));
+  next_sample_ = job(0).arrival_s;
+  return Status::ok();
+}
+
+void Engine::sample_queue(double now) {
+  const std::size_t cap = std::max<std::size_t>(options_.max_queue_samples, 16);
+  while (next_sample_ <= now) {
+    queue_.push_back({next_sample_, sched_->waiting_count(), busy_});
+    next_sample_ += sample_dt_;
+    if (queue_.size() >= cap) {
+      // Keep every other sample: the series stays evenly spaced at twice the interval.
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < queue_.size(); i += 2) queue_[k++] = queue_[i];
+      queue_.resize(k);
+      sample_dt_ *= 2;
+      next_sample_ = queue_.back().t + sample_dt_;
+    }
+  }
+}
+
+Status Engine::grant(const sch::Grant& g, double now) {
+  if (g.request >= state_.size()) return internal("grant for unknown request " + std::to_string(g.request));
+  const auto j = static_cast<std::uint32_t>(g.request);
+  JobState& s = state_[j];
+  if (!s.arrived || s.running || s.done) return internal("grant for " + job_name(j) + " which is not waiting");
+  if (g.devices.size() != requests_[j].count) {
+    return internal("grant for " + job_name(j) + " has " + std::to_string(g.devices.size()) + " devices, it asked for " +
+                    std::to_string(requests_[j].count));
+  }
+  double reconfig = 0;
+  double attach = 0;
+  const auto leased = lease(j);
+  std::size_t k = 0;
+  for (const auto& dg : g.devices) {
+    if (dg.device >= devices_.size()) return internal("grant of unknown device " + std::to_string(dg.device));
+    if (holder_[dg.device] != kNone) {
+      return internal("device " + std::to_string(dg.device) + " granted to " + job_name(j) + " while held by " +
+                      job_name(holder_[dg.device]));
+    }
+    const DeviceInfo& d = devices_[dg.device];
+    if (d.kind != requests_[j].kind) return internal("device " + std::to_string(dg.device) + " of another kind granted to " + job_name(j));
+    if (d.attach == sch::AttachMode::passthrough && d.host != requests_[j].guest_host) {
+      return internal("passthrough device " + std::to_string(dg.device) + " granted to a guest on another host (" +
+                      job_name(j) + ")");
+    }
+    holder_[dg.device] = j;
+    leased[k++] = dg.device;
+    if (dg.reprogram) {
+      reconfig = std::max(reconfig, d.reconfig_s);
+      ++s.reconfigs;
+      ++reconfigs_;
+    }
+    attach = std::max(attach, d.attach_s);
+  }
+  const double setup = reconfig + attach + (s.preemptions > 0 ? options_.restore_s : 0);
+  if (s.first_start < 0) s.first_start = now;
+  s.running = true;
+  s.lease_start = now;
+  s.run_start = now + setup;
+  ++s.gen;
+  busy_ += leased.size();
+  heap_.push({s.run_start + s.remaining, EventType::completion, j, s.gen});
+  return Status::ok();
+}
+
+Status Engine::preempt(const sch::Preemption& p, double now, sch::Decisions& out) {
+  if (p.request >= state_.size()) return internal("preemption of unknown request " + std::to_string(p.request));
+  const auto j = static_cast<std::uint32_t>(p.request);
+  JobState& s = state_[j];
+  if (!s.running) return internal("preemption of " + job_name(j) + " which is not running");
+  const double progress = std::clamp(now - s.run_start, 0.0, s.remaining);
+  s.remaining -= progress;
+  const auto leased = lease(j);
+  const auto count = static_cast<double>(leased.size());
+  useful_device_s_ += count * progress;
+  held_device_s_ += count * (now - s.lease_start);
+  for (auto d : leased) holder_[d] = kNone;
+  busy_ -= leased.size();
+  s.running = false;
+  ++s.gen;
+  ++s.preemptions;
+  ++preemptions_;
+  if (auto rej = sched_->requeue(p.request, now, out)) {
+    return internal("scheduler rejected requeue of " + job_name(j) + ": " + rej->error);
+  }
+  return Status::ok();
+}
+
+Status Engine::handle(sch::Decisions& out, double now) {
+  std::size_t gi = 0;
+  std::size_t pi = 0;
+  // A preemption frees devices for at most one grant each, so an event that keeps producing decisions far
+  // beyond the pool's size is a scheduler livelock (grant, preempt, grant back, ...): stop it.
+  const std::size_t limit = 4 * (devices_.size() + sched_->waiting_count()) + 1024;
+  // requeue() appends to `out` while we walk it: index, never iterate.
+  while (gi < out.grants.size() || pi < out.preemptions.size()) {
+    if (gi + pi > limit) {
+      std::string recent;
+      for (std::size_t k = pi >= 6 ? pi - 6 : 0; k < pi; ++k) {
+        recent += (recent.empty() ? "" : ", ") + job_name(static_cast<std::uint32_t>(out.preemptions[k].request));
+      }
+      return internal("scheduler livelock at t=" + fmt_num(now) + ": " + std::to_string(gi) + " grants and " +
+                      std::to_string(pi) + " preemptions in one event (last preempted: " + recent + ")");
+    }
+    while (gi < out.grants.size()) {
+      // grant() does not call the scheduler, so `out` stays put while the reference lives.
+      if (auto st = grant(out.grants[gi++], now); !st) return st;
+    }
+    while (pi < out.preemptions.size() && gi == out.grants.size()) {
+      const sch::Preemption p = out.preemptions[pi++];
+      if (auto st = preempt(p, now, out); !st) return st;
+    }
+  }
+  out.grants.clear();
+  out.preemptions.clear();
+  return Status::ok();
+}
+
+Status Engine::arrive(std::uint32_t j, double now, sch::Decisions& out) {
+  state_[j].arrived = true;
+  if (options_.self_check) {
+    if (active_pos_.empty()) active_pos_.resize(state_.size());
+    active_pos_[j] = static_cast<std::uint32_t>(active_.size());
+    active_.push_back(j);
+  }
+  if (auto rej = sched_->submit(requests_[j], now, out)) {
+    return make_error("invalid_argument", job_name(j) + ": the scheduler rejected it: " + rej->error);
+  }
+  return Status::ok();
+}
+
+Status Engine::complete(std::uint32_t j, double now, sch::Decisions& out) {
+  JobState& s = state_[j];
+  const auto leased = lease(j);
+  const auto count = static_cast<double>(leased.size());
+  useful_device_s_ += count * s.remaining;
+  held_device_s_ += count * (now - s.lease_start);
+  s.remaining = 0;
+  for (auto d : leased) holder_[d] = kNone;
+  busy_ -= leased.size();
+  s.running = false;
+  s.done = true;
+  s.finish = now;
+  ++done_;
+  if (auto rej = sched_->release(j, now, out)) {
+    return internal("scheduler rejected release of " + job_name(j) + ": " + rej->error);
+  }
+  if (options_.self_check) {
+    if (sched_->phase(j)) return internal("invariant: the scheduler still knows finished " + job_name(j));
+    const std::uint32_t pos = active_pos_[j];
+    active_[pos] = active_.back();
+    active_pos_[active_[pos]] = pos;
+    active_.pop_back();
+  }
+  return Status::ok();
+}
+
+void Engine::schedule_tick(double now) {
+  auto w = sched_->next_wakeup();
+  if (!w) return;
+  const double t = std::max(*w, now);
+  // The scheduler is a pure function of its state and the time: a second tick at the same time with no
+  // event in between cannot decide anything new, even if next_wakeup() still says it is due.
+  if (ticked_at_ && t <= *ticked_at_) return;
+  if (pending_tick_ && *pending_tick_ <= t) return;
+  pending_tick_ = t;
+  heap_.push({t, EventType::tick, 0, 0});
+}
+
+Status Engine::self_check(double now) {
+  std::uint64_t held = 0;
+  for (const std::uint32_t j : active_) {
+    const JobState& s = state_[j];
+    auto phase = sched_->phase(j);
+    if (s.running) {
+      held += lease(j).size();
+      for (auto d : lease(j)) {
+        if (holder_[d] != j) return internal("invariant: device " + std::to_string(d) + " is held twice");
+      }
+      if (phase != sch::RequestPhase::running) {
+        return internal("invariant: " + job_name(j) + " runs but the scheduler does not say it is running");
+      }
+    } else if (phase != sch::RequestPhase::waiting) {
+      return internal("invariant: " + job_name(j) + " waits but the scheduler does not say it is waiting");
+    }
+  }
+  if (held != busy_) return internal("invariant: busy device count drifted");
+  if (sched_->free_count() + busy_ != devices_.size()) {
+    return internal("invariant: scheduler has " + std::to_string(sched_->free_count()) + " free devices, expected " +
+                    std::to_string(devices_.size() - busy_) + " at t=" + fmt_num(now));
+  }
+  if (!options_.check_work_conserving) return Status::ok();
+  std::map<std::pair<sch::KindId, sch::HostId>, std::uint64_t> free_pt;
+  std::map<sch::KindId, std::uint64_t> free_net;
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    if (holder_[d] != kNone) continue;
+    if (devices_[d].attach == sch::AttachMode::network) {
+      ++free_net[devices_[d].kind];
+    } else {
+      ++free_pt[{devices_[d].kind, devices_[d].host}];
+    }
+  }
+  for (const std::uint32_t j : active_) {
+    const JobState& s = state_[j];
+    if (s.running) continue;
+    const sch::Request& r = requests_[j];
+    std::uint64_t avail = free_net[r.kind] + free_pt[{r.kind, r.guest_host}];
+    if (avail >= r.count) {
+      return internal("invariant: not work-conserving at t=" + fmt_num(now) + ": " + job_name(j) + " waits for " +
+                      std::to_string(r.count) + " devices while " + std::to_string(avail) + " fitting devices are free");
+    }
+  }
+  return Status::ok();
+}
+
+void Engine::progress(double now, bool last) {
+  if (!options_.progress) return;
+  auto t = std::chrono::steady_clock::now();
+  // Short runs print nothing; long ones refresh one line twice a second and end it with a newline.
+  if (last ? !printed_ : t - last_progress_ < std::chrono::milliseconds(500)) return;
+  last_progress_ = t;
+  printed_ = true;
+  const double wall = std::chrono::duration<double>(t - started_).count();
+  std::fprintf(stderr, "\r%s: %llu/%zu jobs done, %zu waiting, sim t=%.0f s, %.1f s%s",
+               options_.progress_label.empty() ? "sim" : options_.progress_label.c_str(),
+               static_cast<unsigned long long>(done_), state_.size(), sched_->waiting_count(), now, wall,
+               last ? "\n" : "   ");
+  std::fflush(stderr);
+}
+
+Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
+  started_ = std::chrono::steady_clock::now();
+  last_progress_ = started_;
+  if (auto st = setup(policy); !st) return st.error();
+
+  const auto n = static_cast<std::uint32_t>(order_.size());
+  std::uint32_t next_arrival = 0;
+  sch::Decisions out;
+  double now = 0;
+  while (next_arrival < n || !heap_.empty()) {
+    // Completions and ticks before arrivals at the same time: freed devices are visible to newcomers.
+    const bool take_arrival =
+        next_arrival < n && (heap_.empty() || arrival_[next_arrival] < heap_.top().t);
+    if (take_arrival) {
+      const std::uint32_t j = next_arrival++;
+      now = arrival_[j];
+      ticked_at_.reset();
+      sample_queue(now);
+      if (auto st = arrive(j, now, out); !st) return st.error();
+    } else {
+      const Event e = heap_.top();
+      heap_.pop();
+      now = e.t;
+      if (e.type == EventType::completion) {
+        const JobState& s = state_[e.job];
+        if (!s.running || s.gen != e.gen) continue;  // stale: the lease was preempted
+        ticked_at_.reset();
+        sample_queue(now);
+        if (auto st = complete(e.job, now, out); !st) return st.error();
+      } else {
+        if (pending_tick_ && *pending_tick_ == e.t) pending_tick_.reset();
+        auto w = sched_->next_wakeup();
+        if (!w || *w > now) {
+          schedule_tick(now);
+          continue;
+        }
+        sample_queue(now);
+        sched_->tick(now, out);
+        ticked_at_ = now;
+      }
+    }
+    ++events_;
+    if (auto st = handle(out, now); !st) return st.error();
+    max_waiting_ = std::max<std::uint64_t>(max_waiting_, sched_->waiting_count());
+    schedule_tick(now);
+    if (options_.self_check) {
+      if (auto st = self_check(now); !st) return st.error();
+    }
+    if ((events_ & 0xFFF) == 0) progress(now, false);
+  }
+  progress(now, true);
+
+  if (done_ != n) {
+    std::uint32_t j = 0;
+    while (j < n && state_[j].done) ++j;
+    return internal(std::to_string(n - done_) + " jobs never finished (first: " + job_name(j) +
+                    "): the scheduler left them waiting with nothing left to happen");
+  }
+
+  RunResult r;
+  r.policy = policy.to_string();
+  r.jobs = n;
+  r.devices = devices_.size();
+  r.per_job.reserve(n);
+  std::vector<double> jct;
+  std::vector<double> wait;
+  std::vector<double> slow;
+  jct.reserve(n);
+  wait.reserve(n);
+  slow.reserve(n);
+  double first_arrival = job(0).arrival_s;
+  double last_finish = 0;
+  for (std::uint32_t j = 0; j < n; ++j) {
+    const Job& jb = job(j);
+    const JobState& s = state_[j];
+    JobResult jr;
+    jr.id = jb.id;
+    jr.arrival_s = jb.arrival_s;
+    jr.runtime_s = jb.runtime_s;
+    jr.devices = jb.devices;
+    jr.first_start_s = s.first_start;
+    jr.finish_s = s.finish;
+    jr.jct_s = s.finish - jb.arrival_s;
+    jr.wait_s = s.first_start - jb.arrival_s;
+    jr.slowdown = jr.jct_s / std::max(jb.runtime_s, 1.0);
+    jr.reconfigurations = s.reconfigs;
+    jr.preemptions = s.preemptions;
+    last_finish = std::max(last_finish, s.finish);
+    jct.push_back(jr.jct_s);
+    wait.push_back(jr.wait_s);
+    slow.push_back(jr.slowdown);
+    r.per_job.push_back(jr);
+  }
+  auto by_id = [](const JobResult& a, const JobResult& b) { return a.id < b.id; };
+  if (!std::is_sorted(r.per_job.begin(), r.per_job.end(), by_id)) std::sort(r.per_job.begin(), r.per_job.end(), by_id);
+  r.avg_jct_s = mean(jct);
+  r.avg_wait_s = mean(wait);
+  r.avg_slowdown = mean(slow);
+  const auto jq = percentiles(jct, {0.50, 0.95, 0.99, 1.0});
+  r.p50_jct_s = jq[0];
+  r.p95_jct_s = jq[1];
+  r.p99_jct_s = jq[2];
+  r.max_jct_s = jq[3];
+  r.p99_wait_s = percentiles(wait, {0.99})[0];
+  r.p99_slowdown = percentiles(slow, {0.99})[0];
+  r.makespan_s = last_finish - first_arrival;
+  const double capacity = static_cast<double>(devices_.size()) * r.makespan_s;
+  r.utilization = capacity > 0 ? held_device_s_ / capacity : 0;
+  r.useful_utilization = capacity > 0 ? useful_device_s_ / capacity : 0;
+  r.lower_bound_avg_jct_s = options_.lower_bound_avg_jct_s ? *options_.lower_bound_avg_jct_s
+                                                           : lower_bound_avg_jct(trace_, devices_.size());
+  r.reconfigurations = reconfigs_;
+  r.preemptions = preemptions_;
+  r.events = events_;
+  r.max_waiting = max_waiting_;
+  sample_queue(last_finish);
+  r.queue = std::move(queue_);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return r;
+}
+
+}  // namespace
+
+Result<RunResult> simulate(const Trace& trace, const PoolSpec& pool, const scheduler::PolicySpec& policy,
+                           const SimOptions& options) {
+  Engine engine(trace, pool, options);
+  return engine.run(policy);
+}
+
+}  // namespace accelpool::sim
