@@ -1,0 +1,137 @@
+// The manager's side of the agent protocol (docs/agent-protocol.md): AgentListener accepts host agents,
+// authenticates them, watches their heartbeats, and hands each registered host to the manager as a RemoteHost,
+// a manager::HostDriver that forwards prepare/release/reset to the agent.
+//
+// Threads: the listener runs one I/O thread of its own (poll over its sockets). Everything it reports (hosts
+// joined and lost, VM ends, device health, operation completions) reaches the owner through the Poster, so
+// callbacks run on the pool's owner thread and never inline inside a listener or RemoteHost call.
+#pragma once
+
+#include <accelpool/common/result.hpp>
+#include <accelpool/manager/host_driver.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accelpool::agent {
+
+struct Link;  // one agent connection; internal
+
+// A device as its agent registered it.
+struct AgentDevice {
+  manager::HostDevice device;
+  std::string pci_bdf;
+  std::string health = "ok";  // "ok", "degraded", "failed"
+  std::string detail;         // why, when not ok (e.g. "quarantined in VM web-1: ...")
+  // What the agent knows the device serves (after a reconnect, or from a VM's metadata after an agent restart);
+  // empty when free. The manager reconciles these against its leases (its store is the source of truth).
+  std::string vm;
+  std::string lease;
+  std::string attach_state;  // "attached", "quarantined", "recorded" (VM noted, nothing hot-plugged), or ""
+};
+
+// A host agent seen through its connection. Created by AgentListener when an agent registers; owned by whoever
+// takes it in ListenerEvents::host_joined. Operations on a host whose connection is gone complete at once
+// (through the Poster) with error "host_lost"; operations pending when the connection drops fail the same way.
+class RemoteHost final : public manager::HostDriver {
+ public:
+  RemoteHost(std::shared_ptr<Link> link, std::vector<AgentDevice> devices);
+  ~RemoteHost() override;
+
+  const std::string& name() const override { return name_; }
+
+  // The devices the agent registered (no round trip: it never blocks).
+  Result<std::vector<manager::HostDevice>> devices() override;
+
+  // The devices with PCI address and the health reported at registration.
+  const std::vector<AgentDevice>& registered_devices() const { return devices_; }
+
+  // HostDriver::prepare with `guest` as the VM (libvirt domain name or UUID) the device is attached to; an empty
+  // guest programs without attaching. Errors reported to `done`: the agent's error (e.g. "not_found",
+  // "incompatible", "program_failed", "attach_failed"), or "host_lost".
+  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& guest,
+               Done done) override;
+
+  // Like prepare, with the image's sha256 (checked by the agent against its registry when not empty) and the
+  // lease id the agent records in the VM's metadata for reconciliation.
+  void prepare_lease(const std::string& local_id, const std::string& bitstream, const std::string& sha256,
+                     bool reprogram, const std::string& vm, const std::string& lease, Done done);
+
+  // Detaches the device from its VM (waits for the guest's acknowledgement) and resets it. Error "quarantined"
+  // when the guest never acknowledged: the device must not be granted again (its health is "failed").
+  void release(const std::string& local_id, Done done) override;
+
+  // Resets a free device. Errors: the agent's ("not_found", "reset_failed"), or "host_lost".
+  void reset(const std::string& local_id, Done done) override;
+
+  // False once the agent's connection is gone (the manager then marks the host's devices unavailable).
+  bool connected() const;
+
+ private:
+  std::shared_ptr<Link> link_;
+  std::string name_;
+  std::vector<AgentDevice> devices_;
+};
+
+struct VmStopped {
+  std::string vm_name;
+  std::string vm_uuid;
+  std::string reason;                // "shutdown", "destroyed", "crashed", "stopped"
+  std::vector<std::string> devices;  // local ids of the pool devices that were attached to it
+};
+
+// What the listener reports; every callback runs through the Poster. Empty functions are allowed.
+struct ListenerEvents {
+  // An agent registered. The manager takes the host (e.g. PoolCore::attach_host).
+  std::function<void(std::unique_ptr<RemoteHost> host)> host_joined;
+  // A registered agent's connection ended: closed, broken, or no heartbeat within the timeout. Its pending
+  // operations have already failed with "host_lost".
+  std::function<void(const std::string& host, const Error& why)> host_lost;
+  // A VM on the host ended: the manager ends that VM's leases.
+  std::function<void(const std::string& host, const VmStopped& vm)> vm_stopped;
+  // A device's health changed (from a heartbeat or a device.health notification).
+  std::function<void(const std::string& host, const std::string& device, const std::string& health,
+                     const std::string& detail)>
+      device_health;
+};
+
+struct ListenerOptions {
+  // Addresses to listen on: "127.0.0.1:7071" (TCP; port 0 picks one, see tcp_port()) and/or "unix:/path".
+  std::vector<std::string> listen;
+  // The token every agent presents in agent.register. Must not be empty.
+  std::string token;
+  // A registered agent that sends nothing for this long is lost.
+  std::chrono::milliseconds heartbeat_timeout{15000};
+};
+
+class AgentListener {
+ public:
+  // Binds every address and starts the I/O thread. Errors: "invalid_argument" (no address, empty token, bad
+  // address, non-positive timeout), "io_error" (an address cannot be bound). Nothing is left listening on error.
+  static Result<std::unique_ptr<AgentListener>> create(ListenerOptions options, ListenerEvents events,
+                                                       manager::Poster post);
+
+  // Stops the I/O thread and closes every connection; pending operations fail with "host_lost" (posted).
+  ~AgentListener();
+  AgentListener(const AgentListener&) = delete;
+  AgentListener& operator=(const AgentListener&) = delete;
+
+  // The port of the first TCP address (0 when there is none).
+  std::uint16_t tcp_port() const { return tcp_port_; }
+
+  // Names of the hosts whose agents are registered and live now. Any thread.
+  std::vector<std::string> hosts() const;
+
+  struct Impl;
+
+ private:
+  AgentListener() = default;
+  std::unique_ptr<Impl> impl_;
+  std::uint16_t tcp_port_ = 0;
+};
+
+}  // namespace accelpool::agent

@@ -1,0 +1,79 @@
+// The agent protocol's wire layer (docs/agent-protocol.md): newline-delimited JSON-RPC 2.0 messages over a
+// stream socket, the same framing as the guest protocol. Shared by the manager's AgentListener and the
+// accelpool-agent executable. No threads here: callers own their sockets and poll loops.
+#pragma once
+
+#include <accelpool/common/result.hpp>
+
+#include <boost/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace accelpool::agent {
+
+inline constexpr int kAgentProtocolVersion = 1;
+inline constexpr std::size_t kMaxLine = 1024 * 1024;  // a register message lists every device of a host
+
+// Splits a byte stream into lines. A trailing '\r' is dropped; empty lines are skipped.
+class LineBuffer {
+ public:
+  void append(std::string_view bytes) { buf_.append(bytes); }
+  // The next complete line without its newline, or nullopt when none is complete yet. Sets overflow() (and
+  // returns nullopt from then on) when a line grows past kMaxLine: the stream cannot be resynchronised.
+  std::optional<std::string> next_line();
+  bool overflow() const { return overflow_; }
+
+ private:
+  std::string buf_;
+  bool overflow_ = false;
+};
+
+// The JSON-RPC error code for an Error's code word (table in docs/agent-protocol.md), e.g. "not_found" -> -32004;
+// words without a row of their own map to -32000.
+int rpc_code(std::string_view code);
+
+// Message builders; each returns one line ending in '\n'.
+std::string request_line(std::int64_t id, std::string_view method, boost::json::object params);
+std::string notification_line(std::string_view method, boost::json::object params);
+std::string result_line(const boost::json::value& id, boost::json::value result);
+std::string error_line(const boost::json::value& id, const Error& error);
+
+// A parsed message. Exactly one of: a request (method and id), a notification (method, no id), a reply
+// (id and result or error).
+struct Message {
+  boost::json::value id;  // null when absent
+  bool has_id = false;
+  std::string method;
+  boost::json::object params;
+  std::optional<boost::json::value> result;
+  std::optional<Error> error;
+};
+
+// Parses one line. Errors: "parse_error" (not JSON), "invalid_request" (not a JSON-RPC 2.0 message).
+Result<Message> parse_message(std::string_view line);
+
+// Strict field access for params objects: wrong types are "invalid_argument" errors naming the field and `where`.
+Result<std::string> get_string(const boost::json::object& obj, std::string_view key, std::string_view where,
+                               bool required);
+Result<bool> get_bool(const boost::json::object& obj, std::string_view key, std::string_view where, bool fallback);
+// Refuses fields of `obj` not listed in `allowed` (comma-separated): "invalid_argument" naming the first one.
+Status only_fields(const boost::json::object& obj, std::string_view allowed, std::string_view where);
+
+// Socket helpers. Addresses are "HOST:PORT" (TCP, numeric IPv4) or "unix:PATH".
+// Creates a non-blocking listening socket (an existing Unix socket file is replaced). Errors: "invalid_argument"
+// (bad address), "io_error" (bind/listen failed; names the address and errno text).
+Result<int> listen_on(std::string_view address);
+// The port a TCP listening socket is bound to (useful with port 0).
+std::uint16_t bound_port(int fd);
+// Connects (blocking, then switches the socket to non-blocking). Errors: "invalid_argument", "unavailable".
+Result<int> connect_to(std::string_view address);
+// Writes as much of `out` as the socket takes now and erases it from `out`. Errors: "io_error" (peer gone).
+Status write_some(int fd, std::string& out);
+// Reads what is available into `in`. Returns false on end of stream or error.
+bool read_some(int fd, LineBuffer& in);
+
+}  // namespace accelpool::agent

@@ -1,0 +1,126 @@
+#include "agent_config.hpp"
+
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace accelpool::agent {
+
+namespace {
+
+struct Reader {
+  std::string file;
+  std::optional<Error> error;
+
+  void fail(const std::string& key, const std::string& what) {
+    if (!error) error = make_error("invalid_config", file + ": key '" + key + "': " + what);
+  }
+  void only(const toml::table& t, const std::string& prefix, const std::set<std::string>& keys) {
+    for (const auto& [k, v] : t)
+      if (!keys.count(std::string(k.str()))) fail(prefix + std::string(k.str()), "unknown key");
+  }
+  std::string str(const toml::table& t, const std::string& prefix, const char* key, bool required) {
+    auto* n = t.get(key);
+    if (!n) {
+      if (required) fail(prefix + key, "is required");
+      return {};
+    }
+    if (!n->is_string()) {
+      fail(prefix + key, "must be a string");
+      return {};
+    }
+    return std::string(n->as_string()->get());
+  }
+  std::int64_t num(const toml::table& t, const std::string& prefix, const char* key, std::int64_t fallback,
+                   std::int64_t min, std::int64_t max) {
+    auto* n = t.get(key);
+    if (!n) return fallback;
+    if (!n->is_integer()) {
+      fail(prefix + key, "must be an integer");
+      return fallback;
+    }
+    auto v = n->as_integer()->get();
+    if (v < min || v > max) fail(prefix + key, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+    return v;
+  }
+};
+
+}  // namespace
+
+Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return make_error("not_found", "cannot read agent config '" + file.string() + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  toml::table root;
+  try {
+    root = toml::parse(text.str(), file.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << file.string() << ":" << e.source().begin.line << ": " << e.description();
+    return make_error("invalid_config", msg.str());
+  }
+  Reader r{file.string(), std::nullopt};
+  AgentConfig c;
+  r.only(root, "", {"agent", "libvirt", "backends"});
+  auto* agent = root["agent"].as_table();
+  if (!agent) return make_error("invalid_config", file.string() + ": table [agent] is required");
+  r.only(*agent, "agent.",
+         {"manager", "token", "token_file", "host", "heartbeat_interval_ms", "reconnect_min_ms", "reconnect_max_ms",
+          "bitstreams", "state_file"});
+  c.manager = r.str(*agent, "agent.", "manager", true);
+  c.token = r.str(*agent, "agent.", "token", false);
+  std::string token_file = r.str(*agent, "agent.", "token_file", false);
+  if (!token_file.empty()) {
+    std::ifstream tf(token_file);
+    if (!tf) r.fail("agent.token_file", "cannot read '" + token_file + "'");
+    std::getline(tf, c.token);
+  }
+  if (c.token.empty() && !r.error) r.fail("agent.token", "is required (or agent.token_file)");
+  c.host = r.str(*agent, "agent.", "host", true);
+  c.heartbeat_interval = std::chrono::milliseconds(r.num(*agent, "agent.", "heartbeat_interval_ms", 2000, 10, 600000));
+  c.reconnect_min = std::chrono::milliseconds(r.num(*agent, "agent.", "reconnect_min_ms", 200, 10, 600000));
+  c.reconnect_max = std::chrono::milliseconds(r.num(*agent, "agent.", "reconnect_max_ms", 10000, 10, 3600000));
+  if (c.reconnect_max < c.reconnect_min) r.fail("agent.reconnect_max_ms", "is less than reconnect_min_ms");
+  c.bitstreams = r.str(*agent, "agent.", "bitstreams", false);
+  c.state_file = r.str(*agent, "agent.", "state_file", false);
+
+  if (auto* lv = root["libvirt"].as_table()) {
+    r.only(*lv, "libvirt.", {"uri", "detach_timeout_ms", "shmem_size_mib"});
+    c.libvirt_uri = r.str(*lv, "libvirt.", "uri", false);
+    c.detach_timeout = std::chrono::milliseconds(r.num(*lv, "libvirt.", "detach_timeout_ms", 30000, 1, 3600000));
+    c.shmem_size_mib = static_cast<std::uint32_t>(r.num(*lv, "libvirt.", "shmem_size_mib", 1, 1, 65536));
+  } else if (root.contains("libvirt")) {
+    r.fail("libvirt", "must be a table");
+  }
+
+  auto* bk = root["backends"].as_table();
+  if (!bk || bk->empty()) {
+    r.fail("backends", "at least one [backends.<name>] table is required");
+  } else {
+    for (const auto& [name, node] : *bk) {
+      std::string prefix = "backends." + std::string(name.str()) + ".";
+      auto* t = node.as_table();
+      if (!t) {
+        r.fail("backends." + std::string(name.str()), "must be a table");
+        continue;
+      }
+      backends::BackendConfig bc;
+      for (const auto& [k, v] : *t) {
+        std::string key(k.str());
+        if (auto s = v.as_string()) bc[key] = s->get();
+        else if (auto i = v.as_integer()) bc[key] = std::to_string(i->get());
+        else if (auto f = v.as_floating_point()) bc[key] = std::to_string(f->get());
+        else if (auto b = v.as_boolean()) bc[key] = b->get() ? "true" : "false";
+        else r.fail(prefix + key, "must be a string, number or boolean");
+      }
+      c.backends[std::string(name.str())] = std::move(bc);
+    }
+  }
+  if (r.error) return *r.error;
+  return c;
+}
+
+}  // namespace accelpool::agent

@@ -1,0 +1,34 @@
+// accelpool-agent's configuration file (TOML; every key is documented in docs/hosts.md, "Host agent").
+#pragma once
+
+#include <accelpool/backends/config.hpp>
+#include <accelpool/common/result.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace accelpool::agent {
+
+struct AgentConfig {
+  std::string manager;  // "127.0.0.1:7071" or "unix:/path"
+  std::string token;
+  std::string host;
+  std::chrono::milliseconds heartbeat_interval{2000};
+  std::chrono::milliseconds reconnect_min{200};
+  std::chrono::milliseconds reconnect_max{10000};
+  std::filesystem::path bitstreams;  // registry folder; empty: bitstreams are names only (simulated pools)
+  std::filesystem::path state_file;  // VMs this agent attached devices to; empty: not kept
+  std::map<std::string, backends::BackendConfig> backends;  // backend name -> its keys
+  // libvirt; an empty uri turns attaching off.
+  std::string libvirt_uri;
+  std::chrono::milliseconds detach_timeout{30000};
+  std::uint32_t shmem_size_mib = 1;
+};
+
+// Reads and checks the file. Unknown tables and keys are errors. Errors: "invalid_config" naming the file, the
+// key and what is wrong; "not_found" when the file cannot be read.
+Result<AgentConfig> load_agent_config(const std::filesystem::path& file);
+
+}  // namespace accelpool::agent

@@ -1,0 +1,299 @@
+#include <accelpool/agent/wire.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace accelpool::agent {
+
+namespace json = boost::json;
+
+std::optional<std::string> LineBuffer::next_line() {
+  while (!overflow_) {
+    auto nl = buf_.find('\n');
+    if (nl == std::string::npos) {
+      if (buf_.size() > kMaxLine) overflow_ = true;
+      return std::nullopt;
+    }
+    std::string line = buf_.substr(0, nl);
+    buf_.erase(0, nl + 1);
+    if (line.size() > kMaxLine) {
+      overflow_ = true;
+      return std::nullopt;
+    }
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) return line;
+  }
+  return std::nullopt;
+}
+
+int rpc_code(std::string_view code) {
+  if (code == "parse_error") return -32700;
+  if (code == "invalid_request") return -32600;
+  if (code == "method_not_found") return -32601;
+  if (code == "invalid_argument" || code == "unsupported_version") return -32602;
+  if (code == "unauthorized") return -32001;
+  if (code == "not_found") return -32004;
+  if (code == "invalid_state") return -32009;
+  if (code == "already_registered") return -32010;
+  return -32000;
+}
+
+namespace {
+std::string line_of(const json::object& o) { return json::serialize(o) + "\n"; }
+}  // namespace
+
+std::string request_line(std::int64_t id, std::string_view method, json::object params) {
+  json::object o;
+  o["jsonrpc"] = "2.0";
+  o["id"] = id;
+  o["method"] = method;
+  o["params"] = std::move(params);
+  return line_of(o);
+}
+
+std::string notification_line(std::string_view method, json::object params) {
+  json::object o;
+  o["jsonrpc"] = "2.0";
+  o["method"] = method;
+  o["params"] = std::move(params);
+  return line_of(o);
+}
+
+std::string result_line(const json::value& id, json::value result) {
+  json::object o;
+  o["jsonrpc"] = "2.0";
+  o["id"] = id;
+  o["result"] = std::move(result);
+  return line_of(o);
+}
+
+std::string error_line(const json::value& id, const Error& error) {
+  json::object err;
+  err["code"] = rpc_code(error.code);
+  err["message"] = error.message;
+  err["data"] = json::object{{"code", error.code}};
+  json::object o;
+  o["jsonrpc"] = "2.0";
+  o["id"] = id;
+  o["error"] = std::move(err);
+  return line_of(o);
+}
+
+Result<Message> parse_message(std::string_view line) {
+  json::error_code ec;
+  json::value v = json::parse(line, ec);
+  if (ec) return make_error("parse_error", "message is not JSON: " + ec.message());
+  if (!v.is_object()) return make_error("invalid_request", "message is not a JSON object");
+  const auto& o = v.get_object();
+  Message m;
+  for (const auto& kv : o) {
+    auto k = kv.key();
+    if (k != "jsonrpc" && k != "id" && k != "method" && k != "params" && k != "result" && k != "error")
+      return make_error("invalid_request", "unknown member '" + std::string(k) + "' in message");
+  }
+  auto* ver = o.if_contains("jsonrpc");
+  if (!ver || !ver->is_string() || ver->get_string() != "2.0")
+    return make_error("invalid_request", "member 'jsonrpc' must be \"2.0\"");
+  if (auto* id = o.if_contains("id")) {
+    if (!id->is_int64() && !id->is_uint64() && !(id->is_string() && id->get_string().size() <= 128) && !id->is_null())
+      return make_error("invalid_request", "member 'id' must be an integer or a string of at most 128 characters");
+    m.id = *id;
+    m.has_id = !id->is_null();
+  }
+  if (auto* method = o.if_contains("method")) {
+    if (!method->is_string()) return make_error("invalid_request", "member 'method' must be a string");
+    m.method = std::string(method->get_string());
+    if (auto* p = o.if_contains("params")) {
+      if (!p->is_object()) return make_error("invalid_request", "member 'params' must be an object");
+      m.params = p->get_object();
+    }
+    if (o.contains("result") || o.contains("error"))
+      return make_error("invalid_request", "a request may not carry 'result' or 'error'");
+    return m;
+  }
+  if (!o.contains("id")) return make_error("invalid_request", "message has neither 'method' nor 'id'");
+  if (auto* r = o.if_contains("result")) {
+    m.result = *r;
+  } else if (auto* e = o.if_contains("error")) {
+    if (!e->is_object()) return make_error("invalid_request", "member 'error' must be an object");
+    const auto& eo = e->get_object();
+    Error err{"internal", ""};
+    if (auto* msg = eo.if_contains("message"); msg && msg->is_string()) err.message = std::string(msg->get_string());
+    if (auto* d = eo.if_contains("data"); d && d->is_object())
+      if (auto* c = d->get_object().if_contains("code"); c && c->is_string()) err.code = std::string(c->get_string());
+    m.error = std::move(err);
+  } else {
+    return make_error("invalid_request", "reply has neither 'result' nor 'error'");
+  }
+  return m;
+}
+
+Result<std::string> get_string(const json::object& obj, std::string_view key, std::string_view where,
+                               bool required) {
+  auto* v = obj.if_contains(key);
+  if (!v) {
+    if (required) return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is required");
+    return std::string();
+  }
+  if (!v->is_string())
+    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' must be a string");
+  if (v->get_string().size() > 4096)
+    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is too long");
+  return std::string(v->get_string());
+}
+
+Result<bool> get_bool(const json::object& obj, std::string_view key, std::string_view where, bool fallback) {
+  auto* v = obj.if_contains(key);
+  if (!v) return fallback;
+  if (!v->is_bool())
+    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' must be a boolean");
+  return v->get_bool();
+}
+
+Status only_fields(const json::object& obj, std::string_view allowed, std::string_view where) {
+  for (const auto& kv : obj) {
+    std::string_view k = kv.key();
+    bool ok = false;
+    std::string_view rest = allowed;
+    while (!rest.empty()) {
+      auto comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      if (item == k) ok = true;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    if (!ok) return make_error("invalid_argument", std::string(where) + ": unknown field '" + std::string(k) + "'");
+  }
+  return Status::ok();
+}
+
+namespace {
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+std::string errno_text() { return std::strerror(errno); }
+
+struct Parsed {
+  bool unix_socket = false;
+  sockaddr_un un{};
+  sockaddr_in in{};
+};
+
+Result<Parsed> parse_address(std::string_view address) {
+  Parsed p;
+  if (address.rfind("unix:", 0) == 0) {
+    std::string path(address.substr(5));
+    if (path.empty() || path.size() >= sizeof(p.un.sun_path))
+      return make_error("invalid_argument", "address '" + std::string(address) + "': bad Unix socket path");
+    p.unix_socket = true;
+    p.un.sun_family = AF_UNIX;
+    std::memcpy(p.un.sun_path, path.c_str(), path.size() + 1);
+    return p;
+  }
+  auto colon = address.rfind(':');
+  if (colon == std::string_view::npos)
+    return make_error("invalid_argument", "address '" + std::string(address) + "': expected HOST:PORT or unix:PATH");
+  std::string host(address.substr(0, colon));
+  std::string port(address.substr(colon + 1));
+  char* end = nullptr;
+  long n = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || n < 0 || n > 65535)
+    return make_error("invalid_argument", "address '" + std::string(address) + "': bad port '" + port + "'");
+  p.in.sin_family = AF_INET;
+  p.in.sin_port = htons(static_cast<std::uint16_t>(n));
+  if (host == "localhost") host = "127.0.0.1";
+  if (::inet_pton(AF_INET, host.c_str(), &p.in.sin_addr) != 1)
+    return make_error("invalid_argument", "address '" + std::string(address) + "': host must be a numeric IPv4 address");
+  return p;
+}
+
+}  // namespace
+
+Result<int> listen_on(std::string_view address) {
+  auto p = parse_address(address);
+  if (!p) return p.error();
+  int fd = ::socket(p->unix_socket ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return make_error("io_error", "socket: " + errno_text());
+  int rc;
+  if (p->unix_socket) {
+    ::unlink(p->un.sun_path);
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&p->un), sizeof(p->un));
+  } else {
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&p->in), sizeof(p->in));
+  }
+  if (rc != 0 || ::listen(fd, 64) != 0) {
+    auto e = make_error("io_error", "cannot listen on '" + std::string(address) + "': " + errno_text());
+    ::close(fd);
+    return e;
+  }
+  set_nonblocking(fd);
+  return fd;
+}
+
+std::uint16_t bound_port(int fd) {
+  sockaddr_in in{};
+  socklen_t len = sizeof(in);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&in), &len) != 0 || in.sin_family != AF_INET) return 0;
+  return ntohs(in.sin_port);
+}
+
+Result<int> connect_to(std::string_view address) {
+  auto p = parse_address(address);
+  if (!p) return p.error();
+  int fd = ::socket(p->unix_socket ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return make_error("unavailable", "socket: " + errno_text());
+  int rc = p->unix_socket ? ::connect(fd, reinterpret_cast<sockaddr*>(&p->un), sizeof(p->un))
+                          : ::connect(fd, reinterpret_cast<sockaddr*>(&p->in), sizeof(p->in));
+  if (rc != 0) {
+    auto e = make_error("unavailable", "cannot connect to '" + std::string(address) + "': " + errno_text());
+    ::close(fd);
+    return e;
+  }
+  if (!p->unix_socket) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  set_nonblocking(fd);
+  return fd;
+}
+
+Status write_some(int fd, std::string& out) {
+  while (!out.empty()) {
+    ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      out.erase(0, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+    if (n < 0 && errno == EINTR) continue;
+    return make_error("io_error", "write: " + errno_text());
+  }
+  return Status::ok();
+}
+
+bool read_some(int fd, LineBuffer& in) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      in.append(std::string_view(buf, static_cast<std::size_t>(n)));
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    if (errno == EINTR) continue;
+    return false;
+  }
+}
+
+}  // namespace accelpool::agent

@@ -1,0 +1,643 @@
+// Host agents on loopback: real accelpool-agent processes against the manager-side AgentListener + RemoteHost.
+#include <accelpool/agent/listener.hpp>
+#include <accelpool/agent/wire.hpp>
+
+#ifdef ACCELPOOL_AGENT_TEST_LIBVIRT
+#include <libvirt_harness.hpp>
+#endif
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace accelpool;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The pool's owner thread: runs posted functions in order; records what the listener reports.
+class Owner {
+ public:
+  Owner() : thread_([this] { run(); }) {}
+  ~Owner() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  manager::Poster poster() {
+    return [this](std::function<void()> f) {
+      if (std::this_thread::get_id() == thread_.get_id()) {  // posted from a posted function: the lock is ours
+        queue_.push_back(std::move(f));
+        return;
+      }
+      {
+        std::lock_guard lock(mu_);
+        queue_.push_back(std::move(f));
+      }
+      cv_.notify_all();
+    };
+  }
+
+  agent::ListenerEvents events() {
+    agent::ListenerEvents ev;
+    ev.host_joined = [this](std::unique_ptr<agent::RemoteHost> h) {
+      std::string name = h->name();
+      joined.push_back(name);
+      hosts[name] = std::shared_ptr<agent::RemoteHost>(std::move(h));
+    };
+    ev.host_lost = [this](const std::string& host, const Error& why) { lost.emplace_back(host, why, Clock::now()); };
+    ev.vm_stopped = [this](const std::string& host, const agent::VmStopped& vm) { stopped.emplace_back(host, vm); };
+    ev.device_health = [this](const std::string& host, const std::string& dev, const std::string& h,
+                              const std::string& detail) { health.push_back({host, dev, h, detail}); };
+    return ev;
+  }
+
+  // Waits until `pred` holds; `pred` runs on the owner thread's data under the owner's lock.
+  bool wait(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, pred);
+  }
+
+  // Runs `f` on the owner thread (as the manager would) and waits for it.
+  void sync(const std::function<void()>& f) {
+    bool done = false;
+    poster()([&] {
+      f();
+      done = true;
+    });
+    wait([&] { return done; });
+  }
+
+  struct Outcome {
+    bool done = false;
+    Status status;
+    std::string loaded;
+  };
+  // A Done that records into `out` (on the owner thread).
+  manager::HostDriver::Done record(Outcome& out) {
+    return [&out](Status s, std::string loaded) {
+      out.status = std::move(s);
+      out.loaded = std::move(loaded);
+      out.done = true;
+    };
+  }
+  Outcome call(const std::function<void(manager::HostDriver::Done)>& op, std::chrono::milliseconds timeout = 10s) {
+    Outcome out;
+    poster()([&] { op(record(out)); });
+    REQUIRE(wait([&] { return out.done; }, timeout));
+    return out;
+  }
+
+  // Owner-thread data (read it under wait()/sync()).
+  std::vector<std::string> joined;
+  std::map<std::string, std::shared_ptr<agent::RemoteHost>> hosts;
+  std::vector<std::tuple<std::string, Error, Clock::time_point>> lost;
+  std::vector<std::pair<std::string, agent::VmStopped>> stopped;
+  struct HealthEvent {
+    std::string host, device, health, detail;
+  };
+  std::vector<HealthEvent> health;
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_ && queue_.empty()) return;
+      auto f = std::move(queue_.front());
+      queue_.pop_front();
+      f();  // under the lock: the owner's data is only touched here and in wait()'s predicates
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Agent configs, logs and state files of this test process; removed at exit.
+fs::path temp_dir() {
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("accelpool-agent-test-" + std::to_string(::getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path;
+}
+
+const std::string kToken = "agent-secret-1";
+
+// One accelpool-agent process.
+class AgentProcess {
+ public:
+  AgentProcess(std::string host, std::uint16_t port, std::string extra, std::string token = kToken)
+      : host_(std::move(host)) {
+    auto dir = temp_dir();
+    config_ = dir / (host_ + ".toml");
+    log_ = dir / (host_ + ".log");
+    std::ofstream(config_) << "[agent]\nmanager = \"127.0.0.1:" << port << "\"\ntoken = \"" << token
+                           << "\"\nhost = \"" << host_
+                           << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 400\n"
+                           << extra;
+    start();
+  }
+  ~AgentProcess() { stop(SIGKILL); }
+
+  void start() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test process
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 2);
+      ::execl(ACCELPOOL_AGENT_BIN, ACCELPOOL_AGENT_BIN, "--config", config_.c_str(), nullptr);
+      ::_exit(127);
+    }
+  }
+  // Sends `sig` and reaps the process; returns its exit status (or -signal).
+  int stop(int sig) {
+    if (pid_ <= 0) return exit_code_;
+    ::kill(pid_, sig);
+    return reap();
+  }
+  int reap() {
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+    return exit_code_;
+  }
+  // Waits up to `timeout` for the process to exit by itself.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
+    auto until = Clock::now() + timeout;
+    while (Clock::now() < until) {
+      int st = 0;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        return exit_code_;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return std::nullopt;
+  }
+  pid_t pid() const { return pid_; }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::string host_;
+  fs::path config_, log_;
+  pid_t pid_ = -1;
+  int exit_code_ = 0;
+};
+
+// A raw protocol client, for what a well-behaved agent never sends.
+class RawClient {
+ public:
+  explicit RawClient(std::uint16_t port) {
+    auto fd = agent::connect_to("127.0.0.1:" + std::to_string(port));
+    REQUIRE(fd);
+    fd_ = *fd;
+  }
+  ~RawClient() { ::close(fd_); }
+  agent::Message call(const std::string& line) {
+    std::string out = line + "\n";
+    REQUIRE(agent::write_some(fd_, out));
+    auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      if (auto l = in_.next_line()) {
+        auto m = agent::parse_message(*l);
+        REQUIRE(m);
+        return *m;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, 100);
+      agent::read_some(fd_, in_);
+    }
+    FAIL("no reply to " << line);
+    return {};
+  }
+
+ private:
+  int fd_ = -1;
+  agent::LineBuffer in_;
+};
+
+std::string sim_pool(const std::string& devices, const std::string& more = "") {
+  return "[backends.sim]\ndevices = \"" + devices + "\"\nprogram_base_ms = 5\n" + more;
+}
+
+struct Fixture {
+  Owner owner;
+  std::unique_ptr<agent::AgentListener> listener;
+  explicit Fixture(std::chrono::milliseconds hb_timeout = 1500ms) {
+    agent::ListenerOptions o;
+    o.listen = {"127.0.0.1:0"};
+    o.token = kToken;
+    o.heartbeat_timeout = hb_timeout;
+    auto l = agent::AgentListener::create(o, owner.events(), owner.poster());
+    REQUIRE(l);
+    listener = std::move(*l);
+    REQUIRE(listener->tcp_port() != 0);
+  }
+  std::uint16_t port() const { return listener->tcp_port(); }
+  bool wait_joined(std::size_t n) {
+    return owner.wait([&] { return owner.joined.size() >= n; });
+  }
+  std::shared_ptr<agent::RemoteHost> host(const std::string& name) {
+    std::shared_ptr<agent::RemoteHost> h;
+    owner.sync([&] { h = owner.hosts.at(name); });
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("three agents with separate simulated pools register and prepare/release program their devices") {
+  Fixture f;
+  AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:2"));
+  AgentProcess a2("host-b", f.port(), sim_pool("fpga:sim-u280:3"));
+  AgentProcess a3("host-c", f.port(), sim_pool("gpu:sim-gpu:1", "attach = \"network\"\n"));
+  REQUIRE(f.wait_joined(3));
+  auto names = f.listener->hosts();
+  CHECK(names == std::vector<std::string>{"host-a", "host-b", "host-c"});
+
+  auto a = f.host("host-a");
+  auto b = f.host("host-b");
+  auto c = f.host("host-c");
+  REQUIRE(a->devices()->size() == 2);
+  REQUIRE(b->devices()->size() == 3);
+  REQUIRE(c->devices()->size() == 1);
+  CHECK(b->devices()->at(2).model == "sim-u280");
+  CHECK(b->devices()->at(2).local_id == "sim:2");
+  CHECK(a->devices()->at(0).passthrough);
+  CHECK_FALSE(c->devices()->at(0).passthrough);
+  CHECK(a->devices()->at(0).loaded.empty());
+
+  auto r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  REQUIRE(r.status);
+  CHECK(r.loaded == "vadd");
+  r = f.owner.call([&](auto done) { b->prepare("sim:0", "mmul", false, "", done); });
+  REQUIRE(r.status);
+  CHECK(r.loaded == "mmul");
+  // The same bitstream again without reprogram keeps it; reprogram loads it again; release keeps it (sim default).
+  r = f.owner.call([&](auto done) { b->prepare("sim:0", "mmul", true, "", done); });
+  REQUIRE(r.status);
+  CHECK(r.loaded == "mmul");
+  r = f.owner.call([&](auto done) { b->release("sim:0", done); });
+  REQUIRE(r.status);
+  CHECK(r.loaded == "mmul");
+  r = f.owner.call([&](auto done) { c->prepare("sim:0", "gemm", false, "", done); });
+  REQUIRE(r.status);
+  CHECK(r.loaded == "gemm");
+
+  // Several operations in flight on one host complete in order, each with its own outcome.
+  std::vector<Owner::Outcome> outs(4);
+  f.owner.sync([&] {
+    a->prepare("sim:0", "k1", false, "", f.owner.record(outs[0]));
+    a->prepare("sim:0", "k2", false, "", f.owner.record(outs[1]));
+    a->reset("sim:1", f.owner.record(outs[2]));
+    a->prepare("sim:0", "k3", false, "", f.owner.record(outs[3]));
+  });
+  REQUIRE(f.owner.wait([&] { return outs[3].done && outs[2].done && outs[1].done && outs[0].done; }));
+  CHECK(outs[0].loaded == "k1");
+  CHECK(outs[1].loaded == "k2");
+  CHECK(outs[2].status);
+  CHECK(outs[3].loaded == "k3");
+
+  // A clean stop (SIGTERM) ends the connection: the host is lost at once.
+  CHECK(a3.stop(SIGTERM) == 0);
+  REQUIRE(f.owner.wait([&] { return f.owner.lost.size() == 1; }));
+}
+
+TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it registers again on restart") {
+  Fixture f(1500ms);
+  AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:2", "hanging_devices = \"sim:1\"\nhang_ms = 20000\n"));
+  AgentProcess a2("host-b", f.port(), sim_pool("fpga:sim-u250:2"));
+  AgentProcess a3("host-c", f.port(), sim_pool("fpga:sim-u250:2"));
+  REQUIRE(f.wait_joined(3));
+  auto a = f.host("host-a");
+
+  Owner::Outcome hung;
+  f.owner.sync([&] { a->prepare("sim:1", "vadd", false, "", f.owner.record(hung)); });
+  std::this_thread::sleep_for(200ms);  // the agent is now inside the hanging programming
+  f.owner.sync([&] { CHECK_FALSE(hung.done); });
+
+  auto killed_at = Clock::now();
+  a1.stop(SIGKILL);
+  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }, 3s));
+  f.owner.sync([&] {
+    CHECK(std::get<0>(f.owner.lost[0]) == "host-a");
+    CHECK(std::get<1>(f.owner.lost[0]).code == "host_lost");
+    CHECK(std::get<2>(f.owner.lost[0]) - killed_at < 1500ms);  // within the heartbeat timeout
+    REQUIRE(hung.done);
+    CHECK(hung.status.error().code == "host_lost");
+  });
+  CHECK_FALSE(a->connected());
+  CHECK(f.listener->hosts() == std::vector<std::string>{"host-b", "host-c"});
+  // Operations on the lost host fail at once; the other hosts are unaffected.
+  auto r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "", done); });
+  CHECK(r.status.error().code == "host_lost");
+  auto b = f.host("host-b");
+  r = f.owner.call([&](auto done) { b->prepare("sim:0", "vadd", false, "", done); });
+  CHECK(r.status);
+
+  // Restart: it registers again under the same name, with fresh devices.
+  a1.start();
+  REQUIRE(f.wait_joined(4));
+  auto a_again = f.host("host-a");
+  CHECK(a_again != a);
+  CHECK(a_again->connected());
+  CHECK(a_again->devices()->size() == 2);
+  r = f.owner.call([&](auto done) { a_again->prepare("sim:0", "vadd", false, "", done); });
+  CHECK(r.status);
+  CHECK(r.loaded == "vadd");
+}
+
+TEST_CASE("a stopped agent (no heartbeat) is lost after the heartbeat timeout and comes back by itself") {
+  Fixture f(1000ms);
+  AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:1"));
+  REQUIRE(f.wait_joined(1));
+  auto stopped_at = Clock::now();
+  ::kill(a1.pid(), SIGSTOP);
+  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }, 5s));
+  auto took = Clock::now() - stopped_at;
+  CHECK(took >= 900ms);
+  CHECK(took < 3000ms);
+  f.owner.sync([&] { CHECK(std::get<1>(f.owner.lost[0]).message.find("no heartbeat") != std::string::npos); });
+  ::kill(a1.pid(), SIGCONT);  // its old connection is closed: it reconnects and registers again
+  REQUIRE(f.wait_joined(2));
+  CHECK(f.listener->hosts() == std::vector<std::string>{"host-a"});
+}
+
+TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors that change nothing") {
+  Fixture f;
+  AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:2"));
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-a");
+
+  SECTION("an agent with a wrong token is refused and exits") {
+    AgentProcess bad("host-z", f.port(), sim_pool("fpga:sim-u250:1"), "not-the-token");
+    auto rc = bad.wait_exit(5s);
+    REQUIRE(rc);
+    CHECK(*rc == 2);
+    CHECK(bad.log().find("wrong agent token") != std::string::npos);
+    CHECK(f.listener->hosts() == std::vector<std::string>{"host-a"});
+  }
+  SECTION("raw messages") {
+    RawClient raw(f.port());
+    auto m = raw.call(R"({"jsonrpc":"2.0","id":1,"method":"agent.heartbeat","params":{}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "unauthorized");
+    m = raw.call(R"({"jsonrpc":"2.0","id":2,"method":"agent.register","params":{"token":"x","host":"host-y","protocol":1,"devices":[]}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "unauthorized");
+    CHECK(m.error->message == "agent.register: wrong agent token");
+    m = raw.call(R"({"jsonrpc":"2.0","id":3,"method":"agent.register","params":{"token":")" + kToken +
+                 R"(","host":"host-a","protocol":1,"devices":[]}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "already_registered");
+    CHECK(m.error->message.find("host 'host-a' is already registered") != std::string::npos);
+    m = raw.call(R"({"jsonrpc":"2.0","id":4,"method":"agent.register","params":{"token":")" + kToken +
+                 R"(","host":"host-y","protocol":2,"devices":[]}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "unsupported_version");
+    m = raw.call(R"({"jsonrpc":"2.0","id":5,"method":"agent.register","params":{"token":")" + kToken +
+                 R"(","host":"host-y","protocol":1,"devices":[{"id":"d0","kind":"fpga","model":"m","bogus":1}]}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "invalid_argument");
+    CHECK(m.error->message.find("devices[0]: unknown field 'bogus'") != std::string::npos);
+    m = raw.call("not json");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "parse_error");
+    CHECK(f.listener->hosts() == std::vector<std::string>{"host-a"});
+
+    // Now registered: an unknown device in a heartbeat is refused and no health changes.
+    m = raw.call(R"({"jsonrpc":"2.0","id":6,"method":"agent.register","params":{"token":")" + kToken +
+                 R"(","host":"host-y","protocol":1,"devices":[{"id":"d0","kind":"fpga","model":"m"}]}})");
+    REQUIRE(m.result);
+    CHECK(m.result->at("heartbeat_timeout_ms").as_int64() == 1500);
+    m = raw.call(R"({"jsonrpc":"2.0","id":7,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"failed"},{"id":"d9","health":"ok"}]}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "not_found");
+    CHECK(m.error->message.find("no device 'd9'") != std::string::npos);
+    m = raw.call(R"({"jsonrpc":"2.0","id":8,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"ok"}]}})");
+    REQUIRE(m.result);
+    f.owner.sync([&] { CHECK(f.owner.health.empty()); });
+    m = raw.call(R"({"jsonrpc":"2.0","id":9,"method":"agent.frobnicate","params":{}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "method_not_found");
+  }
+  SECTION("unknown device ids through RemoteHost") {
+    auto r = f.owner.call([&](auto done) { a->prepare("sim:99", "vadd", false, "", done); });
+    REQUIRE_FALSE(r.status);
+    CHECK(r.status.error().code == "not_found");
+    CHECK(r.status.error().message.find("host 'host-a' has no device 'sim:99'") != std::string::npos);
+    r = f.owner.call([&](auto done) { a->release("sim:99", done); });
+    CHECK(r.status.error().code == "not_found");
+    r = f.owner.call([&](auto done) { a->reset("nope", done); });
+    CHECK(r.status.error().code == "not_found");
+    // The real devices are untouched.
+    r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "", done); });
+    CHECK(r.status);
+  }
+  SECTION("a bad config is refused with the key named") {
+    AgentProcess bad("host-q", f.port(), "[backends.sim]\ndevices = \"fpga:m:1\"\nbogus_key = 1\n");
+    auto rc = bad.wait_exit(5s);
+    REQUIRE(rc);
+    CHECK(*rc != 0);
+    CHECK(bad.log().find("bogus_key") != std::string::npos);
+  }
+}
+
+TEST_CASE("a failed device reports failed health and failed programming is an error", "[health]") {
+  Fixture f;
+  AgentProcess a1("host-a", f.port(),
+                  sim_pool("fpga:sim-u250:3", "failed_devices = \"sim:2\"\nprogram_failures = \"sim:1=1\"\n"));
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-a");
+  CHECK(a->registered_devices().at(2).device.local_id == "sim:2");
+  REQUIRE(f.owner.wait([&] {
+    for (auto& h : f.owner.health)
+      if (h.device == "sim:2" && h.health == "failed") return true;
+    return a->registered_devices().at(2).health == "failed";
+  }));
+  auto r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  REQUIRE_FALSE(r.status);
+  CHECK(r.status.error().message.find("sim:1") != std::string::npos);
+  r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  CHECK(r.status);
+  CHECK(r.loaded == "vadd");
+}
+
+TEST_CASE("with a bitstream registry prepare programs verified images and refuses wrong ones") {
+  Fixture f;
+  AgentProcess a1("host-a", f.port(),
+                  std::string("bitstreams = \"") + ACCELPOOL_OPENCL_SAMPLES + "\"\n" +
+                      sim_pool("fpga:sim-u250:1,fpga:xilinx_u250_gen3x16_xdma_4_1_202210_1:1"));
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-a");
+  const std::string vadd_sha = "3b0bba1b1bb9b5be2a4bcc4be2fa56a8fd0d12f4d7d3f3f4d0d0e0b7f1e1c5a0";  // not an image
+  auto r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "", done); });
+  INFO(a1.log());
+  REQUIRE(r.status);
+  CHECK(r.loaded == "vadd");
+  // A model the image does not list.
+  r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  REQUIRE_FALSE(r.status);
+  CHECK(r.status.error().code == "incompatible");
+  // No such bitstream, an unknown sha256, and the sha256 of another image.
+  r = f.owner.call([&](auto done) { a->prepare("sim:0", "nope", false, "", done); });
+  CHECK(r.status.error().code == "not_found");
+  r = f.owner.call([&](auto done) { a->prepare_lease("sim:0", "vadd", vadd_sha, false, "", "", done); });
+  CHECK(r.status.error().code == "not_found");
+  r = f.owner.call([&](auto done) {
+    a->prepare_lease("sim:0", "vadd", "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a", false, "", "",
+                     done);
+  });
+  CHECK(r.status.error().code == "invalid_argument");
+  CHECK(r.status.error().message.find("is image 'matmul'") != std::string::npos);
+  // Nothing was changed by the refusals: the device still holds vadd.
+  r = f.owner.call([&](auto done) { a->prepare("sim:0", "", false, "", done); });
+  REQUIRE(r.status);
+  CHECK(r.loaded == "vadd");
+}
+
+TEST_CASE("after a manager restart the agent registers again and reports what its devices hold and serve") {
+  Owner owner;
+  agent::ListenerOptions o;
+  o.listen = {"127.0.0.1:0"};
+  o.token = kToken;
+  o.heartbeat_timeout = 1500ms;
+  auto l = agent::AgentListener::create(o, owner.events(), owner.poster());
+  REQUIRE(l);
+  auto port = (*l)->tcp_port();
+  AgentProcess a1("host-a", port, sim_pool("fpga:sim-u250:2"));
+  REQUIRE(owner.wait([&] { return owner.joined.size() == 1; }));
+  std::shared_ptr<agent::RemoteHost> a;
+  owner.sync([&] { a = owner.hosts.at("host-a"); });
+  auto r = owner.call([&](auto done) { a->prepare_lease("sim:1", "vadd", "", false, "vm-x", "lease-1", done); });
+  REQUIRE(r.status);
+
+  l->reset();  // the manager goes away
+  o.listen = {"127.0.0.1:" + std::to_string(port)};
+  auto l2 = agent::AgentListener::create(o, owner.events(), owner.poster());
+  REQUIRE(l2);
+  REQUIRE(owner.wait([&] { return owner.joined.size() == 2; }, 5s));
+  owner.sync([&] { a = owner.hosts.at("host-a"); });
+  const auto& devs = a->registered_devices();
+  REQUIRE(devs.size() == 2);
+  CHECK(devs[1].device.local_id == "sim:1");
+  CHECK(devs[1].device.loaded == "vadd");
+  CHECK(devs[1].vm == "vm-x");
+  CHECK(devs[1].lease == "lease-1");
+  CHECK(devs[1].attach_state == "recorded");
+  CHECK(devs[0].vm.empty());
+  // Serving a VM, the device is not reset behind the lease's back; released, it is free again.
+  r = owner.call([&](auto done) { a->reset("sim:1", done); });
+  CHECK(r.status.error().code == "invalid_state");
+  r = owner.call([&](auto done) { a->release("sim:1", done); });
+  CHECK(r.status);
+  r = owner.call([&](auto done) { a->reset("sim:1", done); });
+  CHECK(r.status);
+}
+
+#ifdef ACCELPOOL_AGENT_TEST_LIBVIRT
+TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledged release ends in quarantine",
+          "[libvirtd]") {
+  std::string why;
+  auto* daemon = hypervisor::testing::LibvirtDaemon::shared(&why);
+  if (!daemon) {
+    WARN("skipped: no private libvirtd here: " << why);
+    return;
+  }
+  std::string vm = "agent-vm-" + std::to_string(::getpid());
+  hypervisor::testing::VmOptions vo;
+  vo.name = vm;
+  auto uuid = daemon->create_vm(vo);
+  REQUIRE(uuid);
+
+  Fixture f(3s);
+  auto state = temp_dir() / "host-v.state";
+  fs::remove(state);
+  AgentProcess a1("host-v", f.port(),
+                  "state_file = \"" + state.string() + "\"\n" + sim_pool("fpga:sim-u250:1") + "[libvirt]\nuri = \"" +
+                      daemon->uri() + "\"\ndetach_timeout_ms = 1500\n");
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-v");
+
+  auto r = f.owner.call([&](auto done) { a->prepare_lease("sim:0", "vadd", "", false, vm, "lease-7", done); });
+  INFO(a1.log());
+  REQUIRE(r.status);
+  CHECK(r.loaded == "vadd");
+  auto xml = daemon->live_xml(vm);
+  REQUIRE(xml);
+  CHECK(xml->find("<shmem") != std::string::npos);
+  CHECK(xml->find("ivshmem-plain") != std::string::npos);
+
+  // A restarted agent learns from the VM's metadata what it attached, and registers the device as serving the VM.
+  a1.stop(SIGKILL);
+  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }, 5s));
+  a1.start();
+  REQUIRE(f.wait_joined(2));
+  a = f.host("host-v");
+  REQUIRE(a->registered_devices().size() == 1);
+  CHECK(a->registered_devices()[0].vm == vm);
+  CHECK(a->registered_devices()[0].lease == "lease-7");
+  CHECK(a->registered_devices()[0].attach_state == "attached");
+
+  // A VM with no OS never acknowledges the eject: quarantine, reported unhealthy; no second grant.
+  r = f.owner.call([&](auto done) { a->release("sim:0", done); }, 15s);
+  REQUIRE_FALSE(r.status);
+  CHECK(r.status.error().code == "quarantined");
+  REQUIRE(f.owner.wait([&] {
+    for (auto& h : f.owner.health)
+      if (h.device == "sim:0" && h.health == "failed" && h.detail.find("quarantined") != std::string::npos) return true;
+    return false;
+  }));
+  r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "other-vm", done); });
+  CHECK(r.status.error().code == "invalid_state");
+
+  // The VM's end frees the device and is reported as vm.stopped with the device.
+  REQUIRE(daemon->destroy_vm(vm));
+  REQUIRE(f.owner.wait([&] { return !f.owner.stopped.empty(); }, 10s));
+  f.owner.sync([&] {
+    CHECK(f.owner.stopped[0].first == "host-v");
+    CHECK(f.owner.stopped[0].second.vm_name == vm);
+    CHECK(f.owner.stopped[0].second.devices == std::vector<std::string>{"sim:0"});
+  });
+  REQUIRE(f.owner.wait([&] { return !f.owner.health.empty() && f.owner.health.back().health == "ok"; }));
+  a1.stop(SIGTERM);
+  // QEMU leaves the simulated device's shared-memory file behind (named after the device id, sim:0).
+  fs::remove("/dev/shm/accelpool-sim_3a0");
+}
+#endif
