@@ -423,10 +423,36 @@ bool Scheduler::serve_aged(Time now, Decisions& out, std::set<KindId>& blocked) 
   return granted;
 }
 
+// Devices given back by preempted leases belong to the request they were preempted for: until it fits, no
+// one else of its kind is granted (not even the victims), or partial frees would be taken by others and the
+// same leases preempted again and again.
+void Scheduler::serve_reserved(Time now, Decisions& out, std::set<KindId>& blocked) {
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    const auto [kind, id] = *it;
+    auto e = entries_.find(id);
+    if (e == entries_.end() || e->second.phase != RequestPhase::waiting) {
+      it = reservations_.erase(it);
+      continue;
+    }
+    const Request& r = e->second.request;
+    const auto eligible = free_.eligible(kind, r.guest_host);
+    if (eligible.free() >= r.count) {
+      grant(e->second, placement_->place(r, eligible), now, /*protect=*/false, out);
+      it = reservations_.erase(it);
+    } else if (auto rev = revoking_devices_.find(kind); rev != revoking_devices_.end() && rev->second > 0) {
+      blocked.insert(kind);
+      ++it;
+    } else {
+      it = reservations_.erase(it);  // the victims are gone and it still does not fit: ordinary rules again
+    }
+  }
+}
+
 void Scheduler::dispatch(Time now, Decisions& out) {
   apply_key_changes(now);
   std::set<KindId> blocked;
   if (spec_.tail_guard_s) serve_aged(now, out, blocked);
+  if (!reservations_.empty()) serve_reserved(now, out, blocked);
   const bool per_tenant = ordering_->per_tenant();
   while (free_count_ > 0 && !buckets_.empty()) {
     // The best head among buckets whose head fits now.
@@ -498,6 +524,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     }
     if (gathered < c.count) continue;
     for (Entry* victim : chosen) mark_revoking(*victim, PreemptReason::priority, out);
+    reservations_[kind] = c.id;
   }
 }
 

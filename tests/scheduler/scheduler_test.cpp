@@ -300,3 +300,21 @@ TEST_CASE("a lease restored after a restart holds its devices and keeps its serv
   CHECK(granted(release(*s, 7, 104)).empty());
   CHECK(s->free_count() == 3);
 }
+
+TEST_CASE("devices freed by preemption go to the request they were freed for", "[scheduler][srpt]") {
+  // A 2-wide request preempts two single leases; as the first victim gives its device back, neither it nor
+  // anyone else may take that device: the preempting request gets both once the second one is back.
+  auto s = make_scheduler("srpt", "fpga:2");
+  submit(*s, req(1, 0, 1, 100), 0);
+  submit(*s, req(2, 0, 1, 90), 0);
+  auto d = submit(*s, req(3, 1, 2, 5), 1);
+  CHECK(preempted(d) == V{1, 2});  // the most remaining time first
+  submit(*s, req(4, 1, 1, 50), 1);  // narrow and shorter than the victims: would fit a single freed device
+  Decisions out;
+  REQUIRE_FALSE(s->requeue(2, 1, out));
+  CHECK(out.grants.empty());
+  CHECK(out.preemptions.empty());
+  REQUIRE_FALSE(s->requeue(1, 1, out));
+  CHECK(granted(out) == V{3});
+  CHECK(out.preemptions.empty());
+}

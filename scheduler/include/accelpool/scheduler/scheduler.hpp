@@ -156,6 +156,7 @@ class Scheduler {
   std::size_t reachable_devices(const Request& r) const;  // present devices of its kind it could use
   void dispatch(Time now, Decisions& out);
   bool serve_aged(Time now, Decisions& out, std::set<KindId>& blocked);
+  void serve_reserved(Time now, Decisions& out, std::set<KindId>& blocked);
   void preempt_for_waiting(Time now, Decisions& out, const std::set<KindId>& blocked);
   void apply_key_changes(Time now);
   void mark_revoking(Entry& e, PreemptReason reason, Decisions& out);
@@ -174,6 +175,7 @@ class Scheduler {
   std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
   std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
   std::unordered_map<KindId, std::size_t> revoking_devices_;
+  std::map<KindId, RequestId> reservations_;  // per kind: the request that preempted leases are making room for
   // Reachable devices per (kind, host) and per kind for network devices, to reject impossible requests.
   std::map<std::pair<KindId, HostId>, std::size_t> passthrough_total_;
   std::unordered_map<KindId, std::size_t> network_total_;
