@@ -96,3 +96,45 @@ TEST_CASE("bad configuration names the file, line and key", "[config]") {
   CHECK_FALSE(parse_endpoint("127.0.0.1:99999").is_ok());
   CHECK(parse_endpoint("127.0.0.1:0")->second == 0);
 }
+
+TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat timeout", "[config][agents]") {
+  TempDir dir;
+  auto none = load_text(dir, "[leases]\nttl_s = 5\n");
+  REQUIRE(none.is_ok());
+  CHECK(none->agents.listen.empty());
+  CHECK(none->agents.heartbeat_timeout_ms == 15000);
+
+  auto c = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:0\", \"unix:/tmp/a.sock\"]\ntoken = \"0123456789abcdef\"\n"
+                          "heartbeat_timeout_ms = 700\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->agents.listen == std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/a.sock"});
+  CHECK(c->agents.token == "0123456789abcdef");
+  CHECK(c->agents.heartbeat_timeout_ms == 700);
+
+  std::ofstream(dir.path / "agent-token") << "from-a-file-0123456789\n";
+  auto f = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken_file = \"agent-token\"\n");
+  REQUIRE(f.is_ok());
+  CHECK(f->agents.token == "from-a-file-0123456789");
+
+  auto no_token = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\n");
+  REQUIRE_FALSE(no_token.is_ok());
+  CHECK(no_token.error().message.find("agents.token") != std::string::npos);
+  auto short_token = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken = \"short\"\n");
+  CHECK_FALSE(short_token.is_ok());
+  auto bad_addr = load_text(dir, "[agents]\nlisten = [\"nowhere\"]\ntoken = \"0123456789abcdef\"\n");
+  REQUIRE_FALSE(bad_addr.is_ok());
+  CHECK(bad_addr.error().message.find("m.toml:2") != std::string::npos);
+  CHECK(bad_addr.error().message.find("agents.listen") != std::string::npos);
+  auto not_list = load_text(dir, "[agents]\nlisten = \"127.0.0.1:7071\"\ntoken = \"0123456789abcdef\"\n");
+  REQUIRE_FALSE(not_list.is_ok());
+  CHECK(not_list.error().message.find("array") != std::string::npos);
+  auto missing_file = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken_file = \"nope\"\n");
+  REQUIRE_FALSE(missing_file.is_ok());
+  CHECK(missing_file.error().message.find("cannot read") != std::string::npos);
+  auto zero = load_text(dir, "[agents]\nheartbeat_timeout_ms = 0\n");
+  REQUIRE_FALSE(zero.is_ok());
+  CHECK(zero.error().message.find("heartbeat_timeout_ms") != std::string::npos);
+  auto unknown = load_text(dir, "[agents]\nlisten = []\ntokn = \"x\"\n");
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.error().message.find("'tokn'") != std::string::npos);
+}

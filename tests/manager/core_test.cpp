@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <set>
 #include "test_support.hpp"
 
@@ -293,4 +294,100 @@ TEST_CASE("a preemption becomes a revocation with grace, then the lease waits ag
   REQUIRE(pool.core->release("b", b->id).is_ok());
   CHECK(pool.get(a->id).state == LeaseState::granted);
   CHECK(pool.get(a->id).preemptions == 1);
+}
+
+namespace {
+// A host that records what the core asks of it and completes through the poster.
+struct RecordingHost : HostDriver {
+  std::string name_;
+  std::vector<HostDevice> devices_;
+  Poster post_;
+  std::vector<std::string>* calls_;
+  RecordingHost(std::string n, std::vector<HostDevice> d, Poster p, std::vector<std::string>* calls)
+      : name_(std::move(n)), devices_(std::move(d)), post_(std::move(p)), calls_(calls) {}
+  const std::string& name() const override { return name_; }
+  accelpool::Result<std::vector<HostDevice>> devices() override { return devices_; }
+  void prepare(const std::string& local, const std::string& bs, bool, const std::string& guest, Done done) override {
+    calls_->push_back(name_ + " prepare " + local + " " + guest);
+    post_([done, bs] { done(accelpool::Status::ok(), bs); });
+  }
+  void release(const std::string& local, Done done) override {
+    calls_->push_back(name_ + " release " + local);
+    post_([done] { done(accelpool::Status::ok(), ""); });
+  }
+  void reset(const std::string& local, Done done) override {
+    calls_->push_back(name_ + " reset " + local);
+    post_([done] { done(accelpool::Status::ok(), ""); });
+  }
+};
+}  // namespace
+
+TEST_CASE("a lost host's devices become unavailable, its leases wait again, and it comes back", "[core][hosts]") {
+  Pool pool(make_devices("gpu", 1));
+  std::vector<std::string> calls;
+  REQUIRE(pool.core->attach_host(
+                      std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls))
+              .is_ok());
+  Lease a = pool.acquire("a", "vm1", 2);
+  REQUIRE(a.state == LeaseState::granted);
+  pool.posts.drain();
+  AcquireParams gp;
+  gp.tenant = "b";
+  gp.guest = "vm-g";
+  gp.kind = "gpu";
+  auto g1 = pool.core->acquire(gp);
+  gp.guest = "vm-h";
+  auto g2 = pool.core->acquire(gp);
+  REQUIRE((g1 && g2));
+  CHECK(g2->state == LeaseState::queued);
+
+  // A second live host under the same name is refused.
+  auto dup = pool.core->attach_host(
+      std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls));
+  REQUIRE_FALSE(dup.is_ok());
+  CHECK(dup.error().code == "conflict");
+  CHECK(pool.core->host_lost("nowhere").error().code == "not_found");
+
+  calls.clear();
+  REQUIRE(pool.core->host_lost("remote").is_ok());
+  CHECK_FALSE(pool.core->host_live("remote"));
+  CHECK(pool.core->device("remote/fpga0")->state == "unavailable");
+  CHECK(pool.core->device("remote/fpga1")->state == "unavailable");
+  CHECK(pool.get(a.id).state == LeaseState::queued);
+  CHECK(pool.log.count(a.id, LeaseEvent::requeued) == 1);
+  CHECK(calls.empty());  // nothing is sent to a lost host
+  CHECK(pool.get(g1->id).state == LeaseState::granted);  // other hosts and the queue are untouched
+  CHECK(pool.get(g2->id).state == LeaseState::queued);
+  // Health reports for a lost host's device do not make it available.
+  REQUIRE(pool.core->set_device_usable("remote/fpga0", true).is_ok());
+  CHECK(pool.core->device("remote/fpga0")->state == "unavailable");
+
+  // It returns: fpga1 is reported unusable, fpga0 serves a VM with no lease there (released by reconciliation).
+  PoolCore::HostReport report;
+  report.unusable.insert("fpga1");
+  report.serving["fpga0"] = "vm-stale";
+  REQUIRE(pool.core->attach_host(
+                      std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls),
+                      report)
+              .is_ok());
+  CHECK(pool.core->host_live("remote"));
+  CHECK(pool.core->device("remote/fpga1")->state == "unavailable");
+  CHECK(std::find(calls.begin(), calls.end(), "remote release fpga0") != calls.end());
+  CHECK(pool.get(a.id).state == LeaseState::queued);  // needs two devices, one is unusable
+  pool.posts.drain();
+  REQUIRE(pool.core->set_device_usable("remote/fpga1", true).is_ok());
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+  pool.posts.drain();
+  CHECK(pool.get(a.id).ready);
+  CHECK(pool.core->set_device_usable("remote/nope", true).error().code == "not_found");
+
+  // A failed device preempts its lease; a stopped VM ends its guest's leases.
+  REQUIRE(pool.core->set_device_usable("remote/fpga1", false).is_ok());
+  CHECK(pool.get(a.id).state == LeaseState::queued);
+  auto ended = pool.core->end_guest_leases("vm-g", "VM vm-g on host local shutdown");
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0].state == LeaseState::revoked);
+  CHECK(ended[0].end_reason == "VM vm-g on host local shutdown");
+  CHECK(pool.get(g2->id).state == LeaseState::granted);  // the waiting guest gets the GPU
+  CHECK(pool.core->end_guest_leases("vm-none", "x").empty());
 }

@@ -118,6 +118,7 @@ void DaemonProcess::start() {
         std::string tcp(v.at("guest_tcp").as_string());
         ep_.guest_port = std::stoi(tcp.substr(tcp.rfind(':') + 1));
         ep_.guest_unix = std::string(v.at("guest_unix").as_string());
+        ep_.agents = v.contains("agents") ? std::string(v.at("agents").as_string()) : std::string();
         if (first_output_.empty()) first_output_ = output();
         return;
       }

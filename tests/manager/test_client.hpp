@@ -19,6 +19,7 @@ struct Endpoints {
   int admin_port = 0;
   int guest_port = 0;
   std::string guest_unix;
+  std::string agents;  // the host-agent listener ("IP:PORT"), "" when none
 };
 
 class DaemonProcess {

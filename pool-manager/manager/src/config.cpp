@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <charconv>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -73,12 +74,12 @@ Result<Config> load_config(const std::filesystem::path& file) {
     return make_error("config", o.str());
   }
   Config c;
-  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants"}, "the top level"));
+  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents"}, "the top level"));
   std::string data_dir = c.data_dir.string();
   ACCELPOOL_TRY(read(file, root, "data_dir", data_dir, "top level"));
   c.data_dir = data_dir;
   if (c.data_dir.is_relative()) c.data_dir = file.parent_path() / c.data_dir;
-  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits"}) {
+  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents"}) {
     if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "store")) {
@@ -112,6 +113,46 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "max_body_bytes", c.max_body_bytes, "limits"));
     ACCELPOOL_TRY(read(file, *t, "request_timeout_s", c.request_timeout_s, "limits"));
     ACCELPOOL_TRY(read(file, *t, "max_connections", c.max_connections, "limits"));
+  }
+  if (auto* t = sub(root, "agents")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms"}, "[agents]"));
+    if (const toml::node* ln = t->get("listen")) {
+      const auto* arr = ln->as_array();
+      if (!arr) return make_error("config", where(file, *ln) + ": agents.listen must be an array of strings");
+      for (const auto& a : *arr) {
+        auto v = a.value<std::string>();
+        if (!a.is_string() || !v || v->empty()) {
+          return make_error("config", where(file, a) + ": agents.listen entries must be \"IP:PORT\" or \"unix:PATH\"");
+        }
+        if (v->rfind("unix:", 0) != 0) {
+          if (auto ep = parse_endpoint(*v); !ep) return make_error("config", where(file, a) + ": agents.listen: " + ep.error().message);
+        } else if (v->size() == 5) {
+          return make_error("config", where(file, a) + ": agents.listen: 'unix:' needs a path");
+        }
+        c.agents.listen.push_back(*v);
+      }
+    }
+    ACCELPOOL_TRY(read(file, *t, "token", c.agents.token, "agents"));
+    std::string token_file;
+    ACCELPOOL_TRY(read(file, *t, "token_file", token_file, "agents"));
+    if (!token_file.empty()) {
+      if (!c.agents.token.empty()) {
+        return make_error("config", where(file, *t->get("token_file")) + ": agents.token and agents.token_file exclude each other");
+      }
+      std::filesystem::path tf = token_file;
+      if (tf.is_relative()) tf = file.parent_path() / tf;
+      std::ifstream in(tf);
+      if (!in) return make_error("config", where(file, *t->get("token_file")) + ": agents.token_file: cannot read " + tf.string());
+      std::getline(in, c.agents.token);
+      while (!c.agents.token.empty() && (c.agents.token.back() == '\r' || c.agents.token.back() == ' ')) c.agents.token.pop_back();
+    }
+    ACCELPOOL_TRY(read(file, *t, "heartbeat_timeout_ms", c.agents.heartbeat_timeout_ms, "agents"));
+    if (c.agents.heartbeat_timeout_ms < 1 || c.agents.heartbeat_timeout_ms > 3600000) {
+      return make_error("config", where(file, *t) + ": agents.heartbeat_timeout_ms must be in 1..3600000");
+    }
+    if (!c.agents.listen.empty() && c.agents.token.size() < 16) {
+      return make_error("config", where(file, *t) + ": agents.token (or agents.token_file) must hold at least 16 characters when agents.listen is set");
+    }
   }
   if (const toml::node* hn = root.get("hosts")) {
     const auto* arr = hn->as_array();

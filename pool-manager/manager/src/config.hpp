@@ -31,6 +31,13 @@ struct TenantConfig {
   std::uint32_t max_devices = 0;
 };
 
+// Remote host agents (docs/agent-protocol.md). No address: no agent listener.
+struct AgentsConfig {
+  std::vector<std::string> listen;        // "IP:PORT" (port 0 picks one) or "unix:PATH"
+  std::string token;                      // every agent presents it at registration
+  std::uint64_t heartbeat_timeout_ms = 15000;
+};
+
 struct Config {
   std::filesystem::path data_dir = "accelpool-data";
   std::string store_file = "pool.db";  // relative to data_dir
@@ -44,6 +51,7 @@ struct Config {
   std::size_t max_connections = 4096;
   std::vector<HostConfig> hosts;    // empty: one "local" host with the sim backend
   std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
+  AgentsConfig agents;
 };
 
 // Reads a TOML file. Errors: "config" naming the file, line and key.

@@ -82,6 +82,7 @@ struct PoolCore::Impl {
   sched::DeviceId next_sched_id = 0;
 
   std::map<std::string, std::unique_ptr<HostDriver>> hosts;
+  std::set<std::string> lost_hosts;  // attached, but their connection is gone: nothing is sent to them
   std::vector<std::string> host_order;
   std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
 
@@ -178,6 +179,7 @@ struct PoolCore::Impl {
     for (const auto& name : l.devices) {
       holder.erase(name);
       auto& d = devices.at(name);
+      if (lost_hosts.count(d.host)) continue;  // the host is gone; it reconciles when it comes back
       host_call(d.host, [this, name, local = d.local_id](HostDriver& h) {
         h.release(local, [this, name](Status s, std::string loaded) { on_device_reset(name, s, std::move(loaded)); });
       });
@@ -531,22 +533,27 @@ Result<std::unique_ptr<PoolCore>> PoolCore::create(CoreOptions options, const Cl
 
 void PoolCore::add_listener(CoreListener* listener) { impl_->listeners.push_back(listener); }
 
-Status PoolCore::attach_host(std::unique_ptr<HostDriver> host) {
+Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport& report) {
   auto& m = *impl_;
   std::string name = host->name();
   if (!valid_name(name, 64)) return make_error("invalid_argument", "host name '" + name + "' is not valid");
-  if (m.hosts.count(name)) return make_error("conflict", "host " + name + " is already attached");
+  bool returning = m.lost_hosts.count(name) > 0;
+  if (m.hosts.count(name) && !returning) return make_error("conflict", "host " + name + " is already attached");
   auto found = host->devices();
   if (!found) return found.error();
+  // Every name is checked before anything changes.
+  for (const auto& hd : *found) {
+    if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
+      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' of kind '" +
+                                                hd.kind + "' with characters outside [A-Za-z0-9._:-]");
+    }
+  }
   double t = m.now();
   sched::Decisions out;
   std::set<std::string> present;
   for (const auto& hd : *found) {
     std::string dev_name = name + "/" + hd.local_id;
-    if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
-      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' of kind '" +
-                                                hd.kind + "' with characters outside [A-Za-z0-9._:-]");
-    }
+    bool usable = !report.unusable.count(hd.local_id);
     present.insert(dev_name);
     auto it = m.devices.find(dev_name);
     if (it == m.devices.end()) {
@@ -564,10 +571,14 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host) {
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
       }
+      if (!usable) {
+        rec.available = false;
+        (void)m.scheduler->set_available(rec.sched_id, false, t, out);
+      }
       m.touch(rec);
-    } else if (!it->second.available) {
-      it->second.available = true;
-      (void)m.scheduler->set_available(it->second.sched_id, true, t, out);
+    } else if (it->second.available != usable) {
+      it->second.available = usable;
+      (void)m.scheduler->set_available(it->second.sched_id, usable, t, out);
       m.touch(it->second);
     }
   }
@@ -578,14 +589,83 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host) {
       m.touch(d);
     }
   }
-  m.host_order.push_back(name);
+  if (!returning) m.host_order.push_back(name);
+  m.lost_hosts.erase(name);
   HostDriver& h = *(m.hosts[name] = std::move(host));
   auto ops = std::move(m.deferred[name]);
   m.deferred.erase(name);
   for (auto& op : ops) op(h);
+  // Reconcile: a device serving a guest that holds no live lease on it goes back to the pool through a release.
+  for (const auto& [local, guest] : report.serving) {
+    std::string dev_name = name + "/" + local;
+    if (!present.count(dev_name) || report.unusable.count(local)) continue;
+    if (auto hl = m.holder.find(dev_name); hl != m.holder.end()) {
+      if (const Lease* l = m.find_lease(hl->second); l && l->guest == guest) continue;
+    }
+    std::fprintf(stderr, "accelpool-manager: host %s: device %s serves '%s' without a lease: releasing it\n",
+                 name.c_str(), local.c_str(), guest.c_str());
+    h.release(local, [&m, dev_name](Status s, std::string loaded) { m.on_device_reset(dev_name, s, std::move(loaded)); });
+  }
   m.apply(out, t);
   m.flush();
   return Status::ok();
+}
+
+Status PoolCore::host_lost(const std::string& host) {
+  auto& m = *impl_;
+  if (!m.hosts.count(host)) return make_error("not_found", "no host " + host + " is attached");
+  m.lost_hosts.insert(host);
+  double t = m.now();
+  sched::Decisions out;
+  for (auto& [_, d] : m.devices) {
+    if (d.host != host || !d.available) continue;
+    d.available = false;
+    // The scheduler preempts the leases holding it (device_failed); apply() requeues them.
+    (void)m.scheduler->set_available(d.sched_id, false, t, out);
+    m.touch(d);
+  }
+  m.apply(out, t);
+  m.flush();
+  return Status::ok();
+}
+
+bool PoolCore::host_live(const std::string& host) const {
+  return impl_->hosts.count(host) && !impl_->lost_hosts.count(host);
+}
+
+Status PoolCore::set_device_usable(const std::string& name, bool usable) {
+  auto& m = *impl_;
+  auto it = m.devices.find(name);
+  if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  auto& d = it->second;
+  if (usable && m.lost_hosts.count(d.host)) return Status::ok();
+  if (d.available == usable) return Status::ok();
+  double t = m.now();
+  sched::Decisions out;
+  d.available = usable;
+  (void)m.scheduler->set_available(d.sched_id, usable, t, out);
+  m.touch(d);
+  m.apply(out, t);
+  m.flush();
+  return Status::ok();
+}
+
+std::vector<Lease> PoolCore::end_guest_leases(const std::string& guest, const std::string& reason) {
+  auto& m = *impl_;
+  std::vector<LeaseId> ids;
+  for (const auto& [id, l] : m.live) {
+    if (l.guest == guest) ids.push_back(id);
+  }
+  double t = m.now();
+  std::vector<Lease> out;
+  for (LeaseId id : ids) {
+    if (Lease* l = m.find_lease(id)) {
+      m.end_lease(*l, LeaseState::revoked, reason, t);
+      out.push_back(*m.find_any(id));
+    }
+  }
+  m.flush();
+  return out;
 }
 
 // --- tenants ---------------------------------------------------------------------------------------------------

@@ -13,9 +13,13 @@
 #ifdef ACCELPOOL_HAVE_BACKENDS
 #include <accelpool/backends/factory.hpp>
 #endif
+#ifdef ACCELPOOL_HAVE_AGENT_LINK
+#include <accelpool/agent/listener.hpp>
+#endif
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -222,12 +226,12 @@ void accept_loop(Acceptor& acceptor, std::shared_ptr<Shared> shared) {
 }
 
 Status write_endpoints(const std::filesystem::path& dir, const std::string& admin, const std::string& tcp_ep,
-                       const std::string& unix_path) {
+                       const std::string& unix_path, const std::string& agents) {
   auto tmp = dir / "endpoints.json.tmp";
   {
     std::ofstream o(tmp);
     o << "{\"admin\":\"" << admin << "\",\"guest_tcp\":\"" << tcp_ep << "\",\"guest_unix\":\"" << unix_path
-      << "\",\"pid\":" << getpid() << "}\n";
+      << "\",\"agents\":\"" << agents << "\",\"pid\":" << getpid() << "}\n";
     if (!o) return make_error("io", "cannot write " + tmp.string());
   }
   std::error_code ec;
@@ -321,6 +325,72 @@ int run_daemon(const Config& config, std::ostream& out) {
     out << "admin token (shown once): " << token << "\n";
   }
 
+#ifdef ACCELPOOL_HAVE_AGENT_LINK
+  // Remote host agents: every event arrives through the Poster, on this thread.
+  std::unique_ptr<agent::AgentListener> agents;
+  std::string agents_text;
+  if (!config.agents.listen.empty()) {
+    agent::ListenerEvents ev;
+    ev.host_joined = [&core](std::unique_ptr<agent::RemoteHost> h) {
+      std::string name = h->name();
+      PoolCore::HostReport report;
+      for (const auto& d : h->registered_devices()) {
+        if (d.health == "failed" || d.attach_state == "quarantined") report.unusable.insert(d.device.local_id);
+        if (!d.vm.empty()) report.serving[d.device.local_id] = d.vm;
+      }
+      auto known = core->hosts();
+      bool returning = !core->host_live(name) && std::find(known.begin(), known.end(), name) != known.end();
+      if (auto s = core->attach_host(std::move(h), report); !s) {
+        std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), s.error().message.c_str());
+        return;
+      }
+      std::fprintf(stderr, "accelpool-manager: agent host %s %s (%zu unusable devices)\n", name.c_str(),
+                   returning ? "returned" : "joined", report.unusable.size());
+    };
+    ev.host_lost = [&core](const std::string& host, const Error& why) {
+      std::fprintf(stderr, "accelpool-manager: agent host %s lost: %s\n", host.c_str(), why.message.c_str());
+      if (auto s = core->host_lost(host); !s) {
+        std::fprintf(stderr, "accelpool-manager: host %s: %s\n", host.c_str(), s.error().message.c_str());
+      }
+    };
+    ev.vm_stopped = [&core](const std::string& host, const agent::VmStopped& vm) {
+      std::string reason = "VM " + (vm.vm_name.empty() ? vm.vm_uuid : vm.vm_name) + " on host " + host + " " +
+                           (vm.reason.empty() ? std::string("stopped") : vm.reason);
+      std::size_t n = 0;
+      if (!vm.vm_name.empty()) n += core->end_guest_leases(vm.vm_name, reason).size();
+      if (!vm.vm_uuid.empty() && vm.vm_uuid != vm.vm_name) n += core->end_guest_leases(vm.vm_uuid, reason).size();
+      std::fprintf(stderr, "accelpool-manager: %s: %zu leases ended\n", reason.c_str(), n);
+    };
+    ev.device_health = [&core](const std::string& host, const std::string& device, const std::string& health,
+                               const std::string& detail) {
+      std::string name = host + "/" + device;
+      bool usable = health != "failed";
+      if (!usable) {
+        std::fprintf(stderr, "accelpool-manager: device %s failed: %s\n", name.c_str(), detail.c_str());
+      }
+      if (auto s = core->set_device_usable(name, usable); !s) {
+        std::fprintf(stderr, "accelpool-manager: device health of %s: %s\n", name.c_str(), s.error().message.c_str());
+      }
+    };
+    agent::ListenerOptions lo;
+    lo.listen = config.agents.listen;
+    lo.token = config.agents.token;
+    lo.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.agents.heartbeat_timeout_ms));
+    auto l = agent::AgentListener::create(std::move(lo), std::move(ev), post);
+    if (!l) return fail("agents.listen: " + l.error().message);
+    agents = std::move(*l);
+    for (const auto& a : config.agents.listen) {
+      if (a.rfind("unix:", 0) == 0) continue;
+      agents_text = a.substr(0, a.rfind(':')) + ":" + std::to_string(agents->tcp_port());
+      break;
+    }
+    if (agents_text.empty()) agents_text = config.agents.listen.front();
+  }
+#else
+  std::string agents_text;
+  if (!config.agents.listen.empty()) return fail("agents.listen: this build has no agent listener");
+#endif
+
   Metrics metrics(*core);
   GuestProtocol protocol(*core);
   auto shared = std::make_shared<Shared>(protocol, config.max_connections, config.request_timeout_s);
@@ -413,11 +483,12 @@ int run_daemon(const Config& config, std::ostream& out) {
   out << "accelpool-manager: admin API " << admin_url << " (metrics at " << admin_url << "/metrics)\n";
   if (!tcp_text.empty()) out << "accelpool-manager: guests on tcp " << tcp_text << "\n";
   if (!unix_text.empty()) out << "accelpool-manager: guests on unix " << unix_text << "\n";
+  if (!agents_text.empty()) out << "accelpool-manager: host agents on " << agents_text << "\n";
   out << "accelpool-manager: store " << (config.data_dir / config.store_file).string() << ", policy "
       << core->policy() << "\n";
   out.flush();
   // Last: whoever waits for endpoints.json (tests, scripts) finds the tokens and URLs above already written.
-  if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text); !s) return fail(s.error().message);
+  if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text, agents_text); !s) return fail(s.error().message);
 
   asio::signal_set signals(ioc, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code ec, int sig) {
@@ -431,6 +502,10 @@ int run_daemon(const Config& config, std::ostream& out) {
     ioc.stop();
   });
   ioc.run();
+#ifdef ACCELPOOL_HAVE_AGENT_LINK
+  // Its I/O thread posts to the owner queue: it stops first. What it posts while stopping is never run.
+  agents.reset();
+#endif
   // Every state change was already durable when it was reported; closing the store finishes the WAL.
   if (!unix_text.empty()) std::filesystem::remove(unix_text, fec);
   core->commit();  // changes from host completions that no reply waited for

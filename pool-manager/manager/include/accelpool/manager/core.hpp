@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,9 +102,35 @@ class PoolCore {
 
   void add_listener(CoreListener* listener);
 
+  // What a joining host says beyond its device list (a host agent's registration). Both keyed by local id.
+  struct HostReport {
+    std::set<std::string> unusable;              // devices not to grant (failed health, quarantined)
+    std::map<std::string, std::string> serving;  // devices the host says serve a guest (VM) now
+  };
+
   // Binds a host: its devices join the pool (known ones keep their state; known ones now missing become
-  // unavailable). Errors: "conflict" (host name in use), the driver's enumeration error.
-  Status attach_host(std::unique_ptr<HostDriver> host);
+  // unavailable). A host marked lost (host_lost) may attach again under its name: the new driver replaces the
+  // old one, and its reported devices become available again unless `report` calls them unusable. The store
+  // is the source of truth: a device the host says serves a guest that holds no live lease on it is released
+  // through the host. Errors: "conflict" (host name in use by a live host), "invalid_argument" (bad names),
+  // the driver's enumeration error.
+  Status attach_host(std::unique_ptr<HostDriver> host, const HostReport& report);
+  Status attach_host(std::unique_ptr<HostDriver> host) { return attach_host(std::move(host), HostReport{}); }
+
+  // The host's connection is gone (a host agent missed its heartbeats or closed): every device of the host
+  // becomes unavailable, leases on them are preempted (device_failed: requeued, the guest is told), and waiting
+  // requests stay queued. Nothing is sent to the lost host. Errors: "not_found" (no such host attached).
+  Status host_lost(const std::string& host);
+  // Whether `host` is attached and not lost.
+  bool host_live(const std::string& host) const;
+
+  // A host reported a device's health: unusable devices become unavailable (leases on them are preempted),
+  // usable ones available again. A device of a lost host stays unavailable. Errors: "not_found".
+  Status set_device_usable(const std::string& name, bool usable);
+
+  // A guest (VM) stopped: every live lease of that guest, of any tenant, ends revoked with `reason`. Returns the
+  // leases ended.
+  std::vector<Lease> end_guest_leases(const std::string& guest, const std::string& reason);
 
   // --- tenants and tokens -------------------------------------------------------------------------------
   // Creates a tenant; returns its token (shown once; only the hash is stored).

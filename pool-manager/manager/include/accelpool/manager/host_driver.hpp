@@ -1,5 +1,5 @@
 // The manager's view of a host: the devices it offers, and the two slow things it does with them.
-// The embedded default runs one host in-process (LocalHost over a DeviceBackend); remote host agents come later
+// The embedded default runs one host in-process (LocalHost over a DeviceBackend); remote host agents join
 // behind the same interface.
 #pragma once
 

@@ -1,0 +1,250 @@
+// Many hosts, end to end: the real accelpool-manager with its agent listener on loopback and real
+// accelpool-agent processes (separate simulated pools) joining it, losing them by SIGKILL and taking them back.
+#include "test_client.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+using namespace accelpool::manager::itest;
+using namespace std::chrono_literals;
+
+namespace {
+
+#ifdef ACCELPOOL_AGENT_BIN
+
+using SteadyClock = std::chrono::steady_clock;
+
+const std::string kAgentToken = "agent-token-0123456789";
+constexpr int kHeartbeatTimeoutMs = 1500;
+
+std::filesystem::path temp_dir() {
+  std::random_device rd;
+  auto p = std::filesystem::temp_directory_path() / ("apm-agents-" + std::to_string(rd()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+// One accelpool-agent process with a simulated pool of network-attached devices.
+class Agent {
+ public:
+  Agent(std::filesystem::path dir, std::string host, const std::string& manager, const std::string& devices,
+        const std::string& token = kAgentToken)
+      : host_(std::move(host)), config_(dir / (host_ + ".toml")), log_(dir / (host_ + ".log")) {
+    std::ofstream(config_) << "[agent]\nmanager = \"" << manager << "\"\ntoken = \"" << token << "\"\nhost = \""
+                           << host_ << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 200\n"
+                           << "[backends.sim]\ndevices = \"" << devices << "\"\nprogram_base_ms = 5\nattach = \"network\"\n";
+    start();
+  }
+  ~Agent() { stop(SIGKILL); }
+  void start() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 2);
+      ::execl(ACCELPOOL_AGENT_BIN, ACCELPOOL_AGENT_BIN, "--config", config_.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  void signal(int sig) { ::kill(pid_, sig); }
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+  // The exit code when it exits by itself within `timeout`.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
+    auto until = SteadyClock::now() + timeout;
+    while (SteadyClock::now() < until) {
+      int st = 0;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return std::nullopt;
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::string host_;
+  std::filesystem::path config_, log_;
+  pid_t pid_ = -1;
+};
+
+struct Pool {
+  std::filesystem::path dir = temp_dir();
+  DaemonProcess daemon;
+  std::string admin, token;
+  Pool() : daemon(dir, config()) {
+    daemon.start();
+    admin = daemon.token("admin token");
+    token = daemon.token("guest token for tenant t");
+  }
+  ~Pool() {
+    daemon.stop(SIGKILL);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  static std::string config() {
+    std::ostringstream o;
+    o << "[leases]\nttl_s = 60\nrevoke_grace_s = 5\n"
+      << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+      << "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" << kAgentToken << "\"\nheartbeat_timeout_ms = "
+      << kHeartbeatTimeoutMs << "\n"
+      << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
+      << "[[tenants]]\nname = \"t\"\n";
+    return o.str();
+  }
+  // name -> {state, lease (0 for none)}
+  std::map<std::string, std::pair<std::string, std::uint64_t>> devices() {
+    auto r = http(daemon.endpoints().admin_port, "GET", "/v1/devices", admin);
+    REQUIRE(r.status == 200);
+    std::map<std::string, std::pair<std::string, std::uint64_t>> out;
+    auto body = r.json();
+    for (const auto& d : body.at("devices").as_array()) {
+      const auto& o = d.as_object();
+      std::uint64_t lease = o.at("lease").is_null() ? 0 : o.at("lease").to_number<std::uint64_t>();
+      out[std::string(o.at("name").as_string())] = {std::string(o.at("state").as_string()), lease};
+    }
+    return out;
+  }
+  std::string lease_state(std::uint64_t id) {
+    auto r = http(daemon.endpoints().admin_port, "GET", "/v1/leases/" + std::to_string(id), admin);
+    REQUIRE(r.status == 200);
+    return std::string(r.json().at("state").as_string());
+  }
+  GuestClient guest(const std::string& id) {
+    auto c = GuestClient::tcp(daemon.endpoints().guest_port);
+    REQUIRE(c.hello(token, id).contains("result"));
+    return c;
+  }
+};
+
+// Polls `cond` every 20 ms for up to `timeout`; returns how long it took, or nullopt.
+std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  auto start = SteadyClock::now();
+  while (SteadyClock::now() - start < timeout) {
+    if (cond()) return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
+
+#endif
+
+}  // namespace
+
+TEST_CASE("remote agents join, a SIGKILLed agent's devices become unavailable and come back on restart",
+          "[integration][agents]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+  return;
+#else
+  Pool p;
+  REQUIRE(!p.daemon.endpoints().agents.empty());
+  const std::string mgr = p.daemon.endpoints().agents;
+  Agent a(p.dir, "host-a", mgr, "fpga:sim-u250:2");
+  Agent b(p.dir, "host-b", mgr, "gpu:sim-gpu:1");
+  REQUIRE(wait_for([&] { return p.devices().size() == 4; }, 10s));
+  auto devs = p.devices();
+  CHECK(devs.at("host-a/sim:0").first == "free");
+  CHECK(devs.at("host-a/sim:1").first == "free");
+  CHECK(devs.at("host-b/sim:0").first == "free");
+  CHECK(devs.at("local/asic0").first == "free");
+
+  // Guest g1 holds both of A's FPGAs; w1 holds B's GPU and w2 waits for a GPU.
+  auto g1 = p.guest("vm-g1");
+  auto l1 = lease_id(g1.call("acquire", {{"kind", "fpga"}, {"count", 2}, {"bitstream", "vadd"}}));
+  REQUIRE(g1.wait_notification("lease.granted", l1, 10s));
+  auto w1 = p.guest("vm-w1");
+  auto lw1 = lease_id(w1.call("acquire", {{"kind", "gpu"}}));
+  REQUIRE(w1.wait_notification("lease.granted", lw1, 10s));
+  auto w2 = p.guest("vm-w2");
+  auto lw2 = lease_id(w2.call("acquire", {{"kind", "gpu"}}));
+  CHECK(p.lease_state(lw2) == "queued");
+  CHECK(p.devices().at("host-a/sim:0").second == l1);
+
+  // SIGKILL A: its devices become unavailable within the heartbeat timeout, g1's lease goes back to the queue.
+  a.stop(SIGKILL);
+  auto took = wait_for(
+      [&] {
+        auto d = p.devices();
+        return d.at("host-a/sim:0").first == "unavailable" && d.at("host-a/sim:1").first == "unavailable";
+      },
+      std::chrono::milliseconds(kHeartbeatTimeoutMs + 1000));
+  REQUIRE(took);
+  WARN("agent SIGKILL -> devices unavailable in " << took->count() << " ms");
+  CHECK(g1.wait_notification("lease.requeued", l1, 5s));
+  CHECK(p.lease_state(l1) == "queued");
+  CHECK(p.devices().at("host-a/sim:0").second == 0);
+  // Nothing else changed: B's GPU still serves w1, w2 still waits, the local device is free.
+  CHECK(p.lease_state(lw1) == "granted");
+  CHECK(p.lease_state(lw2) == "queued");
+  CHECK(p.devices().at("host-b/sim:0").second == lw1);
+  CHECK(p.devices().at("local/asic0").first == "free");
+
+  // A wrong agent token is refused and changes nothing.
+  {
+    Agent bad(p.dir, "host-z", mgr, "fpga:sim-u250:1", "not-the-agent-token");
+    auto rc = bad.wait_exit(5s);
+    REQUIRE(rc);
+    CHECK(*rc != 0);
+    CHECK(bad.log().find("wrong agent token") != std::string::npos);
+    auto d = p.devices();
+    CHECK(d.size() == 4);
+    CHECK(d.count("host-z/sim:0") == 0);
+    CHECK(d.at("host-a/sim:0").first == "unavailable");
+  }
+
+  // A comes back under the same name: its devices are available again and g1's lease is granted again there.
+  a.start();
+  auto back = wait_for([&] { return p.lease_state(l1) == "granted"; }, 10s);
+  REQUIRE(back);
+  WARN("agent restart -> lease granted again in " << back->count() << " ms");
+  CHECK(g1.wait_notification("lease.granted", l1, 10s));
+  auto d = p.devices();
+  CHECK(d.at("host-a/sim:0").second == l1);
+  CHECK(d.at("host-a/sim:1").second == l1);
+  CHECK(p.lease_state(lw2) == "queued");
+
+  // Releasing g1 frees A's devices through the returned agent.
+  g1.call("release", {{"lease", l1}});
+  CHECK(wait_for([&] { return p.devices().at("host-a/sim:0").first == "free"; }, 5s));
+
+  // An agent that hangs (SIGSTOP: its connection stays open, no heartbeats) is lost after the heartbeat timeout.
+  auto stopped_at = SteadyClock::now();
+  b.signal(SIGSTOP);
+  auto silent = wait_for([&] { return p.devices().at("host-b/sim:0").first == "unavailable"; },
+                         std::chrono::milliseconds(kHeartbeatTimeoutMs + 2000));
+  REQUIRE(silent);
+  auto lost_after = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - stopped_at);
+  WARN("agent SIGSTOP -> devices unavailable in " << lost_after.count() << " ms (heartbeat timeout "
+                                                  << kHeartbeatTimeoutMs << " ms)");
+  CHECK(lost_after.count() >= kHeartbeatTimeoutMs - 300);
+  CHECK(w1.wait_notification("lease.requeued", lw1, 5s));
+  CHECK(p.lease_state(lw1) == "queued");
+  CHECK(p.lease_state(lw2) == "queued");
+  // It wakes up, reconnects, and its GPU serves one of the two waiting guests.
+  b.signal(SIGCONT);
+  CHECK(wait_for([&] { return p.devices().at("host-b/sim:0").first == "leased"; }, 10s));
+#endif
+}
