@@ -1,0 +1,168 @@
+// Runs the real accelpool-sim binary.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Output {
+  int code = -1;
+  std::string text;  // stdout and stderr
+};
+
+Output run_sim(const std::string& args) {
+  const std::string cmd = std::string(ACCELPOOL_SIM_BIN) + " " + args + " 2>&1";
+  Output out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.text.append(buf, n);
+  const int status = pclose(p);
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("accelpool-sim-test-" + std::to_string(getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+}  // namespace
+
+TEST_CASE("cli: same seed gives byte-identical JSON", "[sim][cli]") {
+  TempDir dir;
+  const std::string args =
+      "--synthetic 3000 --devices 16 --load 0.9 --gangs 1:0.8,2:0.15,4:0.05 --bitstreams 4 --reconfig-s 5 "
+      "--runtime-dist lognormal --estimates noisy:0.5 --policy fifo,sjf+affinity,las:600,djsf+pack --quiet "
+      "--deterministic";
+  auto a = run_sim(args + " --seed 7 --json " + dir.file("a.json") + " --csv " + dir.file("a.csv"));
+  INFO(a.text);
+  REQUIRE(a.code == 0);
+  auto b = run_sim(args + " --seed 7 --json " + dir.file("b.json") + " --csv " + dir.file("b.csv"));
+  REQUIRE(b.code == 0);
+  const std::string ja = slurp(dir.file("a.json"));
+  CHECK(ja.size() > 1000);
+  CHECK(ja == slurp(dir.file("b.json")));
+  CHECK(slurp(dir.file("a.csv")) == slurp(dir.file("b.csv")));
+  CHECK(ja.find("\"wall_s\": 0.0") != std::string::npos);
+  for (const char* key : {"policy", "jobs", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "max_jct_s",
+                          "avg_wait_s", "p99_wait_s", "avg_slowdown", "p99_slowdown", "utilization",
+                          "reconfigurations", "preemptions", "makespan_s", "lower_bound_avg_jct_s", "wall_s",
+                          "events"}) {
+    CHECK(ja.find("\"" + std::string(key) + "\":") != std::string::npos);
+  }
+  auto c = run_sim(args + " --seed 8 --json " + dir.file("c.json"));
+  REQUIRE(c.code == 0);
+  CHECK(slurp(dir.file("c.json")) != ja);
+}
+
+TEST_CASE("cli: table, CSV and plots", "[sim][cli]") {
+  TempDir dir;
+  auto r = run_sim("--synthetic 500 --devices 8 --load 0.8 --policy fifo,sjf --quiet --csv " + dir.file("jobs.csv") +
+                   " --plot " + dir.file("plots"));
+  INFO(r.text);
+  REQUIRE(r.code == 0);
+  CHECK(r.text.find("lower bound on avg JCT") != std::string::npos);
+  CHECK(r.text.find("fifo+first-fit") != std::string::npos);
+  CHECK(r.text.find("/bound") != std::string::npos);
+  const std::string csv = slurp(dir.file("jobs.csv"));
+  std::size_t lines = 0;
+  for (char ch : csv) lines += ch == '\n';
+  CHECK(lines == 1 + 2 * 500);
+  CHECK(csv.rfind("policy,id,arrival_s,runtime_s,devices,", 0) == 0);
+  for (const char* svg : {"jct_cdf.svg", "queue.svg"}) {
+    const std::string s = slurp(dir.path / "plots" / svg);
+    CHECK(s.rfind("<svg", 0) == 0);
+    CHECK(s.find("<polyline") != std::string::npos);
+    CHECK(s.find("sjf+first-fit") != std::string::npos);
+  }
+}
+
+TEST_CASE("cli: bad input exits non-zero with a clear message and writes nothing", "[sim][cli]") {
+  TempDir dir;
+  {
+    std::ofstream t(dir.file("bad.csv"));
+    t << "arrival_s,runtime_s\n0,10\n5,abc\n";
+  }
+  auto r = run_sim("--trace " + dir.file("bad.csv") + " --devices 2 --json " + dir.file("out.json"));
+  CHECK(r.code == 1);
+  CHECK(r.text.find(dir.file("bad.csv") + ":3:2: runtime_s: expected a number >= 0, got \"abc\"") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.file("out.json")));
+
+  r = run_sim("--synthetic 10 --devices 2 --no-such-flag");
+  CHECK(r.code != 0);
+  CHECK(r.text.find("no-such-flag") != std::string::npos);
+
+  r = run_sim("--synthetic 10");
+  CHECK(r.code == 1);
+  CHECK(r.text.find("--devices N or --pool FILE") != std::string::npos);
+
+  r = run_sim("--devices 2");
+  CHECK(r.code == 1);
+  CHECK(r.text.find("--trace FILE or --synthetic N") != std::string::npos);
+
+  r = run_sim("--synthetic 10 --devices 2 --policy fifo,bogus");
+  CHECK(r.code == 1);
+  CHECK(r.text.find("--policy \"bogus\"") != std::string::npos);
+
+  r = run_sim("--synthetic 10 --devices 2 --gangs 4:1");
+  CHECK(r.code == 1);
+  CHECK(r.text.find("asks for 4 fpga devices but only 2") != std::string::npos);
+
+  {
+    std::ofstream p(dir.file("pool.json"));
+    p << "{\"hosts\": [{\"devices\": [{\"count\": -3}]}]}";
+  }
+  r = run_sim("--synthetic 10 --pool " + dir.file("pool.json"));
+  CHECK(r.code == 1);
+  CHECK(r.text.find(dir.file("pool.json") + ": hosts[0].devices[0].count") != std::string::npos);
+
+  r = run_sim("--synthetic 10 --devices 2 --estimates magic");
+  CHECK(r.code == 1);
+  CHECK(r.text.find("estimates: expected trace, oracle, none or noisy:SIGMA") != std::string::npos);
+
+  r = run_sim("--trace x.csv --synthetic 10 --devices 2");
+  CHECK(r.code != 0);
+}
+
+TEST_CASE("cli: the Philly sample replays at a given load", "[sim][cli]") {
+  TempDir dir;
+  // The first 2000 lines of the bundled trace.
+  std::ifstream in(std::string(ACCELPOOL_SIM_TRACES) + "/philly.csv");
+  REQUIRE(in);
+  std::ofstream out(dir.file("philly2k.csv"));
+  std::string line;
+  for (int i = 0; i < 2001 && std::getline(in, line); ++i) out << line << '\n';
+  out.close();
+  auto r = run_sim("--trace " + dir.file("philly2k.csv") +
+                   " --format philly --devices 128 --load 0.85 --policy fifo,las --quiet --deterministic --json " +
+                   dir.file("p.json"));
+  INFO(r.text);
+  REQUIRE(r.code == 0);
+  const std::string j = slurp(dir.file("p.json"));
+  CHECK(j.find("\"jobs\": 2000") != std::string::npos);
+  CHECK(j.find("\"offered_load\": 0.85") != std::string::npos);
+}
