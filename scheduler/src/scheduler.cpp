@@ -25,8 +25,9 @@ namespace {
 
 std::string id_text(std::uint64_t id) { return std::to_string(id); }
 
-// Victims examined per preemption attempt: bounds the work when a wide gang cannot gather enough devices.
-constexpr std::size_t kMaxVictimsExamined = 1024;
+// Running leases examined per preemption attempt or reservation: bounds the work when a wide gang cannot
+// gather enough devices.
+constexpr std::size_t kMaxLeasesExamined = 1024;
 
 }  // namespace
 
@@ -268,6 +269,9 @@ Grant Scheduler::start(Entry& e, std::vector<DeviceId> devices, Time granted_at,
   e.devices = std::move(devices);
   ledger_.lease_started(e.request.tenant, e.request.count, granted_at);
   ++running_count_;
+  if (spec_.tail_guard_s) {
+    if (auto finish = estimated_finish(e)) finishes_[e.request.kind].insert({*finish, e.request.id});
+  }
   if (ordering_->preemptive() && !protect) {
     e.victim_rank = ordering_->victim_rank(e.view(), granted_at);
     victims_[e.request.kind].insert(e.victim_rank);
@@ -301,7 +305,15 @@ std::optional<Rejection> Scheduler::restore(const Request& request, std::span<co
   return std::nullopt;
 }
 
+void Scheduler::forget_finish(const Entry& e) {
+  if (!spec_.tail_guard_s) return;
+  auto finish = estimated_finish(e);
+  auto f = finishes_.find(e.request.kind);
+  if (finish && f != finishes_.end()) f->second.erase({*finish, e.request.id});
+}
+
 void Scheduler::stop_running(Entry& e, Time now) {
+  if (e.phase == RequestPhase::running) forget_finish(e);
   const double ran = std::max(0.0, now - e.granted_at);
   e.attained_s += ran;
   e.attained_device_s += ran * e.request.count;
@@ -345,6 +357,7 @@ std::optional<Rejection> Scheduler::requeue(RequestId id, Time now, Decisions& o
 
 void Scheduler::mark_revoking(Entry& e, PreemptReason reason, Decisions& out) {
   if (e.phase != RequestPhase::running) return;
+  forget_finish(e);
   e.phase = RequestPhase::revoking;
   if (auto it = victims_.find(e.request.kind); it != victims_.end()) it->second.erase(e.victim_rank);
   if (e.key_change_at) key_changes_.erase({*e.key_change_at, e.request.id});
@@ -387,7 +400,7 @@ std::optional<Time> Scheduler::next_wakeup() const {
     const double guard = *spec_.tail_guard_s;
     for (const auto& [kind, arrivals] : arrivals_) {
       auto it = arrivals.upper_bound({last_now_ - guard, std::numeric_limits<RequestId>::max()});
-      if (it != arrivals.end()) consider(it->first + guard);
+      if (it != arrivals.end()) consider(std::max(it->first + guard, std::nextafter(last_now_, last_now_ + 1)));
     }
   }
   return next;
@@ -396,9 +409,11 @@ std::optional<Time> Scheduler::next_wakeup() const {
 // --- dispatch ------------------------------------------------------------------------------------------------
 
 // Serves requests that waited past the tail guard, oldest first, per kind. If the oldest aged request of a
-// kind does not fit, that kind is blocked for everyone else so its devices drain towards it.
-bool Scheduler::serve_aged(Time now, Decisions& out, std::set<KindId>& blocked) {
-  bool granted = false;
+// kind does not fit, it gets a reservation, EASY-backfilling style: from the running leases' estimated
+// finish times, the "shadow" time at which enough devices will be free for it; until then others of the kind
+// may start only if they are estimated to end by the shadow time, or if they use devices it will not need
+// then. Without estimates nothing passes it.
+void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows) {
   const double guard = *spec_.tail_guard_s;
   std::vector<KindId> kinds;
   kinds.reserve(arrivals_.size());
@@ -413,14 +428,35 @@ bool Scheduler::serve_aged(Time now, Decisions& out, std::set<KindId>& blocked) 
       Entry& e = entries_.at(id);
       const auto eligible = free_.eligible(kind, e.request.guest_host);
       if (eligible.free() < e.request.count) {
-        blocked.insert(kind);
+        windows[kind] = reservation_window(e.request, eligible.free(), now);
         break;
       }
       grant(e, placement_->place(e.request, eligible), now, /*protect=*/true, out);
-      granted = true;
     }
   }
-  return granted;
+}
+
+Scheduler::Window Scheduler::reservation_window(const Request& r, std::size_t free_now, Time now) const {
+  const std::size_t needed = r.count - free_now;
+  std::size_t freed = 0;
+  std::size_t examined = 0;
+  auto f = finishes_.find(r.kind);
+  if (f == finishes_.end()) return {now, 0};
+  for (const auto& [finish, id] : f->second) {
+    if (++examined > kMaxLeasesExamined) break;
+    for (DeviceId d : entries_.at(id).devices) {
+      const Slot& s = slots_[d];
+      const bool reachable = s.device.attach == AttachMode::network || s.device.host == r.guest_host;
+      if (reachable && s.present && s.available && !s.draining) ++freed;
+    }
+    if (freed >= needed) return {std::max(finish, now), freed - needed};
+  }
+  return {now, 0};  // leases without estimates hold what it needs: let nothing pass
+}
+
+std::optional<Time> Scheduler::estimated_finish(const Entry& e) const {
+  if (!e.request.estimate_s) return std::nullopt;
+  return e.granted_at + std::max(0.0, *e.request.estimate_s - e.attained_s);
 }
 
 // Devices given back by preempted leases belong to the request they were preempted for: until it fits, no
@@ -450,8 +486,9 @@ void Scheduler::serve_reserved(Time now, Decisions& out, std::set<KindId>& block
 
 void Scheduler::dispatch(Time now, Decisions& out) {
   apply_key_changes(now);
-  std::set<KindId> blocked;
-  if (spec_.tail_guard_s) serve_aged(now, out, blocked);
+  std::set<KindId> blocked;          // kinds whose free devices are held for a preempting request
+  std::map<KindId, Window> windows;  // kinds with an aged request waiting: only backfill that keeps its place
+  if (spec_.tail_guard_s) serve_aged(now, out, windows);
   if (!reservations_.empty()) serve_reserved(now, out, blocked);
   const bool per_tenant = ordering_->per_tenant();
   while (free_count_ > 0 && !buckets_.empty()) {
@@ -471,6 +508,10 @@ void Scheduler::dispatch(Time now, Decisions& out) {
       }
       if (free_.eligible(bk.kind, bk.host).free() >= bk.count) {
         const PriorityKey& head = *it->second.begin();
+        if (auto w = windows.find(bk.kind); w != windows.end() && !w->second.admits(entries_.at(head.id), now)) {
+          ++it;
+          continue;
+        }
         const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
         if (!best || rank < best_rank || (rank == best_rank && head < *best)) {
           best = &head;
@@ -481,9 +522,11 @@ void Scheduler::dispatch(Time now, Decisions& out) {
     }
     if (!best) break;
     Entry& e = entries_.at(best->id);
+    if (auto w = windows.find(e.request.kind); w != windows.end()) w->second.take(e, now);
     grant(e, placement_->place(e.request, free_.eligible(e.request.kind, e.request.guest_host)), now,
           /*protect=*/false, out);
   }
+  for (const auto& [kind, w] : windows) blocked.insert(kind);  // no preemption around a reservation either
   if (ordering_->preemptive() && spec_.preemption) preempt_for_waiting(now, out, blocked);
 }
 
@@ -509,7 +552,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     std::vector<Entry*> chosen;
     std::size_t examined = 0;
     for (auto it = v->second.rbegin(); it != v->second.rend() && gathered < c.count; ++it) {
-      if (++examined > kMaxVictimsExamined) break;
+      if (++examined > kMaxLeasesExamined) break;
       Entry& victim = entries_.at(it->id);
       if (!(candidate_key->primary < ordering_->running_key(victim.view(), now).primary)) break;
       std::size_t usable = 0;
@@ -546,6 +589,7 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
     else if (e.phase == RequestPhase::running) running.push_back(&e);
   }
   for (Entry* e : waiting) dequeue(*e);
+  for (Entry* e : running) forget_finish(*e);
   for (Entry* e : running) {
     if (auto it = victims_.find(e->request.kind); it != victims_.end()) it->second.erase(e->victim_rank);
     if (e->key_change_at) key_changes_.erase({*e->key_change_at, e->request.id});
@@ -559,6 +603,10 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
     if (s.state == DeviceState::free) free_.insert(s.device);
   }
   for (Entry* e : waiting) enqueue(*e, now);
+  for (Entry* e : running) {
+    if (!spec_.tail_guard_s) break;
+    if (auto finish = estimated_finish(*e)) finishes_[e->request.kind].insert({*finish, e->request.id});
+  }
   if (ordering_->preemptive()) {
     for (Entry* e : running) {
       if (e->protected_) continue;

@@ -318,3 +318,35 @@ TEST_CASE("devices freed by preemption go to the request they were freed for", "
   CHECK(granted(out) == V{3});
   CHECK(out.preemptions.empty());
 }
+
+TEST_CASE("behind an aged gang, only jobs that end before its reservation start (EASY backfilling)",
+          "[scheduler][guard]") {
+  auto s = make_scheduler("sjf+first-fit+guard=50", "fpga:2");
+  submit(*s, req(1, 0, 1, 100), 0);   // device until 100
+  submit(*s, req(2, 0, 1, 30), 0);    // device until 30
+  submit(*s, req(3, 1, 2, 50), 1);    // the gang
+  release(*s, 2, 30);                 // the gang has waited 29 s: not aged, and one device is not enough
+  CHECK(granted(submit(*s, req(4, 40, 1, 20), 40)) == V{4});  // not aged yet: ordinary sjf
+  submit(*s, req(5, 45, 1, 5), 45);
+  Decisions out;
+  s->tick(51, out);  // the gang ages; its reservation starts at 100, when request 1 is estimated to end
+  CHECK(out.empty());
+  // At 60 a device frees: request 5 (5 s) ends by 100 and may use it; request 6 (50 s) may not.
+  submit(*s, req(6, 59, 1, 50), 59);
+  CHECK(granted(release(*s, 4, 60)) == V{5});
+  CHECK(granted(release(*s, 5, 65)).empty());
+  CHECK(granted(release(*s, 1, 100)) == V{3});
+  CHECK(s->phase(6) == RequestPhase::waiting);
+}
+
+TEST_CASE("next_wakeup never names a past time", "[scheduler][guard]") {
+  auto s = make_scheduler("fifo+first-fit+guard=10", "fpga:1");
+  submit(*s, req(1, 0), 0);
+  submit(*s, req(2, 0.1, 1), 0.1);
+  Decisions out;
+  s->tick(20, out);  // request 2 is aged and cannot fit: time alone changes nothing now
+  CHECK_FALSE(s->next_wakeup());
+  submit(*s, req(3, 15, 1), 20);
+  REQUIRE(s->next_wakeup());
+  CHECK(*s->next_wakeup() == Approx(25));
+}

@@ -155,7 +155,23 @@ class Scheduler {
   void refresh_slot(Slot& s);
   std::size_t reachable_devices(const Request& r) const;  // present devices of its kind it could use
   void dispatch(Time now, Decisions& out);
-  bool serve_aged(Time now, Decisions& out, std::set<KindId>& blocked);
+  // While an aged request waits for devices: others of its kind may start only if estimated to end by
+  // `shadow`, when it is expected to fit, or if they take no more than `extra` devices it will not need.
+  struct Window {
+    Time shadow;
+    std::size_t extra;
+    bool ends_in_time(const Entry& e, Time now) const {
+      return e.request.estimate_s && now + (*e.request.estimate_s - e.attained_s) <= shadow;
+    }
+    bool admits(const Entry& e, Time now) const { return ends_in_time(e, now) || e.request.count <= extra; }
+    void take(const Entry& e, Time now) {
+      if (!ends_in_time(e, now)) extra -= std::min(extra, std::size_t{e.request.count});
+    }
+  };
+  void serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows);
+  Window reservation_window(const Request& r, std::size_t free_now, Time now) const;
+  std::optional<Time> estimated_finish(const Entry& e) const;
+  void forget_finish(const Entry& e);
   void serve_reserved(Time now, Decisions& out, std::set<KindId>& blocked);
   void preempt_for_waiting(Time now, Decisions& out, const std::set<KindId>& blocked);
   void apply_key_changes(Time now);
@@ -175,7 +191,9 @@ class Scheduler {
   std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
   std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
   std::unordered_map<KindId, std::size_t> revoking_devices_;
-  std::map<KindId, RequestId> reservations_;  // per kind: the request that preempted leases are making room for
+  std::map<KindId, RequestId> reservations_;
+  // Running leases with estimates by estimated finish, per kind; kept only with a tail guard.
+  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> finishes_;  // per kind: the request that preempted leases are making room for
   // Reachable devices per (kind, host) and per kind for network devices, to reject impossible requests.
   std::map<std::pair<KindId, HostId>, std::size_t> passthrough_total_;
   std::unordered_map<KindId, std::size_t> network_total_;
