@@ -1,16 +1,16 @@
 // Helpers for the backend tests: the build's sample registry and scratch folders.
 #pragma once
 
+#include "../support/scratch_dir.hpp"
+
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/registry.hpp>
 
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace accelpool::backends::test {
 
@@ -30,23 +30,6 @@ inline Image sample_image(const std::string& name) {
   return make_image(*b);
 }
 
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& tag) {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::path(ACCELPOOL_TEST_TMP_DIR) /
-            (tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using accelpool::testing::ScratchDir;
 
 }  // namespace accelpool::backends::test

@@ -1,34 +1,16 @@
 // Helpers for the bitstream tests: scratch folders in the build tree and file utilities.
 #pragma once
 
-#include <atomic>
+#include "../support/scratch_dir.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 namespace accelpool::bitstreams::test {
 
-// A fresh, empty folder under the build tree, removed when the object goes away.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& tag) {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::path(ACCELPOOL_TEST_TMP_DIR) /
-            (tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using accelpool::testing::ScratchDir;
 
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
