@@ -49,6 +49,14 @@ HEAD
 
 ![Waiting requests over time](results/queue.svg)
 
+What the table says. With exact estimates srpt comes closest to the bound, and las, which needs no
+estimate at all, matches sjf and djsf on the average with the shortest waits. fifo pays for head-of-line
+blocking behind multi-day jobs. The tail guard (`guard=86400`: serve any request that waited a day next,
+with EASY-style reservations) is a poor fit for this trace at this load: under fifo the median wait is already
+several days, so nearly every request ages, the guard turns the policy into first-come-first-served with
+reservations, and the devices held idle for aged wide gangs push the pool past saturation. The guard is
+meant for pools where long waits are the exception; pick its bound well above the typical wait.
+
 ## Noisy estimates
 
 The same trace with each estimate off by a lognormal factor (sigma 1: within a factor of e for two jobs in
