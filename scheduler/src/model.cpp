@@ -3,7 +3,7 @@
 namespace accelpool::scheduler {
 
 std::uint32_t NameTable::intern(std::string_view name) {
-  auto it = ids_.find(std::string(name));
+  auto it = ids_.find(name);
   if (it != ids_.end()) return it->second;
   const auto id = static_cast<std::uint32_t>(names_.size());
   names_.emplace_back(name);
@@ -12,7 +12,7 @@ std::uint32_t NameTable::intern(std::string_view name) {
 }
 
 std::optional<std::uint32_t> NameTable::find(std::string_view name) const {
-  auto it = ids_.find(std::string(name));
+  auto it = ids_.find(name);
   if (it == ids_.end()) return std::nullopt;
   return it->second;
 }

@@ -350,3 +350,14 @@ TEST_CASE("next_wakeup never names a past time", "[scheduler][guard]") {
   REQUIRE(s->next_wakeup());
   CHECK(*s->next_wakeup() == Approx(25));
 }
+
+TEST_CASE("names intern to dense ids", "[scheduler][names]") {
+  NameTable names;
+  CHECK(names.intern("fpga") == 0);
+  CHECK(names.intern("gpu") == 1);
+  CHECK(names.intern(std::string_view("fpga-u250").substr(0, 4)) == 0);
+  CHECK(names.find("gpu") == 1u);
+  CHECK_FALSE(names.find("tpu"));
+  CHECK(names.name(1) == "gpu");
+  CHECK(names.size() == 2);
+}

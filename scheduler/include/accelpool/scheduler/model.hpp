@@ -5,6 +5,7 @@
 #pragma once
 
 #include <compare>
+#include <functional>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -90,8 +91,13 @@ class NameTable {
   std::size_t size() const { return names_.size(); }
 
  private:
+  // Looks names up by string_view without building a std::string.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   std::vector<std::string> names_;
-  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> ids_;
 };
 
 }  // namespace accelpool::scheduler
