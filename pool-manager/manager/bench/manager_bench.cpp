@@ -1,14 +1,11 @@
-// accelpool-manager-bench: how fast the pool manager decides and grants. Not a test: it prints numbers.
+// accelpool-manager-bench: how fast the real daemon grants, on loopback. Not a test: it prints numbers.
 //
-//  1. Scheduler decision time with 10,000 devices and 100,000 waiting requests: each measured event releases a
-//     running lease, and the scheduler picks the next request and its device (the manager's hot path).
-//  2. The real daemon on loopback: C concurrent guest connections each loop acquire -> lease ready -> release
-//     for D seconds on a static host with enough devices that nobody queues. Reports acquire->grant latency
-//     (acquire sent -> lease ready, without reprogramming) and acquire+release cycles per second.
+// C concurrent guest connections each loop acquire -> lease ready -> release for D seconds on a static host with
+// enough devices that nobody queues. Reports acquire->grant latency (acquire sent -> lease ready, without
+// reprogramming) and acquire+release cycles per second. The scheduler's own decision time is measured by
+// accelpool-decision-bench (scheduler/bench).
 //
-// usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--devices N] [--waiting W]
-#include <accelpool/scheduler/scheduler.hpp>
-
+// usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D]
 #include <boost/json.hpp>
 
 #include <arpa/inet.h>
@@ -28,14 +25,12 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace json = boost::json;
-namespace sched = accelpool::scheduler;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -44,65 +39,6 @@ double pct(std::vector<double>& v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
-}
-
-void bench_decisions(std::size_t devices, std::size_t waiting, const std::string& policy) {
-  std::string error;
-  auto spec = sched::PolicySpec::parse(policy, &error);
-  auto s = spec ? sched::Scheduler::create(*spec, &error) : nullptr;
-  if (!s) {
-    std::fprintf(stderr, "policy %s: %s\n", policy.c_str(), error.c_str());
-    return;
-  }
-  double now = 0;
-  sched::Decisions out;
-  for (std::uint32_t i = 0; i < devices; ++i) {
-    sched::Device d;
-    d.id = i;
-    d.host = i / 8;
-    d.attach = sched::AttachMode::network;
-    d.loaded = i % 4;
-    (void)s->add_device(d, now, out);
-  }
-  std::mt19937_64 rng(7);
-  std::vector<sched::RequestId> running;
-  sched::RequestId next = 1;
-  auto submit = [&] {
-    sched::Request r;
-    r.id = next++;
-    r.tenant = static_cast<sched::TenantId>(rng() % 8);
-    r.bitstream = static_cast<sched::BitstreamId>(rng() % 4);
-    r.estimate_s = 1.0 + static_cast<double>(rng() % 1000);
-    r.arrival = now;
-    out = {};
-    (void)s->submit(r, now, out);
-    for (const auto& g : out.grants) running.push_back(g.request);
-  };
-  auto t0 = Clock::now();
-  for (std::size_t i = 0; i < devices + waiting; ++i) {
-    now += 0.001;
-    submit();
-  }
-  double fill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<double> us;
-  const int events = 20000;
-  for (int i = 0; i < events; ++i) {
-    now += 0.01;
-    std::size_t k = rng() % running.size();
-    sched::RequestId id = running[k];
-    running[k] = running.back();
-    running.pop_back();
-    out = {};
-    auto a = Clock::now();
-    (void)s->release(id, now, out);
-    auto b = Clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(b - a).count());
-    for (const auto& g : out.grants) running.push_back(g.request);
-    submit();  // keep the queue at its size
-  }
-  std::printf("decision  policy=%-22s devices=%zu waiting=%zu  p50=%.1f us  p99=%.1f us  max=%.1f us  (fill %.2f s)\n",
-              s->policy().to_string().c_str(), devices, s->waiting_count(), pct(us, 0.5), pct(us, 0.99), pct(us, 1.0),
-              fill_s);
 }
 
 // --- the daemon ------------------------------------------------------------------------------------------------
@@ -245,20 +181,16 @@ int main(int argc, char** argv) {
   std::string manager = (std::filesystem::canonical("/proc/self/exe").parent_path() / "accelpool-manager").string();
   int clients = 16, devices_live = 256;
   double seconds = 5;
-  std::size_t devices = 10000, waiting = 100000;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--manager") manager = v;
     else if (a == "--clients") clients = std::stoi(v);
     else if (a == "--seconds") seconds = std::stod(v);
-    else if (a == "--devices") devices = std::stoul(v);
-    else if (a == "--waiting") waiting = std::stoul(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
-  for (const char* p : {"fifo+first-fit", "sjf+affinity", "las+affinity", "fair+pack"}) bench_decisions(devices, waiting, p);
   bench_daemon(manager, clients, seconds, devices_live);
   return 0;
 }
