@@ -18,8 +18,7 @@ const IdSet& DeviceGroup::holding(BitstreamId b) const {
 }
 
 const IdSet& DeviceGroup::on_host(HostId host) const {
-  auto it = by_host_.find(host);
-  return it == by_host_.end() ? kEmpty : it->second;
+  return host < by_host_.size() ? by_host_[host] : kEmpty;
 }
 
 std::optional<HostId> DeviceGroup::tightest_host(std::size_t n) const {
@@ -50,6 +49,7 @@ void FreeIndex::insert(const Device& d) {
   if (needs_.by_host) {
     if (d.id >= g.host_of_.size()) g.host_of_.resize(d.id + 1);
     g.host_of_[d.id] = d.host;
+    if (d.host >= g.by_host_.size()) g.by_host_.resize(d.host + 1);
     IdSet& on_host = g.by_host_[d.host];
     on_host.insert(d.id);
     move_host(g, d.host, on_host.size() - 1, on_host.size());

@@ -238,6 +238,17 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   }
   Entry& e = entries_[request.id];
   e.request = request;
+  // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
+  // the only candidate, so it is granted at once without passing through the buckets.
+  apply_key_changes(now);
+  const bool aged = spec_.tail_guard_s && now - request.arrival >= *spec_.tail_guard_s;
+  if (waiting_count_ == 0 && reservations_.empty() && !aged) {
+    const auto eligible = free_.eligible(request.kind, request.guest_host);
+    if (eligible.free() >= request.count) {
+      out.grants.push_back(start(e, placement_->place(request, eligible), now, /*protect=*/false));
+      return std::nullopt;
+    }
+  }
   enqueue(e, now);
   dispatch(now, out);
   return std::nullopt;

@@ -49,7 +49,7 @@ class DeviceGroup {
   friend class FreeIndex;
   IdSet free_;
   std::unordered_map<BitstreamId, IdSet> by_bitstream_;
-  std::unordered_map<HostId, IdSet> by_host_;
+  std::vector<IdSet> by_host_;  // by host id (dense)
   std::vector<HostId> host_of_;
   std::vector<IdSet> hosts_with_free_;  // [n]: hosts with exactly n free devices (n >= 1)
 };
