@@ -21,6 +21,7 @@
 using namespace accelpool::shim;
 using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerProcess;
+using accelpool::shim::test::eventually;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -48,16 +49,6 @@ AcquireOptions fpga(std::optional<double> timeout_s = std::nullopt) {
   a.kind = "fpga";
   if (timeout_s) a.timeout = Seconds(*timeout_s);
   return a;
-}
-
-template <typename Pred>
-bool eventually(Pred p, double seconds) {
-  auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (Clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return p();
 }
 
 }  // namespace

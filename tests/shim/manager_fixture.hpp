@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <sys/types.h>
 
 namespace accelpool::shim::test {
@@ -64,5 +65,17 @@ class ManagerProcess {
 std::string make_temp_dir(const std::string& prefix);
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
+
+// Polls `p` every 20 ms until it holds or `seconds` pass; returns its last value.
+template <typename Pred>
+bool eventually(Pred p, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (Clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return p();
+}
 
 }  // namespace accelpool::shim::test

@@ -18,8 +18,9 @@
 using namespace accelpool::shim;
 using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerProcess;
-using accelpool::shim::test::read_file;
+using accelpool::shim::test::eventually;
 using Clock = std::chrono::steady_clock;
+using accelpool::shim::test::read_file;
 
 namespace {
 
@@ -97,16 +98,6 @@ std::map<std::string, std::string> read_env_file(const std::string& path) {
     if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
   }
   return env;
-}
-
-template <typename Pred>
-bool eventually(Pred p, double seconds) {
-  auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (Clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return p();
 }
 
 }  // namespace
