@@ -280,15 +280,7 @@ Grant Scheduler::start(Entry& e, std::vector<DeviceId> devices, Time granted_at,
   e.devices = std::move(devices);
   ledger_.lease_started(e.request.tenant, e.request.count, granted_at);
   ++running_count_;
-  if (spec_.tail_guard_s) {
-    if (auto finish = estimated_finish(e)) finishes_[e.request.kind].insert({*finish, e.request.id});
-  }
-  if (ordering_->preemptive() && !protect) {
-    e.victim_rank = ordering_->victim_rank(e.view(), granted_at);
-    victims_[e.request.kind].insert(e.victim_rank);
-    e.key_change_at = ordering_->next_key_change(e.view(), granted_at);
-    if (e.key_change_at) key_changes_.insert({*e.key_change_at, e.request.id});
-  }
+  track_running(e, granted_at);
   return g;
 }
 
@@ -316,22 +308,38 @@ std::optional<Rejection> Scheduler::restore(const Request& request, std::span<co
   return std::nullopt;
 }
 
-void Scheduler::forget_finish(const Entry& e) {
-  if (!spec_.tail_guard_s) return;
-  auto finish = estimated_finish(e);
-  auto f = finishes_.find(e.request.kind);
-  if (finish && f != finishes_.end()) f->second.erase({*finish, e.request.id});
+// Indexes a running lease under the current policy: by estimated finish (tail guard reservations), by victim
+// rank and next key change (preemption).
+void Scheduler::track_running(Entry& e, Time now) {
+  if (spec_.tail_guard_s) {
+    if (auto finish = estimated_finish(e)) finishes_[e.request.kind].insert({*finish, e.request.id});
+  }
+  if (ordering_->preemptive() && !e.protected_) {
+    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    victims_[e.request.kind].insert(e.victim_rank);
+    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    if (e.key_change_at) key_changes_.insert({*e.key_change_at, e.request.id});
+  }
+}
+
+// Undoes track_running: the lease stops, is being revoked, or the policy changes.
+void Scheduler::untrack_running(Entry& e) {
+  if (spec_.tail_guard_s) {
+    auto finish = estimated_finish(e);
+    auto f = finishes_.find(e.request.kind);
+    if (finish && f != finishes_.end()) f->second.erase({*finish, e.request.id});
+  }
+  if (auto it = victims_.find(e.request.kind); it != victims_.end()) it->second.erase(e.victim_rank);
+  if (e.key_change_at) key_changes_.erase({*e.key_change_at, e.request.id});
+  e.key_change_at.reset();
 }
 
 void Scheduler::stop_running(Entry& e, Time now) {
-  if (e.phase == RequestPhase::running) forget_finish(e);
+  if (e.phase == RequestPhase::running) untrack_running(e);  // a revoking lease was untracked already
   const double ran = std::max(0.0, now - e.granted_at);
   e.attained_s += ran;
   e.attained_device_s += ran * e.request.count;
   ledger_.lease_stopped(e.request.tenant, e.request.count, now);
-  if (auto it = victims_.find(e.request.kind); it != victims_.end()) it->second.erase(e.victim_rank);
-  if (e.key_change_at) key_changes_.erase({*e.key_change_at, e.request.id});
-  e.key_change_at.reset();
   if (e.phase == RequestPhase::revoking) revoking_devices_[e.request.kind] -= e.request.count;
   for (DeviceId id : e.devices) {
     Slot& s = slots_[id];
@@ -368,11 +376,8 @@ std::optional<Rejection> Scheduler::requeue(RequestId id, Time now, Decisions& o
 
 void Scheduler::mark_revoking(Entry& e, PreemptReason reason, Decisions& out) {
   if (e.phase != RequestPhase::running) return;
-  forget_finish(e);
+  untrack_running(e);
   e.phase = RequestPhase::revoking;
-  if (auto it = victims_.find(e.request.kind); it != victims_.end()) it->second.erase(e.victim_rank);
-  if (e.key_change_at) key_changes_.erase({*e.key_change_at, e.request.id});
-  e.key_change_at.reset();
   revoking_devices_[e.request.kind] += e.request.count;
   out.preemptions.push_back({e.request.id, reason});
 }
@@ -600,12 +605,7 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
     else if (e.phase == RequestPhase::running) running.push_back(&e);
   }
   for (Entry* e : waiting) dequeue(*e);
-  for (Entry* e : running) forget_finish(*e);
-  for (Entry* e : running) {
-    if (auto it = victims_.find(e->request.kind); it != victims_.end()) it->second.erase(e->victim_rank);
-    if (e->key_change_at) key_changes_.erase({*e->key_change_at, e->request.id});
-    e->key_change_at.reset();
-  }
+  for (Entry* e : running) untrack_running(*e);  // under the old policy's indexes
   spec_ = spec;
   ordering_ = std::move(ordering);
   placement_ = std::move(placement);
@@ -614,19 +614,7 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
     if (s.state == DeviceState::free) free_.insert(s.device);
   }
   for (Entry* e : waiting) enqueue(*e, now);
-  for (Entry* e : running) {
-    if (!spec_.tail_guard_s) break;
-    if (auto finish = estimated_finish(*e)) finishes_[e->request.kind].insert({*finish, e->request.id});
-  }
-  if (ordering_->preemptive()) {
-    for (Entry* e : running) {
-      if (e->protected_) continue;
-      e->victim_rank = ordering_->victim_rank(e->view(), now);
-      victims_[e->request.kind].insert(e->victim_rank);
-      e->key_change_at = ordering_->next_key_change(e->view(), now);
-      if (e->key_change_at) key_changes_.insert({*e->key_change_at, e->request.id});
-    }
-  }
+  for (Entry* e : running) track_running(*e, now);
   dispatch(now, out);
   return std::nullopt;
 }

@@ -171,7 +171,8 @@ class Scheduler {
   void serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows);
   Window reservation_window(const Request& r, std::size_t free_now, Time now) const;
   std::optional<Time> estimated_finish(const Entry& e) const;
-  void forget_finish(const Entry& e);
+  void track_running(Entry& e, Time now);
+  void untrack_running(Entry& e);
   void serve_reserved(Time now, Decisions& out, std::set<KindId>& blocked);
   void preempt_for_waiting(Time now, Decisions& out, const std::set<KindId>& blocked);
   void apply_key_changes(Time now);
