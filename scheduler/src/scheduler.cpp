@@ -203,6 +203,17 @@ std::size_t Scheduler::reachable_devices(const Request& r) const {
   return reachable;
 }
 
+// Devices of a lease that a guest on `guest_host` could use once the lease gives them back.
+std::size_t Scheduler::usable_by(const Entry& lease, HostId guest_host) const {
+  std::size_t usable = 0;
+  for (DeviceId id : lease.devices) {
+    const Slot& s = slots_[id];
+    const bool reachable = s.device.attach == AttachMode::network || s.device.host == guest_host;
+    if (reachable && s.present && s.available && !s.draining) ++usable;
+  }
+  return usable;
+}
+
 Scheduler::BucketKey Scheduler::bucket_key(const Request& r) const {
   return {r.kind, r.guest_host, r.count, ordering_->per_tenant() ? r.tenant : TenantId{0}};
 }
@@ -460,11 +471,7 @@ Scheduler::Window Scheduler::reservation_window(const Request& r, std::size_t fr
   if (f == finishes_.end()) return {now, 0};
   for (const auto& [finish, id] : f->second) {
     if (++examined > kMaxLeasesExamined) break;
-    for (DeviceId d : entries_.at(id).devices) {
-      const Slot& s = slots_[d];
-      const bool reachable = s.device.attach == AttachMode::network || s.device.host == r.guest_host;
-      if (reachable && s.present && s.available && !s.draining) ++freed;
-    }
+    freed += usable_by(entries_.at(id), r.guest_host);
     if (freed >= needed) return {std::max(finish, now), freed - needed};
   }
   return {now, 0};  // leases without estimates hold what it needs: let nothing pass
@@ -571,12 +578,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
       if (++examined > kMaxLeasesExamined) break;
       Entry& victim = entries_.at(it->id);
       if (!(candidate_key->primary < ordering_->running_key(victim.view(), now).primary)) break;
-      std::size_t usable = 0;
-      for (DeviceId id : victim.devices) {
-        const Slot& s = slots_[id];
-        const bool reachable = s.device.attach == AttachMode::network || s.device.host == c.guest_host;
-        if (reachable && s.present && s.available && !s.draining) ++usable;
-      }
+      const std::size_t usable = usable_by(victim, c.guest_host);
       if (usable == 0) continue;
       gathered += usable;
       chosen.push_back(&victim);

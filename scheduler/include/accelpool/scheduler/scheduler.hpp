@@ -153,7 +153,8 @@ class Scheduler {
   void make_free(Slot& s);
   void make_unfree(Slot& s);
   void refresh_slot(Slot& s);
-  std::size_t reachable_devices(const Request& r) const;  // present devices of its kind it could use
+  std::size_t reachable_devices(const Request& r) const;
+  std::size_t usable_by(const Entry& lease, HostId guest_host) const;  // present devices of its kind it could use
   void dispatch(Time now, Decisions& out);
   // While an aged request waits for devices: others of its kind may start only if estimated to end by
   // `shadow`, when it is expected to fit, or if they take no more than `extra` devices it will not need.
