@@ -13,8 +13,14 @@ const IdSet kEmpty;
 }  // namespace
 
 const IdSet& DeviceGroup::holding(BitstreamId b) const {
-  auto it = by_bitstream_.find(b);
-  return it == by_bitstream_.end() ? kEmpty : it->second;
+  const std::size_t slot = bitstream_slot(b);
+  return slot < by_bitstream_.size() ? by_bitstream_[slot] : kEmpty;
+}
+
+IdSet& DeviceGroup::holding_slot(BitstreamId b) {
+  const std::size_t slot = bitstream_slot(b);
+  if (slot >= by_bitstream_.size()) by_bitstream_.resize(slot + 1);
+  return by_bitstream_[slot];
 }
 
 const IdSet& DeviceGroup::on_host(HostId host) const {
@@ -45,7 +51,7 @@ void FreeIndex::move_host(DeviceGroup& g, HostId host, std::size_t from, std::si
 void FreeIndex::insert(const Device& d) {
   DeviceGroup& g = group(d);
   if (!g.free_.insert(d.id)) return;
-  if (needs_.by_bitstream) g.by_bitstream_[d.loaded].insert(d.id);
+  if (needs_.by_bitstream) g.holding_slot(d.loaded).insert(d.id);
   if (needs_.by_host) {
     if (d.id >= g.host_of_.size()) g.host_of_.resize(d.id + 1);
     g.host_of_[d.id] = d.host;
@@ -61,7 +67,7 @@ void FreeIndex::insert(const Device& d) {
 void FreeIndex::erase(const Device& d) {
   DeviceGroup& g = group(d);
   if (!g.free_.erase(d.id)) return;
-  if (needs_.by_bitstream) g.by_bitstream_[d.loaded].erase(d.id);
+  if (needs_.by_bitstream) g.holding_slot(d.loaded).erase(d.id);
   if (needs_.by_host) {
     IdSet& on_host = g.by_host_[d.host];
     on_host.erase(d.id);
@@ -114,12 +120,10 @@ void take_packed(const DeviceGroup& g, std::size_t need, std::vector<DeviceId>& 
 class FirstFit final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "first-fit"; }
-  std::vector<DeviceId> place(const Request& r, const FreeIndex::Eligible& e) const override {
-    std::vector<DeviceId> out;
+  void place(const Request& r, const FreeIndex::Eligible& e, std::vector<DeviceId>& out) const override {
     out.reserve(r.count);
     if (e.passthrough) take(e.passthrough->free(), r.count, out);
     if (e.network) take(e.network->free(), r.count, out);
-    return out;
   }
 };
 
@@ -130,12 +134,10 @@ class Pack final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "pack"; }
   IndexNeeds needs() const override { return {.by_bitstream = false, .by_host = true}; }
-  std::vector<DeviceId> place(const Request& r, const FreeIndex::Eligible& e) const override {
-    std::vector<DeviceId> out;
+  void place(const Request& r, const FreeIndex::Eligible& e, std::vector<DeviceId>& out) const override {
     out.reserve(r.count);
     if (e.passthrough) take(e.passthrough->free(), r.count, out);
     if (e.network) take_packed(*e.network, r.count, out);
-    return out;
   }
 };
 
@@ -146,8 +148,7 @@ class Affinity final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "affinity"; }
   IndexNeeds needs() const override { return {.by_bitstream = true, .by_host = true}; }
-  std::vector<DeviceId> place(const Request& r, const FreeIndex::Eligible& e) const override {
-    std::vector<DeviceId> out;
+  void place(const Request& r, const FreeIndex::Eligible& e, std::vector<DeviceId>& out) const override {
     out.reserve(r.count);
     for (const DeviceGroup* g : {e.passthrough, e.network}) {
       if (!g) continue;
@@ -157,7 +158,6 @@ class Affinity final : public PlacementPolicy {
       if (g == e.network) take_packed(*g, r.count, out);
       else take(g->free(), r.count, out);
     }
-    return out;
   }
 
  private:

@@ -6,6 +6,8 @@
 //   in the same way: if the head does not fit, nothing in the bucket does. Dispatch therefore looks only at
 //   bucket heads: O(B) per grant for B non-empty buckets (a handful of gang sizes x hosts x tenants), never
 //   at the whole queue;
+// - requests live in a slab of entries found by id through a flat hash map (IdMap): one probe, no node
+//   allocation per request, and a reused entry keeps its device vector;
 // - free devices sit in FreeIndex, keyed by kind and host and bitstream, so fit checks are O(1) and
 //   placement O(k log n) for a k-device gang;
 // - preemptible running leases sit per kind in a set ordered by victim rank, so the worst lease is found in
@@ -16,6 +18,8 @@
 #include <cassert>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 
@@ -152,7 +156,7 @@ std::optional<Rejection> Scheduler::remove_device(DeviceId id, Time now, Decisio
   if (s->device.attach == AttachMode::passthrough) --passthrough_total_[{s->device.kind, s->device.host}];
   else --network_total_[s->device.kind];
   --device_count_;
-  if (s->held) mark_revoking(entries_.at(s->holder), PreemptReason::device_failed, out);
+  if (s->held) mark_revoking(entry(s->holder), PreemptReason::device_failed, out);
   dispatch(now, out);
   return std::nullopt;
 }
@@ -163,7 +167,7 @@ std::optional<Rejection> Scheduler::set_available(DeviceId id, bool available, T
   if (!s || !s->present) return Rejection{"no device " + id_text(id)};
   s->available = available;
   refresh_slot(*s);
-  if (!available && s->held) mark_revoking(entries_.at(s->holder), PreemptReason::device_failed, out);
+  if (!available && s->held) mark_revoking(entry(s->holder), PreemptReason::device_failed, out);
   dispatch(now, out);
   return std::nullopt;
 }
@@ -190,6 +194,54 @@ std::optional<Rejection> Scheduler::set_loaded(DeviceId id, BitstreamId loaded) 
 
 void Scheduler::set_tenant_weight(TenantId tenant, double weight) {
   ledger_.set_weight(tenant, weight > 0 ? weight : 1.0);
+}
+
+// --- request entries -----------------------------------------------------------------------------------------
+
+Scheduler::Entry* Scheduler::find(RequestId id) {
+  const std::uint32_t index = entry_of_.find(id);
+  return index == IdMap::npos ? nullptr : &entries_[index];
+}
+
+const Scheduler::Entry* Scheduler::find(RequestId id) const { return const_cast<Scheduler*>(this)->find(id); }
+
+Scheduler::Entry& Scheduler::entry(RequestId id) {
+  Entry* e = find(id);
+  if (!e) {
+    std::fprintf(stderr, "accelpool scheduler: internal error: no entry for live request %llu\n",
+                 static_cast<unsigned long long>(id));
+    std::abort();
+  }
+  return *e;
+}
+
+const Scheduler::Entry& Scheduler::entry(RequestId id) const { return const_cast<Scheduler*>(this)->entry(id); }
+
+Scheduler::Entry& Scheduler::add_entry(const Request& request) {
+  std::uint32_t index;
+  if (!unused_entries_.empty()) {
+    index = unused_entries_.back();
+    unused_entries_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(entries_.size());
+    entries_.emplace_back();
+  }
+  Entry& e = entries_[index];
+  std::vector<DeviceId> devices = std::move(e.devices);  // keep the capacity
+  devices.clear();
+  e = Entry{};
+  e.devices = std::move(devices);
+  e.request = request;
+  e.live = true;
+  entry_of_.insert(request.id, index);
+  return e;
+}
+
+void Scheduler::remove_entry(Entry& e) {
+  entry_of_.erase(e.request.id);
+  e.live = false;
+  e.devices.clear();
+  unused_entries_.push_back(static_cast<std::uint32_t>(&e - entries_.data()));
 }
 
 // --- requests ------------------------------------------------------------------------------------------------
@@ -240,15 +292,14 @@ void Scheduler::dequeue(Entry& e) {
 
 std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Decisions& out) {
   last_now_ = std::max(last_now_, now);
-  if (entries_.count(request.id)) return Rejection{"request " + id_text(request.id) + " already exists"};
+  if (find(request.id)) return Rejection{"request " + id_text(request.id) + " already exists"};
   if (request.count == 0) return Rejection{"request " + id_text(request.id) + " asks for 0 devices"};
   if (const auto reachable = reachable_devices(request); reachable < request.count) {
     return Rejection{"request " + id_text(request.id) + " asks for " + std::to_string(request.count) +
                      " devices but only " + std::to_string(reachable) + " of its kind are reachable from host " +
                      std::to_string(request.guest_host) + ": it can never be served"};
   }
-  Entry& e = entries_[request.id];
-  e.request = request;
+  Entry& e = add_entry(request);
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
   // the only candidate, so it is granted at once without passing through the buckets.
   apply_key_changes(now);
@@ -256,7 +307,8 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   if (waiting_count_ == 0 && reservations_.empty() && !aged) {
     const auto eligible = free_.eligible(request.kind, request.guest_host);
     if (eligible.free() >= request.count) {
-      out.grants.push_back(start(e, placement_->place(request, eligible), now, /*protect=*/false));
+      place(e, eligible);
+      out.grants.push_back(start(e, now, /*protect=*/false));
       return std::nullopt;
     }
   }
@@ -265,20 +317,29 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   return std::nullopt;
 }
 
-void Scheduler::grant(Entry& e, std::vector<DeviceId> devices, Time now, bool protect, Decisions& out) {
+// Takes a waiting request out of the queue and starts it on devices chosen from `eligible`, which must hold
+// enough free devices for it.
+void Scheduler::grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, bool protect, Decisions& out) {
   dequeue(e);
-  out.grants.push_back(start(e, std::move(devices), now, protect));
+  place(e, eligible);
+  out.grants.push_back(start(e, now, protect));
 }
 
-// Makes a request that is in no queue a running lease on `devices`, which must be free.
-Grant Scheduler::start(Entry& e, std::vector<DeviceId> devices, Time granted_at, bool protect) {
-  assert(devices.size() == e.request.count);
+// Lets the placement policy choose the request's devices into e.devices.
+void Scheduler::place(Entry& e, const FreeIndex::Eligible& eligible) {
+  e.devices.clear();
+  placement_->place(e.request, eligible, e.devices);
+}
+
+// Makes a request that is in no queue a running lease on e.devices, which must be free.
+Grant Scheduler::start(Entry& e, Time granted_at, bool protect) {
+  assert(e.devices.size() == e.request.count);
   e.phase = RequestPhase::running;
   e.granted_at = granted_at;
   e.protected_ = protect;
   Grant g{e.request.id, {}};
-  g.devices.reserve(devices.size());
-  for (DeviceId id : devices) {
+  g.devices.reserve(e.devices.size());
+  for (DeviceId id : e.devices) {
     Slot& s = slots_[id];
     assert(s.state == DeviceState::free);
     s.held = true;
@@ -288,7 +349,6 @@ Grant Scheduler::start(Entry& e, std::vector<DeviceId> devices, Time granted_at,
     if (e.request.bitstream != kNoBitstream) s.device.loaded = e.request.bitstream;
     g.devices.push_back({id, reprogram});
   }
-  e.devices = std::move(devices);
   ledger_.lease_started(e.request.tenant, e.request.count, granted_at);
   ++running_count_;
   track_running(e, granted_at);
@@ -298,7 +358,7 @@ Grant Scheduler::start(Entry& e, std::vector<DeviceId> devices, Time granted_at,
 std::optional<Rejection> Scheduler::restore(const Request& request, std::span<const DeviceId> devices,
                                             Time granted_at, double attained_device_s) {
   const std::string what = "restoring request " + id_text(request.id) + ": ";
-  if (entries_.count(request.id)) return Rejection{what + "it already exists"};
+  if (find(request.id)) return Rejection{what + "it already exists"};
   if (request.count == 0 || devices.size() != request.count) {
     return Rejection{what + "it asks for " + std::to_string(request.count) + " devices but holds " +
                      std::to_string(devices.size())};
@@ -311,11 +371,11 @@ std::optional<Rejection> Scheduler::restore(const Request& request, std::span<co
       return Rejection{what + "device " + id_text(devices[i]) + " is unknown, not free, listed twice or of another kind"};
     }
   }
-  Entry& e = entries_[request.id];
-  e.request = request;
+  Entry& e = add_entry(request);
   e.attained_device_s = attained_device_s;
   e.attained_s = attained_device_s / request.count;
-  (void)start(e, {devices.begin(), devices.end()}, granted_at, /*protect=*/false);
+  e.devices.assign(devices.begin(), devices.end());
+  (void)start(e, granted_at, /*protect=*/false);
   return std::nullopt;
 }
 
@@ -363,20 +423,20 @@ void Scheduler::stop_running(Entry& e, Time now) {
 
 std::optional<Rejection> Scheduler::release(RequestId id, Time now, Decisions& out) {
   last_now_ = std::max(last_now_, now);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return Rejection{"no request " + id_text(id)};
-  if (it->second.phase == RequestPhase::waiting) dequeue(it->second);
-  else stop_running(it->second, now);
-  entries_.erase(it);
+  Entry* e = find(id);
+  if (!e) return Rejection{"no request " + id_text(id)};
+  if (e->phase == RequestPhase::waiting) dequeue(*e);
+  else stop_running(*e, now);
+  remove_entry(*e);
   dispatch(now, out);
   return std::nullopt;
 }
 
 std::optional<Rejection> Scheduler::requeue(RequestId id, Time now, Decisions& out) {
   last_now_ = std::max(last_now_, now);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return Rejection{"no request " + id_text(id)};
-  Entry& e = it->second;
+  Entry* found = find(id);
+  if (!found) return Rejection{"no request " + id_text(id)};
+  Entry& e = *found;
   if (e.phase == RequestPhase::waiting) return Rejection{"request " + id_text(id) + " is not running"};
   stop_running(e, now);
   e.protected_ = false;
@@ -399,7 +459,7 @@ void Scheduler::apply_key_changes(Time now) {
   while (!key_changes_.empty() && key_changes_.begin()->first <= now) {
     const RequestId id = key_changes_.begin()->second;
     key_changes_.erase(key_changes_.begin());
-    Entry& e = entries_.at(id);
+    Entry& e = entry(id);
     auto& victims = victims_[e.request.kind];
     victims.erase(e.victim_rank);
     e.victim_rank = ordering_->victim_rank(e.view(), now);
@@ -452,13 +512,13 @@ void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& w
       if (it == arrivals_.end() || it->second.empty()) break;
       const auto [arrival, id] = *it->second.begin();
       if (now - arrival < guard) break;
-      Entry& e = entries_.at(id);
+      Entry& e = entry(id);
       const auto eligible = free_.eligible(kind, e.request.guest_host);
       if (eligible.free() < e.request.count) {
         windows[kind] = reservation_window(e.request, eligible.free(), now);
         break;
       }
-      grant(e, placement_->place(e.request, eligible), now, /*protect=*/true, out);
+      grant(e, eligible, now, /*protect=*/true, out);
     }
   }
 }
@@ -471,7 +531,7 @@ Scheduler::Window Scheduler::reservation_window(const Request& r, std::size_t fr
   if (f == finishes_.end()) return {now, 0};
   for (const auto& [finish, id] : f->second) {
     if (++examined > kMaxLeasesExamined) break;
-    freed += usable_by(entries_.at(id), r.guest_host);
+    freed += usable_by(entry(id), r.guest_host);
     if (freed >= needed) return {std::max(finish, now), freed - needed};
   }
   return {now, 0};  // leases without estimates hold what it needs: let nothing pass
@@ -488,15 +548,15 @@ std::optional<Time> Scheduler::estimated_finish(const Entry& e) const {
 void Scheduler::serve_reserved(Time now, Decisions& out, std::set<KindId>& blocked) {
   for (auto it = reservations_.begin(); it != reservations_.end();) {
     const auto [kind, id] = *it;
-    auto e = entries_.find(id);
-    if (e == entries_.end() || e->second.phase != RequestPhase::waiting) {
+    Entry* e = find(id);
+    if (!e || e->phase != RequestPhase::waiting) {
       it = reservations_.erase(it);
       continue;
     }
-    const Request& r = e->second.request;
+    const Request& r = e->request;
     const auto eligible = free_.eligible(kind, r.guest_host);
     if (eligible.free() >= r.count) {
-      grant(e->second, placement_->place(r, eligible), now, /*protect=*/false, out);
+      grant(*e, eligible, now, /*protect=*/false, out);
       it = reservations_.erase(it);
     } else if (auto rev = revoking_devices_.find(kind); rev != revoking_devices_.end() && rev->second > 0) {
       blocked.insert(kind);
@@ -531,7 +591,7 @@ void Scheduler::dispatch(Time now, Decisions& out) {
       }
       if (free_.eligible(bk.kind, bk.host).free() >= bk.count) {
         const PriorityKey& head = *it->second.begin();
-        if (auto w = windows.find(bk.kind); w != windows.end() && !w->second.admits(entries_.at(head.id), now)) {
+        if (auto w = windows.find(bk.kind); w != windows.end() && !w->second.admits(entry(head.id), now)) {
           ++it;
           continue;
         }
@@ -544,10 +604,9 @@ void Scheduler::dispatch(Time now, Decisions& out) {
       ++it;
     }
     if (!best) break;
-    Entry& e = entries_.at(best->id);
+    Entry& e = entry(best->id);
     if (auto w = windows.find(e.request.kind); w != windows.end()) w->second.take(e, now);
-    grant(e, placement_->place(e.request, free_.eligible(e.request.kind, e.request.guest_host)), now,
-          /*protect=*/false, out);
+    grant(e, free_.eligible(e.request.kind, e.request.guest_host), now, /*protect=*/false, out);
   }
   for (const auto& [kind, w] : windows) blocked.insert(kind);  // no preemption around a reservation either
   if (ordering_->preemptive() && spec_.preemption) preempt_for_waiting(now, out, blocked);
@@ -567,7 +626,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     if (auto r = revoking_devices_.find(kind); r != revoking_devices_.end() && r->second > 0) continue;
     auto v = victims_.find(kind);
     if (v == victims_.end() || v->second.empty()) continue;
-    const Entry& candidate = entries_.at(candidate_key->id);
+    const Entry& candidate = entry(candidate_key->id);
     const Request& c = candidate.request;
     const std::size_t free_now = free_.eligible(kind, c.guest_host).free();
     if (free_now >= c.count) continue;  // it fits: it is blocked by something else, not by running leases
@@ -576,7 +635,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     std::size_t examined = 0;
     for (auto it = v->second.rbegin(); it != v->second.rend() && gathered < c.count; ++it) {
       if (++examined > kMaxLeasesExamined) break;
-      Entry& victim = entries_.at(it->id);
+      Entry& victim = entry(it->id);
       if (!(candidate_key->primary < ordering_->running_key(victim.view(), now).primary)) break;
       const std::size_t usable = usable_by(victim, c.guest_host);
       if (usable == 0) continue;
@@ -602,7 +661,8 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
 
   std::vector<Entry*> waiting;
   std::vector<Entry*> running;
-  for (auto& [id, e] : entries_) {
+  for (Entry& e : entries_) {
+    if (!e.live) continue;
     if (e.phase == RequestPhase::waiting) waiting.push_back(&e);
     else if (e.phase == RequestPhase::running) running.push_back(&e);
   }
@@ -624,9 +684,9 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
 // --- views ---------------------------------------------------------------------------------------------------
 
 std::optional<RequestPhase> Scheduler::phase(RequestId id) const {
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return std::nullopt;
-  return it->second.phase;
+  const Entry* e = find(id);
+  if (!e) return std::nullopt;
+  return e->phase;
 }
 
 std::optional<DeviceState> Scheduler::device_state(DeviceId id) const {
@@ -641,9 +701,9 @@ const Device* Scheduler::device(DeviceId id) const {
 }
 
 std::vector<DeviceId> Scheduler::devices_of(RequestId id) const {
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return {};
-  return it->second.devices;
+  const Entry* e = find(id);
+  if (!e) return {};
+  return e->devices;
 }
 
 std::vector<RequestId> Scheduler::queue_order(Time now) const {
@@ -664,14 +724,14 @@ std::vector<RequestId> Scheduler::queue_order(Time now) const {
     // Aged requests come first, oldest first, as serve_aged would take them.
     const double guard = *spec_.tail_guard_s;
     std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
-      return now - entries_.at(i.key.id).request.arrival >= guard;
+      return now - entry(i.key.id).request.arrival >= guard;
     });
     auto aged_end = std::find_if(items.begin(), items.end(), [&](const Item& i) {
-      return now - entries_.at(i.key.id).request.arrival < guard;
+      return now - entry(i.key.id).request.arrival < guard;
     });
     std::sort(items.begin(), aged_end, [&](const Item& a, const Item& b) {
-      const auto& ra = entries_.at(a.key.id).request;
-      const auto& rb = entries_.at(b.key.id).request;
+      const auto& ra = entry(a.key.id).request;
+      const auto& rb = entry(b.key.id).request;
       return std::pair{ra.arrival, ra.id} < std::pair{rb.arrival, rb.id};
     });
   }

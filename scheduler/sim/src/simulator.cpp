@@ -11,7 +11,6 @@
 #include <map>
 #include <numeric>
 #include <queue>
-#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -100,13 +99,16 @@ struct Event {
   }
 };
 
-struct JobState {
-  double remaining = 0;       // run seconds still to do
-  double lease_start = 0;     // grant time of the current lease
-  double run_start = 0;       // lease_start + setup
-  double first_start = -1;
-  double finish = 0;
-  std::uint32_t gen = 0;      // bumped on every grant and preemption; stale completions carry an old one
+// What the event loop reads and writes of a job when its lease starts, is preempted or ends, in one cache
+// line: completions come in no particular order, so every further per-job array read there would cost a
+// cache miss of its own.
+struct alignas(64) JobState {
+  double remaining = 0;            // run seconds still to do
+  double lease_start = 0;          // grant time of the current lease
+  double run_start = 0;            // lease_start + setup
+  std::uint32_t first_device = kNone;  // the lease's devices, chained through DeviceInfo::next_in_lease
+  std::uint32_t count = 1;         // gang size
+  std::uint32_t gen = 0;           // bumped on every grant and preemption; stale completions carry an old one
   std::uint32_t reconfigs = 0;
   std::uint32_t preemptions = 0;
   bool arrived = false;
@@ -114,13 +116,16 @@ struct JobState {
   bool done = false;
 };
 
-// Where a device sits, for the reachability pre-check and the work-conservation self-check.
+// What a device is and who holds it, for checking grants, setup costs and the self-checks. The devices of
+// a lease form a chain from JobState::first_device, so that the lease's device list lives in this small,
+// often cached array rather than in a per-job one.
 struct DeviceInfo {
   sch::HostId host = 0;
   sch::KindId kind = 0;
+  std::uint32_t holder = kNone;         // job index holding it, or kNone
+  std::uint32_t next_in_lease = kNone;  // the holder's next device, or kNone
+  std::uint32_t cost = 0;               // index into Engine::costs_
   sch::AttachMode attach = sch::AttachMode::network;
-  double reconfig_s = 0;
-  double attach_s = 0;
 };
 
 class Engine {
@@ -152,17 +157,18 @@ class Engine {
   std::unique_ptr<sch::Scheduler> sched_;
   sch::NameTable kinds_, bitstreams_, tenants_, hosts_;
   std::vector<DeviceInfo> devices_;
-  std::vector<std::uint32_t> holder_;           // per device: job index holding it, or kNone
-  std::vector<std::uint32_t> order_;            // job index (request id) -> position in trace_.jobs
-  std::vector<sch::Request> requests_;          // per job index
+  std::vector<ModelCost> costs_;  // of each device group of the pool
+  // Per job index (the request id, replay order). The trace's Job records are large, so the run reads each
+  // of them once in setup and keeps compact copies of what it needs.
+  std::vector<std::uint32_t> order_;            // job index -> position in trace_.jobs
+  std::vector<sch::Request> requests_;
   std::vector<JobState> state_;
-  std::vector<double> arrival_;                 // per job index, in replay order
-  // Devices of each job's running lease: lease_devices_[lease_offset_[j] .. + count), valid while running.
-  std::vector<std::uint64_t> lease_offset_;
-  std::vector<sch::DeviceId> lease_devices_;
-  std::span<sch::DeviceId> lease(std::uint32_t j) {
-    return {lease_devices_.data() + lease_offset_[j], requests_[j].count};
-  }
+  std::vector<std::uint64_t> ids_;              // Job::id
+  std::vector<double> arrival_;
+  std::vector<double> runtime_;
+  std::vector<double> first_start_;             // -1 until the first grant
+  std::vector<double> finish_;
+  void free_lease(JobState& s);
   std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
   std::optional<double> pending_tick_;
   std::optional<double> ticked_at_;  // time of the last tick, while no other event has happened since
@@ -214,6 +220,8 @@ Status Engine::setup(const sch::PolicySpec& policy) {
           !std::isfinite(cost.attach_s)) {
         return make_error("invalid_argument", "pool: model \"" + g.model + "\" has a negative or non-finite cost");
       }
+      const auto cost_index = static_cast<std::uint32_t>(costs_.size());
+      costs_.push_back(cost);
       for (std::uint32_t i = 0; i < g.count; ++i) {
         sch::Device d;
         d.id = static_cast<sch::DeviceId>(devices_.size());
@@ -223,7 +231,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
         if (auto rej = sched_->add_device(d, 0, out)) {
           return internal("scheduler rejected device " + std::to_string(d.id) + ": " + rej->error);
         }
-        devices_.push_back({host, kind, g.attach, cost.reconfig_s, cost.attach_s});
+        devices_.push_back({host, kind, kNone, kNone, cost_index, g.attach});
         if (g.attach == sch::AttachMode::network) {
           ++network[kind];
         } else {
@@ -234,21 +242,37 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   }
   if (devices_.empty()) return make_error("invalid_argument", "the pool has no devices");
   if (!out.empty()) return internal("scheduler made decisions with no requests");
-  holder_.assign(devices_.size(), kNone);
 
-  // Jobs: replay order is (arrival, id); the request id is the position in that order.
+  // Jobs: replay order is (arrival, id); the request id is the position in that order. The Job records are
+  // large: one pass checks them, a second (in replay order) fills the per-job arrays. Traces usually come
+  // sorted by arrival with increasing ids; then neither the order nor the id check needs a sort.
   const auto n = static_cast<std::uint32_t>(trace_.jobs.size());
-  order_.resize(n);
-  std::iota(order_.begin(), order_.end(), 0U);
+  bool in_order = true;        // sorted by (arrival, id)
+  bool ids_increasing = true;  // so no id repeats
   for (std::uint32_t i = 0; i < n; ++i) {
     const Job& jb = trace_.jobs[i];
     auto bad = [&](const char* what) { return make_error("invalid_argument", "job " + std::to_string(jb.id) + ": " + what); };
     if (!std::isfinite(jb.arrival_s) || jb.arrival_s < 0) return bad("arrival_s must be a finite number >= 0");
     if (!std::isfinite(jb.runtime_s) || jb.runtime_s < 0) return bad("runtime_s must be a finite number >= 0");
     if (jb.devices == 0) return bad("devices must be >= 1");
+    if (i > 0) {
+      const Job& prev = trace_.jobs[i - 1];
+      ids_increasing = ids_increasing && prev.id < jb.id;
+      in_order = in_order && (prev.arrival_s != jb.arrival_s ? prev.arrival_s < jb.arrival_s : prev.id < jb.id);
+    }
   }
-  {
-    // Sort compact keys rather than chasing the (large) Job records.
+  if (!ids_increasing) {
+    std::vector<std::uint64_t> ids(n);
+    for (std::uint32_t i = 0; i < n; ++i) ids[i] = trace_.jobs[i].id;
+    std::sort(ids.begin(), ids.end());
+    auto dup = std::adjacent_find(ids.begin(), ids.end());
+    if (dup != ids.end()) return make_error("invalid_argument", "job " + std::to_string(*dup) + ": id used twice");
+  }
+  order_.resize(n);
+  if (in_order) {
+    std::iota(order_.begin(), order_.end(), 0U);
+  } else {
+    // Sort compact keys rather than the Job records.
     struct Key {
       double arrival;
       std::uint64_t id;
@@ -256,18 +280,18 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     };
     std::vector<Key> keys(n);
     for (std::uint32_t i = 0; i < n; ++i) keys[i] = {trace_.jobs[i].arrival_s, trace_.jobs[i].id, i};
-    auto less = [](const Key& a, const Key& b) { return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id; };
-    if (!std::is_sorted(keys.begin(), keys.end(), less)) std::sort(keys.begin(), keys.end(), less);
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+      return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id;
+    });
     for (std::uint32_t j = 0; j < n; ++j) order_[j] = keys[j].index;
   }
-  {
-    std::vector<std::uint64_t> ids(n);
-    for (std::uint32_t i = 0; i < n; ++i) ids[i] = trace_.jobs[i].id;
-    if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
-    auto dup = std::adjacent_find(ids.begin(), ids.end());
-    if (dup != ids.end()) return make_error("invalid_argument", "job " + std::to_string(*dup) + ": id used twice");
-  }
   requests_.resize(n);
+  state_.resize(n);
+  ids_.resize(n);
+  arrival_.resize(n);
+  runtime_.resize(n);
+  first_start_.assign(n, -1.0);
+  finish_.assign(n, 0.0);
   // Names repeat across jobs: look them up by view in small caches (no string copies), and remember the
   // reachable device count of the last (kind, host).
   std::unordered_map<std::string_view, std::uint32_t> tenant_ids, bitstream_ids;
@@ -321,21 +345,18 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     r.guest_host = host;
     r.estimate_s = jb.estimate_s;
     r.arrival = jb.arrival_s;
+    JobState& s = state_[j];
+    s.remaining = jb.runtime_s;
+    s.count = jb.devices;
+    ids_[j] = jb.id;
+    arrival_[j] = jb.arrival_s;
+    runtime_[j] = jb.runtime_s;
   }
-  state_.resize(n);
-  arrival_.resize(n);
-  lease_offset_.resize(n + 1);
-  for (std::uint32_t j = 0; j < n; ++j) {
-    state_[j].remaining = job(j).runtime_s;
-    arrival_[j] = job(j).arrival_s;
-    lease_offset_[j + 1] = lease_offset_[j] + requests_[j].count;
-  }
-  lease_devices_.resize(lease_offset_[n]);
 
   // Queue samples start at the first arrival; the interval doubles whenever the buffer fills.
-  const double span = std::max(1.0, job(n - 1).arrival_s - job(0).arrival_s);
+  const double span = std::max(1.0, arrival_[n - 1] - arrival_[0]);
   sample_dt_ = span / static_cast<double>(std::max<std::size_t>(options_.max_queue_samples, 16));
-  next_sample_ = job(0).arrival_s;
+  next_sample_ = arrival_[0];
   return Status::ok();
 }
 
@@ -360,44 +381,58 @@ Status Engine::grant(const sch::Grant& g, double now) {
   const auto j = static_cast<std::uint32_t>(g.request);
   JobState& s = state_[j];
   if (!s.arrived || s.running || s.done) return internal("grant for " + job_name(j) + " which is not waiting");
-  if (g.devices.size() != requests_[j].count) {
+  if (g.devices.size() != s.count) {
     return internal("grant for " + job_name(j) + " has " + std::to_string(g.devices.size()) + " devices, it asked for " +
-                    std::to_string(requests_[j].count));
+                    std::to_string(s.count));
   }
   double reconfig = 0;
   double attach = 0;
-  const auto leased = lease(j);
-  std::size_t k = 0;
+  std::uint32_t* link = &s.first_device;
   for (const auto& dg : g.devices) {
     if (dg.device >= devices_.size()) return internal("grant of unknown device " + std::to_string(dg.device));
-    if (holder_[dg.device] != kNone) {
+    DeviceInfo& d = devices_[dg.device];
+    if (d.holder != kNone) {
       return internal("device " + std::to_string(dg.device) + " granted to " + job_name(j) + " while held by " +
-                      job_name(holder_[dg.device]));
+                      job_name(d.holder));
     }
-    const DeviceInfo& d = devices_[dg.device];
     if (d.kind != requests_[j].kind) return internal("device " + std::to_string(dg.device) + " of another kind granted to " + job_name(j));
     if (d.attach == sch::AttachMode::passthrough && d.host != requests_[j].guest_host) {
       return internal("passthrough device " + std::to_string(dg.device) + " granted to a guest on another host (" +
                       job_name(j) + ")");
     }
-    holder_[dg.device] = j;
-    leased[k++] = dg.device;
+    d.holder = j;
+    *link = dg.device;
+    link = &d.next_in_lease;
+    const ModelCost& cost = costs_[d.cost];
     if (dg.reprogram) {
-      reconfig = std::max(reconfig, d.reconfig_s);
+      reconfig = std::max(reconfig, cost.reconfig_s);
       ++s.reconfigs;
       ++reconfigs_;
     }
-    attach = std::max(attach, d.attach_s);
+    attach = std::max(attach, cost.attach_s);
   }
+  *link = kNone;
   const double setup = reconfig + attach + (s.preemptions > 0 ? options_.restore_s : 0);
-  if (s.first_start < 0) s.first_start = now;
+  if (first_start_[j] < 0) first_start_[j] = now;
   s.running = true;
   s.lease_start = now;
   s.run_start = now + setup;
   ++s.gen;
-  busy_ += leased.size();
+  busy_ += s.count;
   heap_.push({s.run_start + s.remaining, EventType::completion, j, s.gen});
   return Status::ok();
+}
+
+// Gives the devices of the job's lease back: no holder, no chain.
+void Engine::free_lease(JobState& s) {
+  for (std::uint32_t d = s.first_device; d != kNone;) {
+    DeviceInfo& info = devices_[d];
+    d = info.next_in_lease;
+    info.holder = kNone;
+    info.next_in_lease = kNone;
+  }
+  s.first_device = kNone;
+  busy_ -= s.count;
 }
 
 Status Engine::preempt(const sch::Preemption& p, double now, sch::Decisions& out) {
@@ -407,12 +442,10 @@ Status Engine::preempt(const sch::Preemption& p, double now, sch::Decisions& out
   if (!s.running) return internal("preemption of " + job_name(j) + " which is not running");
   const double progress = std::clamp(now - s.run_start, 0.0, s.remaining);
   s.remaining -= progress;
-  const auto leased = lease(j);
-  const auto count = static_cast<double>(leased.size());
+  const auto count = static_cast<double>(s.count);
   useful_device_s_ += count * progress;
   held_device_s_ += count * (now - s.lease_start);
-  for (auto d : leased) holder_[d] = kNone;
-  busy_ -= leased.size();
+  free_lease(s);
   s.running = false;
   ++s.gen;
   ++s.preemptions;
@@ -468,16 +501,14 @@ Status Engine::arrive(std::uint32_t j, double now, sch::Decisions& out) {
 
 Status Engine::complete(std::uint32_t j, double now, sch::Decisions& out) {
   JobState& s = state_[j];
-  const auto leased = lease(j);
-  const auto count = static_cast<double>(leased.size());
+  const auto count = static_cast<double>(s.count);
   useful_device_s_ += count * s.remaining;
   held_device_s_ += count * (now - s.lease_start);
   s.remaining = 0;
-  for (auto d : leased) holder_[d] = kNone;
-  busy_ -= leased.size();
+  free_lease(s);
   s.running = false;
   s.done = true;
-  s.finish = now;
+  finish_[j] = now;
   ++done_;
   if (auto rej = sched_->release(j, now, out)) {
     return internal("scheduler rejected release of " + job_name(j) + ": " + rej->error);
@@ -510,10 +541,13 @@ Status Engine::self_check(double now) {
     const JobState& s = state_[j];
     auto phase = sched_->phase(j);
     if (s.running) {
-      held += lease(j).size();
-      for (auto d : lease(j)) {
-        if (holder_[d] != j) return internal("invariant: device " + std::to_string(d) + " is held twice");
+      std::uint32_t chained = 0;
+      for (std::uint32_t d = s.first_device; d != kNone && chained <= s.count; d = devices_[d].next_in_lease) {
+        if (devices_[d].holder != j) return internal("invariant: device " + std::to_string(d) + " is held twice");
+        ++chained;
       }
+      if (chained != s.count) return internal("invariant: the lease of " + job_name(j) + " lists the wrong devices");
+      held += s.count;
       if (phase != sch::RequestPhase::running) {
         return internal("invariant: " + job_name(j) + " runs but the scheduler does not say it is running");
       }
@@ -530,7 +564,7 @@ Status Engine::self_check(double now) {
   std::map<std::pair<sch::KindId, sch::HostId>, std::uint64_t> free_pt;
   std::map<sch::KindId, std::uint64_t> free_net;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
-    if (holder_[d] != kNone) continue;
+    if (devices_[d].holder != kNone) continue;
     if (devices_[d].attach == sch::AttachMode::network) {
       ++free_net[devices_[d].kind];
     } else {
@@ -587,6 +621,9 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
     } else {
       const Event e = heap_.top();
       heap_.pop();
+      // Completions come in no particular order, so the next one's record is likely not in cache: start
+      // loading it now, while this event is handled.
+      if (!heap_.empty()) __builtin_prefetch(&state_[heap_.top().job]);
       now = e.t;
       if (e.type == EventType::completion) {
         const JobState& s = state_[e.job];
@@ -635,24 +672,23 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   jct.reserve(n);
   wait.reserve(n);
   slow.reserve(n);
-  double first_arrival = job(0).arrival_s;
+  double first_arrival = arrival_[0];
   double last_finish = 0;
   for (std::uint32_t j = 0; j < n; ++j) {
-    const Job& jb = job(j);
     const JobState& s = state_[j];
     JobResult jr;
-    jr.id = jb.id;
-    jr.arrival_s = jb.arrival_s;
-    jr.runtime_s = jb.runtime_s;
-    jr.devices = jb.devices;
-    jr.first_start_s = s.first_start;
-    jr.finish_s = s.finish;
-    jr.jct_s = s.finish - jb.arrival_s;
-    jr.wait_s = s.first_start - jb.arrival_s;
-    jr.slowdown = jr.jct_s / std::max(jb.runtime_s, 1.0);
+    jr.id = ids_[j];
+    jr.arrival_s = arrival_[j];
+    jr.runtime_s = runtime_[j];
+    jr.devices = s.count;
+    jr.first_start_s = first_start_[j];
+    jr.finish_s = finish_[j];
+    jr.jct_s = finish_[j] - arrival_[j];
+    jr.wait_s = first_start_[j] - arrival_[j];
+    jr.slowdown = jr.jct_s / std::max(runtime_[j], 1.0);
     jr.reconfigurations = s.reconfigs;
     jr.preemptions = s.preemptions;
-    last_finish = std::max(last_finish, s.finish);
+    last_finish = std::max(last_finish, finish_[j]);
     jct.push_back(jr.jct_s);
     wait.push_back(jr.wait_s);
     slow.push_back(jr.slowdown);

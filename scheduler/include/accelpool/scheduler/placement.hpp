@@ -9,7 +9,6 @@
 #include <optional>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace accelpool::scheduler {
@@ -47,8 +46,12 @@ class DeviceGroup {
 
  private:
   friend class FreeIndex;
+  // by_bitstream_ slot of a bitstream: [0] holds nothing (kNoBitstream), [b + 1] holds b (ids are dense).
+  static std::size_t bitstream_slot(BitstreamId b) { return b == kNoBitstream ? 0 : std::size_t{b} + 1; }
+  IdSet& holding_slot(BitstreamId b);
+
   IdSet free_;
-  std::unordered_map<BitstreamId, IdSet> by_bitstream_;
+  std::vector<IdSet> by_bitstream_;
   std::vector<IdSet> by_host_;  // by host id (dense)
   std::vector<HostId> host_of_;
   std::vector<IdSet> hosts_with_free_;  // [n]: hosts with exactly n free devices (n >= 1)
@@ -89,16 +92,19 @@ class FreeIndex {
   std::vector<std::size_t> free_by_kind_;
 };
 
-// Contract for a placement policy. Called only when `eligible.free() >= request.count`; must return exactly
-// request.count distinct devices from the eligible groups, must not modify anything, and should be
-// O(count * log n). `loaded` tells what a device holds now (kNoBitstream if nothing).
+// Contract for a placement policy. Implementations are pure functions of their arguments (no I/O, no clock,
+// no state that changes between calls).
 class PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
   virtual std::string_view name() const = 0;
   // The indexes place() reads besides DeviceGroup::free().
   virtual IndexNeeds needs() const { return {}; }
-  virtual std::vector<DeviceId> place(const Request& request, const FreeIndex::Eligible& eligible) const = 0;
+  // Chooses the devices of a grant. Called only when `eligible.free() >= request.count`, with `out` empty;
+  // must append exactly request.count distinct devices from the eligible groups to `out` (the caller reuses
+  // its capacity), must not modify anything else, and should be O(count * log n). Cannot fail.
+  virtual void place(const Request& request, const FreeIndex::Eligible& eligible,
+                     std::vector<DeviceId>& out) const = 0;
 };
 
 // Builds a placement policy by name: first-fit, affinity, pack. nullptr and `error` set if unknown.

@@ -9,6 +9,7 @@
 // attained service) or release() (it is gone).
 #pragma once
 
+#include <accelpool/scheduler/id_map.hpp>
 #include <accelpool/scheduler/model.hpp>
 #include <accelpool/scheduler/ordering.hpp>
 #include <accelpool/scheduler/placement.hpp>
@@ -107,28 +108,34 @@ class Scheduler {
   const TenantLedger& ledger() const { return ledger_; }
 
  private:
-  struct Entry {
+  // Laid out so that a grant or release, which comes for any entry at any time, reads the first two cache
+  // lines only: the request and flags, then the lease.
+  struct alignas(64) Entry {
     Request request;
     RequestPhase phase = RequestPhase::waiting;
+    bool protected_ = false;            // granted by the tail guard: never preempted
+    bool live = false;                  // the slot holds a request (see entries_)
     double attained_device_s = 0;
     double attained_s = 0;
     Time granted_at = 0;
-    PriorityKey key;                    // waiting key
-    PriorityKey victim_rank;             // running leases of preemptive policies
+    std::vector<DeviceId> devices;      // running or revoking: the lease's devices
     std::optional<Time> key_change_at;  // running leases: next LAS demotion
-    bool protected_ = false;            // granted by the tail guard: never preempted
-    std::vector<DeviceId> devices;
+    PriorityKey key;                    // waiting key
+    PriorityKey victim_rank;            // running leases of preemptive policies
     RequestView view() const { return {request, attained_device_s, attained_s, granted_at}; }
   };
-  struct Slot {
+  // One device. Packed into 32 bytes: a grant or release touches the slots of its devices in no
+  // particular order, so each should cost one cache line.
+  struct alignas(32) Slot {
     Device device;
     DeviceState state = DeviceState::free;
-    bool present = false;
-    bool draining = false;
-    bool available = true;
+    bool present : 1 = false;
+    bool draining : 1 = false;
+    bool available : 1 = true;
+    bool held : 1 = false;
     RequestId holder = 0;
-    bool held = false;
   };
+  static_assert(sizeof(Slot) == 32);
   // Waiting requests that compete for the same devices in the same way form a bucket; inside a bucket
   // they are ordered by key, so the bucket's head is its best request.
   struct BucketKey {
@@ -144,11 +151,20 @@ class Scheduler {
 
   Slot* slot(DeviceId id);
   const Slot* slot(DeviceId id) const;
+  Entry* find(RequestId id);
+  const Entry* find(RequestId id) const;
+  // The entry of a live request; the request must exist (a broken invariant otherwise: aborts).
+  Entry& entry(RequestId id);
+  const Entry& entry(RequestId id) const;
+  // A fresh entry for a request whose id is not live. Invalidates references to other entries.
+  Entry& add_entry(const Request& request);
+  void remove_entry(Entry& e);
   BucketKey bucket_key(const Request& r) const;
   void enqueue(Entry& e, Time now);
   void dequeue(Entry& e);
-  void grant(Entry& e, std::vector<DeviceId> devices, Time now, bool protect, Decisions& out);
-  Grant start(Entry& e, std::vector<DeviceId> devices, Time granted_at, bool protect);
+  void grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, bool protect, Decisions& out);
+  void place(Entry& e, const FreeIndex::Eligible& eligible);
+  Grant start(Entry& e, Time granted_at, bool protect);
   void stop_running(Entry& e, Time now);
   void make_free(Slot& s);
   void make_unfree(Slot& s);
@@ -186,7 +202,12 @@ class Scheduler {
 
   std::vector<Slot> slots_;
   FreeIndex free_;
-  std::unordered_map<RequestId, Entry> entries_;
+  // Live requests. Entries sit in a slab and are reused after release, so the working set stays compact and
+  // a reused entry keeps its device vector's capacity (no allocation per grant); `entry_of_` finds them by id.
+  // The slab grows to the largest number of requests live at once and does not shrink.
+  std::vector<Entry> entries_;
+  std::vector<std::uint32_t> unused_entries_;
+  IdMap entry_of_;
   std::map<BucketKey, Bucket> buckets_;
   // Waiting requests per kind, oldest first; kept only with a tail guard.
   std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> arrivals_;
