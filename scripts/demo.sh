@@ -1,24 +1,45 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine, builds accelpool, and runs its main job: the pool manager on its embedded default
-# (SQLite store, one local host with simulated FPGAs) serving a burst of guest jobs through accelpool-run.
-# Prints each job's JCT and the pool's statistics, and where the admin API and metrics are.
+# Sets up a fresh machine, builds accelpool, and runs its main job: the pool manager (SQLite store, one local
+# host with simulated FPGAs) and a host agent (a second host with simulated FPGAs of its own) serving a burst of
+# guest jobs through accelpool-run. Prints each job's JCT and the pool's statistics, and where the admin API and
+# metrics are.
 #
-#   scripts/demo.sh [JOBS]      (default 10 jobs on 4 devices: some queue)
+#   scripts/demo.sh [JOBS]   development mode: the guests are processes here (default 10 jobs on 6 devices: some queue)
+#   scripts/demo.sh --vm     real VMs: a private libvirtd boots two guests whose accelpool-run acquires the agent's
+#                            simulated FPGA through accelpool-guestd, the agent's port relay and PCI hot-plug
+#                            (the end-to-end test tests/guest/guest_e2e_test.cpp; needs root, QEMU and libvirtd)
 # Set BUILD_DIR to use another build folder. Everything the run writes goes to out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+vm=0
+if [ "${1:-}" = "--vm" ]; then vm=1; shift; fi
 jobs=${1:-10}
 build=${BUILD_DIR:-build}
 scripts/setup.sh
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target accelpool-manager accelpoolctl accelpool-run
+
+if [ "$vm" = 1 ]; then
+  cmake --build "$build" --target guest_e2e_tests
+  mkdir -p out
+  echo "Booting two guests under a private libvirtd (pure emulation, 1-2 minutes):"
+  ACCELPOOL_E2E_VERBOSE=1 "$build/bin/guest_e2e_tests" -s 2>&1 | tee out/demo-vm.log |
+    grep -E 'accelpool-guest: (job|pci added|pci removed)|relay: VM|timings|SKIPPED|passed|failed' || true
+  echo "Full output (manager and agent logs, both consoles): out/demo-vm.log"
+  exit 0
+fi
+
+cmake --build "$build" --target accelpool-manager accelpool-agent accelpoolctl accelpool-run
 bin="$build/bin"
 
 out=out/demo
 rm -rf "$out" && mkdir -p "$out"
-"$bin/accelpool-manager" --data-dir "$out/data" --guest-tcp 127.0.0.1:0 --admin 127.0.0.1:0 >"$out/manager.log" 2>&1 &
+agent_token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf 'data_dir = "%s"\n[agents]\nlisten = ["127.0.0.1:0"]\ntoken = "%s"\n' "$PWD/$out/data" "$agent_token" >"$out/manager.toml"
+"$bin/accelpool-manager" --config "$out/manager.toml" --guest-tcp 127.0.0.1:0 --admin 127.0.0.1:0 \
+  >"$out/manager.log" 2>&1 &
 manager=$!
-trap 'kill "$manager" 2>/dev/null || true; wait "$manager" 2>/dev/null || true' EXIT
+agent=""
+trap 'kill $agent "$manager" 2>/dev/null || true; wait $agent "$manager" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
   [ -s "$out/data/endpoints.json" ] && grep -q "admin token" "$out/manager.log" && break
   sleep 0.1
@@ -32,7 +53,20 @@ guest_token=$(sed -n 's/^guest token for tenant default (shown once): //p' "$out
 admin_token=$(sed -n 's/^admin token (shown once): //p' "$out/manager.log")
 ctl() { "$bin/accelpoolctl" --url "$admin_url" --token "$admin_token" "$@"; }
 
+# A host agent in development mode: simulated devices and no libvirt; its FPGAs are network-attached, so the
+# guests of any host may use them.
+printf '[agent]\nmanager = "%s"\ntoken = "%s"\nhost = "demo-hv"\n[backends.sim]\ndevices = "fpga:sim-u250:2"\nattach = "network"\nprogram_base_ms = 200\n' \
+  "$(field agents)" "$agent_token" >"$out/agent.toml"
+"$bin/accelpool-agent" --config "$out/agent.toml" >"$out/agent.log" 2>&1 &
+agent=$!
+for _ in $(seq 100); do
+  grep -q "registered with the manager" "$out/agent.log" && break
+  sleep 0.1
+done
+grep -q "registered with the manager" "$out/agent.log" || { cat "$out/agent.log"; echo "demo: the agent did not register" >&2; exit 1; }
+
 echo "accelpool-manager is up: admin API $admin_url (metrics at $admin_url/metrics), guests at tcp://$guest_tcp"
+echo "accelpool-agent is up: host demo-hv with 2 simulated FPGAs"
 echo
 ctl devices
 echo
@@ -60,5 +94,5 @@ echo "Pool statistics:"
 ctl stats
 echo
 echo "Admin API: $admin_url   metrics: $admin_url/metrics   admin token: $admin_token"
-echo "Manager log and data: $out/"
+echo "Manager and agent logs, data: $out/"
 echo "The scheduling policies compared on the real Philly trace: scripts/results.sh (see docs/results.md)."

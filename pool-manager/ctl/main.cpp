@@ -1,12 +1,18 @@
 // accelpoolctl: admin CLI for accelpool-manager over its REST API. See docs/operations.md.
 #include "http_client.hpp"
 
+#include <accelpool/bitstreams/base64.hpp>
+#include <accelpool/bitstreams/manifest.hpp>
+
 #include <boost/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,13 +29,20 @@ token comes from --token or $ACCELPOOL_TOKEN.
 commands:
   hosts                              hosts and their device counts
   devices                            every device with its state, bitstream and lease
-  drain DEVICE | undrain DEVICE      stop / resume granting a device (DEVICE is HOST/LOCAL_ID)
+  drain TARGET [--deadline SECONDS]  stop granting a device (HOST/LOCAL_ID) or every device of a HOST; with
+                                     --deadline, leases still on them then are revoked (with grace)
+  undrain TARGET                     resume granting a device or a host
   reset DEVICE                       reset a device no lease holds
   leases [--state S] [--tenant T] [--all]   leases (live ones unless --all)
   lease ID                           one lease
   revoke ID [--reason TEXT]          revoke a lease (the guest gets its grace period)
   queue                              waiting leases in scheduling order
-  bitstreams                         bitstreams on devices or asked for
+  bitstreams                         registered bitstreams (and names devices hold or leases ask for)
+  bitstreams show NAME [VERSION]     one bitstream (highest version without VERSION)
+  bitstreams register MANIFEST.toml [--file IMAGE]
+                                     upload an image and its manifest (the image defaults to the manifest's
+                                     'file', next to the manifest); the manager verifies and stores them
+  bitstreams delete NAME VERSION     remove one; refused while a queued or granted lease uses the name
   tenants                            tenants with weights and quotas
   tenants create NAME [--weight W] [--max-devices N]   prints the new token once
   tenants update NAME [--weight W] [--max-devices N]
@@ -134,7 +147,46 @@ std::string device_target(const std::string& dev, const std::string& action) {
   return "/v1/devices/" + dev + "/" + action;
 }
 
+// A drain target: HOST/LOCAL_ID is a device, a bare HOST every device of that host.
+std::string drain_target(const std::string& target, const std::string& action) {
+  if (target.find('/') == std::string::npos) return "/v1/hosts/" + target + "/" + action;
+  return device_target(target, action);
+}
+
 std::string json_string(const std::string& s) { return json::serialize(json::value(s)); }
+
+void print_bitstreams(const json::array& list) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& b : list) {
+    const auto& o = b.as_object();
+    auto field = [&](const char* k) { return o.contains(k) ? str(o.at(k)) : std::string("-"); };
+    std::string sha = field("sha256");
+    rows.push_back({field("name"), field("version"), field("kind"), field("format"), sha.size() > 12 ? sha.substr(0, 12) : sha,
+                    o.contains("compatible") ? join(o.at("compatible")) : "-", join(o.at("loaded_on")),
+                    o.contains("leases") ? std::to_string(o.at("leases").as_array().size()) : "0"});
+  }
+  table({"BITSTREAM", "VERSION", "KIND", "FORMAT", "SHA256", "COMPATIBLE", "LOADED ON", "LEASES"}, rows);
+}
+
+std::string read_file(const std::filesystem::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) die(2, std::string("cannot read the ") + what + " " + path.string());
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// The register request: the manifest's text and the image's bytes. The image is `image`, or the manifest's
+// 'file' next to the manifest.
+std::string upload_body(const std::string& manifest_path, const std::string& image) {
+  std::string text = read_file(manifest_path, "manifest");
+  auto m = accelpool::bitstreams::parse_manifest(text, manifest_path);
+  if (!m) die(2, m.error().message);
+  std::filesystem::path file = image.empty() ? std::filesystem::path(manifest_path).parent_path() / m->file : std::filesystem::path(image);
+  std::string bytes = read_file(file, "image");
+  json::object body{{"manifest", text}, {"content_base64", accelpool::bitstreams::base64_encode(bytes)}};
+  return json::serialize(body);
+}
 
 }  // namespace
 
@@ -162,7 +214,7 @@ int main(int argc, char** argv) {
       o.json_out = v == "json";
     } else if (a == "--all") flags["all"] = "true";
     else if (a == "--state" || a == "--tenant" || a == "--reason" || a == "--weight" || a == "--max-devices" ||
-             a == "--window") flags[a.substr(2)] = value();
+             a == "--window" || a == "--deadline" || a == "--file") flags[a.substr(2)] = value();
     else if (a.rfind("--", 0) == 0) die(2, "unknown option " + a + "\n" + kUsage);
     else args.push_back(a);
   }
@@ -194,8 +246,11 @@ int main(int argc, char** argv) {
     auto v = call(o, "GET", "/v1/hosts");
     if (out(v)) return 0;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& h : v.at("hosts").as_array()) rows.push_back({str(h.at("name")), std::to_string(h.at("devices").as_array().size())});
-    table({"HOST", "DEVICES"}, rows);
+    for (const auto& h : v.at("hosts").as_array()) {
+      rows.push_back({str(h.at("name")), std::to_string(h.at("devices").as_array().size()),
+                      h.at("connected").as_bool() ? "yes" : "no", h.at("draining").as_bool() ? "yes" : "no"});
+    }
+    table({"HOST", "DEVICES", "CONNECTED", "DRAINING"}, rows);
   } else if (cmd == "devices") {
     auto v = call(o, "GET", "/v1/devices");
     if (out(v)) return 0;
@@ -205,11 +260,29 @@ int main(int argc, char** argv) {
                       str(d.at("loaded")), str(d.at("lease"))});
     }
     table({"DEVICE", "KIND", "MODEL", "ATTACH", "STATE", "LOADED", "LEASE"}, rows);
-  } else if (cmd == "drain" || cmd == "undrain" || cmd == "reset") {
+  } else if (cmd == "drain" || cmd == "undrain") {
+    need(1, "a device (HOST/LOCAL_ID) or a host");
+    std::string body;
+    if (flags.count("deadline")) {
+      if (cmd != "drain") die(2, "--deadline applies to drain only");
+      char* end = nullptr;
+      double s = std::strtod(flags["deadline"].c_str(), &end);
+      if (flags["deadline"].empty() || *end != '\0' || !(s >= 0)) die(2, "--deadline takes a number of seconds >= 0");
+      body = "{\"deadline_s\":" + json::serialize(json::value(s)) + "}";
+    }
+    auto v = call(o, "POST", drain_target(args[1], cmd), body);
+    if (out(v)) return 0;
+    if (v.as_object().contains("devices")) {
+      std::cout << "host " << args[1] << ": " << (v.at("draining").as_bool() ? "draining" : "not draining") << ", "
+                << v.at("devices").as_array().size() << " devices\n";
+    } else {
+      std::cout << "device " << args[1] << ": " << str(v.at("state")) << "\n";
+    }
+  } else if (cmd == "reset") {
     need(1, "a device (HOST/LOCAL_ID)");
     auto v = call(o, "POST", device_target(args[1], cmd));
     if (out(v)) return 0;
-    std::cout << "device " << args[1] << ": " << str(v.at("state")) << (cmd == "reset" ? " (reset started)" : "") << "\n";
+    std::cout << "device " << args[1] << ": " << str(v.at("state")) << " (reset started)\n";
   } else if (cmd == "leases") {
     std::string q;
     for (const char* k : {"state", "tenant", "all"}) {
@@ -234,11 +307,31 @@ int main(int argc, char** argv) {
     if (out(v)) return 0;
     print_leases(v.at("queue").as_array());
   } else if (cmd == "bitstreams") {
-    auto v = call(o, "GET", "/v1/bitstreams");
-    if (out(v)) return 0;
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& b : v.at("bitstreams").as_array()) rows.push_back({str(b.at("name")), join(b.at("loaded_on"))});
-    table({"BITSTREAM", "LOADED ON"}, rows);
+    std::string sub = args.size() > 1 ? args[1] : "list";
+    if (sub == "list") {
+      auto v = call(o, "GET", "/v1/bitstreams");
+      if (out(v)) return 0;
+      print_bitstreams(v.at("bitstreams").as_array());
+      for (const auto& r : v.at("rejected").as_array()) std::cerr << "left out: " << str(r.at("message")) << "\n";
+    } else if (sub == "show") {
+      need(2, "a bitstream name");
+      auto v = call(o, "GET", "/v1/bitstreams/" + args[2] + (args.size() > 3 ? "/" + args[3] : ""));
+      if (out(v)) return 0;
+      print_bitstreams(json::array{v});
+    } else if (sub == "register") {
+      need(2, "a manifest file");
+      auto v = call(o, "POST", "/v1/bitstreams", upload_body(args[2], flags.count("file") ? flags["file"] : ""));
+      if (out(v)) return 0;
+      std::cout << "registered " << str(v.at("name")) << "@" << str(v.at("version")) << " (sha256 " << str(v.at("sha256"))
+                << ", " << str(v.at("size_bytes")) << " bytes)\n";
+    } else if (sub == "delete") {
+      need(3, "a bitstream name and version");
+      auto v = call(o, "DELETE", "/v1/bitstreams/" + args[2] + "/" + args[3]);
+      if (out(v)) return 0;
+      std::cout << "deleted " << str(v.at("deleted")) << "\n";
+    } else {
+      die(2, "bitstreams takes list, show, register or delete");
+    }
   } else if (cmd == "tenants") {
     std::string sub = args.size() > 1 ? args[1] : "list";
     if (sub == "list") {

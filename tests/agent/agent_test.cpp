@@ -519,7 +519,7 @@ TEST_CASE("with a bitstream registry prepare programs verified images and refuse
   r = f.owner.call([&](auto done) { a->prepare("sim:0", "nope", false, "", done); });
   CHECK(r.status.error().code == "not_found");
   r = f.owner.call([&](auto done) { a->prepare_lease("sim:0", "vadd", vadd_sha, false, "", "", done); });
-  CHECK(r.status.error().code == "not_found");
+  CHECK(r.status.error().code == "missing_file");  // no agent.images_url to fetch it from
   r = f.owner.call([&](auto done) {
     a->prepare_lease("sim:0", "vadd", "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a", false, "", "",
                      done);

@@ -84,11 +84,15 @@ TEST_CASE("opencl: a device splits into equal sub-devices", "[opencl][pocl]") {
       ++subs;
       CHECK(std::stoi(d.attributes.at("compute_units")) == cus / 2);
       CHECK(d.kind == "cpu");
+      // Sub-device ids are "<parent>.<n>", valid as pool device ids ([A-Za-z0-9._:-], no '/').
+      CHECK(d.local_id.rfind(cpu + ".", 0) == 0);
+      CHECK(d.local_id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") ==
+            std::string::npos);
     }
   }
   CHECK(subs == 2);
-  CHECK(split->health(cpu + "/0").health == Health::ok);
-  CHECK(split->health(cpu + "/1").health == Health::ok);
+  CHECK(split->health(cpu + ".0").health == Health::ok);
+  CHECK(split->health(cpu + ".1").health == Health::ok);
 }
 
 TEST_CASE("opencl: splitting into more sub-devices than compute units is refused", "[opencl][errors]") {
@@ -106,11 +110,11 @@ TEST_CASE("opencl: a PoCL sub-device is programmed with the vadd sample and runs
   auto b = open_backend(2);
   if (!b) return;
   std::string cpu = first_cpu(*b);
-  if (cpu.empty() || cpu.find('/') == std::string::npos) {
+  if (cpu.empty() || cpu.find('.') == std::string::npos) {
     WARN("skipped: no splittable OpenCL CPU device");
     return;
   }
-  std::string sub = cpu.substr(0, cpu.find('/')) + "/1";
+  std::string sub = cpu.substr(0, cpu.find('.')) + ".1";
   Image vadd = sample_image("vadd");
   CHECK(b->loaded(sub)->empty());
 
@@ -136,7 +140,7 @@ TEST_CASE("opencl: a PoCL sub-device is programmed with the vadd sample and runs
   CHECK(out[n - 1] == x[n - 1] + y[n - 1]);
 
   // The other sub-device holds nothing.
-  std::string other = cpu.substr(0, cpu.find('/')) + "/0";
+  std::string other = cpu.substr(0, cpu.find('.')) + ".0";
   CHECK(b->loaded(other)->empty());
   auto not_programmed = b->run_kernel(other, "vadd", args, {n});
   REQUIRE_FALSE(not_programmed.is_ok());
@@ -155,13 +159,13 @@ TEST_CASE("opencl: a program binary built on one sub-device programs another", "
   auto b = open_backend(2);
   if (!b) return;
   std::string cpu = first_cpu(*b);
-  if (cpu.empty() || cpu.find('/') == std::string::npos) {
+  if (cpu.empty() || cpu.find('.') == std::string::npos) {
     WARN("skipped: no splittable OpenCL CPU device");
     return;
   }
-  std::string root = cpu.substr(0, cpu.find('/'));
-  REQUIRE(b->program(root + "/0", sample_image("vadd")).is_ok());
-  auto binary = b->program_binary(root + "/0");
+  std::string root = cpu.substr(0, cpu.find('.'));
+  REQUIRE(b->program(root + ".0", sample_image("vadd")).is_ok());
+  auto binary = b->program_binary(root + ".0");
   REQUIRE(binary.is_ok());
   CHECK(binary->size() > 0);
 
@@ -173,18 +177,18 @@ TEST_CASE("opencl: a program binary built on one sub-device programs another", "
   image.file = dir.path() / "vadd.pocl";
   image.format = "opencl-binary";
   std::ofstream(image.file, std::ios::binary) << *binary;
-  REQUIRE(b->program(root + "/1", image).is_ok());
-  CHECK(*b->loaded(root + "/1") == image.sha256);
+  REQUIRE(b->program(root + ".1", image).is_ok());
+  CHECK(*b->loaded(root + ".1") == image.sha256);
   const std::uint32_t n = 513;
   std::vector<float> x(n, 1.5f), y(n, 2.25f);
   std::vector<KernelArg> args{KernelArg::in<float>(x), KernelArg::in<float>(y), KernelArg::out<float>(n),
                               KernelArg::scalar<std::uint32_t>(n)};
-  REQUIRE(b->run_kernel(root + "/1", "vadd", args, {n}).is_ok());
+  REQUIRE(b->run_kernel(root + ".1", "vadd", args, {n}).is_ok());
   for (float v : args[2].as<float>()) CHECK(v == 3.75f);
 
   // Garbage is not a binary.
   std::ofstream(image.file, std::ios::binary | std::ios::trunc) << "not a program binary";
-  auto bad = b->program(root + "/1", image);
+  auto bad = b->program(root + ".1", image);
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.error().code == "program_failed");
   CHECK(b->program_binary("opencl:9:9").error().code == "not_found");

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -246,5 +247,85 @@ TEST_CASE("remote agents join, a SIGKILLed agent's devices become unavailable an
   // It wakes up, reconnects, and its GPU serves one of the two waiting guests.
   b.signal(SIGCONT);
   CHECK(wait_for([&] { return p.devices().at("host-b/sim:0").first == "leased"; }, 10s));
+#endif
+}
+
+TEST_CASE("three agents pool their devices: a gang spans hosts, a drained host serves no one new, a killed one "
+          "reconciles on restart",
+          "[integration][agents][drain]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+  return;
+#else
+  Pool p;
+  const std::string mgr = p.daemon.endpoints().agents;
+  const int admin = p.daemon.endpoints().admin_port;
+  Agent a(p.dir, "host-a", mgr, "fpga:sim-u250:2");
+  Agent b(p.dir, "host-b", mgr, "fpga:sim-u250:1");
+  Agent c(p.dir, "host-c", mgr, "fpga:sim-u250:1");
+  REQUIRE(wait_for([&] { return p.devices().size() == 5; }, 10s));
+  auto hosts_of = [&](std::uint64_t lease) {
+    std::set<std::string> h;
+    for (const auto& [name, d] : p.devices()) {
+      if (d.second == lease) h.insert(name.substr(0, name.find('/')));
+    }
+    return h;
+  };
+
+  // One gang of four FPGAs takes every FPGA of the three agents: network-attached devices pool across hosts.
+  auto g1 = p.guest("vm-g1");
+  auto l1 = lease_id(g1.call("acquire", {{"kind", "fpga"}, {"count", 4}}));
+  REQUIRE(g1.wait_notification("lease.granted", l1, 10s));
+  CHECK(hosts_of(l1) == std::set<std::string>{"host-a", "host-b", "host-c"});
+
+  // Drain host-c with a 1 s deadline: the lease still on it is warned, the guest gives it back.
+  auto bad = http(admin, "POST", "/v1/hosts/host-c/drain", p.admin, R"({"deadline_s":-3})");
+  CHECK(bad.status == 400);
+  CHECK(http(admin, "POST", "/v1/hosts/host-q/drain", p.admin).status == 404);
+  CHECK(http(admin, "GET", "/v1/hosts/host-c", p.admin).json().at("draining").as_bool() == false);
+  auto drained = http(admin, "POST", "/v1/hosts/host-c/drain", p.admin, R"({"deadline_s":1})");
+  REQUIRE(drained.status == 200);
+  CHECK(drained.json().at("draining").as_bool());
+  CHECK(p.lease_state(l1) == "granted");
+  auto warned = g1.wait_notification("lease.revoking", l1, 5s);
+  REQUIRE(warned);
+  g1.call("release", {{"lease", l1}});
+  REQUIRE(wait_for([&] { return p.devices().at("host-a/sim:0").first == "free"; }, 5s));
+  CHECK(p.devices().at("host-c/sim:0").first == "draining");
+
+  // Four FPGAs are no longer there to grant: the next gang waits, three do not.
+  auto g2 = p.guest("vm-g2");
+  auto l2 = lease_id(g2.call("acquire", {{"kind", "fpga"}, {"count", 3}}));
+  REQUIRE(g2.wait_notification("lease.granted", l2, 10s));
+  CHECK(hosts_of(l2) == std::set<std::string>{"host-a", "host-b"});
+  auto g3 = p.guest("vm-g3");
+  auto l3 = lease_id(g3.call("acquire", {{"kind", "fpga"}, {"count", 1}}));
+  CHECK(p.lease_state(l3) == "queued");
+
+  // SIGKILL host-b: its device becomes unavailable and g2's gang goes back to the queue; host-c stays drained.
+  b.stop(SIGKILL);
+  REQUIRE(wait_for([&] { return p.devices().at("host-b/sim:0").first == "unavailable"; },
+                   std::chrono::milliseconds(kHeartbeatTimeoutMs + 1500)));
+  CHECK(g2.wait_notification("lease.requeued", l2, 5s));
+  CHECK(p.devices().at("host-c/sim:0").first == "draining");
+  CHECK(p.devices().at("host-c/sim:0").second == 0);
+
+  // Undrain host-c and restart host-b: the manager's store is the source of truth, b's device is available again,
+  // and the four FPGAs serve both waiting guests (g2's gang of three spans hosts again).
+  REQUIRE(http(admin, "POST", "/v1/hosts/host-c/undrain", p.admin).status == 200);
+  b.start();
+  REQUIRE(wait_for([&] { return p.lease_state(l2) == "granted" && p.lease_state(l3) == "granted"; }, 10s));
+  CHECK(hosts_of(l2).size() >= 2);
+  std::size_t leased = 0;
+  for (const auto& [name, d] : p.devices()) leased += d.first == "leased" ? 1 : 0;
+  CHECK(leased == 4);
+  auto hosts = http(admin, "GET", "/v1/hosts", p.admin).json();
+  std::size_t connected = 0, draining = 0;
+  for (const auto& h : hosts.at("hosts").as_array()) {
+    connected += h.at("connected").as_bool() ? 1 : 0;
+    draining += h.at("draining").as_bool() ? 1 : 0;
+  }
+  CHECK(connected == 4);  // host-a, host-b, host-c and the local host
+  CHECK(draining == 0);
 #endif
 }

@@ -14,6 +14,11 @@ accelpool::Result<Config> load_text(const TempDir& dir, const std::string& text)
   std::ofstream(p) << text;
   return load_config(p);
 }
+// The error message loading `text` gives ("" when it loads, which the caller's CHECK then reports).
+std::string refusal(const TempDir& dir, const std::string& text) {
+  auto c = load_text(dir, text);
+  return c.is_ok() ? std::string() : c.error().message;
+}
 }  // namespace
 
 TEST_CASE("a full configuration file is read", "[config]") {
@@ -137,4 +142,52 @@ TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat 
   auto unknown = load_text(dir, "[agents]\nlisten = []\ntokn = \"x\"\n");
   REQUIRE_FALSE(unknown.is_ok());
   CHECK(unknown.error().message.find("'tokn'") != std::string::npos);
+}
+
+TEST_CASE("the [bitstreams] table: registry folder and seed", "[config][bitstreams]") {
+  TempDir dir;
+  auto none = load_text(dir, "data_dir = \"d\"\n");
+  REQUIRE(none.is_ok());
+  CHECK(none->bitstreams_dir() == dir.path / "d" / "bitstreams");
+  CHECK_FALSE(none->bitstreams.seed.has_value());
+
+  auto c = load_text(dir, "[bitstreams]\ndir = \"images\"\nseed = \"\"\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->bitstreams_dir() == dir.path / "images");
+  REQUIRE(c->bitstreams.seed.has_value());
+  CHECK(c->bitstreams_seed().empty());
+
+  auto seeded = load_text(dir, "[bitstreams]\nseed = \"samples\"\n");
+  REQUIRE(seeded.is_ok());
+  CHECK(seeded->bitstreams_seed() == dir.path / "samples");
+
+  CHECK_THAT(refusal(dir, "[bitstreams]\nfolder = \"x\"\n"), Catch::Contains("'folder'"));
+  CHECK_THAT(refusal(dir, "[bitstreams]\ndir = \"\"\n"), Catch::Contains("bitstreams.dir"));
+}
+
+TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[config][hosts]") {
+  TempDir dir;
+  auto c = load_text(dir, "[[hosts]]\nname = \"local\"\nbackend = \"sim+opencl\"\n"
+                          "[hosts.settings]\n\"opencl.subdevices\" = 2\n\"sim.devices\" = \"fpga:m:2\"\n");
+  REQUIRE(c.is_ok());
+  auto b = host_backends(c->hosts.at(0));
+  REQUIRE(b.is_ok());
+  REQUIRE(b->size() == 2);
+  CHECK(b->at(0).name == "sim");
+  CHECK(b->at(0).settings == std::map<std::string, std::string>{{"devices", "fpga:m:2"}});
+  CHECK(b->at(1).name == "opencl");
+  CHECK(b->at(1).settings == std::map<std::string, std::string>{{"subdevices", "2"}});
+
+  CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+opencl\"\n[hosts.settings]\nsubdevices = 2\n"),
+             Catch::Contains("'subdevices'") && Catch::Contains("m.toml:1"));
+  CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+sim\"\n"), Catch::Contains("twice"));
+  CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+\"\n"), Catch::Contains("backend 'sim+'"));
+  CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"static+sim\"\n"), Catch::Contains("stands alone"));
+
+  HostConfig one;
+  one.backend = "opencl";
+  one.settings = {{"subdevices", "2"}};
+  auto single = host_backends(one);
+  REQUIRE(single.is_ok());
+  CHECK(single->at(0).settings.at("subdevices") == "2");
 }

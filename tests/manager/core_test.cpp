@@ -203,6 +203,59 @@ TEST_CASE("draining a device keeps it from new grants", "[core]") {
   CHECK_FALSE(pool.core->set_draining("local/nope", true).is_ok());
 }
 
+TEST_CASE("a drained host grants nothing new and revokes what still runs at its deadline, across restarts",
+          "[core][drain]") {
+  CoreOptions opts;
+  opts.revoke_grace_s = 2;
+  opts.lease_ttl_s = 1000;
+  Pool pool(make_devices("fpga", 2), opts);
+  Lease a = pool.acquire("a", "vm1");
+  pool.posts.drain();
+
+  // Bad input changes nothing.
+  CHECK(pool.core->set_host_draining("nowhere", true).error().code == "not_found");
+  CHECK(pool.core->set_host_draining("local", true, -1.0).error().code == "invalid_argument");
+  CHECK(pool.core->set_host_draining("local", false, 5.0).error().code == "invalid_argument");
+  CHECK(pool.core->set_draining("local/fpga0", true, std::nan("")).error().code == "invalid_argument");
+  CHECK_FALSE(pool.core->host_draining("local"));
+  CHECK_FALSE(pool.core->device("local/fpga1")->record.draining);
+
+  REQUIRE(pool.core->set_host_draining("local", true, 10.0).is_ok());
+  CHECK(pool.core->host_draining("local"));
+  CHECK(pool.core->device("local/fpga1")->state == "draining");
+  CHECK(pool.core->device(a.devices[0])->drain_deadline == Approx(pool.clock.now() + 10));
+  Lease b = pool.acquire("a", "vm2");
+  CHECK(b.state == LeaseState::queued);  // the free device is drained too
+  REQUIRE(pool.core->next_wakeup());
+  CHECK(*pool.core->next_wakeup() <= pool.clock.now() + 10);
+
+  // A crash keeps the drain and its deadline.
+  pool.clock.advance(4);
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.core->host_draining("local"));
+  CHECK(pool.get(b.id).state == LeaseState::queued);
+  CHECK(pool.core->device(a.devices[0])->drain_deadline == Approx(pool.clock.now() + 6));
+
+  // Before the deadline the lease runs on; at the deadline it gets its grace period, then ends revoked.
+  pool.clock.advance(5);
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+  pool.clock.advance(1);
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::revoking);
+  CHECK(pool.get(a.id).end_reason == "device " + a.devices[0] + " was drained");
+  CHECK_FALSE(pool.core->device(a.devices[0])->drain_deadline);
+  pool.clock.advance(2);
+  pool.core->tick();
+  CHECK(pool.get(a.id).state == LeaseState::revoked);
+  CHECK(pool.get(b.id).state == LeaseState::queued);  // the freed device stays drained
+
+  // Undrain: the waiting lease is served.
+  REQUIRE(pool.core->set_host_draining("local", false).is_ok());
+  CHECK_FALSE(pool.core->host_draining("local"));
+  CHECK(pool.get(b.id).state == LeaseState::granted);
+}
+
 TEST_CASE("after a crash, leases, queue order, devices and bitstreams come back", "[core][restart]") {
   CoreOptions opts;
   opts.lease_ttl_s = 10;

@@ -304,7 +304,8 @@ TEST_CASE("every route in docs/api/openapi.yaml answers as documented", "[integr
   }
   REQUIRE(routes.size() >= 20);
   const std::map<std::string, std::string> params = {
-      {"{host}", "local"}, {"{local_id}", "fpga0"}, {"{id}", std::to_string(id)}, {"{name}", "a"}};
+      {"{host}", "local"}, {"{local_id}", "fpga0"}, {"{id}", std::to_string(id)}, {"{name}", "a"},
+      {"{bitstream}", "vadd"}, {"{version}", "1.0.0"}};
   const std::map<std::string, std::string> bodies = {
       {"post /v1/tenants", R"({"name":"t2","weight":2})"},
       {"patch /v1/tenants/{name}", R"({"max_devices":3})"},
@@ -446,12 +447,17 @@ TEST_CASE("the embedded default starts with no config: simulated devices, tokens
     REQUIRE(devices.status == 200);
     auto devs = devices.json().at("devices").as_array();
     REQUIRE_FALSE(devs.empty());
-    std::string kind(devs[0].at("kind").as_string());
+    bool sim_fpga = false;
+    for (const auto& dev : devs) sim_fpga = sim_fpga || dev.at("kind").as_string() == "fpga";
+    CHECK(sim_fpga);
     CHECK(http(d.endpoints().admin_port, "GET", "/readyz", "").status == 200);
-    // A lease with a bitstream on the simulated backend: programmed, then ready.
+    // The registry starts with the sample bitstreams.
+    auto bitstreams = http(d.endpoints().admin_port, "GET", "/v1/bitstreams/vadd_u250", admin);
+    REQUIRE(bitstreams.status == 200);
+    // A lease with a sample xclbin on the simulated backend: programmed, then ready.
     auto g = GuestClient::unix_socket(d.endpoints().guest_unix);
     REQUIRE(g.hello(guest, "vm1").contains("result"));
-    auto r = g.call("acquire", {{"kind", kind}, {"bitstream", "vadd"}});
+    auto r = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd_u250"}});
     REQUIRE(lease_state(r) == "granted");
     auto ready = g.wait_notification("lease.granted", lease_id(r));
     REQUIRE(ready);

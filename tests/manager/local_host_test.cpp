@@ -2,8 +2,11 @@
 #include "test_support.hpp"
 
 #include <accelpool/backends/device_backend.hpp>
+#include <accelpool/bitstreams/sha256.hpp>
+#include <accelpool/bitstreams/shared_registry.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -57,6 +60,13 @@ void wait_for(PostQueue& q, std::mutex& mu, std::size_t n) {
   FAIL("the host did not complete in time");
 }
 
+// Waits for `n` completions, then runs every posted completion (as the owner thread would).
+void settle(PostQueue& q, std::mutex& mu, std::size_t n) {
+  wait_for(q, mu, n);
+  std::lock_guard lock(mu);
+  q.drain();
+}
+
 }  // namespace
 
 TEST_CASE("the local host programs, then resets a device through its backend", "[host]") {
@@ -82,11 +92,7 @@ TEST_CASE("the local host programs, then resets a device through its backend", "
     CHECK_FALSE(s.is_ok());
     results.push_back("error:" + s.error().code);
   });
-  wait_for(q, mu, 2);
-  {
-    std::lock_guard lock(mu);
-    q.drain();
-  }
+  settle(q, mu, 2);
   REQUIRE(results.size() == 2);
   CHECK(results[0] == "vadd");
   CHECK(results[1] == "error:program_failed");
@@ -96,11 +102,106 @@ TEST_CASE("the local host programs, then resets a device through its backend", "
     CHECK(s.is_ok());
     results.push_back("after-reset:" + loaded);
   });
-  wait_for(q, mu, 1);
-  {
-    std::lock_guard lock(mu);
-    q.drain();
-  }
+  settle(q, mu, 1);
   CHECK(results.back() == "after-reset:");
   CHECK(raw->resets == 1);
+}
+
+namespace {
+
+// A registry folder holding one opaque image "img" for model "mem".
+std::shared_ptr<bitstreams::SharedRegistry> one_image_registry(const TempDir& dir, std::string& sha) {
+  auto src = dir.path / "img.bin";
+  std::ofstream(src, std::ios::binary) << "image bytes";
+  sha = *bitstreams::sha256_file(src);
+  auto reg = bitstreams::SharedRegistry::open(dir.path / "registry");
+  REQUIRE(reg.is_ok());
+  bitstreams::Manifest m;
+  m.name = "img";
+  m.version = "1.0";
+  m.kind = "fpga";
+  m.file = "img.bin";
+  m.sha256 = sha;
+  m.compatible = {"mem"};
+  REQUIRE((*reg)->add(m, src).is_ok());
+  return *reg;
+}
+
+}  // namespace
+
+TEST_CASE("the local host programs registry images, and never a file that no longer verifies", "[host][bitstreams]") {
+  TempDir dir;
+  std::string sha;
+  auto registry = one_image_registry(dir, sha);
+  auto catalog = std::make_shared<ImageCatalog>(registry);
+  auto backend = std::make_unique<MemoryBackend>();
+  backend->held = {{"d0", ""}};
+  auto* raw = backend.get();
+  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
+  list.push_back(std::move(backend));
+  PostQueue q;
+  std::mutex mu;
+  auto host = make_local_host("h", std::move(list), catalog, [&](std::function<void()> f) {
+    std::lock_guard lock(mu);
+    q.jobs.push_back(std::move(f));
+  });
+  REQUIRE(host.is_ok());
+  REQUIRE((*host)->devices().is_ok());
+  CHECK(catalog->kind_uses_images("fpga"));
+  CHECK(catalog->check("fpga", "img").is_ok());
+  CHECK(catalog->check("fpga", "nope").error().code == "not_found");
+  CHECK(catalog->check("gpu", "nope").is_ok());  // no device of that kind takes registry images
+
+  std::vector<std::string> results;
+  auto record = [&](Status s, std::string loaded) { results.push_back(s ? loaded : "error:" + s.error().code); };
+  (*host)->prepare("d0", "img", false, "vm1", record);
+  (*host)->prepare("d0", "nope", false, "vm1", record);
+  settle(q, mu, 2);
+  REQUIRE(results.size() == 2);
+  CHECK(results[0] == "img");
+  CHECK(results[1] == "error:not_found");
+  CHECK(raw->held.at("d0") == sha);
+  CHECK(raw->programs == 1);
+
+  // The file changes on disk after registration: the check and the host refuse it; the device is untouched.
+  std::ofstream(registry->dir() / "img.bin", std::ios::binary | std::ios::app) << "tampered";
+  auto refused = catalog->check("fpga", "img");
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code == "checksum_mismatch");
+  CHECK(refused.error().message.find("img.bin") != std::string::npos);
+  (*host)->prepare("d0", "img", true, "vm1", record);
+  settle(q, mu, 1);
+  CHECK(results.back() == "error:checksum_mismatch");
+  CHECK(raw->programs == 1);
+  CHECK(raw->held.at("d0") == sha);
+}
+
+TEST_CASE("the catalog refuses a bitstream that fits no device of the kind", "[host][bitstreams]") {
+  TempDir dir;
+  std::string sha;
+  auto catalog = std::make_shared<ImageCatalog>(one_image_registry(dir, sha));
+  catalog->add_devices({HostDevice{"d0", "fpga", "other-model", true, ""}});
+  auto s = catalog->check("fpga", "img");
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.error().code == "incompatible");
+  CHECK(s.error().message.find("'other-model'") != std::string::npos);
+  CHECK(s.error().message.find("mem") != std::string::npos);
+  CHECK(catalog->sha256_of("img") == sha);
+  CHECK(catalog->sha256_of("nope").empty());
+}
+
+TEST_CASE("a local host refuses two backends reporting the same device id", "[host]") {
+  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
+  for (int i = 0; i < 2; ++i) {
+    auto b = std::make_unique<MemoryBackend>();
+    b->held = {{"d0", ""}};
+    list.push_back(std::move(b));
+  }
+  TempDir dir;
+  auto reg = bitstreams::SharedRegistry::open(dir.path / "r");
+  REQUIRE(reg.is_ok());
+  auto host = make_local_host("h", std::move(list), std::make_shared<ImageCatalog>(*reg), [](std::function<void()>) {});
+  REQUIRE_FALSE(host.is_ok());
+  CHECK(host.error().code == "invalid_argument");
+  CHECK(host.error().message.find("'d0'") != std::string::npos);
 }

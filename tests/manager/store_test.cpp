@@ -1,5 +1,6 @@
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 using namespace accelpool::manager;
@@ -60,4 +61,38 @@ TEST_CASE("a file that is not a database gives a clear error", "[store]") {
   REQUIRE_FALSE(opened.is_ok());
   CHECK(opened.error().code == "store");
   CHECK(opened.error().message.find("junk.db") != std::string::npos);
+}
+
+TEST_CASE("old ended leases are pruned from the store; live ones and the newest id stay", "[store]") {
+  TempDir dir;
+  auto opened = open_sqlite_store(dir.path / "s.db", false);
+  REQUIRE(opened.is_ok());
+  auto& store = **opened;
+  Batch b;
+  auto lease = [](LeaseId id, LeaseState state, double ended_at) {
+    Lease l;
+    l.id = id;
+    l.tenant = "t";
+    l.guest = "g";
+    l.kind = "fpga";
+    l.state = state;
+    l.ended_at = ended_at;
+    return l;
+  };
+  b.leases.push_back(lease(1, LeaseState::released, 100));  // old: pruned
+  b.leases.push_back(lease(2, LeaseState::granted, 0));     // live: kept whatever its age
+  b.leases.push_back(lease(3, LeaseState::expired, 900));   // recent: kept
+  b.leases.push_back(lease(4, LeaseState::cancelled, 50));  // old but the newest id: kept
+  REQUIRE(store.apply(b).is_ok());
+  Batch prune;
+  prune.prune_ended_before = 500;
+  REQUIRE_FALSE(prune.empty());
+  REQUIRE(store.apply(prune).is_ok());
+  auto snap = store.load(100);
+  REQUIRE(snap.is_ok());
+  std::vector<LeaseId> ids;
+  for (const auto& l : snap->leases) ids.push_back(l.id);
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<LeaseId>{2, 3, 4});
+  CHECK(snap->max_lease_id == 4);
 }

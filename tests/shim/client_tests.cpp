@@ -26,13 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-#define REQUIRE_MANAGER(m)                                                                  \
-  if (ManagerProcess::binary().empty()) {                                                   \
-    WARN("skipped: this build has no accelpool-manager target, so there is no pool to test against"); \
-    return;                                                                                 \
-  }                                                                                         \
-  if (!(m).start()) FAIL("accelpool-manager did not start: " << (m).error())
-
 std::unique_ptr<Client> connect(const ManagerProcess& m, const std::string& guest, bool unix_socket = false) {
   ClientOptions o;
   o.uri = unix_socket ? m.unix_uri() : m.tcp_uri();

@@ -72,7 +72,7 @@ TEST_CASE("a virtio-serial port is found by its name", "[shim]") {
 
 TEST_CASE("lease objects and device names become descriptions", "[shim]") {
   auto l = parse_lease(R"({"id":12,"state":"granted","ready":true,"tenant":"default","guest":"vm-7","kind":"gpu",
-    "bitstream":"vadd","count":3,"devices":["local/opencl:0:1/1","h2/xrt:0000:65:00.1","local/sim:3"],
+    "bitstream":"vadd","count":3,"devices":["local/opencl:0:1.1","h2/xrt:0000:65:00.1","local/sim:3"],
     "created_at":10.5,"granted_at":11.0,"ended_at":null,"expires_at":40.0,"revoke_deadline":null,"end_reason":"",
     "device_info":[{"name":"local/sim:3","model":"u250","pci":"0000:00:05.0","xrt_index":2}]})");
   REQUIRE(l);

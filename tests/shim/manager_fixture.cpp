@@ -53,11 +53,14 @@ ManagerProcess::ManagerProcess(ManagerOptions options) : options_(options) {
   cfg << "data_dir = \"" << dir_ << "/data\"\n"
       << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n"
       << "[admin]\nlisten = \"127.0.0.1:0\"\n"
-      << "[leases]\nttl_s = " << options_.ttl_s << "\nrevoke_grace_s = " << options_.revoke_grace_s << "\n"
-      << "[[hosts]]\nname = \"local\"\n";
+      << "[leases]\nttl_s = " << options_.ttl_s << "\nrevoke_grace_s = " << options_.revoke_grace_s << "\n";
+  if (!options_.agent_token.empty()) {
+    cfg << "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" << options_.agent_token << "\"\n";
+  }
+  cfg << "[[hosts]]\nname = \"local\"\n";
   if (options_.backend.empty()) {
     cfg << "backend = \"static\"\n"
-        << "[[hosts.devices]]\nkind = \"fpga\"\nmodel = \"u250\"\ncount = " << options_.fpgas
+        << "[[hosts.devices]]\nkind = \"" << options_.local_kind << "\"\nmodel = \"u250\"\ncount = " << options_.fpgas
         << "\nattach = \"network\"\n";
   } else {
     cfg << "backend = \"" << options_.backend << "\"\n";
@@ -106,6 +109,7 @@ bool ManagerProcess::start() {
       tcp_ = j.value("guest_tcp", "");
       unix_ = j.value("guest_unix", "");
       admin_ = j.value("admin", "");
+      agents_ = j.value("agents", "");
       std::string text = read_file(log);
       auto grab = [&](const std::string& marker, std::string& out) {
         auto p = text.find(marker);

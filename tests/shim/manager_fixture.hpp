@@ -16,6 +16,8 @@ struct ManagerOptions {
   // Non-empty: the host uses this device backend (e.g. "opencl") instead of static fpga devices.
   std::string backend;
   std::string pocl_cache_dir;  // opencl: the backend's cache_dir
+  std::string agent_token;     // non-empty: [agents] token, and an agent listener on 127.0.0.1 (agents())
+  std::string local_kind = "fpga";  // kind of the static host's devices
 };
 
 // Builder: a static pool of `fpgas` devices with the given TTL and grace period.
@@ -50,6 +52,7 @@ class ManagerProcess {
   std::string tcp_uri() const { return "tcp://" + tcp_; }
   std::string unix_uri() const { return "unix://" + unix_; }
   const std::string& admin_url() const { return admin_; }
+  const std::string& agents() const { return agents_; }  // "127.0.0.1:PORT" when agent_token was set
 
   // Admin REST call (plain HTTP/1.1 on loopback). Returns the status code and fills `body`.
   int admin_request(const std::string& method, const std::string& path, const std::string& json_body,
@@ -57,9 +60,17 @@ class ManagerProcess {
 
  private:
   ManagerOptions options_;
-  std::string dir_, error_, guest_token_, admin_token_, tcp_, unix_, admin_;
+  std::string dir_, error_, guest_token_, admin_token_, tcp_, unix_, admin_, agents_;
   pid_t pid_ = -1;
 };
+
+// In a test case: skips it with a warning when this build has no manager, else starts `m` or fails.
+#define REQUIRE_MANAGER(m)                                                                            \
+  if (::accelpool::shim::test::ManagerProcess::binary().empty()) {                                   \
+    WARN("skipped: this build has no accelpool-manager target, so there is no pool to test against"); \
+    return;                                                                                           \
+  }                                                                                                   \
+  if (!(m).start()) FAIL("accelpool-manager did not start: " << (m).error())
 
 // A unique temporary folder (removed by the caller).
 std::string make_temp_dir(const std::string& prefix);

@@ -24,13 +24,6 @@ using accelpool::shim::test::read_file;
 
 namespace {
 
-#define REQUIRE_MANAGER(m)                                                                  \
-  if (ManagerProcess::binary().empty()) {                                                   \
-    WARN("skipped: this build has no accelpool-manager target, so there is no pool to test against"); \
-    return;                                                                                 \
-  }                                                                                         \
-  if (!(m).start()) FAIL("accelpool-manager did not start: " << (m).error())
-
 // A child process with its own process group, its output in a file.
 struct Child {
   pid_t pid = -1;
@@ -188,30 +181,68 @@ TEST_CASE("accelpool-run waits for a busy pool and gives up after --timeout", "[
   CHECK(holder.exit_code() == 0);
 }
 
+namespace {
+
+// accelpool-run with a command that writes "TERM" to `termfile` on SIGTERM and then runs `after_term` ("exit 3", or
+// "" to ignore the signal). Once the command runs, its lease is revoked through the admin API.
+struct Revoked {
+  Child child;
+  std::uint64_t lease = 0;
+  std::string termfile;
+  Clock::time_point at;  // when the revocation was asked for
+
+  // Waits for accelpool-run to end; returns the seconds since the revocation.
+  double finish(double seconds) {
+    bool ended = child.wait(seconds);
+    if (!ended) child.kill_group();
+    REQUIRE(ended);
+    return std::chrono::duration<double>(Clock::now() - at).count();
+  }
+};
+
+Revoked run_and_revoke(const ManagerProcess& m, const std::string& guest, const std::string& after_term) {
+  Revoked r;
+  std::string idfile = m.dir() + "/" + guest + ".id";
+  r.termfile = m.dir() + "/" + guest + ".term";
+  r.child = spawn({run_bin(), "--", "/bin/sh", "-c",
+                   "trap 'echo TERM > " + r.termfile + "; " + after_term + "' TERM; echo $ACCELPOOL_LEASE > " + idfile +
+                       "; while :; do sleep 0.05; done"},
+                  pool_env(m, guest), m.dir() + "/" + guest + ".out");
+  REQUIRE(eventually([&] { return !read_file(idfile).empty(); }, 10));
+  r.lease = std::stoull(read_file(idfile));
+  std::string body;
+  r.at = Clock::now();
+  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(r.lease) + "/revoke", R"({"reason":"test"})", body) == 200);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("a revoked lease's command gets SIGTERM within the grace period", "[integration][shim][run]") {
   ManagerProcess m(fpga_pool(1, 30, 5));
   REQUIRE_MANAGER(m);
-  std::string idfile = m.dir() + "/id", termfile = m.dir() + "/term";
-  auto c = spawn({run_bin(), "--", "/bin/sh", "-c",
-                  "trap 'echo TERM > " + termfile + "; exit 3' TERM; echo $ACCELPOOL_LEASE > " + idfile +
-                      "; while :; do sleep 0.05; done"},
-                 pool_env(m, "vm-revoke"), m.dir() + "/r.out");
-  REQUIRE(eventually([&] { return !read_file(idfile).empty(); }, 10));
-  std::uint64_t id = std::stoull(read_file(idfile));
-  std::string body;
-  auto t0 = Clock::now();
-  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(id) + "/revoke", R"({"reason":"test"})", body) == 200);
-  bool ended = c.wait(5);
-  if (!ended) c.kill_group();
-  REQUIRE(ended);
-  double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  INFO(c.output());
-  CHECK(c.exit_code() == 3);
-  CHECK(read_file(termfile) == "TERM\n");
+  Revoked r = run_and_revoke(m, "vm-revoke", "exit 3");
+  double took = r.finish(5);
+  INFO(r.child.output());
+  CHECK(r.child.exit_code() == 3);
+  CHECK(read_file(r.termfile) == "TERM\n");
   CHECK(took < 5.0);
-  auto lease = observer(m)->get(id);
+  auto lease = observer(m)->get(r.lease);
   REQUIRE(lease);
   CHECK(lease->state == LeaseState::released);  // given back before the deadline
+}
+
+TEST_CASE("a command that ignores SIGTERM is killed at the revocation deadline", "[integration][shim][run]") {
+  ManagerProcess m(fpga_pool(1, 30, 1.5));
+  REQUIRE_MANAGER(m);
+  Revoked r = run_and_revoke(m, "vm-stubborn", "");
+  double took = r.finish(6);
+  INFO(r.child.output());
+  CHECK(read_file(r.termfile) == "TERM\n");     // warned first
+  CHECK(r.child.exit_code() == 128 + SIGKILL);  // then killed
+  CHECK(r.child.output().find("revocation deadline; sending SIGKILL") != std::string::npos);
+  CHECK(took >= 1.3);  // not before the grace period (1.5 s) ended
+  CHECK(took < 4.0);
 }
 
 TEST_CASE("accelpool-run forwards SIGTERM and SIGHUP to the command and still releases", "[integration][shim][run]") {

@@ -4,6 +4,7 @@
 //                             [--timeout SECONDS] [--hold SECONDS]
 // Defaults come from ACCELPOOL_POOL, ACCELPOOL_TOKEN, ACCELPOOL_GUEST.
 #include <accelpool/shim/client.hpp>
+#include <accelpool/shim/transport.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +15,7 @@ using namespace accelpool::shim;
 
 int main(int argc, char** argv) {
   ClientOptions copts;
-  copts.uri = std::getenv("ACCELPOOL_POOL") ? std::getenv("ACCELPOOL_POOL") : "tcp://127.0.0.1:7070";
+  copts.uri = default_pool_uri();
   copts.token = std::getenv("ACCELPOOL_TOKEN") ? std::getenv("ACCELPOOL_TOKEN") : "";
   copts.guest = std::getenv("ACCELPOOL_GUEST") ? std::getenv("ACCELPOOL_GUEST") : "";
   AcquireOptions aopts;

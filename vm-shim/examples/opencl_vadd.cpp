@@ -10,6 +10,7 @@
 #include <CL/cl.h>
 
 #include <accelpool/shim/client.hpp>
+#include <accelpool/shim/transport.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
     std::printf("lease %s (from accelpool-run): %s\n", env("ACCELPOOL_LEASE").c_str(), env("ACCELPOOL_DEVICES").c_str());
   } else {
     ClientOptions o;
-    o.uri = env("ACCELPOOL_POOL", "tcp://127.0.0.1:7070");
+    o.uri = default_pool_uri();
     o.token = env("ACCELPOOL_TOKEN");
     o.guest = env("ACCELPOOL_GUEST");
     auto c = Client::connect(o);

@@ -70,10 +70,10 @@ DeviceInfo describe_device(const std::string& name) {
   auto colon = d.local_id.find(':');
   d.backend = colon == std::string::npos ? std::string() : d.local_id.substr(0, colon);
   if (d.backend == "opencl") {
-    // opencl:<platform>:<device>[/<sub-device>]
+    // opencl:<platform>:<device>[.<sub-device>] (older agents wrote "/<sub-device>")
     std::string rest = d.local_id.substr(colon + 1);
     std::string sub;
-    if (auto s = rest.find('/'); s != std::string::npos) {
+    if (auto s = rest.find_first_of("./"); s != std::string::npos) {
       sub = rest.substr(s + 1);
       rest = rest.substr(0, s);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <vector>
@@ -186,6 +188,13 @@ Result<std::string> find_virtio_port(const std::string& name, const std::string&
                                          (list.empty() ? " (no named ports)" : " (ports: " + list + ")"));
   }
   return dev_dir + "/" + found;
+}
+
+std::string default_pool_uri() {
+  if (const char* e = std::getenv("ACCELPOOL_POOL"); e != nullptr && *e != '\0') return e;
+  struct stat st {};
+  if (::stat(kGuestDaemonSocket, &st) == 0 && S_ISSOCK(st.st_mode)) return std::string("unix://") + kGuestDaemonSocket;
+  return "tcp://127.0.0.1:7070";
 }
 
 Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout, const SerialDirs& serial) {

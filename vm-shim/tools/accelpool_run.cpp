@@ -1,5 +1,6 @@
 // accelpool-run: acquire devices, run a command with them, give them back. See docs/guest-guide.md.
 #include <accelpool/shim/client.hpp>
+#include <accelpool/shim/transport.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <optional>
 #include <string>
@@ -25,11 +27,12 @@ constexpr const char* kUsage = R"(usage: accelpool-run [options] -- command [arg
 
 Acquires devices from an accelpool pool, runs the command with them (environment variables
 ACCELPOOL_LEASE, ACCELPOOL_DEVICES, ACCELPOOL_KIND, ... describe the grant), forwards signals to it,
-sends it SIGTERM when the lease is being revoked, releases the lease when it ends, and exits with the
-command's status (128+N if it was killed by signal N).
+sends it SIGTERM when the lease is being revoked (SIGKILL if it still runs at the revocation deadline),
+releases the lease when it ends, and exits with the command's status (128+N if it was killed by signal N).
 
-  --pool URI          tcp://HOST:PORT, unix:///PATH or serial://NAME  (env ACCELPOOL_POOL,
-                      default tcp://127.0.0.1:7070)
+  --pool URI          tcp://HOST:PORT, unix:///PATH or serial://NAME  (env ACCELPOOL_POOL;
+                      default: the guest daemon's unix:///run/accelpool/guest.sock when it
+                      exists, else tcp://127.0.0.1:7070)
   --token T           tenant token (env ACCELPOOL_TOKEN)
   --guest ID          guest id (env ACCELPOOL_GUEST, default: the host name)
   --kind K            device kind (default fpga)
@@ -48,6 +51,13 @@ Exit status: the command's; 2 bad usage, 3 pool unreachable, 4 token refused, 5 
 std::atomic<bool> g_revoking{false};
 std::atomic<bool> g_ended{false};
 std::atomic<double> g_deadline{0};
+
+// Seconds since the Unix epoch, as the pool's times (revoke_deadline) are.
+double wall_clock() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
 
 int fail_usage(const std::string& msg) {
   std::fprintf(stderr, "accelpool-run: %s\n(see accelpool-run --help)\n", msg.c_str());
@@ -119,7 +129,7 @@ std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string
 
 int main(int argc, char** argv) {
   ClientOptions copts;
-  copts.uri = env_or("ACCELPOOL_POOL", "tcp://127.0.0.1:7070");
+  copts.uri = default_pool_uri();
   copts.token = env_or("ACCELPOOL_TOKEN", "");
   copts.guest = env_or("ACCELPOOL_GUEST", "");
   AcquireOptions aopts;
@@ -273,6 +283,7 @@ int main(int argc, char** argv) {
 
   int status = 0;
   bool term_sent = false;
+  bool kill_sent = false;
   for (;;) {
     if ((g_revoking || g_ended) && !term_sent) {
       term_sent = true;
@@ -281,6 +292,14 @@ int main(int argc, char** argv) {
                      static_cast<unsigned long long>(info.id), g_ended ? "ended" : "being revoked");
       }
       kill(child, SIGTERM);
+    }
+    // The devices go back to the pool at the revocation deadline whatever the command does: a command that
+    // outlives it would use devices that are no longer its own.
+    if (g_revoking && !kill_sent && g_deadline > 0 && wall_clock() >= g_deadline) {
+      kill_sent = true;
+      std::fprintf(stderr, "accelpool-run: lease %llu reached its revocation deadline; sending SIGKILL to the command\n",
+                   static_cast<unsigned long long>(info.id));
+      kill(child, SIGKILL);
     }
     pid_t w = waitpid(child, &status, WNOHANG);
     if (w == child) break;

@@ -1,10 +1,13 @@
 #include "agent.hpp"
+#include "relay.hpp"
 
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/backends/factory.hpp>
+#include <accelpool/bitstreams/image_fetch.hpp>
 #include <accelpool/bitstreams/registry.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
+#include <accelpool/hypervisor/domain_channels.hpp>
 #include <accelpool/hypervisor/libvirt_attacher.hpp>
 #endif
 
@@ -103,6 +106,7 @@ class AgentImpl final : public Agent {
       attacher_ = std::move(*a);
       attacher_->set_event_handler([this](const hypervisor::HypervisorEvent& ev) { on_event(ev); });
       reconcile();
+      if (auto s = start_relay(); !s) return s;
     }
 #else
     if (!cfg_.libvirt_uri.empty())
@@ -384,6 +388,15 @@ class AgentImpl final : public Agent {
   Result<backends::Image> image_for(const std::string& bitstream, const std::string& sha256) {
     backends::Image img;
     if (registry_) {
+      if (!sha256.empty() && !registry_->find_by_sha256(sha256)) {
+        // Not here yet: the manager's copy is fetched, verified and cached in the registry folder.
+        if (cfg_.images_url.empty()) {
+          return make_error("missing_file", "bitstream '" + bitstream + "': no image with sha256 " + sha256 +
+                                                " here, and agent.images_url is not set to fetch it");
+        }
+        auto f = bitstreams::fetch_image(*registry_, cfg_.images_url, cfg_.token, sha256);
+        if (!f) return make_error(f.error().code, "bitstream '" + bitstream + "': fetching it: " + f.error().message);
+      }
       auto b = sha256.empty() ? registry_->get(bitstream) : registry_->find_by_sha256(sha256);
       if (!b) return make_error(b.error().code, "bitstream '" + bitstream + "': " + b.error().message);
       if (b->manifest.name != bitstream)
@@ -568,12 +581,40 @@ class AgentImpl final : public Agent {
       }
       std::string reason = std::string(hypervisor::to_string(ev.kind));
       if (reason.rfind("vm_", 0) == 0) reason = reason.substr(3);
+      if (relay_) relay_->rescan();
       notes_.push_back(notification_line(
           "vm.stopped",
           json::object{{"vm_name", ev.vm_name}, {"vm_uuid", ev.vm_uuid}, {"reason", reason}, {"devices", std::move(ids)}}));
     }
     save_state();
     wake();
+  }
+
+  // Relays the guest channel of every running VM to the manager's guest listener (relay.hpp).
+  Status start_relay() {
+    if (cfg_.relay_manager.empty()) return Status::ok();
+    auto finder = hypervisor::ChannelFinder::create(cfg_.libvirt_uri, cfg_.relay_channel);
+    if (!finder) return make_error(finder.error().code, "relay: " + finder.error().message);
+    channels_ = std::move(*finder);
+    RelayOptions o;
+    o.manager = cfg_.relay_manager;
+    o.token = cfg_.token;
+    o.host = cfg_.host;
+    o.scan_interval = cfg_.relay_scan_interval;
+    o.reconnect_min = cfg_.reconnect_min;
+    o.reconnect_max = cfg_.reconnect_max;
+    auto targets = [this]() -> Result<std::vector<RelayTarget>> {
+      auto found = channels_->list();
+      if (!found) return found.error();
+      std::vector<RelayTarget> out;
+      for (auto& c : *found) out.push_back({c.vm, c.socket});
+      return out;
+    };
+    auto r = Relay::start(std::move(o), targets, [this](const std::string& m) { log(m); });
+    if (!r) return r.error();
+    relay_ = std::move(*r);
+    log("relaying channel '" + cfg_.relay_channel + "' of the VMs to " + cfg_.relay_manager);
+    return Status::ok();
   }
 
   // Learns from the VMs named in the state file what this agent attached before it restarted.
@@ -627,6 +668,8 @@ class AgentImpl final : public Agent {
   std::optional<bitstreams::Registry> registry_;
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
   std::unique_ptr<hypervisor::Attacher> attacher_;
+  std::unique_ptr<hypervisor::ChannelFinder> channels_;  // used by relay_'s thread only
+  std::unique_ptr<Relay> relay_;                         // destroyed first
 #endif
   int wake_fd_ = -1;
 

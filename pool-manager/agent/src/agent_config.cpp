@@ -64,12 +64,12 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   }
   Reader r{file.string(), std::nullopt};
   AgentConfig c;
-  r.only(root, "", {"agent", "libvirt", "backends"});
+  r.only(root, "", {"agent", "libvirt", "backends", "relay"});
   auto* agent = root["agent"].as_table();
   if (!agent) return make_error("invalid_config", file.string() + ": table [agent] is required");
   r.only(*agent, "agent.",
          {"manager", "token", "token_file", "host", "heartbeat_interval_ms", "reconnect_min_ms", "reconnect_max_ms",
-          "bitstreams", "state_file"});
+          "bitstreams", "state_file", "images_url"});
   c.manager = r.str(*agent, "agent.", "manager", true);
   c.token = r.str(*agent, "agent.", "token", false);
   std::string token_file = r.str(*agent, "agent.", "token_file", false);
@@ -86,6 +86,9 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   if (c.reconnect_max < c.reconnect_min) r.fail("agent.reconnect_max_ms", "is less than reconnect_min_ms");
   c.bitstreams = r.str(*agent, "agent.", "bitstreams", false);
   c.state_file = r.str(*agent, "agent.", "state_file", false);
+  c.images_url = r.str(*agent, "agent.", "images_url", false);
+  if (!c.images_url.empty() && c.images_url.rfind("http://", 0) != 0) r.fail("agent.images_url", "must start with http://");
+  if (!c.images_url.empty() && c.bitstreams.empty()) r.fail("agent.images_url", "needs agent.bitstreams (the cache folder)");
 
   if (auto* lv = root["libvirt"].as_table()) {
     r.only(*lv, "libvirt.", {"uri", "detach_timeout_ms", "shmem_size_mib"});
@@ -94,6 +97,17 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
     c.shmem_size_mib = static_cast<std::uint32_t>(r.num(*lv, "libvirt.", "shmem_size_mib", 1, 1, 65536));
   } else if (root.contains("libvirt")) {
     r.fail("libvirt", "must be a table");
+  }
+
+  if (auto* rl = root["relay"].as_table()) {
+    r.only(*rl, "relay.", {"manager", "channel", "scan_interval_ms"});
+    c.relay_manager = r.str(*rl, "relay.", "manager", true);
+    if (rl->contains("channel")) c.relay_channel = r.str(*rl, "relay.", "channel", false);
+    if (c.relay_channel.empty()) r.fail("relay.channel", "must not be empty");
+    c.relay_scan_interval = std::chrono::milliseconds(r.num(*rl, "relay.", "scan_interval_ms", 1000, 10, 600000));
+    if (c.libvirt_uri.empty()) r.fail("relay", "relaying guest ports needs [libvirt] uri");
+  } else if (root.contains("relay")) {
+    r.fail("relay", "must be a table");
   }
 
   auto* bk = root["backends"].as_table();

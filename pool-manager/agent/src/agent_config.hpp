@@ -19,12 +19,19 @@ struct AgentConfig {
   std::chrono::milliseconds reconnect_min{200};
   std::chrono::milliseconds reconnect_max{10000};
   std::filesystem::path bitstreams;  // registry folder; empty: bitstreams are names only (simulated pools)
+  // The manager's admin API ("http://HOST:PORT"): images the registry lacks are fetched from it by sha256 and
+  // cached in the registry folder. Empty: an image must be in the folder already.
+  std::string images_url;
   std::filesystem::path state_file;  // VMs this agent attached devices to; empty: not kept
   std::map<std::string, backends::BackendConfig> backends;  // backend name -> its keys
   // libvirt; an empty uri turns attaching off.
   std::string libvirt_uri;
   std::chrono::milliseconds detach_timeout{30000};
   std::uint32_t shmem_size_mib = 1;
+  // Relaying the VMs' guest ports to the manager (needs libvirt); an empty address turns it off.
+  std::string relay_manager;  // the manager's guest listener, "HOST:PORT" or "unix:PATH"
+  std::string relay_channel = "org.accelpool.guest.0";
+  std::chrono::milliseconds relay_scan_interval{1000};
 };
 
 // Reads and checks the file. Unknown tables and keys are errors. Errors: "invalid_config" naming the file, the

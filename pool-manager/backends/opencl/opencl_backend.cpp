@@ -245,7 +245,7 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
             continue;
           }
           DeviceInfo info = base;
-          info.local_id = base.local_id + "/" + std::to_string(s);
+          info.local_id = base.local_id + "." + std::to_string(s);
           info.attributes["parent"] = base.local_id;
           info.attributes["compute_units"] = std::to_string(device_value<cl_uint>(subs[s], CL_DEVICE_MAX_COMPUTE_UNITS));
           if (auto st = impl->add_device(subs[s], true, std::move(info)); !st) return st.error();

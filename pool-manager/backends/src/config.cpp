@@ -1,4 +1,5 @@
 #include <accelpool/backends/config.hpp>
+#include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/manifest.hpp>
 
 #include <charconv>
@@ -77,6 +78,19 @@ std::string image_format(const Image& image) {
   if (ext == ".xclbin") return "xclbin";
   if (ext == ".cl") return "opencl-source";
   return "opaque";
+}
+
+Image make_image(const bitstreams::Bitstream& b) {
+  Image image;
+  image.name = b.manifest.name;
+  image.version = b.manifest.version;
+  image.sha256 = b.manifest.sha256;
+  image.file = b.file_path;
+  image.size_bytes = b.size_bytes;
+  image.format = std::string(bitstreams::to_string(b.manifest.format));
+  image.compatible = b.manifest.compatible;
+  image.kernels = b.manifest.kernels;
+  return image;
 }
 
 }  // namespace accelpool::backends

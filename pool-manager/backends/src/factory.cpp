@@ -44,17 +44,4 @@ Result<std::unique_ptr<DeviceBackend>> make_backend(std::string_view name, const
   return make_error("not_found", "no device backend '" + std::string(name) + "' in this build (built: " + list + ")");
 }
 
-Image make_image(const bitstreams::Bitstream& b) {
-  Image image;
-  image.name = b.manifest.name;
-  image.version = b.manifest.version;
-  image.sha256 = b.manifest.sha256;
-  image.file = b.file_path;
-  image.size_bytes = b.size_bytes;
-  image.format = std::string(bitstreams::to_string(b.manifest.format));
-  image.compatible = b.manifest.compatible;
-  image.kernels = b.manifest.kernels;
-  return image;
-}
-
 }  // namespace accelpool::backends

@@ -3,8 +3,17 @@
 #include "json_codec.hpp"
 #include "metrics.hpp"
 
+#include <accelpool/bitstreams/base64.hpp>
+#include <accelpool/bitstreams/shared_registry.hpp>
+
+#include <accelpool/manager/auth.hpp>
+
 #include <charconv>
+#include <fstream>
+#include <limits>
 #include <map>
+#include <random>
+#include <set>
 #include <vector>
 
 namespace accelpool::manager {
@@ -20,6 +29,10 @@ int http_status(const std::string& code) {
   if (code == "not_found") return 404;
   if (code == "conflict" || code == "invalid_state") return 409;
   if (code == "quota_exceeded" || code == "infeasible") return 422;
+  if (code == "invalid_manifest") return 400;
+  if (code == "already_exists") return 409;
+  if (code == "checksum_mismatch" || code == "corrupt_image" || code == "incompatible" || code == "missing_file")
+    return 422;
   return 500;
 }
 
@@ -157,6 +170,8 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   }
 
   if (seg.empty() || seg[0] != "v1") return error(404, "not_found", "no route " + path);
+  // Images by sha256, for host agents (their agent token) as well as admins.
+  if (seg.size() >= 3 && seg.size() <= 4 && seg[1] == "images") return image(req, seg);
   // Everything under /v1 needs the admin token.
   const std::string prefix = "Bearer ";
   if (req.authorization.rfind(prefix, 0) != 0) {
@@ -174,7 +189,16 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
 
   const std::string r1 = seg.size() > 1 ? seg[1] : "";
   if (r1 == "hosts") {
-    if (m != "GET") return method_not_allowed(m, path);
+    if (seg.size() == 4) {
+      const std::string& action = seg[3];
+      if (action != "drain" && action != "undrain") return error(404, "not_found", "no route " + path);
+      if (m != "POST") return method_not_allowed(m, path);
+      auto deadline = in.number("deadline_s", false, 0, 365.0 * 86400);
+      if (auto e = in.finish()) return from_error(*e);
+      if (auto s = core_.set_host_draining(seg[2], action == "drain", deadline); !s) return from_error(s.error());
+    } else if (m != "GET") {
+      return method_not_allowed(m, path);
+    }
     auto hosts = core_.hosts();
     auto devices = core_.devices();
     auto host_json = [&](const std::string& h) {
@@ -182,14 +206,17 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       for (const auto& d : devices) {
         if (d.record.host == h) devs.emplace_back(to_json(d));
       }
-      return json::object{{"name", h}, {"devices", std::move(devs)}};
+      return json::object{{"name", h},
+                          {"connected", core_.host_live(h)},
+                          {"draining", core_.host_draining(h)},
+                          {"devices", std::move(devs)}};
     };
     if (seg.size() == 2) {
       json::array a;
       for (const auto& h : hosts) a.emplace_back(host_json(h));
       return ok(json::object{{"hosts", std::move(a)}});
     }
-    if (seg.size() == 3) {
+    if (seg.size() == 3 || seg.size() == 4) {
       if (std::find(hosts.begin(), hosts.end(), seg[2]) == hosts.end()) return error(404, "not_found", "no host " + seg[2]);
       return ok(host_json(seg[2]));
     }
@@ -212,8 +239,10 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       const std::string& action = seg[4];
       if (action != "drain" && action != "undrain" && action != "reset") return error(404, "not_found", "no route " + path);
       if (m != "POST") return method_not_allowed(m, path);
+      std::optional<double> deadline;
+      if (action != "reset") deadline = in.number("deadline_s", false, 0, 365.0 * 86400);
       if (auto e = in.finish()) return from_error(*e);
-      Status s = action == "reset" ? core_.reset_device(name) : core_.set_draining(name, action == "drain");
+      Status s = action == "reset" ? core_.reset_device(name) : core_.set_draining(name, action == "drain", deadline);
       if (!s) return from_error(s.error());
       auto d = core_.device(name);
       if (!d) return from_error(d.error());
@@ -227,6 +256,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       for (const auto& [k, v] : query) {
         if (k == "tenant") f.tenant = v;
         else if (k == "guest") f.guest = v;
+        else if (k == "device") f.device = v;
         else if (k == "state") {
           f.state = parse_lease_state(v);
           if (!f.state) return error(400, "invalid_argument", "query 'state': unknown lease state '" + v + "'");
@@ -260,19 +290,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (m != "GET") return method_not_allowed(m, path);
     return ok(json::object{{"queue", to_json(core_.queue())}});
   }
-  if (r1 == "bitstreams" && seg.size() == 2) {
-    if (m != "GET") return method_not_allowed(m, path);
-    json::array a;
-    auto devices = core_.devices();
-    for (const auto& b : core_.bitstreams()) {
-      json::array on;
-      for (const auto& d : devices) {
-        if (d.record.loaded == b) on.emplace_back(d.record.name);
-      }
-      a.emplace_back(json::object{{"name", b}, {"loaded_on", std::move(on)}});
-    }
-    return ok(json::object{{"bitstreams", std::move(a)}});
-  }
+  if (r1 == "bitstreams") return bitstreams(req, seg, *body);
   if (r1 == "tenants") {
     if (seg.size() == 2) {
       if (m == "GET") {
@@ -339,6 +357,158 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
                                                      {"preemptions", c.preemptions},
                                                      {"expirations", c.expirations}}},
                            {"queue_length", core_.queue_length()}});
+  }
+  return error(404, "not_found", "no route " + m + " " + path);
+}
+
+namespace {
+
+json::object bitstream_json(const bitstreams::Bitstream& b, const std::vector<DeviceView>& devices,
+                            const std::vector<Lease>& live) {
+  json::array compatible, kernels, on, leases;
+  for (const auto& c : b.manifest.compatible) compatible.emplace_back(c);
+  for (const auto& k : b.manifest.kernels) kernels.emplace_back(k);
+  for (const auto& d : devices) {
+    if (d.record.loaded == b.manifest.name) on.emplace_back(d.record.name);
+  }
+  for (const auto& l : live) {
+    if (l.bitstream == b.manifest.name) leases.emplace_back(l.id);
+  }
+  json::object o{{"name", b.manifest.name},
+                 {"version", b.manifest.version},
+                 {"kind", b.manifest.kind},
+                 {"format", std::string(bitstreams::to_string(b.manifest.format))},
+                 {"file", b.manifest.file},
+                 {"sha256", b.manifest.sha256},
+                 {"size_bytes", b.size_bytes},
+                 {"programming_seconds", b.manifest.programming_seconds},
+                 {"compatible", std::move(compatible)},
+                 {"kernels", std::move(kernels)},
+                 {"description", b.manifest.description},
+                 {"registered", true},
+                 {"loaded_on", std::move(on)},
+                 {"leases", std::move(leases)}};
+  if (b.xclbin) o["xclbin"] = json::object{{"uuid", b.xclbin->uuid}, {"platform", b.xclbin->platform}};
+  return o;
+}
+
+// Writes `bytes` to a new file in `dir` (hidden name, never a manifest). Errors: "io_error".
+Result<std::filesystem::path> write_upload(const std::filesystem::path& dir, const std::string& bytes) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  auto path = dir / (".upload-" + std::to_string(rng()));
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    return make_error("io_error", "cannot write the uploaded image to " + path.string());
+  }
+  return path;
+}
+
+}  // namespace
+
+ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string>& seg) {
+  std::string path = req.target.substr(0, req.target.find('?'));
+  if (seg.size() == 4 && seg[3] != "manifest") return error(404, "not_found", "no route " + path);
+  const std::string prefix = "Bearer ";
+  if (req.authorization.rfind(prefix, 0) != 0) {
+    return error(401, "unauthorized", "missing 'Authorization: Bearer <agent or admin token>' header");
+  }
+  std::string token = req.authorization.substr(prefix.size());
+  bool agent = !agent_token_.empty() && token.size() == agent_token_.size() && constant_time_equal(token, agent_token_);
+  if (!agent && !core_.check_admin(token)) return error(401, "unauthorized", "wrong agent or admin token");
+  if (req.method != "GET") return method_not_allowed(req.method, path);
+  if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
+  auto b = catalog_->registry()->find_by_sha256(seg[2]);
+  if (!b) return from_error(b.error());
+  if (seg.size() == 4) return {200, "application/toml", bitstreams::to_toml(b->manifest)};
+  std::uint64_t total = 0;
+  auto bytes = catalog_->registry()->read_image(seg[2], 0, std::numeric_limits<std::size_t>::max(), total);
+  if (!bytes) return from_error(bytes.error());
+  return {200, "application/octet-stream", std::move(*bytes)};
+}
+
+ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::string>& seg, const json::object& body) {
+  const std::string& m = req.method;
+  std::string path = req.target.substr(0, req.target.find('?'));
+  auto devices = core_.devices();
+  auto live = core_.list(LeaseFilter{});
+  if (seg.size() == 2 && m == "GET") {
+    json::array a;
+    std::set<std::string> registered;
+    if (catalog_) {
+      for (const auto& b : catalog_->registry()->list()) {
+        registered.insert(b.manifest.name);
+        a.emplace_back(bitstream_json(b, devices, live));
+      }
+    }
+    // Names devices hold or leases ask for that the registry does not have (static hosts, host agents' own).
+    for (const auto& name : core_.bitstreams()) {
+      if (registered.count(name)) continue;
+      json::array on, leases;
+      for (const auto& d : devices) {
+        if (d.record.loaded == name) on.emplace_back(d.record.name);
+      }
+      for (const auto& l : live) {
+        if (l.bitstream == name) leases.emplace_back(l.id);
+      }
+      a.emplace_back(json::object{{"name", name}, {"registered", false}, {"loaded_on", std::move(on)}, {"leases", std::move(leases)}});
+    }
+    json::array rejected;
+    if (catalog_) {
+      for (const auto& r : catalog_->registry()->rejected()) {
+        rejected.emplace_back(json::object{{"manifest", r.manifest_path.string()}, {"code", r.error.code}, {"message", r.error.message}});
+      }
+    }
+    return ok(json::object{{"bitstreams", std::move(a)}, {"rejected", std::move(rejected)}});
+  }
+  if (seg.size() == 2 && m == "POST") {
+    if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
+    FieldReader in(body, m + " " + path);
+    auto manifest_text = in.string("manifest", true, 64 * 1024);
+    auto content = in.string("content_base64", true, std::size_t{1} << 32);
+    if (auto e = in.finish()) return from_error(*e);
+    auto manifest = bitstreams::parse_manifest(*manifest_text, "(uploaded)");
+    if (!manifest) return from_error(manifest.error());
+    auto bytes = bitstreams::base64_decode(*content);
+    if (!bytes) return error(400, "invalid_argument", m + " " + path + ": field 'content_base64': " + bytes.error().message);
+    auto& registry = *catalog_->registry();
+    auto upload = write_upload(registry.dir(), *bytes);
+    if (!upload) return from_error(upload.error());
+    auto added = registry.add(*manifest, *upload);
+    std::error_code ec;
+    std::filesystem::remove(*upload, ec);
+    if (!added) return from_error(added.error());
+    return ok(bitstream_json(*added, devices, live), 201);
+  }
+  if (seg.size() == 2) return method_not_allowed(m, path);
+  if (seg.size() == 3 || seg.size() == 4) {
+    if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
+    const std::string& name = seg[2];
+    std::string version = seg.size() == 4 ? seg[3] : "";
+    if (m == "GET") {
+      auto b = catalog_->registry()->get(name, version);
+      if (!b) return from_error(b.error());
+      return ok(bitstream_json(*b, devices, live));
+    }
+    if (m == "DELETE") {
+      if (seg.size() != 4) return error(400, "invalid_argument", "DELETE needs a version: /v1/bitstreams/{name}/{version}");
+      auto b = catalog_->registry()->get(name, version);
+      if (!b) return from_error(b.error());
+      std::string users;
+      for (const auto& l : live) {
+        if (l.bitstream == name) users += (users.empty() ? "" : ", ") + std::to_string(l.id) + " (" + std::string(to_string(l.state)) + ")";
+      }
+      if (!users.empty()) {
+        return error(409, "conflict", "bitstream " + b->id() + " is in use by leases " + users +
+                                          "; delete it when they have ended");
+      }
+      if (auto s = catalog_->registry()->remove(name, version); !s) return from_error(s.error());
+      return ok(json::object{{"deleted", b->id()}, {"sha256", b->manifest.sha256}});
+    }
+    return method_not_allowed(m, path);
   }
   return error(404, "not_found", "no route " + m + " " + path);
 }

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <accelpool/manager/core.hpp>
+#include <accelpool/manager/host_driver.hpp>
+
+#include <boost/json/object.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace accelpool::manager {
@@ -31,6 +35,11 @@ class AdminApi {
   AdminApi(PoolCore& core, Metrics& metrics, std::string openapi, std::function<bool()> ready,
            std::function<void()> commit = {});
   ApiResponse handle(const ApiRequest& request);
+  // The manager's bitstream registry, for the /v1/bitstreams routes (list, get, register, delete). Without one,
+  // the list shows only the names devices hold or leases ask for, and register/delete answer 404.
+  void set_catalog(std::shared_ptr<ImageCatalog> catalog) { catalog_ = std::move(catalog); }
+  // The host agents' token: it may read images by sha256 (GET /v1/images/{sha256}[/manifest]) and nothing else.
+  void set_agent_token(std::string token) { agent_token_ = std::move(token); }
   // A JSON error response: {"error":{"code":...,"message":...}}.
   static ApiResponse error(int status, const std::string& code, const std::string& message);
 
@@ -40,7 +49,12 @@ class AdminApi {
   std::string openapi_;
   std::function<bool()> ready_;
   std::function<void()> commit_;
+  std::shared_ptr<ImageCatalog> catalog_;
+  std::string agent_token_;
+  ApiResponse image(const ApiRequest& request, const std::vector<std::string>& segments);
   ApiResponse route(const ApiRequest& request);
+  ApiResponse bitstreams(const ApiRequest& request, const std::vector<std::string>& segments,
+                         const boost::json::object& body);
 };
 
 }  // namespace accelpool::manager

@@ -74,12 +74,12 @@ Result<Config> load_config(const std::filesystem::path& file) {
     return make_error("config", o.str());
   }
   Config c;
-  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents"}, "the top level"));
+  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams"}, "the top level"));
   std::string data_dir = c.data_dir.string();
   ACCELPOOL_TRY(read(file, root, "data_dir", data_dir, "top level"));
   c.data_dir = data_dir;
   if (c.data_dir.is_relative()) c.data_dir = file.parent_path() / c.data_dir;
-  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents"}) {
+  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents", "bitstreams"}) {
     if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "store")) {
@@ -97,10 +97,16 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "listen", c.admin_listen, "admin"));
   }
   if (auto* t = sub(root, "leases")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history"}, "[leases]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history", "keep_ended_days"}, "[leases]"));
     ACCELPOOL_TRY(read(file, *t, "ttl_s", c.core.lease_ttl_s, "leases"));
     ACCELPOOL_TRY(read(file, *t, "revoke_grace_s", c.core.revoke_grace_s, "leases"));
     ACCELPOOL_TRY(read(file, *t, "history", c.core.history, "leases"));
+    double keep_days = c.core.keep_ended_s / 86400;
+    ACCELPOOL_TRY(read(file, *t, "keep_ended_days", keep_days, "leases"));
+    if (!(keep_days >= 0) || keep_days > 36500) {
+      return make_error("config", file.string() + ": leases.keep_ended_days must be in [0, 36500]");
+    }
+    c.core.keep_ended_s = keep_days * 86400;
     if (!(c.core.lease_ttl_s > 0)) return make_error("config", file.string() + ": leases.ttl_s must be > 0");
     if (!(c.core.revoke_grace_s >= 0)) return make_error("config", file.string() + ": leases.revoke_grace_s must be >= 0");
   }
@@ -113,6 +119,22 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "max_body_bytes", c.max_body_bytes, "limits"));
     ACCELPOOL_TRY(read(file, *t, "request_timeout_s", c.request_timeout_s, "limits"));
     ACCELPOOL_TRY(read(file, *t, "max_connections", c.max_connections, "limits"));
+  }
+  if (auto* t = sub(root, "bitstreams")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"dir", "seed"}, "[bitstreams]"));
+    std::string dir, seed;
+    ACCELPOOL_TRY(read(file, *t, "dir", dir, "bitstreams"));
+    if (t->get("dir") && dir.empty()) return make_error("config", where(file, *t->get("dir")) + ": bitstreams.dir must not be empty");
+    if (!dir.empty()) {
+      c.bitstreams.dir = dir;
+      if (c.bitstreams.dir.is_relative()) c.bitstreams.dir = file.parent_path() / c.bitstreams.dir;
+    }
+    if (t->get("seed")) {
+      ACCELPOOL_TRY(read(file, *t, "seed", seed, "bitstreams"));
+      std::filesystem::path sp = seed;
+      if (!seed.empty() && sp.is_relative()) sp = file.parent_path() / sp;
+      c.bitstreams.seed = sp;
+    }
   }
   if (auto* t = sub(root, "agents")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms"}, "[agents]"));
@@ -196,6 +218,9 @@ Result<Config> load_config(const std::filesystem::path& file) {
           hc.devices.push_back(g);
         }
       }
+      if (hc.backend != "static") {
+        if (auto b = host_backends(hc); !b) return make_error("config", where(file, h) + ": " + b.error().message);
+      }
       c.hosts.push_back(std::move(hc));
     }
   }
@@ -215,6 +240,64 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   return c;
+}
+
+std::filesystem::path Config::bitstreams_dir() const {
+  return bitstreams.dir.empty() ? data_dir / "bitstreams" : bitstreams.dir;
+}
+
+std::filesystem::path Config::bitstreams_seed() const { return bitstreams.seed ? *bitstreams.seed : default_bitstream_seed(); }
+
+std::filesystem::path default_bitstream_seed() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  auto prefix = exe.parent_path().parent_path();
+  for (const auto& candidate : {prefix / "bitstreams" / "samples", prefix / "share" / "accelpool" / "bitstreams"}) {
+    if (std::filesystem::is_directory(candidate, ec)) return candidate;
+  }
+  return {};
+}
+
+Result<std::vector<HostBackend>> host_backends(const HostConfig& host) {
+  std::vector<HostBackend> out;
+  std::string_view rest = host.backend;
+  while (true) {
+    auto plus = rest.find('+');
+    std::string name(rest.substr(0, plus));
+    if (name.empty() || name == "static") {
+      return make_error("config", "host " + host.name + ": backend '" + host.backend +
+                                      "' must be one backend name or several joined with '+' (e.g. \"sim+opencl\"); "
+                                      "\"static\" stands alone");
+    }
+    for (const auto& b : out) {
+      if (b.name == name) return make_error("config", "host " + host.name + ": backend '" + name + "' is listed twice");
+    }
+    out.push_back({name, {}});
+    if (plus == std::string_view::npos) break;
+    rest.remove_prefix(plus + 1);
+  }
+  if (out.size() == 1) {
+    out.front().settings = host.settings;
+    return out;
+  }
+  for (const auto& [key, value] : host.settings) {
+    auto dot = key.find('.');
+    bool placed = false;
+    if (dot != std::string::npos) {
+      for (auto& b : out) {
+        if (b.name == key.substr(0, dot)) {
+          b.settings[key.substr(dot + 1)] = value;
+          placed = true;
+        }
+      }
+    }
+    if (!placed) {
+      return make_error("config", "host " + host.name + ": settings key '" + key + "' must be '<backend>.<key>' for one of " +
+                                      host.backend + " (the host has several backends)");
+    }
+  }
+  return out;
 }
 
 Result<std::pair<std::string, unsigned short>> parse_endpoint(const std::string& text) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,29 @@ struct StaticDeviceGroup {
 
 struct HostConfig {
   std::string name = "local";
-  std::string backend = "sim";                  // "sim", "opencl", "xrt" (device backends) or "static"
-  std::map<std::string, std::string> settings;  // the backend's own keys
+  // "sim", "opencl", "xrt" (device backends; several joined with '+', e.g. "sim+opencl") or "static"
+  std::string backend = "sim";
+  std::map<std::string, std::string> settings;  // the backend's own keys ("<backend>.<key>" with several)
   std::vector<StaticDeviceGroup> devices;       // backend "static" only
+};
+
+// One device backend of a host and its own settings.
+struct HostBackend {
+  std::string name;
+  std::map<std::string, std::string> settings;
+};
+
+// The backends a device-backend host lists, with their settings: with one backend every settings key is its own;
+// with several ("sim+opencl") each key must be "<backend>.<key>" for one of them. Errors: "config" naming the host
+// and the key.
+Result<std::vector<HostBackend>> host_backends(const HostConfig& host);
+
+// The manager's bitstream registry ([bitstreams], docs/operations.md).
+struct BitstreamsConfig {
+  std::filesystem::path dir;   // "" : <data_dir>/bitstreams
+  // Folder whose bitstreams are copied in when `dir` does not exist yet. Unset: the sample bitstreams installed
+  // or built beside the binary (default_bitstream_seed()); "" disables seeding.
+  std::optional<std::filesystem::path> seed;
 };
 
 struct TenantConfig {
@@ -52,7 +73,17 @@ struct Config {
   std::vector<HostConfig> hosts;    // empty: one "local" host with the sim backend
   std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
   AgentsConfig agents;
+  BitstreamsConfig bitstreams;
+
+  // The registry folder: bitstreams.dir, or <data_dir>/bitstreams.
+  std::filesystem::path bitstreams_dir() const;
+  // The seed folder to use (see BitstreamsConfig::seed); "" for none.
+  std::filesystem::path bitstreams_seed() const;
 };
+
+// Where the sample bitstreams of this build or installation are: <exe>/../bitstreams/samples (build tree) or
+// <exe>/../share/accelpool/bitstreams (installed); "" when neither exists.
+std::filesystem::path default_bitstream_seed();
 
 // Reads a TOML file. Errors: "config" naming the file, line and key.
 Result<Config> load_config(const std::filesystem::path& file);

@@ -54,6 +54,16 @@ std::string device_state_name(std::optional<sched::DeviceState> s) {
   return "unknown";
 }
 
+// A drain deadline is a number of seconds from now, and only a drain has one.
+std::optional<Error> check_drain_deadline(bool draining, std::optional<double> deadline_s) {
+  if (!deadline_s) return std::nullopt;
+  if (!draining) return make_error("invalid_argument", "'deadline_s' applies to drain only");
+  if (!std::isfinite(*deadline_s) || *deadline_s < 0 || *deadline_s > 365.0 * 86400) {
+    return make_error("invalid_argument", "'deadline_s' must be a number of seconds in [0, 31536000]");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 struct PoolCore::Impl {
@@ -90,6 +100,9 @@ struct PoolCore::Impl {
   std::map<LeaseId, Lease> ended;
   std::set<std::pair<double, LeaseId>> expiries;
   std::set<std::pair<double, LeaseId>> deadlines;
+  std::map<std::string, double> drain_deadlines;  // device -> when the lease still on it is revoked
+  std::set<std::string> draining_hosts;           // devices these hosts register later join draining
+  double next_prune = 0;                          // when tick() next deletes old ended leases from the store
   std::unordered_map<LeaseId, std::uint64_t> epoch;       // bumps on every grant: stale completions are ignored
   std::unordered_map<LeaseId, std::size_t> pending_prepare;
   std::deque<Sample> samples;
@@ -230,7 +243,12 @@ struct PoolCore::Impl {
     }
     Lease* l = find_lease(id);
     bool current = l && epoch[id] == ep && (l->state == LeaseState::granted || l->state == LeaseState::revoking);
-    if (!s) {
+    const std::string code = s ? std::string() : s.error().code;
+    if (code == "checksum_mismatch" || code == "corrupt_image" || code == "missing_file" || code == "incompatible") {
+      // The image is at fault, not the device: it was not touched and stays usable; the lease ends, saying why.
+      std::fprintf(stderr, "accelpool-manager: device %s not programmed: %s\n", name.c_str(), s.error().message.c_str());
+      if (current) end_lease(*l, LeaseState::revoked, "bitstream " + l->bitstream + ": " + s.error().message, t);
+    } else if (!s) {
       std::fprintf(stderr, "accelpool-manager: device %s failed to prepare: %s\n", name.c_str(), s.error().message.c_str());
       if (dit != devices.end()) {
         dit->second.available = false;
@@ -260,6 +278,53 @@ struct PoolCore::Impl {
     deadlines.erase({l.revoke_deadline, l.id});
     l.revoke_deadline = 0;
     l.requeue_on_deadline = false;
+  }
+
+  // Puts a granted lease into its grace period; at the deadline it ends revoked with `reason`.
+  void begin_revoke(Lease& l, const std::string& reason, double t) {
+    clear_deadline(l);
+    l.state = LeaseState::revoking;
+    l.revoke_deadline = t + options.revoke_grace_s;
+    l.end_reason = reason;
+    deadlines.insert({l.revoke_deadline, l.id});
+    touch(l);
+    emit(l, LeaseEvent::revoking);
+  }
+
+  // --- draining -----------------------------------------------------------------------------------------------
+  static std::string drain_deadline_key(const std::string& device) { return "drain_deadline:" + device; }
+  static std::string host_draining_key(const std::string& host) { return "host_draining:" + host; }
+
+  // Drains or undrains one device. `deadline_at`: when a lease still on it is revoked (draining only).
+  Status drain(DeviceRecord& d, bool draining, std::optional<double> deadline_at, double t, sched::Decisions& out) {
+    if (auto r = scheduler->set_draining(d.sched_id, draining, t, out)) return make_error("invalid_state", r->error);
+    d.draining = draining;
+    touch(d);
+    bool had_deadline = drain_deadlines.erase(d.name) > 0;
+    if (draining && deadline_at) {
+      drain_deadlines[d.name] = *deadline_at;
+      batch.meta.emplace_back(drain_deadline_key(d.name), std::to_string(*deadline_at));
+    } else if (had_deadline) {
+      batch.meta.emplace_back(drain_deadline_key(d.name), "");
+    }
+    return Status::ok();
+  }
+
+  // Revokes the leases on drained devices whose deadline has come.
+  void enforce_drain_deadlines(double t) {
+    for (auto it = drain_deadlines.begin(); it != drain_deadlines.end();) {
+      if (it->second > t) {
+        ++it;
+        continue;
+      }
+      const std::string device = it->first;
+      batch.meta.emplace_back(drain_deadline_key(device), "");
+      it = drain_deadlines.erase(it);
+      auto h = holder.find(device);
+      if (h == holder.end()) continue;
+      Lease* l = find_lease(h->second);
+      if (l && l->state == LeaseState::granted) begin_revoke(*l, "device " + device + " was drained", t);
+    }
   }
 
   void apply(sched::Decisions& d, double t) {
@@ -479,6 +544,13 @@ struct PoolCore::Impl {
       touch(*l);
       if (!l->ready) prepare_devices(*l);
     }
+    for (const auto& [key, value] : snap.meta) {
+      if (value.empty()) continue;
+      if (key.starts_with("host_draining:")) draining_hosts.insert(key.substr(14));
+      if (key.starts_with("drain_deadline:") && devices.count(key.substr(15))) {
+        drain_deadlines[key.substr(15)] = std::strtod(value.c_str(), nullptr);
+      }
+    }
     for (auto& [name, d] : devices) {
       if (d.draining) (void)scheduler->set_draining(d.sched_id, true, t, out);
       if (!d.available) (void)scheduler->set_available(d.sched_id, false, t, out);
@@ -575,6 +647,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
         rec.available = false;
         (void)m.scheduler->set_available(rec.sched_id, false, t, out);
       }
+      if (m.draining_hosts.count(name)) (void)m.drain(rec, true, std::nullopt, t, out);
       m.touch(rec);
     } else if (it->second.available != usable) {
       it->second.available = usable;
@@ -765,6 +838,9 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
     return make_error("invalid_argument", "estimate_s must be a number in [0, 1e9]");
   }
   if (!m.kinds.find(p.kind)) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");
+  if (m.options.acquire_check) {
+    if (auto s = m.options.acquire_check(p); !s) return s.error();
+  }
   if (tit->second.max_devices > 0) {
     std::uint64_t used = 0;
     for (const auto& [_, l] : m.live) {
@@ -861,14 +937,7 @@ Result<Lease> PoolCore::revoke(LeaseId id, const std::string& reason) {
   if (lease.state == LeaseState::queued) {
     m.end_lease(lease, LeaseState::revoked, reason.empty() ? "revoked by an admin" : reason, t);
   } else {
-    m.clear_deadline(lease);
-    lease.state = LeaseState::revoking;
-    lease.revoke_deadline = t + m.options.revoke_grace_s;
-    lease.requeue_on_deadline = false;
-    lease.end_reason = reason.empty() ? "revoked by an admin" : reason;
-    m.deadlines.insert({lease.revoke_deadline, lease.id});
-    m.touch(lease);
-    m.emit(lease, LeaseEvent::revoking);
+    m.begin_revoke(lease, reason.empty() ? "revoked by an admin" : reason, t);
   }
   Lease copy = *m.find_any(id);
   m.flush();
@@ -884,7 +953,8 @@ Result<Lease> PoolCore::get(const std::string& tenant, LeaseId id) const {
 std::vector<Lease> PoolCore::list(const LeaseFilter& f) const {
   std::vector<Lease> out;
   auto match = [&](const Lease& l) {
-    return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.state || l.state == *f.state);
+    return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.state || l.state == *f.state) &&
+           (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
   };
   if (f.include_ended || (f.state && is_terminal(*f.state))) {
     for (const auto& [_, l] : impl_->ended) {
@@ -921,6 +991,7 @@ Result<DeviceView> PoolCore::device(const std::string& name) const {
   v.record = it->second;
   v.state = device_state_name(impl_->scheduler->device_state(it->second.sched_id));
   if (auto h = impl_->holder.find(name); h != impl_->holder.end()) v.lease = h->second;
+  if (auto dl = impl_->drain_deadlines.find(name); dl != impl_->drain_deadlines.end()) v.drain_deadline = dl->second;
   return v;
 }
 
@@ -930,21 +1001,45 @@ std::vector<std::string> PoolCore::hosts() const {
   return {names.begin(), names.end()};
 }
 
-Status PoolCore::set_draining(const std::string& name, bool draining) {
+Status PoolCore::set_draining(const std::string& name, bool draining, std::optional<double> deadline_s) {
   auto& m = *impl_;
   auto it = m.devices.find(name);
   if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  if (auto e = check_drain_deadline(draining, deadline_s)) return *e;
   double t = m.now();
   sched::Decisions out;
-  if (auto r = m.scheduler->set_draining(it->second.sched_id, draining, t, out)) {
-    return make_error("invalid_state", r->error);
-  }
-  it->second.draining = draining;
-  m.touch(it->second);
+  std::optional<double> at;
+  if (deadline_s) at = t + *deadline_s;
+  if (auto s = m.drain(it->second, draining, at, t, out); !s) return s;
+  m.enforce_drain_deadlines(t);
   m.apply(out, t);
   m.flush();
   return Status::ok();
 }
+
+Status PoolCore::set_host_draining(const std::string& host, bool draining, std::optional<double> deadline_s) {
+  auto& m = *impl_;
+  auto names = hosts();
+  if (std::find(names.begin(), names.end(), host) == names.end()) return make_error("not_found", "no host " + host);
+  if (auto e = check_drain_deadline(draining, deadline_s)) return *e;
+  double t = m.now();
+  sched::Decisions out;
+  std::optional<double> at;
+  if (deadline_s) at = t + *deadline_s;
+  for (auto& [_, d] : m.devices) {
+    if (d.host != host) continue;
+    if (auto s = m.drain(d, draining, at, t, out); !s) return s;
+  }
+  if (draining) m.draining_hosts.insert(host);
+  else m.draining_hosts.erase(host);
+  m.batch.meta.emplace_back(Impl::host_draining_key(host), draining ? "1" : "");
+  m.enforce_drain_deadlines(t);
+  m.apply(out, t);
+  m.flush();
+  return Status::ok();
+}
+
+bool PoolCore::host_draining(const std::string& host) const { return impl_->draining_hosts.count(host) > 0; }
 
 Status PoolCore::reset_device(const std::string& name) {
   auto& m = *impl_;
@@ -1014,6 +1109,11 @@ void PoolCore::tick() {
       m.end_lease(*l, LeaseState::revoked, reason, t);
     }
   }
+  m.enforce_drain_deadlines(t);
+  if (m.options.keep_ended_s > 0 && t >= m.next_prune) {  // the store's history, about once an hour
+    m.batch.prune_ended_before = t - m.options.keep_ended_s;
+    m.next_prune = t + 3600;
+  }
   sched::Decisions out;
   m.scheduler->tick(t, out);
   m.apply(out, t);
@@ -1025,6 +1125,7 @@ std::optional<double> PoolCore::next_wakeup() const {
   auto earlier = [&](double t) { w = w ? std::min(*w, t) : t; };
   if (!impl_->expiries.empty()) earlier(impl_->expiries.begin()->first);
   if (!impl_->deadlines.empty()) earlier(impl_->deadlines.begin()->first);
+  for (const auto& [_, at] : impl_->drain_deadlines) earlier(at);
   return w;
 }
 

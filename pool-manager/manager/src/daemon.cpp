@@ -7,6 +7,7 @@
 #include "guest_protocol.hpp"
 #include "metrics.hpp"
 
+#include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
 
@@ -102,7 +103,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     hello_timer_.expires_after(shared_.hello_timeout);
     hello_timer_.async_wait([weak = this->weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
-      if (ec || !self || self->session_.authenticated) return;
+      if (ec || !self || self->session_.authenticated || self->session_.relayed) return;
       self->send(GuestProtocol::timeout_error());
       self->closing_ = true;
     });
@@ -119,7 +120,14 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     if (queued_bytes_ > kMaxQueuedBytes) return close();
     line.push_back('\n');
     out_.push_back(std::move(line));
-    if (!writing_) write();
+    // Lines sent in one turn of the event loop (a reply and the notifications of the same commit) leave in one
+    // write: one system call and one wake-up of the guest instead of one per line.
+    if (writing_ || flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(socket_.get_executor(), [self = this->shared_from_this()] {
+      self->flush_posted_ = false;
+      if (!self->writing_ && !self->out_.empty()) self->write();
+    });
   }
 
  private:
@@ -140,7 +148,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     std::string line(asio::buffers_begin(in_.data()), asio::buffers_begin(in_.data()) + static_cast<std::ptrdiff_t>(n) - 1);
     in_.consume(n);
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) {
+    if (!line.empty() && !closing_) {  // nothing more is handled on a connection being closed
       std::string before_tenant = session_.tenant, before_guest = session_.guest;
       bool was_auth = session_.authenticated;
       in_call_ = true;
@@ -151,12 +159,13 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
         shared_.hub.add(session_.tenant, session_.guest, this);
       }
       if (!reply.empty()) shared_.held.emplace_back(this->weak_from_this(), std::move(reply));
+      if (session_.close_after_reply) closing_ = true;  // closed once the reply is written
       auto later = std::move(deferred_);
       deferred_.clear();
       for (auto& l : later) send(std::move(l));
       shared_.request_commit();
     }
-    if (!closed_) read();
+    if (!closed_) read();  // the pending read keeps this connection alive until a closing reply is written
   }
 
   // Writes everything queued in one go: replies and notifications that pile up while a write is in flight
@@ -196,6 +205,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   std::deque<std::string> out_;
   std::string batch_;  // being written
   bool writing_ = false;
+  bool flush_posted_ = false;
   std::size_t queued_bytes_ = 0;
   GuestSession session_;
   bool closed_ = false;
@@ -240,7 +250,8 @@ Status write_endpoints(const std::filesystem::path& dir, const std::string& admi
   return Status::ok();
 }
 
-Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, Poster post) {
+Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::shared_ptr<ImageCatalog>& catalog,
+                                               Poster post) {
   if (h.backend == "static") {
     std::vector<HostDevice> devs;
     std::map<std::string, int> next;
@@ -251,10 +262,19 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, Poster post) 
   }
   if (!h.devices.empty()) return make_error("config", "host " + h.name + ": 'devices' is only for backend \"static\"");
 #ifdef ACCELPOOL_HAVE_BACKENDS
-  auto backend = backends::make_backend(h.backend, h.settings);
-  if (!backend) return make_error("config", "host " + h.name + ": " + backend.error().message);
-  return make_local_host(h.name, std::move(*backend), std::move(post));
+  auto listed = host_backends(h);
+  if (!listed) return listed.error();
+  std::vector<std::unique_ptr<backends::DeviceBackend>> made;
+  for (const auto& b : *listed) {
+    auto backend = backends::make_backend(b.name, b.settings);
+    if (!backend) return make_error("config", "host " + h.name + ": " + backend.error().message);
+    made.push_back(std::move(*backend));
+  }
+  auto host = make_local_host(h.name, std::move(made), catalog, std::move(post));
+  if (!host) return make_error("config", host.error().message);
+  return std::move(*host);
 #else
+  (void)catalog;
   return make_error("config", "host " + h.name + ": this build has no device backends; use backend = \"static\"");
 #endif
 }
@@ -280,10 +300,20 @@ int run_daemon(const Config& config, std::ostream& out) {
     });
   };
 
+  // The bitstream registry: in-process hosts program its images, agents get their sha256, acquires are checked.
+  auto registry = bitstreams::SharedRegistry::open(config.bitstreams_dir(), config.bitstreams_seed());
+  if (!registry) return fail(registry.error().message);
+  for (const auto& r : (*registry)->rejected()) {
+    std::fprintf(stderr, "accelpool-manager: bitstream left out: %s\n", r.error.message.c_str());
+  }
+  auto catalog = std::make_shared<ImageCatalog>(*registry);
+  CoreOptions core_options = config.core;
+  core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
+
   auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync);
   if (!store) return fail(store.error().message);
   SystemClock clock;
-  auto core_r = PoolCore::create(config.core, clock, **store);
+  auto core_r = PoolCore::create(core_options, clock, **store);
   if (!core_r) return fail(core_r.error().message);
   std::unique_ptr<PoolCore> core = std::move(*core_r);
 
@@ -293,6 +323,9 @@ int run_daemon(const Config& config, std::ostream& out) {
     h.name = "local";
 #ifdef ACCELPOOL_HAVE_BACKENDS
     h.backend = "sim";
+    for (const auto& b : backends::built_backends()) {
+      if (b == "opencl") h.backend += "+opencl";  // PoCL (or GPU) devices when the ICD loader reports any
+    }
 #else
     h.backend = "static";
     h.devices.push_back({"fpga", "static", 4, false});
@@ -300,7 +333,7 @@ int run_daemon(const Config& config, std::ostream& out) {
     hosts.push_back(h);
   }
   for (const auto& h : hosts) {
-    auto driver = make_host(h, post);
+    auto driver = make_host(h, catalog, post);
     if (!driver) return fail(driver.error().message);
     if (auto s = core->attach_host(std::move(*driver)); !s) return fail("host " + h.name + ": " + s.error().message);
   }
@@ -331,7 +364,7 @@ int run_daemon(const Config& config, std::ostream& out) {
   std::string agents_text;
   if (!config.agents.listen.empty()) {
     agent::ListenerEvents ev;
-    ev.host_joined = [&core](std::unique_ptr<agent::RemoteHost> h) {
+    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) {
       std::string name = h->name();
       PoolCore::HostReport report;
       for (const auto& d : h->registered_devices()) {
@@ -340,7 +373,16 @@ int run_daemon(const Config& config, std::ostream& out) {
       }
       auto known = core->hosts();
       bool returning = !core->host_live(name) && std::find(known.begin(), known.end(), name) != known.end();
-      if (auto s = core->attach_host(std::move(h), report); !s) {
+      // Agents check (or fetch) the manager's image by its sha256.
+      agent::RemoteHost* remote = h.get();
+      auto driver = with_catalog_images(std::move(h), catalog,
+                                        [remote](const std::string& local_id, const std::string& bitstream,
+                                                 const std::string& sha256, bool reprogram, const std::string& guest,
+                                                 HostDriver::Done done) {
+                                          remote->prepare_lease(local_id, bitstream, sha256, reprogram, guest, "",
+                                                                std::move(done));
+                                        });
+      if (auto s = core->attach_host(std::move(driver), report); !s) {
         std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), s.error().message.c_str());
         return;
       }
@@ -393,6 +435,7 @@ int run_daemon(const Config& config, std::ostream& out) {
 
   Metrics metrics(*core);
   GuestProtocol protocol(*core);
+  protocol.set_relay_token(config.agents.token);  // host agents relay their VMs' ports with it
   auto shared = std::make_shared<Shared>(protocol, config.max_connections, config.request_timeout_s);
   core->add_listener(&metrics);
   core->add_listener(&shared->hub);
@@ -471,6 +514,8 @@ int run_daemon(const Config& config, std::ostream& out) {
   }
 
   AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->devices().empty(); }, [&] { commit_all(); });
+  api.set_catalog(catalog);
+  api.set_agent_token(config.agents.token);
   auto admin_ep = parse_endpoint(config.admin_listen);
   if (!admin_ep) return fail("admin.listen: " + admin_ep.error().message);
   HttpLimits limits;
@@ -486,6 +531,8 @@ int run_daemon(const Config& config, std::ostream& out) {
   if (!agents_text.empty()) out << "accelpool-manager: host agents on " << agents_text << "\n";
   out << "accelpool-manager: store " << (config.data_dir / config.store_file).string() << ", policy "
       << core->policy() << "\n";
+  out << "accelpool-manager: bitstream registry " << catalog->registry()->dir().string() << " ("
+      << catalog->registry()->list().size() << " bitstreams)\n";
   out.flush();
   // Last: whoever waits for endpoints.json (tests, scripts) finds the tokens and URLs above already written.
   if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text, agents_text); !s) return fail(s.error().message);

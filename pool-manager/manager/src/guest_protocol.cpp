@@ -2,6 +2,8 @@
 
 #include "json_codec.hpp"
 
+#include <accelpool/manager/auth.hpp>
+
 namespace accelpool::manager {
 
 namespace json = boost::json;
@@ -94,6 +96,25 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
   }
   FieldReader in(*params, method);
 
+  if (method == "relay") {
+    // A host agent announces that this connection carries the virtio-serial port of VM `vm` on host `host`.
+    auto token = in.string("token", true);
+    auto host = in.string("host", true, 64);
+    auto vm = in.string("vm", true, 128);
+    if (auto e = in.finish()) return reply(error_reply(id, *e));
+    if (session.authenticated || session.relayed) {
+      return reply(error_reply(id, -32009, "invalid_state", "relay must be the first call on a connection"));
+    }
+    if (relay_token_.empty() || !constant_time_equal(*token, relay_token_)) {
+      session.close_after_reply = true;
+      return reply(error_reply(id, -32001, "unauthorized",
+                               "relay refused: wrong agent token for host '" + *host + "'; closing the connection"));
+    }
+    session.relayed = true;
+    session.guest = *vm;
+    session.guest_host = *host;
+    return reply(result_reply(id, json::object{{"protocol", kGuestProtocolVersion}, {"guest", *vm}, {"guest_host", *host}}));
+  }
   if (method == "hello") {
     auto version = in.uint("protocol", true, 1000);
     auto token = in.string("token", true);
@@ -105,12 +126,18 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
                                "protocol version " + std::to_string(*version) + " is not supported; this manager speaks " +
                                    std::to_string(kGuestProtocolVersion)));
     }
+    if (session.relayed && (*guest != session.guest || (host && *host != session.guest_host))) {
+      return reply(error_reply(id, -32003, "forbidden",
+                               "this connection is the port of VM '" + session.guest + "' on host '" +
+                                   session.guest_host + "'; it cannot speak for guest '" + *guest + "'" +
+                                   (host ? " on host '" + *host + "'" : std::string())));
+    }
     auto tenant = core_.authenticate(*token);
     if (!tenant) return reply(error_reply(id, tenant.error()));
     session.authenticated = true;
     session.tenant = *tenant;
     session.guest = *guest;
-    session.guest_host = host.value_or("");
+    if (!session.relayed) session.guest_host = host.value_or("");
     LeaseFilter f;
     f.tenant = session.tenant;
     f.guest = session.guest;

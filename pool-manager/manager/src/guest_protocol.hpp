@@ -19,11 +19,20 @@ struct GuestSession {
   std::string tenant;
   std::string guest;
   std::string guest_host;
+  // Set by `relay` (a host agent carrying one VM's virtio-serial port): `guest` and `guest_host` are pinned to
+  // that VM, and a hello naming another guest is refused.
+  bool relayed = false;
+  // Set when the connection must be closed after the reply (a refused relay announcement).
+  bool close_after_reply = false;
 };
 
 class GuestProtocol {
  public:
   explicit GuestProtocol(PoolCore& core) : core_(core) {}
+
+  // The host agents' token, which a `relay` announcement must carry. Empty (the default): relays are refused.
+  // Call before the first handle().
+  void set_relay_token(std::string token) { relay_token_ = std::move(token); }
 
   // Handles one message (a line without its newline). Returns the reply line, or "" when the message was a
   // notification (no id) that needs none. Never throws; bad input gets a JSON-RPC error reply and changes nothing.
@@ -39,6 +48,7 @@ class GuestProtocol {
 
  private:
   PoolCore& core_;
+  std::string relay_token_;
 };
 
 }  // namespace accelpool::manager

@@ -52,6 +52,7 @@ json::object to_json(const DeviceView& d) {
   o["draining"] = d.record.draining;
   o["available"] = d.record.available;
   o["lease"] = d.lease ? json::value(*d.lease) : json::value(nullptr);
+  o["drain_deadline"] = d.drain_deadline ? json::value(*d.drain_deadline) : json::value(nullptr);
   return o;
 }
 

@@ -1,5 +1,7 @@
 // An in-process host: a DeviceBackend driven from a worker thread of its own.
 #include <accelpool/backends/device_backend.hpp>
+#include <accelpool/backends/factory.hpp>
+#include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
@@ -15,8 +17,11 @@ namespace {
 
 class LocalHost final : public HostDriver {
  public:
-  LocalHost(std::string name, std::unique_ptr<backends::DeviceBackend> backend, Poster post)
-      : name_(std::move(name)), backend_(std::move(backend)), post_(std::move(post)), worker_([this] { run(); }) {}
+  // `catalog` null: bitstream names stand for images whose identity is the hash of the name.
+  LocalHost(std::string name, std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
+            std::shared_ptr<ImageCatalog> catalog, Poster post)
+      : name_(std::move(name)), backends_(std::move(backends)), catalog_(std::move(catalog)), post_(std::move(post)),
+        worker_([this] { run(); }) {}
 
   ~LocalHost() override {
     {
@@ -27,22 +32,40 @@ class LocalHost final : public HostDriver {
     worker_.join();
   }
 
+  // Maps every device id to its backend. Errors: "invalid_argument" (an id two backends report).
+  Status index_devices() {
+    std::lock_guard backend_lock(backend_mu_);
+    for (std::size_t i = 0; i < backends_.size(); ++i) {
+      auto found = backends_[i]->enumerate();
+      if (!found) return found.error();
+      for (const auto& d : *found) {
+        if (!owner_.emplace(d.local_id, i).second)
+          return make_error("invalid_argument", "host " + name_ + ": device id '" + d.local_id +
+                                                    "' is reported by two backends");
+      }
+    }
+    return Status::ok();
+  }
+
   const std::string& name() const override { return name_; }
 
   Result<std::vector<HostDevice>> devices() override {
     std::lock_guard backend_lock(backend_mu_);
-    auto found = backend_->enumerate();
-    if (!found) return found.error();
     std::vector<HostDevice> out;
-    for (const auto& d : *found) {
-      HostDevice hd;
-      hd.local_id = d.local_id;
-      hd.kind = d.kind;
-      hd.model = d.model;
-      hd.passthrough = d.passthrough;
-      if (auto loaded = backend_->loaded(d.local_id); loaded) hd.loaded = name_of(*loaded);
-      out.push_back(std::move(hd));
+    for (const auto& backend : backends_) {
+      auto found = backend->enumerate();
+      if (!found) return found.error();
+      for (const auto& d : *found) {
+        HostDevice hd;
+        hd.local_id = d.local_id;
+        hd.kind = d.kind;
+        hd.model = d.model;
+        hd.passthrough = d.passthrough;
+        if (auto loaded = backend->loaded(d.local_id); loaded) hd.loaded = name_of(*loaded);
+        out.push_back(std::move(hd));
+      }
     }
+    if (catalog_) catalog_->add_devices(out);
     return out;
   }
 
@@ -50,9 +73,17 @@ class LocalHost final : public HostDriver {
                Done done) override {
     enqueue([this, local_id, bitstream, reprogram, done = std::move(done)]() mutable {
       Status s = Status::ok();
-      if (!bitstream.empty()) {
-        auto held = backend_->loaded(local_id);
-        if (reprogram || !held || *held != image_of(bitstream).sha256) s = backend_->program(local_id, image_of(bitstream));
+      backends::DeviceBackend* backend = backend_of(local_id);
+      if (!backend) {
+        s = make_error("not_found", "host " + name_ + ": no device '" + local_id + "'");
+      } else if (!bitstream.empty()) {
+        auto image = image_of(bitstream);
+        if (!image) {
+          s = make_error(image.error().code, "host " + name_ + ", device " + local_id + ": " + image.error().message);
+        } else {
+          auto held = backend->loaded(local_id);
+          if (reprogram || !held || *held != image->sha256) s = backend->program(local_id, *image);
+        }
       }
       finish(local_id, std::move(s), std::move(done));
     });
@@ -62,13 +93,27 @@ class LocalHost final : public HostDriver {
 
   void reset(const std::string& local_id, Done done) override {
     enqueue([this, local_id, done = std::move(done)]() mutable {
-      finish(local_id, backend_->reset(local_id), std::move(done));
+      backends::DeviceBackend* backend = backend_of(local_id);
+      Status s = backend ? backend->reset(local_id)
+                         : Status(make_error("not_found", "host " + name_ + ": no device '" + local_id + "'"));
+      finish(local_id, std::move(s), std::move(done));
     });
   }
 
  private:
-  // Bitstream names stand for images until the registry is wired in: the image's identity is the hash of its name.
-  backends::Image image_of(const std::string& bitstream) {
+  backends::DeviceBackend* backend_of(const std::string& local_id) {
+    if (backends_.size() == 1) return backends_.front().get();
+    auto it = owner_.find(local_id);
+    return it == owner_.end() ? nullptr : backends_[it->second].get();
+  }
+
+  // The image to program: with a catalog, the registry's image verified on disk now; else a name-only image.
+  Result<backends::Image> image_of(const std::string& bitstream) {
+    if (catalog_) {
+      auto verified = catalog_->registry()->verify(bitstream);
+      if (!verified) return verified.error();
+      return backends::make_image(*verified);
+    }
     backends::Image img;
     img.name = bitstream;
     img.sha256 = sha256_hex("accelpool-bitstream:" + bitstream);
@@ -76,16 +121,23 @@ class LocalHost final : public HostDriver {
     names_[img.sha256] = bitstream;
     return img;
   }
+
   std::string name_of(const std::string& sha) {
     if (sha.empty()) return "";
-    std::lock_guard lock(names_mu_);
-    auto it = names_.find(sha);
-    return it == names_.end() ? "sha256:" + sha.substr(0, 16) : it->second;
+    if (catalog_) {
+      if (auto b = catalog_->registry()->find_by_sha256(sha); b) return b->manifest.name;
+    } else {
+      std::lock_guard lock(names_mu_);
+      if (auto it = names_.find(sha); it != names_.end()) return it->second;
+    }
+    return "sha256:" + sha.substr(0, 16);
   }
 
   void finish(const std::string& local_id, Status s, Done done) {
     std::string loaded;
-    if (auto l = backend_->loaded(local_id); l) loaded = name_of(*l);
+    if (auto* backend = backend_of(local_id)) {
+      if (auto l = backend->loaded(local_id); l) loaded = name_of(*l);
+    }
     post_([s = std::move(s), loaded = std::move(loaded), done = std::move(done)]() mutable {
       done(std::move(s), std::move(loaded));
     });
@@ -115,16 +167,40 @@ class LocalHost final : public HostDriver {
   }
 
   std::string name_;
-  std::unique_ptr<backends::DeviceBackend> backend_;
+  std::vector<std::unique_ptr<backends::DeviceBackend>> backends_;
+  std::unordered_map<std::string, std::size_t> owner_;  // device id -> backend index (filled before use)
+  std::shared_ptr<ImageCatalog> catalog_;
   Poster post_;
-  std::mutex backend_mu_;  // the backend is used from one thread at a time
+  std::mutex backend_mu_;  // the backends are used from one thread at a time
   std::mutex names_mu_;
-  std::unordered_map<std::string, std::string> names_;
+  std::unordered_map<std::string, std::string> names_;  // without a catalog: sha256 -> name
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stop_ = false;
   std::thread worker_;  // last: starts after every other member exists
+};
+
+// A host whose prepare passes the manager image's sha256 on.
+class CatalogImagesHost final : public HostDriver {
+ public:
+  CatalogImagesHost(std::unique_ptr<HostDriver> inner, std::shared_ptr<const ImageCatalog> catalog,
+                    PrepareWithImage prepare)
+      : inner_(std::move(inner)), catalog_(std::move(catalog)), prepare_(std::move(prepare)) {}
+  const std::string& name() const override { return inner_->name(); }
+  Result<std::vector<HostDevice>> devices() override { return inner_->devices(); }
+  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& guest,
+               Done done) override {
+    std::string sha = bitstream.empty() ? std::string() : catalog_->sha256_of(bitstream);
+    prepare_(local_id, bitstream, sha, reprogram, guest, std::move(done));
+  }
+  void release(const std::string& local_id, Done done) override { inner_->release(local_id, std::move(done)); }
+  void reset(const std::string& local_id, Done done) override { inner_->reset(local_id, std::move(done)); }
+
+ private:
+  std::unique_ptr<HostDriver> inner_;
+  std::shared_ptr<const ImageCatalog> catalog_;
+  PrepareWithImage prepare_;
 };
 
 // Devices declared by configuration; a bitstream "load" is a record in memory.
@@ -172,7 +248,78 @@ std::unique_ptr<HostDriver> make_static_host(std::string name, std::vector<HostD
 
 std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
                                             Poster post) {
-  return std::make_unique<LocalHost>(std::move(name), std::move(backend), std::move(post));
+  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
+  list.push_back(std::move(backend));
+  return std::make_unique<LocalHost>(std::move(name), std::move(list), nullptr, std::move(post));
+}
+
+Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
+                                                    std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
+                                                    std::shared_ptr<ImageCatalog> catalog, Poster post) {
+  if (backends.empty()) return make_error("invalid_argument", "host " + name + ": no device backend");
+  for (const auto& b : backends) {
+    if (!b) return make_error("invalid_argument", "host " + name + ": a device backend is missing");
+  }
+  auto host = std::make_unique<LocalHost>(std::move(name), std::move(backends), std::move(catalog), std::move(post));
+  if (auto s = host->index_devices(); !s) return s.error();
+  return std::unique_ptr<HostDriver>(std::move(host));
+}
+
+std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host,
+                                                std::shared_ptr<const ImageCatalog> catalog,
+                                                PrepareWithImage prepare_with_image) {
+  return std::make_unique<CatalogImagesHost>(std::move(host), std::move(catalog), std::move(prepare_with_image));
+}
+
+// --- ImageCatalog ---------------------------------------------------------------------------------------------
+
+ImageCatalog::ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry) : registry_(std::move(registry)) {}
+
+void ImageCatalog::add_devices(const std::vector<HostDevice>& devices) {
+  std::lock_guard lock(mu_);
+  for (const auto& d : devices) models_[d.kind].insert(d.model);
+}
+
+bool ImageCatalog::kind_uses_images(const std::string& kind) const {
+  std::lock_guard lock(mu_);
+  return models_.count(kind) > 0;
+}
+
+std::string ImageCatalog::sha256_of(const std::string& bitstream) const {
+  auto b = registry_->get(bitstream);
+  return b ? b->manifest.sha256 : std::string();
+}
+
+Status ImageCatalog::check(const std::string& kind, const std::string& bitstream) const {
+  if (bitstream.empty()) return Status::ok();
+  std::set<std::string> models;
+  {
+    std::lock_guard lock(mu_);
+    auto it = models_.find(kind);
+    if (it == models_.end()) return Status::ok();
+    models = it->second;
+  }
+  auto b = registry_->get(bitstream);
+  if (!b) {
+    return make_error("not_found", "bitstream '" + bitstream + "' is not in the manager's registry (" +
+                                       registry_->dir().string() +
+                                       "); register it first (accelpoolctl bitstreams register)");
+  }
+  bool fits = false;
+  std::string listed;
+  for (const auto& m : models) {
+    if (bitstreams::Registry::compatible(*b, m)) fits = true;
+    listed += (listed.empty() ? "'" : ", '") + m + "'";
+  }
+  if (!fits) {
+    std::string patterns;
+    for (const auto& c : b->manifest.compatible) patterns += (patterns.empty() ? "" : ", ") + c;
+    return make_error("incompatible", "bitstream " + b->id() + " fits device models " + patterns +
+                                          ", but the devices of kind '" + kind + "' are " + listed);
+  }
+  auto verified = registry_->verify(b->manifest.name, b->manifest.version);
+  if (!verified) return verified.error();
+  return Status::ok();
 }
 
 }  // namespace accelpool::manager

@@ -317,6 +317,12 @@ class SqliteStore final : public Store {
         if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
       }
     }
+    if (batch.prune_ended_before > 0) {
+      Stmt& s = *prune_;
+      s.reset();
+      s.bind(1, batch.prune_ended_before);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "deleting old ended leases");
+    }
     return Status::ok();
   }
 
@@ -336,7 +342,9 @@ class SqliteStore final : public Store {
     std::string sql = std::string("INSERT OR REPLACE INTO leases(") + kLeaseColumns +
                       ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)";
     lease_ = std::make_unique<Stmt>(db_, sql.c_str());
-    for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get()}) {
+    prune_ = std::make_unique<Stmt>(
+        db_, "DELETE FROM leases WHERE ended_at > 0 AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
+    for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get(), prune_.get()}) {
       if (!st->ok()) return db_error(db_, "preparing the write statements");
     }
     prepared_ = true;
@@ -345,7 +353,7 @@ class SqliteStore final : public Store {
 
   sqlite3* db_;
   bool prepared_ = false;
-  std::unique_ptr<Stmt> meta_, tenant_, device_, lease_;
+  std::unique_ptr<Stmt> meta_, tenant_, device_, lease_, prune_;
 };
 
 }  // namespace

@@ -55,11 +55,11 @@ struct ClientOptions {
 
 // One device of a grant. Fields other than `name` are filled from what the lease carries: the optional
 // per-device objects of the lease's "device_info" array when the server sends them, else what the documented
-// device id formats say (HOST/opencl:P:D[/N], HOST/xrt:BDF, HOST/sim:N).
+// device id formats say (HOST/opencl:P:D[.N], HOST/xrt:BDF, HOST/sim:N).
 struct DeviceInfo {
   std::string name;                          // pool device name, e.g. "local/sim:0"
   std::string host;                          // the part before '/', e.g. "local"
-  std::string local_id;                      // the part after '/', e.g. "opencl:0:0/1"
+  std::string local_id;                      // the part after '/', e.g. "opencl:0:0.1"
   std::string backend;                       // "opencl", "xrt", "sim", ... (prefix of local_id)
   std::string model;                         // when the server reports it
   std::string pci_address;                   // PCI address (in the guest when attached, else the host's BDF)

@@ -40,6 +40,13 @@ struct SerialDirs {
   std::string dev_dir = "/dev";
 };
 
+// The local guest daemon's socket (accelpool-guestd --listen default).
+inline constexpr const char* kGuestDaemonSocket = "/run/accelpool/guest.sock";
+
+// The pool URI to use when none is given: $ACCELPOOL_POOL when set, else the local guest daemon
+// (unix:///run/accelpool/guest.sock) when its socket exists, else tcp://127.0.0.1:7070 (development).
+std::string default_pool_uri();
+
 // Opens the stream named by `uri`, waiting at most `timeout` for a TCP connect. Errors: "unreachable" naming
 // the URI and the system's reason (connection refused, no such file, timeout, no such port name).
 Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout, const SerialDirs& serial = {});

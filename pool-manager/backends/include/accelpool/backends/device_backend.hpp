@@ -20,7 +20,7 @@
 namespace accelpool::backends {
 
 // A device as the backend found it. `local_id` is unique within the backend and stable across restarts
-// of the agent (e.g. "xrt:0000:65:00.1", "opencl:0:0/2", "sim:3").
+// of the agent (e.g. "xrt:0000:65:00.1", "opencl:0:0.2", "sim:3").
 struct DeviceInfo {
   std::string local_id;
   std::string kind;     // scheduling class: "fpga", "gpu", "cpu", ...

@@ -21,7 +21,7 @@ std::vector<std::string> built_backends();
 // backend this build does not contain), "invalid_argument" (bad or unknown config key), "backend_failed".
 Result<std::unique_ptr<DeviceBackend>> make_backend(std::string_view name, const BackendConfig& config);
 
-// The Image to program for a verified registry entry.
+// The Image to program for a verified registry entry (in accelpool_backend_api: no backend needed).
 Image make_image(const bitstreams::Bitstream& bitstream);
 
 }  // namespace accelpool::backends

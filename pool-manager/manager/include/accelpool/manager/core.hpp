@@ -25,11 +25,18 @@
 
 namespace accelpool::manager {
 
+struct AcquireParams;
+
 struct CoreOptions {
   double lease_ttl_s = 30;      // a lease whose guest has not heartbeaten for this long is reclaimed
   double revoke_grace_s = 10;   // time a guest has to release after a revocation warning
   std::string policy = "fifo+first-fit";
   std::size_t history = 10000;  // ended leases kept in memory for stats and listing
+  double keep_ended_s = 30 * 86400;  // ended leases older than this are deleted from the store (0: kept forever)
+  // Checks a valid acquire before it is queued (e.g. that its bitstream exists and fits a device of its kind,
+  // ImageCatalog::check); an error refuses the acquire with that error and changes nothing. Called on the owner
+  // thread; must not call into the core. Empty: no check.
+  std::function<Status(const AcquireParams&)> acquire_check;
 };
 
 enum class LeaseEvent : std::uint8_t {
@@ -60,6 +67,7 @@ struct LeaseFilter {
   std::optional<std::string> tenant;
   std::optional<std::string> guest;
   std::optional<LeaseState> state;
+  std::optional<std::string> device;  // leases whose devices include this one ("HOST/LOCAL_ID")
   bool include_ended = false;
 };
 
@@ -67,6 +75,7 @@ struct DeviceView {
   DeviceRecord record;
   std::string state;  // free, leased, draining, unavailable
   std::optional<LeaseId> lease;
+  std::optional<double> drain_deadline;  // when the lease still on this drained device is revoked
 };
 
 struct Percentiles {
@@ -171,8 +180,14 @@ class PoolCore {
   std::vector<DeviceView> devices() const;
   Result<DeviceView> device(const std::string& name) const;
   std::vector<std::string> hosts() const;
-  // Errors: "not_found".
-  Status set_draining(const std::string& name, bool draining);
+  // Drains a device (no new grants; its lease runs on) or undrains it. With `deadline_s` (drain only), a lease
+  // still on the device that many seconds from now is revoked with the usual grace. Errors: "not_found",
+  // "invalid_argument" (bad deadline).
+  Status set_draining(const std::string& name, bool draining, std::optional<double> deadline_s = std::nullopt);
+  // The same for every device of a host, and for the devices it registers later, until undrained. Survives
+  // restarts. Errors: "not_found", "invalid_argument".
+  Status set_host_draining(const std::string& host, bool draining, std::optional<double> deadline_s = std::nullopt);
+  bool host_draining(const std::string& host) const;
   // Resets a free device through its host. Errors: "not_found", "invalid_state" (leased).
   Status reset_device(const std::string& name);
   std::vector<std::string> bitstreams() const;  // names held by devices or asked for by leases

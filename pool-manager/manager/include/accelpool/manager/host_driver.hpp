@@ -6,12 +6,18 @@
 #include <accelpool/common/result.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace accelpool::backends {
 class DeviceBackend;
+}
+namespace accelpool::bitstreams {
+class SharedRegistry;
 }
 
 namespace accelpool::manager {
@@ -53,12 +59,65 @@ class HostDriver {
   virtual void reset(const std::string& local_id, Done done) = 0;
 };
 
-// An in-process host over a device backend: operations run one at a time on a worker thread of its own, and
-// completions are posted to the owner thread. Bitstream names map to backend images by name (the registry
-// resolves files and checksums when it is wired in). Attach is a no-op: the guest shares the host's process
-// space in the embedded default.
+// The manager's bitstream registry as hosts and acquires see it, and the device models that take its images.
+// Threading: every call locks; any thread.
+class ImageCatalog {
+ public:
+  explicit ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry);
+
+  const std::shared_ptr<bitstreams::SharedRegistry>& registry() const { return registry_; }
+
+  // Records devices that are programmed only with registry images (an in-process host's, when it enumerates).
+  void add_devices(const std::vector<HostDevice>& devices);
+
+  // Checks an acquire of `bitstream` on devices of `kind` before it is queued. Ok when `bitstream` is empty, or
+  // when no device of `kind` takes registry images (static hosts and host agents treat names their own way).
+  // Else the registry must hold `bitstream` (highest version), its image must verify on disk, and it must fit
+  // the model of at least one such device. Errors: "not_found", "incompatible", "checksum_mismatch",
+  // "corrupt_image", "missing_file"; messages name the bitstream, the kind and the models.
+  Status check(const std::string& kind, const std::string& bitstream) const;
+
+  // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
+  std::string sha256_of(const std::string& bitstream) const;
+
+  // Whether some device of `kind` takes registry images.
+  bool kind_uses_images(const std::string& kind) const;
+
+ private:
+  std::shared_ptr<bitstreams::SharedRegistry> registry_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::set<std::string>> models_;  // kind -> models of devices that take registry images
+};
+
+// An in-process host over device backends: operations run one at a time on a worker thread of its own, and
+// completions are posted to the owner thread. Device ids must be unique over the backends. Bitstream names are
+// resolved in `catalog`'s registry: the image is verified on disk right before programming (Registry::verify),
+// so a changed or corrupt file is never programmed (the prepare fails with the registry's error and the device
+// is not touched). Every device is recorded in the catalog as taking registry images. Attach is a no-op: the
+// guest shares the host's process space in the embedded default. Errors: "invalid_argument" (no backend, or a
+// device id two backends report).
+Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
+                                                    std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
+                                                    std::shared_ptr<ImageCatalog> catalog, Poster post);
+
+// An in-process host over one backend with no registry: a bitstream name stands for an image whose identity is
+// the hash of the name (only the simulated backend can "program" such images). For tests of the manager's own
+// logic.
 std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
                                             Poster post);
+
+// What a host needs to prepare a device with the manager's image: prepare's arguments plus the image's sha256
+// ("" when the registry has no image of that name). E.g. a host agent's RemoteHost::prepare_lease.
+using PrepareWithImage = std::function<void(const std::string& local_id, const std::string& bitstream,
+                                            const std::string& sha256, bool reprogram, const std::string& guest,
+                                            HostDriver::Done done)>;
+
+// Wraps `host` so that prepare resolves the bitstream's sha256 in `catalog` and calls `prepare_with_image`
+// (which must act as `host`'s prepare, e.g. a host agent then checks or fetches the image by its sha256);
+// everything else goes straight to `host`.
+std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host,
+                                                std::shared_ptr<const ImageCatalog> catalog,
+                                                PrepareWithImage prepare_with_image);
 
 // A host whose devices are declared in the configuration and driven by nothing: programming and reset only
 // record what the device holds; completions are posted at once. For running the manager with no device backend

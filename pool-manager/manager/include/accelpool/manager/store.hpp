@@ -28,7 +28,12 @@ struct Batch {
   std::vector<DeviceRecord> devices;  // upserts by name
   std::vector<TenantRecord> tenants;  // upserts by name
   std::vector<std::pair<std::string, std::string>> meta;
-  bool empty() const { return leases.empty() && devices.empty() && tenants.empty() && meta.empty(); }
+  // Deletes the ended leases that ended before this time (the newest lease id is always kept, so ids are never
+  // reused). 0: nothing.
+  double prune_ended_before = 0;
+  bool empty() const {
+    return leases.empty() && devices.empty() && tenants.empty() && meta.empty() && prune_ended_before == 0;
+  }
 };
 
 class Store {
