@@ -4,7 +4,11 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 namespace accelpool::manager {
 
@@ -90,10 +94,70 @@ constexpr const char* kLeaseColumns =
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
     "preemptions, end_reason";
 
+// Copies the WAL back into the database file on a thread and a connection of its own, so the fsync a checkpoint
+// needs never stalls a commit on the owner thread. The owner's connection reports the WAL's size after each
+// commit (wake()); past kPages pages this thread checkpoints (PASSIVE: it never blocks the writer).
+class Checkpointer {
+ public:
+  static constexpr int kPages = 1000;
+
+  ~Checkpointer() { stop(); }
+
+  Status start(const std::filesystem::path& file) {
+    if (sqlite3_open_v2(file.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+      return db_error(db_, "opening the checkpoint connection");
+    }
+    thread_ = std::thread([this] { run(); });
+    return Status::ok();
+  }
+
+  // Called on the owner thread after a commit with the number of pages in the WAL.
+  void wake(int pages) {
+    if (pages < kPages) return;
+    {
+      std::lock_guard lock(mu_);
+      due_ = true;
+    }
+    cv_.notify_one();
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+    if (db_) sqlite3_close(db_);
+    db_ = nullptr;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stopping_ || due_; });
+      if (stopping_) return;
+      due_ = false;
+      lock.unlock();
+      sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+      lock.lock();
+    }
+  }
+
+  sqlite3* db_ = nullptr;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool due_ = false;
+  bool stopping_ = false;
+};
+
 class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   ~SqliteStore() override {
+    checkpointer_.stop();
     meta_.reset();
     tenant_.reset();
     device_.reset();
@@ -101,7 +165,7 @@ class SqliteStore final : public Store {
     sqlite3_close(db_);
   }
 
-  Status init(bool full_sync) {
+  Status init(const std::filesystem::path& file, bool full_sync) {
     std::string pragmas = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") + (full_sync ? "FULL" : "NORMAL") +
                           "; PRAGMA foreign_keys=ON;";
     if (auto s = exec(pragmas.c_str(), "setting pragmas"); !s) return s;
@@ -113,7 +177,19 @@ class SqliteStore final : public Store {
                                      ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
     }
     if (auto s = exec(kSchema, "creating the schema"); !s) return s;
-    return exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version");
+    if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
+      return s;
+    }
+    // Checkpoints move to their own thread: this hook replaces SQLite's automatic checkpoint.
+    if (auto s = checkpointer_.start(file); !s) return s;
+    sqlite3_wal_hook(
+        db_,
+        [](void* self, sqlite3*, const char*, int pages) {
+          static_cast<Checkpointer*>(self)->wake(pages);
+          return SQLITE_OK;
+        },
+        &checkpointer_);
+    return Status::ok();
   }
 
   Result<Snapshot> load(std::size_t recent_ended) override {
@@ -352,6 +428,7 @@ class SqliteStore final : public Store {
   }
 
   sqlite3* db_;
+  Checkpointer checkpointer_;
   bool prepared_ = false;
   std::unique_ptr<Stmt> meta_, tenant_, device_, lease_, prune_;
 };
@@ -368,7 +445,7 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& fi
   }
   sqlite3_busy_timeout(db, 5000);
   auto store = std::make_unique<SqliteStore>(db);
-  if (auto s = store->init(full_sync); !s) {
+  if (auto s = store->init(file, full_sync); !s) {
     return make_error("store", file.string() + ": " + s.error().message);
   }
   return std::unique_ptr<Store>(std::move(store));
