@@ -249,7 +249,7 @@ class RawClient {
 
  private:
   int fd_ = -1;
-  agent::LineBuffer in_;
+  agent::LineBuffer in_{agent::kMaxLine};
 };
 
 std::string sim_pool(const std::string& devices, const std::string& more = "") {

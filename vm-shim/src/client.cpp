@@ -1,6 +1,7 @@
 // The client: one I/O thread owns the stream (reads lines, writes queued requests, heartbeats, reconnects), one
 // callback thread runs user callbacks. Shared state is guarded by ClientCore::mu; completion handlers of calls run
 // on the I/O thread without the lock and never block.
+#include <accelpool/common/json_lines.hpp>
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
 
@@ -51,21 +52,7 @@ Error rpc_error(const json& err, const std::string& method) {
     if (auto d = err.find("data"); d != err.end() && d->is_object()) {
       if (auto c = d->find("code"); c != d->end() && c->is_string()) code = c->get<std::string>();
     }
-    if (code.empty()) {
-      int n = err.value("code", -32000);
-      switch (n) {
-        case -32700: code = "parse_error"; break;
-        case -32600: code = "invalid_request"; break;
-        case -32601: code = "method_not_found"; break;
-        case -32602: code = "invalid_argument"; break;
-        case -32001: code = "unauthorized"; break;
-        case -32004: code = "not_found"; break;
-        case -32009: code = "invalid_state"; break;
-        case -32022: code = "infeasible"; break;
-        case -32029: code = "quota_exceeded"; break;
-        default: code = "internal";
-      }
-    }
+    if (code.empty()) code = std::string(common::rpc_word(err.value("code", -32000)));
   }
   return make_error(code, method + ": " + message);
 }

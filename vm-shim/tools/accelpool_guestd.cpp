@@ -7,6 +7,7 @@
 // programs that said hello when nobody owns it). When the port's host side goes away, calls in flight fail with
 // `disconnected`; when it comes back, each program's last hello is sent again, so its session (and the
 // notifications of its leases) resume without the program noticing more than the failed calls.
+#include <accelpool/common/json_lines.hpp>
 #include <accelpool/shim/transport.hpp>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@ namespace {
 
 using namespace accelpool::shim;
 using json = nlohmann::json;
+using accelpool::common::LineBuffer;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage = R"(usage: accelpool-guestd [options]
@@ -63,32 +65,13 @@ std::string error_line(const json& id, int code, const std::string& word, const 
          "\n";
 }
 
-// Splits a byte stream into lines; a trailing '\r' is dropped, empty lines are skipped.
-struct Lines {
-  std::string buf;
-  bool overflow = false;
-  std::optional<std::string> next() {
-    for (;;) {
-      auto nl = buf.find('\n');
-      if (nl == std::string::npos) {
-        if (buf.size() > kMaxLine) overflow = true;
-        return std::nullopt;
-      }
-      std::string line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty()) return line;
-    }
-  }
-};
-
 // Reads what is available. Returns false at end of stream or on an error.
-bool read_available(int fd, std::string& into) {
+bool read_available(int fd, LineBuffer& into) {
   char buf[65536];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
-      into.append(buf, static_cast<std::size_t>(n));
+      into.append(std::string_view(buf, static_cast<std::size_t>(n)));
       if (n < static_cast<ssize_t>(sizeof buf)) return true;
       continue;
     }
@@ -114,7 +97,7 @@ bool write_available(int fd, bool socket, std::string& out) {
 
 struct Program {
   int fd = -1;
-  Lines in;
+  LineBuffer in{kMaxLine};
   std::string out;
   std::optional<json> hello;         // the last hello it sent (id removed): sent again when the port comes back
   std::deque<std::string> waiting;   // lines held while the port is down (ids already rewritten)
@@ -215,7 +198,7 @@ class Daemon {
     port_fd_ = s->fd;
     port_socket_ = s->socket;
     retry_ = kRetryMin;
-    port_in_ = Lines{};
+    port_in_.reset();
     port_out_.clear();
     std::fprintf(stderr, "accelpool-guestd: pool stream %s is up\n", port_uri_.text.c_str());
     // Sessions first, then what the programs asked meanwhile.
@@ -263,9 +246,9 @@ class Daemon {
   }
 
   void read_port(short revents) {
-    bool open = read_available(port_fd_, port_in_.buf);
-    while (auto line = port_in_.next()) from_pool(*line);
-    if (port_in_.overflow) return port_lost("a line from the pool is longer than 64 KiB");
+    bool open = read_available(port_fd_, port_in_);
+    while (auto line = port_in_.next_line()) from_pool(*line);
+    if (port_in_.overflow()) return port_lost("a line from the pool is longer than 64 KiB");
     if (!open || (revents & (POLLHUP | POLLERR))) port_lost("end of stream");
   }
 
@@ -346,13 +329,12 @@ class Daemon {
   }
 
   void read_program(std::uint64_t pid, Program& p) {
-    bool open = read_available(p.fd, p.in.buf);
-    while (auto line = p.in.next()) from_program(pid, p, *line);
-    if (p.in.overflow) {
+    bool open = read_available(p.fd, p.in);
+    while (auto line = p.in.next_line()) from_program(pid, p, *line);
+    if (p.in.overflow()) {
       p.out += error_line(nullptr, -32600, "invalid_request",
                           "message longer than " + std::to_string(kMaxLine) + " bytes; closing the connection");
       p.closing = true;
-      p.in.buf.clear();
       return;
     }
     if (!open) close_program(pid);
@@ -433,7 +415,7 @@ class Daemon {
   int listen_fd_ = -1;
   int port_fd_ = -1;
   bool port_socket_ = false;
-  Lines port_in_;
+  LineBuffer port_in_{kMaxLine};
   std::string port_out_;
   Clock::time_point next_open_{};
   std::chrono::milliseconds retry_{kRetryMin};

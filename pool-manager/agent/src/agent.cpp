@@ -172,7 +172,7 @@ class AgentImpl final : public Agent {
       ++gen_;
       out_ = request_line(kRegisterId, "agent.register", register_params());
     }
-    LineBuffer in;
+    LineBuffer in{kMaxLine};
     std::int64_t next_id = kRegisterId + 1;
     auto next_hb = Clock::now() + cfg_.heartbeat_interval;
     while (!stop) {

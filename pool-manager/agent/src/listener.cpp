@@ -109,7 +109,7 @@ bool RemoteHost::connected() const {
 struct AgentListener::Impl {
   struct Conn {
     int fd = -1;
-    LineBuffer in;
+    LineBuffer in{kMaxLine};
     std::shared_ptr<Link> link;
     bool registered = false;
     Clock::time_point last_seen;

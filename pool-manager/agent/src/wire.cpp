@@ -15,37 +15,6 @@ namespace accelpool::agent {
 
 namespace json = boost::json;
 
-std::optional<std::string> LineBuffer::next_line() {
-  while (!overflow_) {
-    auto nl = buf_.find('\n');
-    if (nl == std::string::npos) {
-      if (buf_.size() > kMaxLine) overflow_ = true;
-      return std::nullopt;
-    }
-    std::string line = buf_.substr(0, nl);
-    buf_.erase(0, nl + 1);
-    if (line.size() > kMaxLine) {
-      overflow_ = true;
-      return std::nullopt;
-    }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) return line;
-  }
-  return std::nullopt;
-}
-
-int rpc_code(std::string_view code) {
-  if (code == "parse_error") return -32700;
-  if (code == "invalid_request") return -32600;
-  if (code == "method_not_found") return -32601;
-  if (code == "invalid_argument" || code == "unsupported_version") return -32602;
-  if (code == "unauthorized") return -32001;
-  if (code == "not_found") return -32004;
-  if (code == "invalid_state") return -32009;
-  if (code == "already_registered") return -32010;
-  return -32000;
-}
-
 namespace {
 std::string line_of(const json::object& o) { return json::serialize(o) + "\n"; }
 }  // namespace

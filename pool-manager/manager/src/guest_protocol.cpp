@@ -2,6 +2,7 @@
 
 #include "json_codec.hpp"
 
+#include <accelpool/common/json_lines.hpp>
 #include <accelpool/manager/auth.hpp>
 
 namespace accelpool::manager {
@@ -10,25 +11,12 @@ namespace json = boost::json;
 
 namespace {
 
-// JSON-RPC 2.0 codes, then the application's (-32000..-32099), each with a stable word in error.data.code.
-int rpc_code(const std::string& code) {
-  if (code == "invalid_argument") return -32602;
-  if (code == "unauthorized") return -32001;
-  if (code == "forbidden") return -32003;
-  if (code == "not_found") return -32004;
-  if (code == "invalid_state") return -32009;
-  if (code == "conflict") return -32009;
-  if (code == "quota_exceeded") return -32029;
-  if (code == "infeasible") return -32022;
-  return -32000;
-}
-
 std::string error_reply(const json::value& id, int code, const std::string& word, const std::string& message) {
   json::object err{{"code", code}, {"message", message}, {"data", json::object{{"code", word}}}};
   return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(err)}});
 }
 
-std::string error_reply(const json::value& id, const Error& e) { return error_reply(id, rpc_code(e.code), e.code, e.message); }
+std::string error_reply(const json::value& id, const Error& e) { return error_reply(id, common::rpc_code(e.code), e.code, e.message); }
 
 std::string result_reply(const json::value& id, json::value result) {
   return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});

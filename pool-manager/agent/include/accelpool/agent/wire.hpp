@@ -3,6 +3,7 @@
 // accelpool-agent executable. No threads here: callers own their sockets and poll loops.
 #pragma once
 
+#include <accelpool/common/json_lines.hpp>
 #include <accelpool/common/result.hpp>
 
 #include <boost/json.hpp>
@@ -18,23 +19,10 @@ namespace accelpool::agent {
 inline constexpr int kAgentProtocolVersion = 1;
 inline constexpr std::size_t kMaxLine = 1024 * 1024;  // a register message lists every device of a host
 
-// Splits a byte stream into lines. A trailing '\r' is dropped; empty lines are skipped.
-class LineBuffer {
- public:
-  void append(std::string_view bytes) { buf_.append(bytes); }
-  // The next complete line without its newline, or nullopt when none is complete yet. Sets overflow() (and
-  // returns nullopt from then on) when a line grows past kMaxLine: the stream cannot be resynchronised.
-  std::optional<std::string> next_line();
-  bool overflow() const { return overflow_; }
-
- private:
-  std::string buf_;
-  bool overflow_ = false;
-};
-
-// The JSON-RPC error code for an Error's code word (table in docs/agent-protocol.md), e.g. "not_found" -> -32004;
-// words without a row of their own map to -32000.
-int rpc_code(std::string_view code);
+// Line splitting and the error-code table are the common JSON-lines framing (accelpool/common/json_lines.hpp);
+// agent connections split with a LineBuffer of kMaxLine.
+using common::LineBuffer;
+using common::rpc_code;
 
 // Message builders; each returns one line ending in '\n'.
 std::string request_line(std::int64_t id, std::string_view method, boost::json::object params);
