@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -91,8 +92,10 @@ std::string str(const json::value& v) {
   if (v.is_null()) return "-";
   if (v.is_string()) return v.as_string().empty() ? "-" : std::string(v.as_string());
   if (v.is_double()) {
+    const double d = v.as_double();
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3g", v.as_double());
+    // Whole numbers (windows, counts) in full; fractions to three significant digits.
+    std::snprintf(buf, sizeof buf, d == std::floor(d) && std::fabs(d) < 1e12 ? "%.0f" : "%.3g", d);
     return buf;
   }
   return json::serialize(v);
