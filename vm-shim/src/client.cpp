@@ -103,17 +103,13 @@ std::string write_all(const Stream& s, const std::string& data, Clock::time_poin
 }
 
 // Reads one line (without '\n' or '\r') into `line`, keeping the rest in `buf`. Returns the error text.
-std::string read_line(const Stream& s, std::string& buf, std::string& line, Clock::time_point deadline) {
+std::string read_line(const Stream& s, common::LineBuffer& buf, std::string& line, Clock::time_point deadline) {
   for (;;) {
-    auto nl = buf.find('\n');
-    if (nl != std::string::npos) {
-      line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty()) continue;
+    if (auto next = buf.next_line()) {
+      line = std::move(*next);
       return {};
     }
-    if (buf.size() > kMaxLine) return "line longer than " + std::to_string(kMaxLine) + " bytes";
+    if (buf.overflow()) return "line longer than " + std::to_string(kMaxLine) + " bytes";
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return "no answer in time";
     pollfd p{s.fd, POLLIN, 0};
@@ -130,7 +126,7 @@ std::string read_line(const Stream& s, std::string& buf, std::string& line, Cloc
       }
       return std::strerror(errno);
     }
-    buf.append(tmp, static_cast<std::size_t>(n));
+    buf.append(std::string_view(tmp, static_cast<std::size_t>(n)));
   }
 }
 
@@ -174,7 +170,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   std::condition_variable cv;
   // Stream state: fd and buffers are touched by the I/O thread only (and by connect() before it starts).
   Stream stream;
-  std::string rbuf, wbuf;
+  common::LineBuffer rbuf{kMaxLine};
+  std::string wbuf;
   bool connected = false;
   bool closing = false;
   bool closed = false;
@@ -396,11 +393,11 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   // ---- connection -----------------------------------------------------------------------------------------
 
   // Opens the stream and says hello. Returns the hello result. Touches only `s` and `buf`.
-  Result<json> open_and_hello(Stream& s, std::string& buf) const {
+  Result<json> open_and_hello(Stream& s, common::LineBuffer& buf) const {
     auto st = open_stream(uri, to_ms(options.connect_timeout), SerialDirs{options.serial_sys_dir, options.serial_dev_dir});
     if (!st) return st.error();
     s = *st;
-    buf.clear();
+    buf.reset();
     auto deadline = Clock::now() + to_ms(options.connect_timeout);
     json params{{"protocol", kProtocolVersion}, {"token", options.token}, {"guest", options.guest}};
     if (!options.guest_host.empty()) params["guest_host"] = options.guest_host;
@@ -441,7 +438,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   // I/O thread: the stream dropped. Fails the calls that were in flight on it.
   void disconnect(const std::string& why) {
     close_stream(stream);
-    rbuf.clear();
+    rbuf.reset();
     wbuf.clear();
     std::vector<std::function<void(Result<json>)>> failed;
     std::vector<std::string> methods;
@@ -609,11 +606,11 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
         }
         if (!give_up) {
           Stream s;
-          std::string buf;
+          common::LineBuffer buf{kMaxLine};
           auto hello = open_and_hello(s, buf);
           if (hello) {
             stream = s;
-            rbuf = buf;
+            rbuf = std::move(buf);
             backoff = std::chrono::milliseconds(50);
             connected_now(*hello);
             continue;
@@ -670,15 +667,9 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
           disconnect(std::string("read: ") + std::strerror(errno));
           continue;
         }
-        if (n > 0) rbuf.append(tmp, static_cast<std::size_t>(n));
-        std::size_t nl;
-        while ((nl = rbuf.find('\n')) != std::string::npos) {
-          std::string line = rbuf.substr(0, nl);
-          rbuf.erase(0, nl + 1);
-          if (!line.empty() && line.back() == '\r') line.pop_back();
-          if (!line.empty()) handle_line(line);
-        }
-        if (rbuf.size() > kMaxLine) {
+        if (n > 0) rbuf.append(std::string_view(tmp, static_cast<std::size_t>(n)));
+        while (auto line = rbuf.next_line()) handle_line(*line);
+        if (rbuf.overflow()) {
           disconnect("the pool sent a line longer than " + std::to_string(kMaxLine) + " bytes");
           continue;
         }
@@ -951,11 +942,11 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   core->wake_rd = p[0];
   core->wake_wr = p[1];
   Stream s;
-  std::string buf;
+  common::LineBuffer buf{kMaxLine};
   auto hello = core->open_and_hello(s, buf);
   if (!hello) return hello.error();
   core->stream = s;
-  core->rbuf = buf;
+  core->rbuf = std::move(buf);
   core->connected_now(*hello);
   core->io_thread = std::thread([c = core.get()] { c->io_main(); });
   core->cb_thread = std::thread([c = core.get()] { c->cb_main(); });
