@@ -193,7 +193,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       const std::string& action = seg[3];
       if (action != "drain" && action != "undrain") return error(404, "not_found", "no route " + path);
       if (m != "POST") return method_not_allowed(m, path);
-      auto deadline = in.number("deadline_s", false, 0, 365.0 * 86400);
+      auto deadline = in.number("deadline_s", false, 0, kMaxDrainDeadlineS);
       if (auto e = in.finish()) return from_error(*e);
       if (auto s = core_.set_host_draining(seg[2], action == "drain", deadline); !s) return from_error(s.error());
     } else if (m != "GET") {
@@ -240,7 +240,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       if (action != "drain" && action != "undrain" && action != "reset") return error(404, "not_found", "no route " + path);
       if (m != "POST") return method_not_allowed(m, path);
       std::optional<double> deadline;
-      if (action != "reset") deadline = in.number("deadline_s", false, 0, 365.0 * 86400);
+      if (action != "reset") deadline = in.number("deadline_s", false, 0, kMaxDrainDeadlineS);
       if (auto e = in.finish()) return from_error(*e);
       Status s = action == "reset" ? core_.reset_device(name) : core_.set_draining(name, action == "drain", deadline);
       if (!s) return from_error(s.error());

@@ -58,8 +58,9 @@ std::string device_state_name(std::optional<sched::DeviceState> s) {
 std::optional<Error> check_drain_deadline(bool draining, std::optional<double> deadline_s) {
   if (!deadline_s) return std::nullopt;
   if (!draining) return make_error("invalid_argument", "'deadline_s' applies to drain only");
-  if (!std::isfinite(*deadline_s) || *deadline_s < 0 || *deadline_s > 365.0 * 86400) {
-    return make_error("invalid_argument", "'deadline_s' must be a number of seconds in [0, 31536000]");
+  if (!std::isfinite(*deadline_s) || *deadline_s < 0 || *deadline_s > kMaxDrainDeadlineS) {
+    return make_error("invalid_argument",
+                      "'deadline_s' must be a number of seconds in [0, " + std::to_string(static_cast<long>(kMaxDrainDeadlineS)) + "]");
   }
   return std::nullopt;
 }

@@ -71,6 +71,9 @@ struct LeaseFilter {
   bool include_ended = false;
 };
 
+// The longest drain deadline accepted (one year), in seconds.
+inline constexpr double kMaxDrainDeadlineS = 365.0 * 86400;
+
 struct DeviceView {
   DeviceRecord record;
   std::string state;  // free, leased, draining, unavailable
