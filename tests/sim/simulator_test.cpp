@@ -164,19 +164,42 @@ TEST_CASE("sim: invariants hold for every ordering x placement on random traces"
   CHECK(preemptions["sjf"] == 0);
 }
 
-TEST_CASE("sim: same input, same result", "[sim][engine]") {
+// Mostly single-device jobs, a fifth of them pairs, at `load` on 8 devices.
+Trace small_gang_trace(std::size_t jobs, std::uint64_t seed, double load) {
   GeneratorSpec g;
-  g.jobs = 500;
+  g.jobs = jobs;
   g.gang_sizes = {1, 2};
   g.gang_weights = {0.8, 0.2};
-  auto trace = generate_trace(g, 4);
+  auto trace = generate_trace(g, seed);
   REQUIRE(trace.is_ok());
-  REQUIRE(rescale_load(*trace, 8, 0.9).is_ok());
-  auto a = run(*trace, PoolSpec::homogeneous(8, 3), "las+affinity");
-  auto b = run(*trace, PoolSpec::homogeneous(8, 3), "las+affinity");
+  REQUIRE(rescale_load(*trace, 8, load).is_ok());
+  return std::move(*trace);
+}
+
+TEST_CASE("sim: same input, same result", "[sim][engine]") {
+  auto trace = small_gang_trace(500, 4, 0.9);
+  auto a = run(trace, PoolSpec::homogeneous(8, 3), "las+affinity");
+  auto b = run(trace, PoolSpec::homogeneous(8, 3), "las+affinity");
   CHECK(a.avg_jct_s == b.avg_jct_s);
   CHECK(a.events == b.events);
   for (std::size_t i = 0; i < a.per_job.size(); ++i) CHECK(a.per_job[i].finish_s == b.per_job[i].finish_s);
+}
+
+TEST_CASE("sim: without per-job rows the summary is the same", "[sim][engine]") {
+  auto trace = small_gang_trace(800, 6, 0.95);
+  SimOptions lean;
+  lean.keep_per_job = false;
+  auto full = run(trace, PoolSpec::homogeneous(8, 3), "las+affinity");
+  auto summary = run(trace, PoolSpec::homogeneous(8, 3), "las+affinity", lean);
+  CHECK(summary.per_job.empty());
+  REQUIRE(full.per_job.size() == 800);
+  CHECK(summary.avg_jct_s == full.avg_jct_s);
+  CHECK(summary.p99_jct_s == full.p99_jct_s);
+  CHECK(summary.p99_wait_s == full.p99_wait_s);
+  CHECK(summary.avg_slowdown == full.avg_slowdown);
+  CHECK(summary.makespan_s == full.makespan_s);
+  CHECK(summary.preemptions == full.preemptions);
+  CHECK(full.preemptions > 0);
 }
 
 TEST_CASE("sim: queue samples are evenly spaced and bounded", "[sim][engine]") {

@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
   options.progress = !quiet;
   options.self_check = self_check || check_wc;
   options.check_work_conserving = check_wc;
+  options.keep_per_job = !csv_path.empty() || !plot_dir.empty();  // the only outputs that read per-job rows
   options.lower_bound_avg_jct_s = sim::lower_bound_avg_jct(trace, pool.total_devices());
   std::vector<sim::RunResult> runs;
   for (const auto& spec : specs) {

@@ -106,6 +106,7 @@ struct alignas(64) JobState {
   double remaining = 0;            // run seconds still to do
   double lease_start = 0;          // grant time of the current lease
   double run_start = 0;            // lease_start + setup
+  double finish = 0;               // when it completed
   std::uint32_t first_device = kNone;  // the lease's devices, chained through DeviceInfo::next_in_lease
   std::uint32_t count = 1;         // gang size
   std::uint32_t gen = 0;           // bumped on every grant and preemption; stale completions carry an old one
@@ -167,7 +168,6 @@ class Engine {
   std::vector<double> arrival_;
   std::vector<double> runtime_;
   std::vector<double> first_start_;             // -1 until the first grant
-  std::vector<double> finish_;
   void free_lease(JobState& s);
   std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
   std::optional<double> pending_tick_;
@@ -291,7 +291,6 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   arrival_.resize(n);
   runtime_.resize(n);
   first_start_.assign(n, -1.0);
-  finish_.assign(n, 0.0);
   // Names repeat across jobs: look them up by view in small caches (no string copies), and remember the
   // reachable device count of the last (kind, host).
   std::unordered_map<std::string_view, std::uint32_t> tenant_ids, bitstream_ids;
@@ -508,7 +507,7 @@ Status Engine::complete(std::uint32_t j, double now, sch::Decisions& out) {
   free_lease(s);
   s.running = false;
   s.done = true;
-  finish_[j] = now;
+  s.finish = now;
   ++done_;
   if (auto rej = sched_->release(j, now, out)) {
     return internal("scheduler rejected release of " + job_name(j) + ": " + rej->error);
@@ -665,7 +664,7 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   r.policy = policy.to_string();
   r.jobs = n;
   r.devices = devices_.size();
-  r.per_job.reserve(n);
+  if (options_.keep_per_job) r.per_job.reserve(n);
   std::vector<double> jct;
   std::vector<double> wait;
   std::vector<double> slow;
@@ -676,22 +675,26 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   double last_finish = 0;
   for (std::uint32_t j = 0; j < n; ++j) {
     const JobState& s = state_[j];
+    const double jct_s = s.finish - arrival_[j];
+    const double wait_s = first_start_[j] - arrival_[j];
+    const double slowdown = jct_s / std::max(runtime_[j], 1.0);
+    last_finish = std::max(last_finish, s.finish);
+    jct.push_back(jct_s);
+    wait.push_back(wait_s);
+    slow.push_back(slowdown);
+    if (!options_.keep_per_job) continue;
     JobResult jr;
     jr.id = ids_[j];
     jr.arrival_s = arrival_[j];
     jr.runtime_s = runtime_[j];
     jr.devices = s.count;
     jr.first_start_s = first_start_[j];
-    jr.finish_s = finish_[j];
-    jr.jct_s = finish_[j] - arrival_[j];
-    jr.wait_s = first_start_[j] - arrival_[j];
-    jr.slowdown = jr.jct_s / std::max(runtime_[j], 1.0);
+    jr.finish_s = s.finish;
+    jr.jct_s = jct_s;
+    jr.wait_s = wait_s;
+    jr.slowdown = slowdown;
     jr.reconfigurations = s.reconfigs;
     jr.preemptions = s.preemptions;
-    last_finish = std::max(last_finish, finish_[j]);
-    jct.push_back(jr.jct_s);
-    wait.push_back(jr.wait_s);
-    slow.push_back(jr.slowdown);
     r.per_job.push_back(jr);
   }
   auto by_id = [](const JobResult& a, const JobResult& b) { return a.id < b.id; };
