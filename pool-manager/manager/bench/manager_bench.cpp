@@ -1,11 +1,13 @@
 // accelpool-manager-bench: how fast the real daemon grants, on loopback. Not a test: it prints numbers.
 //
 // C concurrent guest connections each loop acquire -> lease ready -> release for D seconds on a static host with
-// enough devices that nobody queues. Reports acquire->grant latency (acquire sent -> lease ready, without
-// reprogramming) and acquire+release cycles per second. The scheduler's own decision time is measured by
-// accelpool-decision-bench (scheduler/bench).
+// enough devices that nobody queues. One load-generator thread drives every connection through epoll, as a
+// proxy or an agent relay with many guests behind it would, so the generator takes little of the machine's CPU
+// away from the daemon. Reports acquire->grant latency (acquire sent -> lease ready, without reprogramming),
+// acquire+release cycles per second, and the CPU time the daemon and the generator spent per cycle. The
+// scheduler's own decision time is measured by accelpool-decision-bench (scheduler/bench).
 //
-// usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D]
+// usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--unix 1]
 #include <boost/json.hpp>
 
 #include <arpa/inet.h>
@@ -13,19 +15,19 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,46 +45,69 @@ double pct(std::vector<double>& v, double q) {
 
 // --- the daemon ------------------------------------------------------------------------------------------------
 
-int connect_port(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+int connect_tcp(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return fd;
 }
 
-struct Conn {
-  int fd;
-  std::string buf;
-  bool send(const std::string& s) {
-    std::string l = s + "\n";
+int connect_unix(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) return -1;
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One guest connection of the load generator: a small state machine driven by the lines the daemon sends.
+struct Client {
+  enum class Phase { hello, acquiring, releasing };
+  int fd = -1;
+  int index = 0;
+  Phase phase = Phase::hello;
+  std::string in;
+  std::uint64_t next_id = 1;
+  std::uint64_t acquire_id = 0;
+  std::uint64_t lease = 0;  // of the acquire in flight, once its reply came
+  Clock::time_point sent{};
+
+  bool send(const std::string& line) {
+    std::string l = line + "\n";
     return ::send(fd, l.data(), l.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(l.size());
   }
-  bool line(std::string& out) {
-    for (;;) {
-      auto nl = buf.find('\n');
-      if (nl != std::string::npos) {
-        out = buf.substr(0, nl);
-        buf.erase(0, nl + 1);
-        return true;
-      }
-      char tmp[16384];
-      ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
-      if (n <= 0) return false;
-      buf.append(tmp, static_cast<std::size_t>(n));
-    }
+  bool acquire() {
+    acquire_id = next_id++;
+    lease = 0;
+    phase = Phase::acquiring;
+    sent = Clock::now();
+    return send(R"({"jsonrpc":"2.0","id":)" + std::to_string(acquire_id) + R"(,"method":"acquire","params":{"kind":"fpga"}})");
+  }
+  bool release() {
+    phase = Phase::releasing;
+    return send(R"({"jsonrpc":"2.0","id":)" + std::to_string(next_id++) + R"(,"method":"release","params":{"lease":)" +
+                std::to_string(lease) + "}}");
   }
 };
 
-void bench_daemon(const std::string& manager, int clients, double seconds, int devices) {
+void bench_daemon(const std::string& manager, int clients, double seconds, int devices, bool use_unix) {
   auto dir = std::filesystem::temp_directory_path() / ("apm-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "") << "\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
                                       << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
                                       << "count = " << devices << "\n";
   std::fflush(stdout);
@@ -96,7 +121,7 @@ void bench_daemon(const std::string& manager, int clients, double seconds, int d
     ::_exit(127);
   }
   int port = 0;
-  std::string token;
+  std::string token, unix_path = (dir / "guest.sock").string();
   for (int i = 0; i < 500 && port == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::ifstream in(dir / "endpoints.json");
@@ -118,60 +143,107 @@ void bench_daemon(const std::string& manager, int clients, double seconds, int d
     ::kill(pid, SIGKILL);
     return;
   }
-  std::mutex mu;
-  std::vector<double> grant_us;
-  std::atomic<long> cycles{0};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
+  std::vector<Client> conns(static_cast<std::size_t>(clients));
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
   for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      Conn conn{connect_port(port), {}};
-      if (conn.fd < 0) return;
-      std::string line;
-      conn.send(R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
-                R"(","guest":"bench)" + std::to_string(c) + "\"}}");
-      conn.line(line);
-      std::vector<double> mine;
-      std::uint64_t id = 1;
-      while (!stop) {
-        auto a = Clock::now();
-        conn.send(R"({"jsonrpc":"2.0","id":)" + std::to_string(id++) + R"(,"method":"acquire","params":{"kind":"fpga"}})");
-        std::uint64_t lease = 0;
-        bool ready = false;
-        while (!ready) {  // the reply, then lease.granted when the devices are ready
-          if (!conn.line(line)) return;
-          auto v = json::parse(line).as_object();
-          const json::object* l = nullptr;
-          if (v.contains("result")) l = &v.at("result").at("lease").as_object();
-          else if (v.contains("params")) l = &v.at("params").at("lease").as_object();
-          else return;
-          lease = l->at("id").to_number<std::uint64_t>();
-          ready = l->at("ready").as_bool();
-        }
-        mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
-        conn.send(R"({"jsonrpc":"2.0","id":)" + std::to_string(id++) + R"(,"method":"release","params":{"lease":)" +
-                  std::to_string(lease) + "}}");
-        for (;;) {  // the reply; a lease.ended notification follows it
-          if (!conn.line(line)) return;
-          if (line.find("\"result\"") != std::string::npos) break;
-        }
-        ++cycles;
-      }
-      std::lock_guard lock(mu);
-      grant_us.insert(grant_us.end(), mine.begin(), mine.end());
-      ::close(conn.fd);
-    });
+    Client& k = conns[static_cast<std::size_t>(c)];
+    k.index = c;
+    k.fd = use_unix ? connect_unix(unix_path) : connect_tcp(port);
+    if (k.fd < 0) {
+      std::fprintf(stderr, "cannot connect to the manager\n");
+      ::kill(pid, SIGKILL);
+      return;
+    }
+    k.send(R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
+           R"(","guest":"bench)" + std::to_string(c) + "\"}}");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<std::uint32_t>(c);
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, k.fd, &ev);
   }
-  auto t0 = Clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop = true;
+  std::vector<double> grant_us;
+  grant_us.reserve(1 << 20);
+  long cycles = 0;
+  bool failed = false;
+  const auto t0 = Clock::now();
+  const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  bool stopping = false;
+  int busy = clients;  // connections with a call in flight
+  // Handles one line from the daemon; false on anything unexpected.
+  auto on_line = [&](Client& k, const std::string& line) {
+    json::error_code ec;
+    auto v = json::parse(line, ec);
+    if (ec || !v.is_object()) return false;
+    const auto& o = v.get_object();
+    if (o.contains("error")) {
+      std::fprintf(stderr, "client %d: %s\n", k.index, line.c_str());
+      return false;
+    }
+    const json::object* l = nullptr;
+    if (const auto* r = o.if_contains("result")) {
+      if (k.phase == Client::Phase::hello) return stopping ? (--busy, true) : k.acquire();
+      if (k.phase == Client::Phase::releasing) {
+        ++cycles;
+        if (stopping) {
+          --busy;
+          return true;
+        }
+        return k.acquire();
+      }
+      l = &r->at("lease").as_object();
+    } else if (const auto* p = o.if_contains("params")) {
+      if (o.at("method").as_string() != "lease.granted") return true;  // lease.ended of the last cycle
+      l = &p->at("lease").as_object();
+    } else {
+      return false;
+    }
+    if (k.phase != Client::Phase::acquiring) return true;
+    const auto id = l->at("id").to_number<std::uint64_t>();
+    if (k.lease == 0) k.lease = id;
+    if (id != k.lease || !l->at("ready").as_bool()) return true;  // granted, devices being prepared
+    grant_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - k.sent).count());
+    return k.release();
+  };
+  std::vector<epoll_event> events(static_cast<std::size_t>(clients));
+  char buf[65536];
+  while (busy > 0 && !failed) {
+    if (!stopping && Clock::now() >= until) stopping = true;  // connections finish their cycle, then stop
+    int n = ::epoll_wait(ep, events.data(), clients, 100);
+    for (int i = 0; i < n && !failed; ++i) {
+      Client& k = conns[events[static_cast<std::size_t>(i)].data.u32];
+      ssize_t got = ::recv(k.fd, buf, sizeof buf, 0);
+      if (got <= 0) {
+        std::fprintf(stderr, "client %d: the manager closed the connection\n", k.index);
+        failed = true;
+        break;
+      }
+      k.in.append(buf, static_cast<std::size_t>(got));
+      std::size_t start = 0;
+      for (auto nl = k.in.find('\n'); nl != std::string::npos; nl = k.in.find('\n', start)) {
+        if (!on_line(k, k.in.substr(start, nl - start))) failed = true;
+        start = nl + 1;
+      }
+      k.in.erase(0, start);
+    }
+  }
   double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (auto& t : threads) t.join();
+  for (auto& k : conns) ::close(k.fd);
+  ::close(ep);
   ::kill(pid, SIGTERM);
-  ::waitpid(pid, nullptr, 0);
-  std::printf("daemon    clients=%d devices=%d  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
-              clients, devices, static_cast<double>(cycles.load()) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
+  rusage daemon_use{}, self_use{};
+  int status = 0;
+  ::wait4(pid, &status, 0, &daemon_use);
+  ::getrusage(RUSAGE_SELF, &self_use);
+  auto cpu_s = [](const rusage& r) {
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+  };
+  if (failed) std::printf("the run failed; numbers up to the failure:\n");
+  std::printf("daemon    %s clients=%d devices=%d  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
+              use_unix ? "unix" : "tcp", clients, devices, static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
               grant_us.size());
+  double n = std::max(1.0, static_cast<double>(cycles));
+  std::printf("          cpu per cycle: daemon %.0f us, load generator %.0f us\n", 1e6 * cpu_s(daemon_use) / n,
+              1e6 * cpu_s(self_use) / n);
   std::filesystem::remove_all(dir);
 }
 
@@ -181,16 +253,18 @@ int main(int argc, char** argv) {
   std::string manager = (std::filesystem::canonical("/proc/self/exe").parent_path() / "accelpool-manager").string();
   int clients = 16, devices_live = 256;
   double seconds = 5;
+  bool use_unix = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--manager") manager = v;
     else if (a == "--clients") clients = std::stoi(v);
     else if (a == "--seconds") seconds = std::stod(v);
+    else if (a == "--unix") use_unix = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
-  bench_daemon(manager, clients, seconds, devices_live);
+  bench_daemon(manager, clients, seconds, devices_live, use_unix);
   return 0;
 }

@@ -1,10 +1,12 @@
-// The daemon: one io_context on one thread owns the pool. Guest connections, the admin API, host completions
-// and timers all run as handlers on it, so the core is never touched concurrently.
+// The daemon: one io_context on one thread (the owner) owns the pool. Guest calls, the admin API, host
+// completions and timers all run as handlers on it, so the core is never touched concurrently. Guest socket I/O
+// runs on the guest server's network thread, which posts calls to the owner.
 #include "daemon.hpp"
 
 #include "admin_api.hpp"
 #include "admin_http.hpp"
 #include "guest_protocol.hpp"
+#include "guest_server.hpp"
 #include "metrics.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
@@ -23,7 +25,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -35,205 +36,8 @@ namespace accelpool::manager {
 extern const char* const kOpenApiYaml;  // openapi_text.cpp, generated from docs/api/openapi.yaml
 
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using unix_stream = asio::local::stream_protocol;
 
 namespace {
-
-// A connection that can receive notification lines.
-class GuestConnection {
- public:
-  virtual ~GuestConnection() = default;
-  virtual void send(std::string line) = 0;
-};
-
-// Routes lease events to the connections of the lease's guest.
-class GuestHub final : public CoreListener {
- public:
-  void add(const std::string& tenant, const std::string& guest, GuestConnection* c) { by_guest_[key(tenant, guest)].insert(c); }
-  void remove(const std::string& tenant, const std::string& guest, GuestConnection* c) {
-    auto it = by_guest_.find(key(tenant, guest));
-    if (it == by_guest_.end()) return;
-    it->second.erase(c);
-    if (it->second.empty()) by_guest_.erase(it);
-  }
-  void lease_event(const Lease& lease, LeaseEvent event) override {
-    auto it = by_guest_.find(key(lease.tenant, lease.guest));
-    if (it == by_guest_.end()) return;
-    std::string line = GuestProtocol::notification(lease, event);
-    for (auto* c : std::set<GuestConnection*>(it->second)) c->send(line);
-  }
-
- private:
-  static std::string key(const std::string& t, const std::string& g) { return t + '\n' + g; }
-  std::map<std::string, std::set<GuestConnection*>> by_guest_;
-};
-
-// What guest connections share. Connections hold it by shared_ptr: they can outlive run_daemon's locals while
-// the io_context destroys its pending handlers.
-struct Shared {
-  Shared(GuestProtocol& p, std::size_t max, double hello_timeout_s)
-      : protocol(p), max_connections(max), hello_timeout(std::chrono::milliseconds(static_cast<long>(hello_timeout_s * 1000))) {}
-  GuestProtocol& protocol;  // used only while the io_context runs
-  GuestHub hub;
-  std::size_t connections = 0;
-  std::size_t max_connections;
-  std::chrono::milliseconds hello_timeout;  // a connection must authenticate within this
-  // Group commit: replies wait here until the changes they report are durable.
-  std::vector<std::pair<std::weak_ptr<GuestConnection>, std::string>> held;
-  std::function<void()> request_commit;
-};
-
-constexpr std::size_t kMaxQueuedBytes = 4 * 1024 * 1024;  // a guest that stops reading is disconnected
-
-template <typename Socket>
-class GuestSessionConn final : public GuestConnection, public std::enable_shared_from_this<GuestSessionConn<Socket>> {
- public:
-  GuestSessionConn(Socket socket, std::shared_ptr<Shared> shared)
-      : socket_(std::move(socket)), keep_(std::move(shared)), shared_(*keep_), in_(kMaxGuestLine + 1),
-        hello_timer_(socket_.get_executor()) {
-    ++shared_.connections;
-  }
-  ~GuestSessionConn() override {
-    unregister();
-    --shared_.connections;
-  }
-  void start() {
-    // A peer that never says hello would hold a connection slot forever.
-    hello_timer_.expires_after(shared_.hello_timeout);
-    hello_timer_.async_wait([weak = this->weak_from_this()](boost::system::error_code ec) {
-      auto self = weak.lock();
-      if (ec || !self || self->session_.authenticated || self->session_.relayed) return;
-      self->send(GuestProtocol::timeout_error());
-      self->closing_ = true;
-    });
-    read();
-  }
-
-  void send(std::string line) override {
-    if (in_call_) {  // a notification raised by this connection's own call goes out after the call's reply
-      deferred_.push_back(std::move(line));
-      return;
-    }
-    if (closed_) return;
-    queued_bytes_ += line.size() + 1;
-    if (queued_bytes_ > kMaxQueuedBytes) return close();
-    line.push_back('\n');
-    out_.push_back(std::move(line));
-    // Lines sent in one turn of the event loop (a reply and the notifications of the same commit) leave in one
-    // write: one system call and one wake-up of the guest instead of one per line.
-    if (writing_ || flush_posted_) return;
-    flush_posted_ = true;
-    asio::post(socket_.get_executor(), [self = this->shared_from_this()] {
-      self->flush_posted_ = false;
-      if (!self->writing_ && !self->out_.empty()) self->write();
-    });
-  }
-
- private:
-  void read() {
-    asio::async_read_until(socket_, in_, '\n', [self = this->shared_from_this()](boost::system::error_code ec, std::size_t n) {
-      self->on_read(ec, n);
-    });
-  }
-
-  void on_read(boost::system::error_code ec, std::size_t n) {
-    if (closed_) return;
-    if (ec == asio::error::not_found) {  // no newline within the limit
-      send(GuestProtocol::too_long());
-      closing_ = true;
-      return;
-    }
-    if (ec) return close();
-    std::string line(asio::buffers_begin(in_.data()), asio::buffers_begin(in_.data()) + static_cast<std::ptrdiff_t>(n) - 1);
-    in_.consume(n);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty() && !closing_) {  // nothing more is handled on a connection being closed
-      std::string before_tenant = session_.tenant, before_guest = session_.guest;
-      bool was_auth = session_.authenticated;
-      in_call_ = true;
-      std::string reply = shared_.protocol.handle(session_, line);
-      in_call_ = false;
-      if (session_.authenticated && (!was_auth || before_tenant != session_.tenant || before_guest != session_.guest)) {
-        if (was_auth) shared_.hub.remove(before_tenant, before_guest, this);
-        shared_.hub.add(session_.tenant, session_.guest, this);
-      }
-      if (!reply.empty()) shared_.held.emplace_back(this->weak_from_this(), std::move(reply));
-      if (session_.close_after_reply) closing_ = true;  // closed once the reply is written
-      auto later = std::move(deferred_);
-      deferred_.clear();
-      for (auto& l : later) send(std::move(l));
-      shared_.request_commit();
-    }
-    if (!closed_) read();  // the pending read keeps this connection alive until a closing reply is written
-  }
-
-  // Writes everything queued in one go: replies and notifications that pile up while a write is in flight
-  // leave together.
-  void write() {
-    batch_.clear();
-    for (auto& l : out_) batch_ += l;
-    out_.clear();
-    writing_ = true;
-    asio::async_write(socket_, asio::buffer(batch_), [self = this->shared_from_this()](boost::system::error_code ec, std::size_t) {
-      self->writing_ = false;
-      if (ec) return self->close();
-      self->queued_bytes_ -= self->batch_.size();
-      if (!self->out_.empty()) return self->write();
-      if (self->closing_) self->close();
-    });
-  }
-
-  void unregister() {
-    if (session_.authenticated) shared_.hub.remove(session_.tenant, session_.guest, this);
-    session_.authenticated = false;
-  }
-
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    hello_timer_.cancel();
-    unregister();
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-  }
-
-  Socket socket_;
-  std::shared_ptr<Shared> keep_;
-  Shared& shared_;
-  asio::streambuf in_;
-  std::deque<std::string> out_;
-  std::string batch_;  // being written
-  bool writing_ = false;
-  bool flush_posted_ = false;
-  std::size_t queued_bytes_ = 0;
-  GuestSession session_;
-  bool closed_ = false;
-  bool closing_ = false;
-  bool in_call_ = false;
-  std::vector<std::string> deferred_;
-  asio::steady_timer hello_timer_;
-};
-
-template <typename Acceptor>
-void accept_loop(Acceptor& acceptor, std::shared_ptr<Shared> shared) {
-  acceptor.async_accept([&acceptor, shared](boost::system::error_code ec, typename Acceptor::protocol_type::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    if (!ec) {
-      if (shared->connections >= shared->max_connections) {
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        if constexpr (std::is_same_v<typename Acceptor::protocol_type, tcp>) {
-          boost::system::error_code ignored;
-          socket.set_option(tcp::no_delay(true), ignored);  // replies are small and latency matters
-        }
-        std::make_shared<GuestSessionConn<typename Acceptor::protocol_type::socket>>(std::move(socket), shared)->start();
-      }
-    }
-    accept_loop(acceptor, shared);
-  });
-}
 
 Status write_endpoints(const std::filesystem::path& dir, const std::string& admin, const std::string& tcp_ep,
                        const std::string& unix_path, const std::string& agents) {
@@ -436,9 +240,12 @@ int run_daemon(const Config& config, std::ostream& out) {
   Metrics metrics(*core);
   GuestProtocol protocol(*core);
   protocol.set_relay_token(config.agents.token);  // host agents relay their VMs' ports with it
-  auto shared = std::make_shared<Shared>(protocol, config.max_connections, config.request_timeout_s);
+  GuestServerOptions guest_options;
+  guest_options.max_connections = config.max_connections;
+  guest_options.hello_timeout = std::chrono::milliseconds(static_cast<long>(config.request_timeout_s * 1000));
+  GuestServer guests(ioc, protocol, guest_options);
   core->add_listener(&metrics);
-  core->add_listener(&shared->hub);
+  core->add_listener(&guests.hub());
 
   // Time-driven work: expiries, revocation deadlines, scheduler ticks.
   asio::steady_timer timer(ioc);
@@ -461,13 +268,7 @@ int run_daemon(const Config& config, std::ostream& out) {
   // One transaction for everything handled since the last one, then the held replies, then notifications.
   bool commit_posted = false;
   auto commit_all = [&] {
-    auto held = std::move(shared->held);
-    shared->held.clear();
-    core->commit([&] {
-      for (auto& [conn, line] : held) {
-        if (auto c = conn.lock()) c->send(std::move(line));
-      }
-    });
+    core->commit([&] { guests.send_held(); });
     arm();
   };
   request_commit = [&] {
@@ -478,40 +279,24 @@ int run_daemon(const Config& config, std::ostream& out) {
       commit_all();
     });
   };
-  shared->request_commit = [&] { request_commit(); };
+  guests.set_commit_request([&] { request_commit(); });
   core->set_group_commit(true);
   arm();
 
   std::string tcp_text, unix_text;
-  tcp::acceptor tcp_acceptor(ioc);
-  unix_stream::acceptor unix_acceptor(ioc);
   if (!config.guest_tcp.empty()) {
-    auto ep = parse_endpoint(config.guest_tcp);
-    if (!ep) return fail("guest.tcp: " + ep.error().message);
-    boost::system::error_code ec;
-    auto addr = asio::ip::make_address(ep->first, ec);
-    if (ec) return fail("guest.tcp: address '" + ep->first + "': " + ec.message());
-    tcp::endpoint endpoint(addr, ep->second);
-    tcp_acceptor.open(endpoint.protocol(), ec);
-    if (!ec) tcp_acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) tcp_acceptor.bind(endpoint, ec);
-    if (!ec) tcp_acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return fail("guest.tcp: cannot listen on " + config.guest_tcp + ": " + ec.message());
-    tcp_text = ep->first + ":" + std::to_string(tcp_acceptor.local_endpoint().port());
-    accept_loop(tcp_acceptor, shared);
+    auto bound = guests.listen_tcp(config.guest_tcp);
+    if (!bound) return fail(bound.error().message);
+    tcp_text = *bound;
   }
   if (!config.guest_unix.empty()) {
     std::filesystem::path p = config.guest_unix;
     if (p.is_relative()) p = config.data_dir / p;
-    std::filesystem::remove(p, fec);  // a socket file left by a crash
-    boost::system::error_code ec;
-    unix_acceptor.open(unix_stream(), ec);
-    if (!ec) unix_acceptor.bind(unix_stream::endpoint(p.string()), ec);
-    if (!ec) unix_acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return fail("guest.unix: cannot listen on " + p.string() + ": " + ec.message());
-    unix_text = p.string();
-    accept_loop(unix_acceptor, shared);
+    auto bound = guests.listen_unix(p);
+    if (!bound) return fail(bound.error().message);
+    unix_text = *bound;
   }
+  guests.start();
 
   AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->devices().empty(); }, [&] { commit_all(); });
   api.set_catalog(catalog);
@@ -541,9 +326,6 @@ int run_daemon(const Config& config, std::ostream& out) {
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
     std::fprintf(stderr, "accelpool-manager: signal %d, shutting down\n", sig);
-    boost::system::error_code ignored;
-    tcp_acceptor.close(ignored);
-    unix_acceptor.close(ignored);
     (*admin)->stop();
     timer.cancel();
     ioc.stop();
@@ -553,11 +335,11 @@ int run_daemon(const Config& config, std::ostream& out) {
   // Its I/O thread posts to the owner queue: it stops first. What it posts while stopping is never run.
   agents.reset();
 #endif
+  guests.stop();  // its connections are closed; calls they posted are never run
   // Every state change was already durable when it was reported; closing the store finishes the WAL.
-  if (!unix_text.empty()) std::filesystem::remove(unix_text, fec);
   core->commit();  // changes from host completions that no reply waited for
   request_commit = [] {};
-  shared->request_commit = [] {};
+  guests.set_commit_request([] {});
   admin->reset();
   core.reset();  // joins the hosts' workers
   store->reset();

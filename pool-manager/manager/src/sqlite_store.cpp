@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -14,7 +15,13 @@ namespace accelpool::manager {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: the lease indexes are partial (live leases by id, ended leases by end time), so a lease that changes
+// state touches only the index it enters or leaves.
+constexpr int kSchemaVersion = 2;
+
+// A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
+// through a temporary table on every row it writes to a partial index with that predicate.
+#define ACCELPOOL_LIVE_LEASE "(state='queued' OR state='granted' OR state='revoking')"
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,9 +38,12 @@ CREATE TABLE IF NOT EXISTS leases (
   ended_at REAL NOT NULL, expires_at REAL NOT NULL, revoke_deadline REAL NOT NULL,
   requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
   reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS leases_live ON leases(state);
-CREATE INDEX IF NOT EXISTS leases_ended ON leases(ended_at);
-)sql";
+)sql"
+    "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
+    "CREATE INDEX IF NOT EXISTS leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n";
+
+// From schema version 1: its full indexes give way to the partial ones.
+constexpr const char* kMigrateFrom1 = "DROP INDEX IF EXISTS leases_live; DROP INDEX IF EXISTS leases_ended;";
 
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -96,15 +106,28 @@ constexpr const char* kLeaseColumns =
 
 // Copies the WAL back into the database file on a thread and a connection of its own, so the fsync a checkpoint
 // needs never stalls a commit on the owner thread. The owner's connection reports the WAL's size after each
-// commit (wake()); past kPages pages this thread checkpoints (PASSIVE: it never blocks the writer).
+// commit (wake()); past kPages pages this thread checkpoints PASSIVE, which never blocks the writer.
+//
+// Under a steady stream of commits a passive checkpoint never quite catches up (frames keep arriving while it
+// syncs), and SQLite starts the WAL over only once every frame is back in the database. So past kRestartPages
+// the thread checkpoints RESTART: it takes the write lock for as long as copying the last frames and one fsync
+// take (a commit waits that long, a few milliseconds), and the next commit writes the WAL from its start
+// again. The WAL stays within about kRestartPages pages instead of growing with the load.
 class Checkpointer {
  public:
   static constexpr int kPages = 1000;
+  static constexpr int kRestartPages = 8000;
 
   ~Checkpointer() { stop(); }
 
   Status start(const std::filesystem::path& file) {
     if (sqlite3_open_v2(file.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+      return db_error(db_, "opening the checkpoint connection");
+    }
+    sqlite3_busy_timeout(db_, 5000);
+    // A connection learns that the database is in WAL mode only by reading it; until then a checkpoint on it
+    // does nothing at all.
+    if (sqlite3_exec(db_, "PRAGMA journal_mode", nullptr, nullptr, nullptr) != SQLITE_OK) {
       return db_error(db_, "opening the checkpoint connection");
     }
     thread_ = std::thread([this] { run(); });
@@ -140,12 +163,21 @@ class Checkpointer {
       if (stopping_) return;
       due_ = false;
       lock.unlock();
-      sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+      int log_pages = 0;
+      int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, nullptr);
+      if (rc == SQLITE_OK && log_pages >= kRestartPages) {
+        rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
+      }
+      if (rc != SQLITE_OK && rc != SQLITE_BUSY && rc != last_error_) {  // BUSY: another one runs; try next time
+        std::fprintf(stderr, "accelpool-manager: store checkpoint failed: %s\n", sqlite3_errmsg(db_));
+      }
+      last_error_ = rc;
       lock.lock();
     }
   }
 
   sqlite3* db_ = nullptr;
+  int last_error_ = SQLITE_OK;  // reported once, not on every attempt
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -166,15 +198,24 @@ class SqliteStore final : public Store {
   }
 
   Status init(const std::filesystem::path& file, bool full_sync) {
+    // journal_size_limit: after a checkpoint starts the WAL over, a file larger than this is cut back to it;
+    // one at most this size is kept and overwritten, which costs less than growing a file.
     std::string pragmas = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") + (full_sync ? "FULL" : "NORMAL") +
-                          "; PRAGMA foreign_keys=ON;";
+                          "; PRAGMA foreign_keys=ON; PRAGMA journal_size_limit=" +
+                          std::to_string(std::int64_t{Checkpointer::kRestartPages + Checkpointer::kPages} * 4096) + ";";
     if (auto s = exec(pragmas.c_str(), "setting pragmas"); !s) return s;
-    Stmt v(db_, "PRAGMA user_version");
-    if (!v.ok() || sqlite3_step(v.get()) != SQLITE_ROW) return db_error(db_, "reading the schema version");
-    auto version = v.integer(0);
+    std::int64_t version = 0;
+    {
+      Stmt v(db_, "PRAGMA user_version");
+      if (!v.ok() || sqlite3_step(v.get()) != SQLITE_ROW) return db_error(db_, "reading the schema version");
+      version = v.integer(0);
+    }  // finished before the schema changes: an open statement would lock the tables
     if (version > kSchemaVersion) {
       return make_error("store", "the database has schema version " + std::to_string(version) +
                                      ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
+    }
+    if (version == 1) {
+      if (auto s = exec(kMigrateFrom1, "upgrading the schema from version 1"); !s) return s;
     }
     if (auto s = exec(kSchema, "creating the schema"); !s) return s;
     if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
@@ -263,12 +304,12 @@ class SqliteStore final : public Store {
     };
     std::string cols = kLeaseColumns;
     if (auto st = read_leases("SELECT " + cols +
-                              " FROM leases WHERE state IN ('queued','granted','revoking') AND ?1 >= 0 ORDER BY id");
+                              " FROM leases WHERE " ACCELPOOL_LIVE_LEASE " AND ?1 >= 0 ORDER BY id");
         !st) {
       return st.error();
     }
     if (auto st = read_leases("SELECT * FROM (SELECT " + cols +
-                              " FROM leases WHERE state NOT IN ('queued','granted','revoking') ORDER BY ended_at DESC "
+                              " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " ORDER BY ended_at DESC "
                               "LIMIT ?1) ORDER BY id");
         !st) {
       return st.error();
@@ -415,11 +456,27 @@ class SqliteStore final : public Store {
         "host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, "
         "passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
         "available=excluded.available, sched_id=excluded.sched_id");
-    std::string sql = std::string("INSERT OR REPLACE INTO leases(") + kLeaseColumns +
-                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)";
+    // An upsert, not INSERT OR REPLACE: an update in place leaves alone the index entries of columns that keep
+    // their value.
+    std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
+                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21) "
+                      "ON CONFLICT(id) DO UPDATE SET ";
+    {
+      std::string cols = kLeaseColumns;
+      bool first = true;
+      for (std::size_t at = 0; at < cols.size();) {
+        std::size_t comma = cols.find(',', at);
+        std::string col = cols.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        col.erase(0, col.find_first_not_of(' '));
+        at = comma == std::string::npos ? cols.size() : comma + 1;
+        if (col == "id") continue;
+        sql += (first ? "" : ", ") + col + "=excluded." + col;
+        first = false;
+      }
+    }
     lease_ = std::make_unique<Stmt>(db_, sql.c_str());
     prune_ = std::make_unique<Stmt>(
-        db_, "DELETE FROM leases WHERE ended_at > 0 AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
+        db_, "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
     for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get(), prune_.get()}) {
       if (!st->ok()) return db_error(db_, "preparing the write statements");
     }

@@ -1,0 +1,450 @@
+#include "guest_server.hpp"
+
+#include "config.hpp"
+
+#include <accelpool/common/json_lines.hpp>
+
+#include <boost/asio.hpp>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace accelpool::manager {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using unix_stream = asio::local::stream_protocol;
+
+namespace {
+
+constexpr std::size_t kMaxQueuedBytes = 4 * 1024 * 1024;  // a guest that stops reading is disconnected
+// A guest that sends faster than the owner handles its calls stops being read while this much waits.
+constexpr std::size_t kMaxBacklogBytes = 1024 * 1024;
+
+// A connection as the owner thread sees it: something that can be sent lines.
+class GuestConnection {
+ public:
+  virtual ~GuestConnection() = default;
+  // Owner thread. Queues a line; lines queued in one turn of the owner's loop leave in one write.
+  virtual void send(std::string line) = 0;
+  // Owner thread. Sends a reply that waited for its commit (see GuestServer::send_held).
+  virtual void send_held(std::string line) = 0;
+};
+
+// Routes lease events to the connections of the lease's guest. Owner thread only.
+class GuestHub final : public CoreListener {
+ public:
+  void add(const std::string& tenant, const std::string& guest, GuestConnection* c) { by_guest_[key(tenant, guest)].insert(c); }
+  void remove(const std::string& tenant, const std::string& guest, GuestConnection* c) {
+    auto it = by_guest_.find(key(tenant, guest));
+    if (it == by_guest_.end()) return;
+    it->second.erase(c);
+    if (it->second.empty()) by_guest_.erase(it);
+  }
+  void lease_event(const Lease& lease, LeaseEvent event) override {
+    auto it = by_guest_.find(key(lease.tenant, lease.guest));
+    if (it == by_guest_.end()) return;
+    std::string line = GuestProtocol::notification(lease, event);
+    for (auto* c : std::set<GuestConnection*>(it->second)) c->send(line);
+  }
+
+ private:
+  static std::string key(const std::string& t, const std::string& g) { return t + '\n' + g; }
+  std::map<std::string, std::set<GuestConnection*>> by_guest_;
+};
+
+}  // namespace
+
+struct GuestServer::Impl : std::enable_shared_from_this<GuestServer::Impl> {
+  Impl(asio::io_context& o, GuestProtocol& p, GuestServerOptions opt)
+      : owner(o), protocol(p), options(opt), net(std::make_unique<asio::io_context>(1)),
+        tcp_acceptor(*net), unix_acceptor(*net) {}
+
+  asio::io_context& owner;
+  GuestProtocol& protocol;  // owner thread
+  GuestServerOptions options;
+  std::unique_ptr<asio::io_context> net;  // the network thread's; reset by stop()
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::thread thread;
+  std::optional<tcp::acceptor> tcp_acceptor;
+  std::optional<unix_stream::acceptor> unix_acceptor;
+  std::filesystem::path unix_path;
+  std::atomic<std::size_t> connections{0};
+  bool stopped = false;  // owner thread (or after it stopped)
+
+  // Owner thread.
+  GuestHub hub;
+  std::vector<std::pair<std::weak_ptr<GuestConnection>, std::string>> held;  // replies waiting for the commit
+  std::function<void()> request_commit = [] {};
+
+  // Network thread: the live connections, so that stop() can close their sockets before the network
+  // io_context goes (a socket must not outlive its io_context).
+  std::mutex live_mu;
+  std::vector<std::weak_ptr<void>> live;
+  std::vector<std::function<void()>> closers;
+};
+
+namespace {
+
+// One guest connection. The socket side runs on the network thread, the call side (session, hub
+// registration, what to send) on the owner thread; the two talk only by posting to each other.
+template <typename Socket>
+class GuestSessionConn final : public GuestConnection, public std::enable_shared_from_this<GuestSessionConn<Socket>> {
+ public:
+  GuestSessionConn(Socket socket, std::shared_ptr<GuestServer::Impl> server)
+      : keep_(std::move(server)), server_(*keep_), socket_(std::move(socket)), in_(kMaxGuestLine),
+        hello_timer_(std::in_place, socket_->get_executor()) {
+    ++server_.connections;
+  }
+  ~GuestSessionConn() override {
+    // Normally unregistered on the owner thread already (owner_closed); at shutdown the owner no longer runs.
+    if (registered_) server_.hub.remove(session_.tenant, session_.guest, this);
+    --server_.connections;
+  }
+
+  // --- network thread ----------------------------------------------------------------------------------------
+
+  void start() {
+    hello_timer_->expires_after(server_.options.hello_timeout);
+    hello_timer_->async_wait([weak = this->weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_) return;
+      asio::post(self->server_.owner, [self] { self->hello_deadline(); });
+    });
+    read();
+  }
+
+  // Destroys the socket and the timer now (stop()): the io_context they belong to is about to go.
+  void drop_socket() {
+    closed_ = true;
+    hello_timer_.reset();
+    socket_.reset();
+  }
+
+  // --- owner thread ------------------------------------------------------------------------------------------
+
+  void send(std::string line) override {
+    if (owner_closed_) return;
+    if (in_call_) {  // a notification raised by this connection's own call goes out after the call's reply
+      deferred_.push_back(std::move(line));
+      return;
+    }
+    pending_ += line;
+    pending_ += '\n';
+    schedule_flush();
+  }
+
+  void send_held(std::string line) override {
+    --held_;
+    send(std::move(line));
+  }
+
+ private:
+  void read() {
+    if (!socket_) return;
+    socket_->async_read_some(asio::buffer(rbuf_), [self = this->shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      self->on_read(ec, n);
+    });
+  }
+
+  void on_read(boost::system::error_code ec, std::size_t n) {
+    if (closed_) return;
+    if (ec) return close_net();
+    in_.append(std::string_view(rbuf_.data(), n));
+    std::vector<std::string> lines;
+    std::size_t bytes = 0;
+    while (auto line = in_.next_line()) {
+      bytes += line->size();
+      lines.push_back(std::move(*line));
+    }
+    if (!lines.empty()) {
+      backlog_ += bytes;
+      asio::post(server_.owner, [self = this->shared_from_this(), lines = std::move(lines), bytes] {
+        self->handle_lines(lines, bytes);
+      });
+    }
+    if (in_.overflow()) {  // no newline within the limit: the stream cannot be resynchronised
+      write_net(GuestProtocol::too_long() + "\n", true);
+      return;
+    }
+    if (backlog_.load() > kMaxBacklogBytes) {
+      paused_.store(true);
+      // The owner may have drained the backlog between the check and the flag: then resume here.
+      if (backlog_.load() > kMaxBacklogBytes / 2 || !paused_.exchange(false)) return;
+    }
+    read();
+  }
+
+  void write_net(std::string bytes, bool close_after) {
+    if (closed_) return;
+    queued_bytes_ += bytes.size();
+    if (queued_bytes_ > kMaxQueuedBytes) return close_net();
+    out_ += bytes;
+    if (close_after) closing_ = true;
+    if (!writing_) write();
+  }
+
+  // Writes everything queued in one go: lines that pile up while a write is in flight leave together.
+  void write() {
+    if (out_.empty()) {
+      if (closing_) close_net();
+      return;
+    }
+    batch_.swap(out_);
+    out_.clear();
+    writing_ = true;
+    asio::async_write(*socket_, asio::buffer(batch_), [self = this->shared_from_this()](boost::system::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (self->closed_) return;
+      if (ec) return self->close_net();
+      self->queued_bytes_ -= self->batch_.size();
+      self->batch_.clear();
+      self->write();
+    });
+  }
+
+  void close_net() {
+    if (closed_) return;
+    closed_ = true;
+    hello_timer_->cancel();
+    boost::system::error_code ignored;
+    socket_->close(ignored);
+    asio::post(server_.owner, [self = this->shared_from_this()] { self->owner_closed(); });
+  }
+
+  // --- owner thread ------------------------------------------------------------------------------------------
+
+  void handle_lines(const std::vector<std::string>& lines, std::size_t bytes) {
+    for (const auto& line : lines) {
+      if (owner_closed_ || owner_closing_) break;  // nothing more is handled on a connection being closed
+      std::string before_tenant = session_.tenant, before_guest = session_.guest;
+      bool was_auth = session_.authenticated;
+      in_call_ = true;
+      std::string reply = server_.protocol.handle(session_, line);
+      in_call_ = false;
+      if (session_.authenticated && (!was_auth || before_tenant != session_.tenant || before_guest != session_.guest)) {
+        if (was_auth) server_.hub.remove(before_tenant, before_guest, this);
+        server_.hub.add(session_.tenant, session_.guest, this);
+        registered_ = true;
+      }
+      if (!reply.empty()) {
+        ++held_;
+        server_.held.emplace_back(this->weak_from_this(), std::move(reply));
+      }
+      if (session_.close_after_reply) close_when_sent();
+      auto later = std::move(deferred_);
+      deferred_.clear();
+      for (auto& l : later) send(std::move(l));
+      server_.request_commit();
+    }
+    // Resume reading if the network side paused for this backlog.
+    if (backlog_.fetch_sub(bytes) - bytes <= kMaxBacklogBytes / 2 && paused_.exchange(false) && !server_.stopped) {
+      asio::post(*server_.net, [self = this->shared_from_this()] { self->read(); });
+    }
+  }
+
+  void hello_deadline() {
+    if (owner_closed_ || session_.authenticated || session_.relayed) return;
+    send(GuestProtocol::timeout_error());
+    close_when_sent();
+  }
+
+  // The connection closes once every reply it is owed, and what is queued now, is written.
+  void close_when_sent() {
+    owner_closing_ = true;
+    schedule_flush();
+  }
+
+  void schedule_flush() {
+    if (flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(server_.owner, [self = this->shared_from_this()] {
+      self->flush_posted_ = false;
+      self->flush();
+    });
+  }
+
+  void flush() {
+    if (owner_closed_ || server_.stopped) return;
+    const bool close = owner_closing_ && held_ == 0;
+    if (pending_.empty() && !close) return;
+    asio::post(*server_.net, [self = this->shared_from_this(), bytes = std::move(pending_), close]() mutable {
+      self->write_net(std::move(bytes), close);
+    });
+    pending_.clear();
+  }
+
+  void owner_closed() {
+    owner_closed_ = true;
+    if (registered_) server_.hub.remove(session_.tenant, session_.guest, this);
+    registered_ = false;
+    session_.authenticated = false;
+  }
+
+  std::shared_ptr<GuestServer::Impl> keep_;
+  GuestServer::Impl& server_;
+
+  // Network thread. Both are destroyed by drop_socket() when the server stops.
+  std::optional<Socket> socket_;
+  std::array<char, 16384> rbuf_{};
+  common::LineBuffer in_;
+  std::string out_;    // queued
+  std::string batch_;  // being written
+  bool writing_ = false;
+  bool closed_ = false;
+  bool closing_ = false;  // close once out_ is written
+  std::size_t queued_bytes_ = 0;
+  std::optional<asio::steady_timer> hello_timer_;
+
+  // Both: bytes of lines posted to the owner and not handled yet, and whether reading waits for them.
+  std::atomic<std::size_t> backlog_{0};
+  std::atomic<bool> paused_{false};
+
+  // Owner thread.
+  GuestSession session_;
+  bool registered_ = false;  // in the hub under session_'s tenant and guest
+  bool in_call_ = false;
+  std::vector<std::string> deferred_;
+  std::string pending_;  // lines to send, joined
+  bool flush_posted_ = false;
+  std::size_t held_ = 0;  // replies in Impl::held, not sent yet
+  bool owner_closing_ = false;
+  bool owner_closed_ = false;
+};
+
+template <typename Acceptor>
+void accept_loop(Acceptor& acceptor, std::shared_ptr<GuestServer::Impl> keep) {
+  acceptor.async_accept([&acceptor, keep](boost::system::error_code ec, typename Acceptor::protocol_type::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    auto& server = *keep;
+    if (!ec) {
+      if (server.connections.load() >= server.options.max_connections) {
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else {
+        if constexpr (std::is_same_v<typename Acceptor::protocol_type, tcp>) {
+          boost::system::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);  // replies are small and latency matters
+        }
+        using Conn = GuestSessionConn<typename Acceptor::protocol_type::socket>;
+        auto conn = std::make_shared<Conn>(std::move(socket), keep);
+        {
+          std::lock_guard lock(server.live_mu);
+          // Forget connections that are gone, now and then, so the list stays as long as the live ones.
+          if (server.live.size() >= 64 && server.live.size() % 64 == 0) {
+            std::size_t k = 0;
+            for (std::size_t i = 0; i < server.live.size(); ++i) {
+              if (!server.live[i].expired()) {
+                server.live[k] = std::move(server.live[i]);
+                server.closers[k] = std::move(server.closers[i]);
+                ++k;
+              }
+            }
+            server.live.resize(k);
+            server.closers.resize(k);
+          }
+          server.live.push_back(conn);
+          server.closers.push_back([weak = std::weak_ptr<Conn>(conn)] {
+            if (auto c = weak.lock()) c->drop_socket();
+          });
+        }
+        conn->start();
+      }
+    }
+    accept_loop(acceptor, keep);
+  });
+}
+
+}  // namespace
+
+GuestServer::GuestServer(asio::io_context& owner, GuestProtocol& protocol, GuestServerOptions options)
+    : impl_(std::make_shared<Impl>(owner, protocol, options)) {}
+
+GuestServer::~GuestServer() { stop(); }
+
+CoreListener& GuestServer::hub() { return impl_->hub; }
+
+void GuestServer::set_commit_request(std::function<void()> request) { impl_->request_commit = std::move(request); }
+
+void GuestServer::send_held() {
+  auto held = std::move(impl_->held);
+  impl_->held.clear();
+  for (auto& [weak, line] : held) {
+    if (auto c = weak.lock()) c->send_held(std::move(line));
+  }
+}
+
+Result<std::string> GuestServer::listen_tcp(const std::string& endpoint) {
+  auto ep = parse_endpoint(endpoint);
+  if (!ep) return make_error("config", "guest.tcp: " + ep.error().message);
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(ep->first, ec);
+  if (ec) return make_error("config", "guest.tcp: address '" + ep->first + "': " + ec.message());
+  tcp::endpoint bind_to(addr, ep->second);
+  auto& a = *impl_->tcp_acceptor;
+  a.open(bind_to.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(bind_to, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error("config", "guest.tcp: cannot listen on " + endpoint + ": " + ec.message());
+  accept_loop(a, impl_);
+  return ep->first + ":" + std::to_string(a.local_endpoint().port());
+}
+
+Result<std::string> GuestServer::listen_unix(const std::filesystem::path& path) {
+  std::error_code fec;
+  std::filesystem::remove(path, fec);  // a socket file left by a crash
+  boost::system::error_code ec;
+  auto& a = *impl_->unix_acceptor;
+  a.open(unix_stream(), ec);
+  if (!ec) a.bind(unix_stream::endpoint(path.string()), ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error("config", "guest.unix: cannot listen on " + path.string() + ": " + ec.message());
+  impl_->unix_path = path;
+  accept_loop(a, impl_);
+  return path.string();
+}
+
+void GuestServer::start() {
+  auto& impl = *impl_;
+  impl.work.emplace(impl.net->get_executor());
+  impl.thread = std::thread([&impl] { impl.net->run(); });
+}
+
+void GuestServer::stop() {
+  auto& impl = *impl_;
+  if (impl.stopped) return;
+  impl.stopped = true;
+  if (impl.thread.joinable()) {
+    impl.work.reset();
+    impl.net->stop();
+    impl.thread.join();
+  }
+  // Nothing runs on the network io_context now. Stop accepting and destroy every socket and timer: the
+  // connections that pending owner handlers still hold must not keep them past the io_context.
+  boost::system::error_code ignored;
+  impl.tcp_acceptor->close(ignored);
+  impl.unix_acceptor->close(ignored);
+  std::vector<std::function<void()>> closers;
+  {
+    std::lock_guard lock(impl.live_mu);
+    closers = std::move(impl.closers);
+    impl.live.clear();
+  }
+  for (auto& c : closers) c();
+  impl.tcp_acceptor.reset();
+  impl.unix_acceptor.reset();
+  impl.net.reset();  // destroys the handlers still pending, and with them the connections only they held
+  if (!impl.unix_path.empty()) {
+    std::error_code fec;
+    std::filesystem::remove(impl.unix_path, fec);
+  }
+}
+
+}  // namespace accelpool::manager
