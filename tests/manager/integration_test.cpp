@@ -487,6 +487,49 @@ TEST_CASE("a connection that never says hello is closed after the request timeou
   CHECK(http_raw(m.daemon.endpoints().admin_port, "GET /healthz HTTP/1.1\r\nHost: x\r\n") == 0);
 }
 
+TEST_CASE("with a network thread, guests on TCP and the Unix socket are served concurrently", "[integration][robustness]") {
+  std::string cfg = config(4, 30, 1, "[limits]\nrequest_timeout_s = 0.3\n");
+  const std::string unix_line = "unix = \"guest.sock\"\n";
+  cfg.replace(cfg.find(unix_line), unix_line.size(), unix_line + "network_thread = true\n");
+  Running m(cfg);
+  constexpr int kGuests = 6, kCycles = 40;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> guests;
+  for (int i = 0; i < kGuests; ++i) {
+    guests.emplace_back([&, i] {
+      auto c = i % 2 ? GuestClient::unix_socket(m.daemon.endpoints().guest_unix)
+                     : GuestClient::tcp(m.daemon.endpoints().guest_port);
+      if (!c.hello(i % 3 ? m.token_a : m.token_b, "vm" + std::to_string(i)).contains("result")) ++failures;
+      for (int k = 0; k < kCycles; ++k) {
+        auto a = c.call("acquire", {{"kind", "fpga"}});
+        auto id = lease_id(a);
+        // Six guests, four devices: a lease may wait, but it is granted and ready before the release.
+        bool ready = a.at("result").at("lease").at("ready").as_bool();
+        if (!ready) ready = c.wait_notification("lease.granted", id).has_value();
+        auto r = c.call("release", {{"lease", id}});
+        if (!ready || lease_state(r) != "released") ++failures;
+      }
+    });
+  }
+  for (auto& t : guests) t.join();
+  CHECK(failures.load() == 0);
+  auto stats = m.get("/v1/stats?window=3600");
+  REQUIRE(stats.status == 200);
+  CHECK(stats.json().at("windows").at(0).at("all").at("jct_s").at("count").to_number<int>() == kGuests * kCycles);
+  // The network thread enforces the line limit and the hello deadline as the owner thread does.
+  auto big = GuestClient::tcp(m.daemon.endpoints().guest_port);
+  big.send_line(std::string(70 * 1024, 'x'));
+  auto err = big.read_line(3000ms);
+  REQUIRE(err);
+  CHECK(err->find("invalid_request") != std::string::npos);
+  CHECK_FALSE(big.read_line(2000ms));  // closed
+  auto idle = GuestClient::tcp(m.daemon.endpoints().guest_port);
+  auto line = idle.read_line(3000ms);
+  REQUIRE(line);
+  CHECK(line->find("\"timeout\"") != std::string::npos);
+  CHECK_FALSE(idle.read_line(2000ms));
+}
+
 namespace {
 // Runs accelpoolctl with `args`; returns its exit code and stdout+stderr.
 std::pair<int, std::string> ctl(const std::string& url, const std::string& token, const std::string& args) {

@@ -126,7 +126,7 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
   // go on committing at a gentler pace for a moment, as a daemon between bursts would.
   auto wal = std::filesystem::path(file.string() + "-wal");
   auto wal_bytes = [&] { return std::filesystem::exists(wal) ? std::filesystem::file_size(wal) : 0; };
-  const std::uintmax_t bound = 60u * 1024 * 1024;
+  const std::uintmax_t bound = 80u * 1024 * 1024;
   LeaseId next = commits + 1;
   for (int i = 0; i < 250 && (wal_bytes() >= bound || std::filesystem::file_size(file) < 1024 * 1024); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -7,7 +7,15 @@
 // acquire+release cycles per second, and the CPU time the daemon and the generator spent per cycle. The
 // scheduler's own decision time is measured by accelpool-decision-bench (scheduler/bench).
 //
-// usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--unix 1]
+// By default every connection starts its next cycle as soon as the last one ends (closed loop: the highest
+// throughput, and latencies that include queueing behind the other connections). With --rate R the connections
+// together start R cycles per second on a fixed schedule (open loop), and a latency counts from the moment its
+// cycle was due, so a stalled daemon cannot hide behind clients that wait for it.
+//
+// --network-thread 1 runs the daemon with [guest] network_thread = true.
+//
+// usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--rate R] [--unix 1]
+//                                [--network-thread 1]
 #include <boost/json.hpp>
 
 #include <arpa/inet.h>
@@ -75,7 +83,7 @@ int connect_unix(const std::string& path) {
 
 // One guest connection of the load generator: a small state machine driven by the lines the daemon sends.
 struct Client {
-  enum class Phase { hello, acquiring, releasing };
+  enum class Phase { hello, acquiring, releasing, idle };
   int fd = -1;
   int index = 0;
   Phase phase = Phase::hello;
@@ -83,17 +91,18 @@ struct Client {
   std::uint64_t next_id = 1;
   std::uint64_t acquire_id = 0;
   std::uint64_t lease = 0;  // of the acquire in flight, once its reply came
-  Clock::time_point sent{};
+  Clock::time_point sent{};        // when the cycle in flight was started (or due, with --rate)
+  Clock::time_point next_start{};  // with --rate: when the next cycle is due
 
   bool send(const std::string& line) {
     std::string l = line + "\n";
     return ::send(fd, l.data(), l.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(l.size());
   }
-  bool acquire() {
+  bool acquire(Clock::time_point started) {
     acquire_id = next_id++;
     lease = 0;
     phase = Phase::acquiring;
-    sent = Clock::now();
+    sent = started;
     return send(R"({"jsonrpc":"2.0","id":)" + std::to_string(acquire_id) + R"(,"method":"acquire","params":{"kind":"fpga"}})");
   }
   bool release() {
@@ -103,11 +112,13 @@ struct Client {
   }
 };
 
-void bench_daemon(const std::string& manager, int clients, double seconds, int devices, bool use_unix) {
+void bench_daemon(const std::string& manager, int clients, double seconds, double rate, int devices, bool use_unix,
+                  bool network_thread) {
   auto dir = std::filesystem::temp_directory_path() / ("apm-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "") << "\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "") << "\"\nnetwork_thread = "
+                                      << (network_thread ? "true" : "false") << "\n[admin]\nlisten = \"127.0.0.1:0\"\n"
                                       << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
                                       << "count = " << devices << "\n";
   std::fflush(stdout);
@@ -169,6 +180,21 @@ void bench_daemon(const std::string& manager, int clients, double seconds, int d
   const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   bool stopping = false;
   int busy = clients;  // connections with a call in flight
+  // With --rate, each connection starts a cycle every `interval`, the connections evenly staggered.
+  const auto interval = rate > 0 ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clients / rate))
+                                 : Clock::duration::zero();
+  // A connection whose call just ended starts its next cycle, or waits for it to be due.
+  auto next_cycle = [&](Client& k) {
+    if (stopping) {
+      --busy;
+      k.phase = Client::Phase::idle;
+      return true;
+    }
+    if (rate <= 0) return k.acquire(Clock::now());
+    --busy;
+    k.phase = Client::Phase::idle;
+    return true;
+  };
   // Handles one line from the daemon; false on anything unexpected.
   auto on_line = [&](Client& k, const std::string& line) {
     json::error_code ec;
@@ -181,14 +207,14 @@ void bench_daemon(const std::string& manager, int clients, double seconds, int d
     }
     const json::object* l = nullptr;
     if (const auto* r = o.if_contains("result")) {
-      if (k.phase == Client::Phase::hello) return stopping ? (--busy, true) : k.acquire();
+      if (k.phase == Client::Phase::hello) {
+        k.next_start = t0 + interval * k.index / clients;
+        return next_cycle(k);
+      }
       if (k.phase == Client::Phase::releasing) {
         ++cycles;
-        if (stopping) {
-          --busy;
-          return true;
-        }
-        return k.acquire();
+        k.next_start += interval;
+        return next_cycle(k);
       }
       l = &r->at("lease").as_object();
     } else if (const auto* p = o.if_contains("params")) {
@@ -206,9 +232,23 @@ void bench_daemon(const std::string& manager, int clients, double seconds, int d
   };
   std::vector<epoll_event> events(static_cast<std::size_t>(clients));
   char buf[65536];
-  while (busy > 0 && !failed) {
-    if (!stopping && Clock::now() >= until) stopping = true;  // connections finish their cycle, then stop
-    int n = ::epoll_wait(ep, events.data(), clients, 100);
+  while ((busy > 0 || (rate > 0 && !stopping)) && !failed) {
+    auto now = Clock::now();
+    if (!stopping && now >= until) stopping = true;  // connections finish their cycle, then stop
+    auto timeout = std::chrono::nanoseconds(std::chrono::milliseconds(100));
+    if (rate > 0 && !stopping) {
+      for (auto& k : conns) {
+        if (k.phase != Client::Phase::idle) continue;
+        if (k.next_start <= now) {
+          ++busy;
+          if (!k.acquire(k.next_start)) failed = true;  // its latency counts from when it was due
+        } else {
+          timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::nanoseconds>(k.next_start - now));
+        }
+      }
+    }
+    const timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000), static_cast<long>(timeout.count() % 1'000'000'000)};
+    int n = ::epoll_pwait2(ep, events.data(), clients, &ts, nullptr);
     for (int i = 0; i < n && !failed; ++i) {
       Client& k = conns[events[static_cast<std::size_t>(i)].data.u32];
       ssize_t got = ::recv(k.fd, buf, sizeof buf, 0);
@@ -238,9 +278,11 @@ void bench_daemon(const std::string& manager, int clients, double seconds, int d
     return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
   };
   if (failed) std::printf("the run failed; numbers up to the failure:\n");
-  std::printf("daemon    %s clients=%d devices=%d  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
-              use_unix ? "unix" : "tcp", clients, devices, static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
+  std::printf("daemon    %s%s clients=%d devices=%d%s  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
+              use_unix ? "unix" : "tcp", network_thread ? " network-thread" : "", clients, devices, rate > 0 ? (" rate=" + std::to_string(static_cast<long>(rate))).c_str() : "", static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
               grant_us.size());
+  std::printf("          grant latency p90=%.0f us p99.9=%.0f us max=%.0f us\n", pct(grant_us, 0.9), pct(grant_us, 0.999),
+              grant_us.empty() ? 0.0 : *std::max_element(grant_us.begin(), grant_us.end()));
   double n = std::max(1.0, static_cast<double>(cycles));
   std::printf("          cpu per cycle: daemon %.0f us, load generator %.0f us\n", 1e6 * cpu_s(daemon_use) / n,
               1e6 * cpu_s(self_use) / n);
@@ -254,17 +296,21 @@ int main(int argc, char** argv) {
   int clients = 16, devices_live = 256;
   double seconds = 5;
   bool use_unix = false;
+  double rate = 0;
+  bool network_thread = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--manager") manager = v;
     else if (a == "--clients") clients = std::stoi(v);
     else if (a == "--seconds") seconds = std::stod(v);
     else if (a == "--unix") use_unix = v == "1";
+    else if (a == "--rate") rate = std::stod(v);
+    else if (a == "--network-thread") network_thread = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
-  bench_daemon(manager, clients, seconds, devices_live, use_unix);
+  bench_daemon(manager, clients, seconds, rate, devices_live, use_unix, network_thread);
   return 0;
 }

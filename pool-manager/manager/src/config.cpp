@@ -88,9 +88,10 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "full_sync", c.full_sync, "store"));
   }
   if (auto* t = sub(root, "guest")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix"}, "[guest]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread"}, "[guest]"));
     ACCELPOOL_TRY(read(file, *t, "tcp", c.guest_tcp, "guest"));
     ACCELPOOL_TRY(read(file, *t, "unix", c.guest_unix, "guest"));
+    ACCELPOOL_TRY(read(file, *t, "network_thread", c.guest_network_thread, "guest"));
   }
   if (auto* t = sub(root, "admin")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"listen"}, "[admin]"));

@@ -65,6 +65,7 @@ struct Config {
   bool full_sync = false;
   std::string guest_tcp = "127.0.0.1:7070";
   std::string guest_unix = "guest.sock";  // relative to data_dir; "" disables
+  bool guest_network_thread = false;      // guest socket I/O on a thread of its own (GuestServerOptions)
   std::string admin_listen = "127.0.0.1:7080";
   CoreOptions core;
   std::size_t max_body_bytes = 1 << 20;

@@ -1,6 +1,6 @@
 // The daemon: one io_context on one thread (the owner) owns the pool. Guest calls, the admin API, host
 // completions and timers all run as handlers on it, so the core is never touched concurrently. Guest socket I/O
-// runs on the guest server's network thread, which posts calls to the owner.
+// runs there too, or on the guest server's network thread ([guest] network_thread), which posts calls to it.
 #include "daemon.hpp"
 
 #include "admin_api.hpp"
@@ -243,6 +243,7 @@ int run_daemon(const Config& config, std::ostream& out) {
   GuestServerOptions guest_options;
   guest_options.max_connections = config.max_connections;
   guest_options.hello_timeout = std::chrono::milliseconds(static_cast<long>(config.request_timeout_s * 1000));
+  guest_options.network_thread = config.guest_network_thread;
   GuestServer guests(ioc, protocol, guest_options);
   core->add_listener(&metrics);
   core->add_listener(&guests.hub());
@@ -271,13 +272,24 @@ int run_daemon(const Config& config, std::ostream& out) {
     core->commit([&] { guests.send_held(); });
     arm();
   };
+  // Calls the network thread already queued behind the commit join it: under load one transaction (and one
+  // write per connection) then covers many calls. Bounded, so a steady stream of calls cannot hold replies back.
+  constexpr int kMaxCommitDeferrals = 4;
+  int deferrals = 0;
+  std::function<void()> run_commit = [&] {
+    if (deferrals < kMaxCommitDeferrals && guests.calls_waiting() > 0) {
+      ++deferrals;
+      asio::post(ioc, run_commit);
+      return;
+    }
+    deferrals = 0;
+    commit_posted = false;
+    commit_all();
+  };
   request_commit = [&] {
     if (commit_posted) return;
     commit_posted = true;
-    asio::post(ioc, [&] {
-      commit_posted = false;
-      commit_all();
-    });
+    asio::post(ioc, run_commit);
   };
   guests.set_commit_request([&] { request_commit(); });
   core->set_group_commit(true);

@@ -19,8 +19,20 @@ std::string error_reply(const json::value& id, int code, const std::string& word
 std::string error_reply(const json::value& id, const Error& e) { return error_reply(id, common::rpc_code(e.code), e.code, e.message); }
 
 std::string result_reply(const json::value& id, json::value result) {
-  return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
+  const json::storage_ptr sp = result.storage();
+  return json::serialize(json::object({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}}, sp));
 }
+
+// Memory for the JSON values of one message. They are built, serialized and dropped together, so a bump
+// allocator over a buffer on the stack takes the place of a malloc and a free per value.
+class Scratch {
+ public:
+  json::storage_ptr storage() { return json::storage_ptr(&resource_); }
+
+ private:
+  unsigned char buffer_[8192];
+  json::monotonic_resource resource_{buffer_, sizeof buffer_};
+};
 
 }  // namespace
 
@@ -41,12 +53,17 @@ std::string GuestProtocol::notification(const Lease& lease, LeaseEvent event) {
     case LeaseEvent::requeued: method = "lease.requeued"; break;
     case LeaseEvent::ended: method = "lease.ended"; break;
   }
-  return json::serialize(json::object{{"jsonrpc", "2.0"}, {"method", method}, {"params", json::object{{"lease", to_json(lease)}}}});
+  Scratch scratch;
+  const auto sp = scratch.storage();
+  return json::serialize(json::object(
+      {{"jsonrpc", "2.0"}, {"method", method}, {"params", json::object({{"lease", to_json(lease, sp)}}, sp)}}, sp));
 }
 
 std::string GuestProtocol::handle(GuestSession& session, std::string_view line) {
+  Scratch scratch;
+  const auto sp = scratch.storage();
   json::error_code ec;
-  json::value msg = json::parse(line, ec);
+  json::value msg = json::parse(line, ec, sp);
   if (ec) return error_reply(nullptr, -32700, "parse_error", "not valid JSON: " + ec.message());
   if (!msg.is_object()) return error_reply(nullptr, -32600, "invalid_request", "a message must be a JSON object");
   const auto& obj = msg.get_object();
@@ -154,7 +171,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     p.estimate_s = estimate;
     auto l = core_.acquire(p);
     if (!l) return reply(error_reply(id, l.error()));
-    return reply(result_reply(id, json::object{{"lease", to_json(*l)}}));
+    return reply(result_reply(id, json::object({{"lease", to_json(*l, sp)}}, sp)));
   }
   if (method == "cancel" || method == "release" || method == "get") {
     auto lease = in.uint("lease", true, UINT64_MAX);
@@ -163,7 +180,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
                       : method == "release" ? core_.release(session.tenant, *lease)
                                             : core_.get(session.tenant, *lease);
     if (!l) return reply(error_reply(id, l.error()));
-    return reply(result_reply(id, json::object{{"lease", to_json(*l)}}));
+    return reply(result_reply(id, json::object({{"lease", to_json(*l, sp)}}, sp)));
   }
   if (method == "heartbeat") {
     auto lease = in.uint("lease", false, UINT64_MAX);

@@ -63,19 +63,22 @@ class GuestHub final : public CoreListener {
 
 struct GuestServer::Impl : std::enable_shared_from_this<GuestServer::Impl> {
   Impl(asio::io_context& o, GuestProtocol& p, GuestServerOptions opt)
-      : owner(o), protocol(p), options(opt), net(std::make_unique<asio::io_context>(1)),
-        tcp_acceptor(*net), unix_acceptor(*net) {}
+      : owner(o), protocol(p), options(opt),
+        own_net(opt.network_thread ? std::make_unique<asio::io_context>(1) : nullptr),
+        net(own_net ? *own_net : o), tcp_acceptor(net), unix_acceptor(net) {}
 
   asio::io_context& owner;
   GuestProtocol& protocol;  // owner thread
   GuestServerOptions options;
-  std::unique_ptr<asio::io_context> net;  // the network thread's; reset by stop()
+  std::unique_ptr<asio::io_context> own_net;  // the network thread's, if it has one; reset by stop()
+  asio::io_context& net;                      // where the sockets live: own_net, or the owner's
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   std::optional<tcp::acceptor> tcp_acceptor;
   std::optional<unix_stream::acceptor> unix_acceptor;
   std::filesystem::path unix_path;
   std::atomic<std::size_t> connections{0};
+  std::atomic<std::size_t> batches_waiting{0};  // posted to the owner by the network thread, not handled yet
   bool stopped = false;  // owner thread (or after it stopped)
 
   // Owner thread.
@@ -165,6 +168,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     }
     if (!lines.empty()) {
       backlog_ += bytes;
+      ++server_.batches_waiting;
       asio::post(server_.owner, [self = this->shared_from_this(), lines = std::move(lines), bytes] {
         self->handle_lines(lines, bytes);
       });
@@ -221,6 +225,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // --- owner thread ------------------------------------------------------------------------------------------
 
   void handle_lines(const std::vector<std::string>& lines, std::size_t bytes) {
+    --server_.batches_waiting;
     for (const auto& line : lines) {
       if (owner_closed_ || owner_closing_) break;  // nothing more is handled on a connection being closed
       std::string before_tenant = session_.tenant, before_guest = session_.guest;
@@ -245,7 +250,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     }
     // Resume reading if the network side paused for this backlog.
     if (backlog_.fetch_sub(bytes) - bytes <= kMaxBacklogBytes / 2 && paused_.exchange(false) && !server_.stopped) {
-      asio::post(*server_.net, [self = this->shared_from_this()] { self->read(); });
+      asio::post(server_.net, [self = this->shared_from_this()] { self->read(); });
     }
   }
 
@@ -274,7 +279,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     if (owner_closed_ || server_.stopped) return;
     const bool close = owner_closing_ && held_ == 0;
     if (pending_.empty() && !close) return;
-    asio::post(*server_.net, [self = this->shared_from_this(), bytes = std::move(pending_), close]() mutable {
+    asio::post(server_.net, [self = this->shared_from_this(), bytes = std::move(pending_), close]() mutable {
       self->write_net(std::move(bytes), close);
     });
     pending_.clear();
@@ -372,6 +377,8 @@ CoreListener& GuestServer::hub() { return impl_->hub; }
 
 void GuestServer::set_commit_request(std::function<void()> request) { impl_->request_commit = std::move(request); }
 
+std::size_t GuestServer::calls_waiting() const { return impl_->batches_waiting.load(std::memory_order_relaxed); }
+
 void GuestServer::send_held() {
   auto held = std::move(impl_->held);
   impl_->held.clear();
@@ -413,8 +420,9 @@ Result<std::string> GuestServer::listen_unix(const std::filesystem::path& path) 
 
 void GuestServer::start() {
   auto& impl = *impl_;
-  impl.work.emplace(impl.net->get_executor());
-  impl.thread = std::thread([&impl] { impl.net->run(); });
+  if (!impl.own_net) return;  // the owner's io_context runs the sockets too
+  impl.work.emplace(impl.own_net->get_executor());
+  impl.thread = std::thread([&impl] { impl.own_net->run(); });
 }
 
 void GuestServer::stop() {
@@ -423,7 +431,7 @@ void GuestServer::stop() {
   impl.stopped = true;
   if (impl.thread.joinable()) {
     impl.work.reset();
-    impl.net->stop();
+    impl.own_net->stop();
     impl.thread.join();
   }
   // Nothing runs on the network io_context now. Stop accepting and destroy every socket and timer: the
@@ -440,7 +448,7 @@ void GuestServer::stop() {
   for (auto& c : closers) c();
   impl.tcp_acceptor.reset();
   impl.unix_acceptor.reset();
-  impl.net.reset();  // destroys the handlers still pending, and with them the connections only they held
+  impl.own_net.reset();  // destroys the handlers still pending, and with them the connections only they held
   if (!impl.unix_path.empty()) {
     std::error_code fec;
     std::filesystem::remove(impl.unix_path, fec);

@@ -1,9 +1,11 @@
 // The guest listeners: TCP and Unix-socket connections speaking the guest protocol (docs/guest-protocol.md).
 //
-// Socket work runs on a network thread of its own: accepting, reading and splitting lines, writing. Every call
-// runs on the owner's io_context, where the core lives: the network thread posts each batch of received lines
-// there, and the owner posts what a connection must write back. So the owner thread spends its time on the
-// pool's state and the store, not in the kernel's socket code.
+// With `network_thread`, socket work runs on a thread of its own: accepting, reading and splitting lines,
+// writing. Every call runs on the owner's io_context, where the core lives: the network thread posts each batch
+// of received lines there, and the owner posts what a connection must write back. The owner thread then spends
+// its time on the pool's state and the store, not in the kernel's socket code: more calls per second when the
+// owner is the bottleneck and cores are free. Without it the sockets live on the owner's io_context and the
+// same posts stay on one thread: no thread hand-offs, so lower latency when cores are few.
 #pragma once
 
 #include "guest_protocol.hpp"
@@ -25,6 +27,7 @@ namespace accelpool::manager {
 struct GuestServerOptions {
   std::size_t max_connections = 1024;                  // further connections are closed at once
   std::chrono::milliseconds hello_timeout{10'000};     // a connection must say hello (or relay) within this
+  bool network_thread = false;                         // socket I/O on a thread of its own (see above)
 };
 
 class GuestServer {
@@ -44,16 +47,18 @@ class GuestServer {
   // notifications of the same commit go out.
   void set_commit_request(std::function<void()> request);
   void send_held();
+  // How many batches of received calls wait in the owner's queue (any thread; a snapshot).
+  std::size_t calls_waiting() const;
 
   // Listen on "ADDR:PORT" (port 0: any) / on a Unix socket path (a stale socket file is replaced). Before
   // start(). Return what was bound ("ADDR:PORT", the path) or an error naming the endpoint.
   Result<std::string> listen_tcp(const std::string& endpoint);
   Result<std::string> listen_unix(const std::filesystem::path& path);
 
-  // Starts the network thread.
+  // Starts the network thread, if there is one.
   void start();
-  // Stops accepting and closes every connection; joins the network thread. Idempotent. Call it from the
-  // owner thread or after the owner stopped.
+  // Stops accepting and closes every connection; joins the network thread. Idempotent. Call it after the
+  // owner's io_context stopped running, before it is destroyed.
   void stop();
 
   struct Impl;  // shared with the connections, which may outlive this object on the owner's queue

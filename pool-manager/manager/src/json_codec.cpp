@@ -7,9 +7,8 @@ namespace accelpool::manager {
 
 namespace json = boost::json;
 
-json::object to_json(const Lease& l) {
-  json::object o;
-  o.reserve(19);  // every member below: no rehash while it fills
+json::object to_json(const Lease& l, json::storage_ptr sp) {
+  json::object o(19, sp);  // room for every member below: no rehash while it fills
   o["id"] = l.id;
   o["state"] = to_string(l.state);
   o["ready"] = l.ready;
@@ -20,7 +19,8 @@ json::object to_json(const Lease& l) {
   o["bitstream"] = l.bitstream;
   o["count"] = l.count;
   if (l.estimate_s) o["estimate_s"] = *l.estimate_s; else o["estimate_s"] = nullptr;
-  json::array devs;
+  json::array devs(sp);
+  devs.reserve(l.devices.size());
   for (const auto& d : l.devices) devs.emplace_back(d);
   o["devices"] = std::move(devs);
   o["created_at"] = l.created_at;
@@ -34,9 +34,10 @@ json::object to_json(const Lease& l) {
   return o;
 }
 
-json::array to_json(const std::vector<Lease>& leases) {
-  json::array a;
-  for (const auto& l : leases) a.emplace_back(to_json(l));
+json::array to_json(const std::vector<Lease>& leases, json::storage_ptr sp) {
+  json::array a(sp);
+  a.reserve(leases.size());
+  for (const auto& l : leases) a.emplace_back(to_json(l, sp));
   return a;
 }
 

@@ -12,11 +12,12 @@
 
 namespace accelpool::manager {
 
-boost::json::object to_json(const Lease& l);
+// `sp`: where the values live (a scratch resource when the caller serializes them at once).
+boost::json::object to_json(const Lease& l, boost::json::storage_ptr sp = {});
 boost::json::object to_json(const DeviceView& d);
 boost::json::object to_json(const TenantRecord& t);  // never the hash
 boost::json::object to_json(const Stats& s);
-boost::json::array to_json(const std::vector<Lease>& leases);
+boost::json::array to_json(const std::vector<Lease>& leases, boost::json::storage_ptr sp = {});
 
 // Reads fields of a request object strictly: wrong types, out-of-range numbers and unknown fields are errors
 // that name the field. Call finish() after the reads to refuse fields nobody asked for.

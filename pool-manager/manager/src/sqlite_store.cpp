@@ -104,19 +104,22 @@ constexpr const char* kLeaseColumns =
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
     "preemptions, end_reason";
 
-// Copies the WAL back into the database file on a thread and a connection of its own, so the fsync a checkpoint
-// needs never stalls a commit on the owner thread. The owner's connection reports the WAL's size after each
-// commit (wake()); past kPages pages this thread checkpoints PASSIVE, which never blocks the writer.
+// Copies the WAL back into the database file on a thread and connections of its own, so the fsyncs a checkpoint
+// needs never stall a commit on the owner thread. The owner's connection reports the WAL's size after each
+// commit (wake()); every kPages new pages this thread checkpoints PASSIVE, which never blocks the writer.
 //
-// Under a steady stream of commits a passive checkpoint never quite catches up (frames keep arriving while it
-// syncs), and SQLite starts the WAL over only once every frame is back in the database. So past kRestartPages
-// the thread checkpoints RESTART: it takes the write lock for as long as copying the last frames and one fsync
-// take (a commit waits that long, a few milliseconds), and the next commit writes the WAL from its start
-// again. The WAL stays within about kRestartPages pages instead of growing with the load.
+// Starting the WAL over costs the writer an fsync of the WAL header (several milliseconds on a virtual disk, and
+// every call waits for it). SQLite starts over at the first commit after a checkpoint that caught up, which at
+// light load is after nearly every checkpoint. So a second connection, `pin_`, holds a read transaction whose
+// snapshot keeps the WAL from starting over: each checkpoint first moves the snapshot to the WAL's current end
+// (pin()) and then copies up to it. Past kRestartPages the thread lets go of the snapshot and checkpoints
+// RESTART: it takes the write lock for as long as copying the last frames and one sync take, and the next
+// commit starts the WAL over. One such pause per kRestartPages pages (64 MiB), and the WAL stays about that
+// size instead of growing with the load.
 class Checkpointer {
  public:
   static constexpr int kPages = 1000;
-  static constexpr int kRestartPages = 8000;
+  static constexpr int kRestartPages = 16000;
 
   ~Checkpointer() { stop(); }
 
@@ -130,13 +133,20 @@ class Checkpointer {
     if (sqlite3_exec(db_, "PRAGMA journal_mode", nullptr, nullptr, nullptr) != SQLITE_OK) {
       return db_error(db_, "opening the checkpoint connection");
     }
+    if (sqlite3_open_v2(file.c_str(), &pin_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+      return db_error(pin_, "opening the snapshot connection");
+    }
+    if (auto s = pin(); !s) return s;
     thread_ = std::thread([this] { run(); });
     return Status::ok();
   }
 
   // Called on the owner thread after a commit with the number of pages in the WAL.
   void wake(int pages) {
-    if (pages < kPages) return;
+    if (pages < last_pages_) due_at_ = kPages;  // the WAL started over
+    last_pages_ = pages;
+    if (pages < due_at_) return;
+    due_at_ = pages + kPages;
     {
       std::lock_guard lock(mu_);
       due_ = true;
@@ -151,6 +161,11 @@ class Checkpointer {
     }
     cv_.notify_one();
     if (thread_.joinable()) thread_.join();
+    if (pin_) {
+      unpin();
+      sqlite3_close(pin_);
+    }
+    pin_ = nullptr;
     if (db_) sqlite3_close(db_);
     db_ = nullptr;
   }
@@ -164,8 +179,10 @@ class Checkpointer {
       due_ = false;
       lock.unlock();
       int log_pages = 0;
+      (void)pin();  // without it the checkpoint still runs; the WAL may just start over sooner
       int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, nullptr);
       if (rc == SQLITE_OK && log_pages >= kRestartPages) {
+        unpin();
         rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
       }
       if (rc != SQLITE_OK && rc != SQLITE_BUSY && rc != last_error_) {  // BUSY: another one runs; try next time
@@ -176,8 +193,25 @@ class Checkpointer {
     }
   }
 
+  // Moves the snapshot of `pin_` to the WAL's current end (see the class comment).
+  Status pin() {
+    unpin();
+    if (sqlite3_exec(pin_, "BEGIN; SELECT COUNT(*) FROM meta;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      Error e = db_error(pin_, "holding a snapshot");
+      unpin();
+      return e;
+    }
+    return Status::ok();
+  }
+  void unpin() {
+    if (!sqlite3_get_autocommit(pin_)) (void)sqlite3_exec(pin_, "COMMIT", nullptr, nullptr, nullptr);
+  }
+
   sqlite3* db_ = nullptr;
+  sqlite3* pin_ = nullptr;
   int last_error_ = SQLITE_OK;  // reported once, not on every attempt
+  int last_pages_ = 0;          // owner thread: the WAL's size at the last commit
+  int due_at_ = kPages;         // owner thread: the WAL size that wakes the next checkpoint
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -194,7 +228,11 @@ class SqliteStore final : public Store {
     tenant_.reset();
     device_.reset();
     lease_.reset();
-    sqlite3_close(db_);
+    prune_.reset();
+    begin_.reset();
+    commit_.reset();
+    rollback_.reset();
+    sqlite3_close(db_);  // fails (and leaks the connection) while any statement is still prepared
   }
 
   Status init(const std::filesystem::path& file, bool full_sync) {
@@ -328,13 +366,13 @@ class SqliteStore final : public Store {
     if (!prepared_) {
       if (auto s = prepare(); !s) return s;
     }
-    if (auto s = exec("BEGIN IMMEDIATE", "beginning a transaction"); !s) return s;
+    if (auto s = step(*begin_, "beginning a transaction"); !s) return s;
     Status st = write(batch);
     if (!st) {
-      (void)exec("ROLLBACK", "rolling back");
+      (void)step(*rollback_, "rolling back");
       return st;
     }
-    return exec("COMMIT", "committing");
+    return step(*commit_, "committing");
   }
 
   Status backup(const std::filesystem::path& dest) override {
@@ -364,6 +402,17 @@ class SqliteStore final : public Store {
       std::string m = msg ? msg : "unknown error";
       sqlite3_free(msg);
       return make_error("store", what + ": " + m);
+    }
+    return Status::ok();
+  }
+
+  // Runs a prepared statement that returns no rows.
+  Status step(Stmt& st, const std::string& what) {
+    st.reset();
+    if (sqlite3_step(st.get()) != SQLITE_DONE) {
+      Error e = db_error(db_, what);
+      sqlite3_reset(st.get());
+      return e;
     }
     return Status::ok();
   }
@@ -475,9 +524,13 @@ class SqliteStore final : public Store {
       }
     }
     lease_ = std::make_unique<Stmt>(db_, sql.c_str());
+    begin_ = std::make_unique<Stmt>(db_, "BEGIN IMMEDIATE");
+    commit_ = std::make_unique<Stmt>(db_, "COMMIT");
+    rollback_ = std::make_unique<Stmt>(db_, "ROLLBACK");
     prune_ = std::make_unique<Stmt>(
         db_, "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
-    for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get(), prune_.get()}) {
+    for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get(), prune_.get(), begin_.get(), commit_.get(),
+                     rollback_.get()}) {
       if (!st->ok()) return db_error(db_, "preparing the write statements");
     }
     prepared_ = true;
@@ -487,7 +540,7 @@ class SqliteStore final : public Store {
   sqlite3* db_;
   Checkpointer checkpointer_;
   bool prepared_ = false;
-  std::unique_ptr<Stmt> meta_, tenant_, device_, lease_, prune_;
+  std::unique_ptr<Stmt> meta_, tenant_, device_, lease_, prune_, begin_, commit_, rollback_;
 };
 
 }  // namespace
