@@ -6,6 +6,7 @@
 #include <accelpool/bitstreams/shared_registry.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -174,6 +175,30 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   CHECK(results.back() == "error:checksum_mismatch");
   CHECK(raw->programs == 1);
   CHECK(raw->held.at("d0") == sha);
+}
+
+TEST_CASE("the catalog remembers a verified image until its file changes, even at the same size",
+          "[host][bitstreams]") {
+  TempDir dir;
+  std::string sha;
+  auto registry = one_image_registry(dir, sha);
+  auto catalog = std::make_shared<ImageCatalog>(registry);
+  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
+  // A file written within the last second is hashed on every check; one older than that is remembered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  REQUIRE(catalog->check("fpga", "img").is_ok());
+  REQUIRE(catalog->check("fpga", "img").is_ok());
+  auto image = registry->dir() / "img.bin";
+  auto size = std::filesystem::file_size(image);
+  {
+    std::fstream f(image, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(0);
+    f << 'Z';  // same size, other bytes
+  }
+  REQUIRE(std::filesystem::file_size(image) == size);
+  auto refused = catalog->check("fpga", "img");
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code == "checksum_mismatch");
 }
 
 TEST_CASE("the catalog refuses a bitstream that fits no device of the kind", "[host][bitstreams]") {

@@ -5,6 +5,7 @@
 
 #include <accelpool/common/result.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -73,8 +74,10 @@ class ImageCatalog {
   // Checks an acquire of `bitstream` on devices of `kind` before it is queued. Ok when `bitstream` is empty, or
   // when no device of `kind` takes registry images (static hosts and host agents treat names their own way).
   // Else the registry must hold `bitstream` (highest version), its image must verify on disk, and it must fit
-  // the model of at least one such device. Errors: "not_found", "incompatible", "checksum_mismatch",
-  // "corrupt_image", "missing_file"; messages name the bitstream, the kind and the models.
+  // the model of at least one such device. The image is hashed again only when its file changed (size, times,
+  // inode) since it last verified, so an acquire does not read a large image on the owner thread each time;
+  // hosts still verify it in full right before programming. Errors: "not_found", "incompatible",
+  // "checksum_mismatch", "corrupt_image", "missing_file"; messages name the bitstream, the kind and the models.
   Status check(const std::string& kind, const std::string& bitstream) const;
 
   // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
@@ -87,6 +90,13 @@ class ImageCatalog {
   std::shared_ptr<bitstreams::SharedRegistry> registry_;
   mutable std::mutex mu_;
   std::map<std::string, std::set<std::string>> models_;  // kind -> models of devices that take registry images
+  // What an image file looked like when it last verified, by bitstream id.
+  struct FileStamp {
+    std::uint64_t device = 0, inode = 0, size = 0;
+    std::int64_t mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const FileStamp&) const = default;
+  };
+  mutable std::map<std::string, FileStamp> verified_;
 };
 
 // An in-process host over device backends: operations run one at a time on a worker thread of its own, and
