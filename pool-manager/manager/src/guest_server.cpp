@@ -61,7 +61,7 @@ class GuestHub final : public CoreListener {
 
 }  // namespace
 
-struct GuestServer::Impl : std::enable_shared_from_this<GuestServer::Impl> {
+struct GuestServer::Impl {
   Impl(asio::io_context& o, GuestProtocol& p, GuestServerOptions opt)
       : owner(o), protocol(p), options(opt),
         own_net(opt.network_thread ? std::make_unique<asio::io_context>(1) : nullptr),
@@ -86,17 +86,21 @@ struct GuestServer::Impl : std::enable_shared_from_this<GuestServer::Impl> {
   std::vector<std::pair<std::weak_ptr<GuestConnection>, std::string>> held;  // replies waiting for the commit
   std::function<void()> request_commit = [] {};
 
-  // Network thread: the live connections, so that stop() can close their sockets before the network
-  // io_context goes (a socket must not outlive its io_context).
+  // Socket side: the connections, so that stop() can destroy their sockets before the io_context they live on
+  // goes (a socket must not outlive its io_context).
+  struct Live {
+    std::weak_ptr<void> alive;
+    std::function<void()> drop_socket;
+  };
   std::mutex live_mu;
-  std::vector<std::weak_ptr<void>> live;
-  std::vector<std::function<void()>> closers;
+  std::vector<Live> live;
 };
 
 namespace {
 
-// One guest connection. The socket side runs on the network thread, the call side (session, hub
-// registration, what to send) on the owner thread; the two talk only by posting to each other.
+// One guest connection. The socket side runs where the sockets live (the network thread, or the owner's
+// io_context when there is none), the call side (session, hub registration, what to send) on the owner thread;
+// the two talk only by posting to each other.
 template <typename Socket>
 class GuestSessionConn final : public GuestConnection, public std::enable_shared_from_this<GuestSessionConn<Socket>> {
  public:
@@ -111,7 +115,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     --server_.connections;
   }
 
-  // --- network thread ----------------------------------------------------------------------------------------
+  // --- socket side -------------------------------------------------------------------------------------------
 
   void start() {
     hello_timer_->expires_after(server_.options.hello_timeout);
@@ -295,7 +299,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   std::shared_ptr<GuestServer::Impl> keep_;
   GuestServer::Impl& server_;
 
-  // Network thread. Both are destroyed by drop_socket() when the server stops.
+  // Socket side. The socket and the timer are destroyed by drop_socket() when the server stops.
   std::optional<Socket> socket_;
   std::array<char, 16384> rbuf_{};
   common::LineBuffer in_;
@@ -343,21 +347,11 @@ void accept_loop(Acceptor& acceptor, std::shared_ptr<GuestServer::Impl> keep) {
           std::lock_guard lock(server.live_mu);
           // Forget connections that are gone, now and then, so the list stays as long as the live ones.
           if (server.live.size() >= 64 && server.live.size() % 64 == 0) {
-            std::size_t k = 0;
-            for (std::size_t i = 0; i < server.live.size(); ++i) {
-              if (!server.live[i].expired()) {
-                server.live[k] = std::move(server.live[i]);
-                server.closers[k] = std::move(server.closers[i]);
-                ++k;
-              }
-            }
-            server.live.resize(k);
-            server.closers.resize(k);
+            std::erase_if(server.live, [](const GuestServer::Impl::Live& l) { return l.alive.expired(); });
           }
-          server.live.push_back(conn);
-          server.closers.push_back([weak = std::weak_ptr<Conn>(conn)] {
-            if (auto c = weak.lock()) c->drop_socket();
-          });
+          server.live.push_back({conn, [weak = std::weak_ptr<Conn>(conn)] {
+                                   if (auto c = weak.lock()) c->drop_socket();
+                                 }});
         }
         conn->start();
       }
@@ -439,13 +433,12 @@ void GuestServer::stop() {
   boost::system::error_code ignored;
   impl.tcp_acceptor->close(ignored);
   impl.unix_acceptor->close(ignored);
-  std::vector<std::function<void()>> closers;
+  std::vector<Impl::Live> live;
   {
     std::lock_guard lock(impl.live_mu);
-    closers = std::move(impl.closers);
-    impl.live.clear();
+    live.swap(impl.live);
   }
-  for (auto& c : closers) c();
+  for (auto& l : live) l.drop_socket();
   impl.tcp_acceptor.reset();
   impl.unix_acceptor.reset();
   impl.own_net.reset();  // destroys the handlers still pending, and with them the connections only they held
