@@ -218,6 +218,9 @@ int main(int argc, char** argv) {
   std::optional<Lease> lease;
   while (!lease) {
     auto r = pending.wait(Seconds(0.1));
+    // This wait's slice ran out, but the request may have finished right after it (granted, or its own
+    // --timeout passed): then the next wait returns that outcome at once.
+    if (!r && r.error().code == "timeout" && pending.done()) r = pending.wait(Seconds(0));
     if (r) {
       lease = std::move(*r);
       break;
