@@ -210,11 +210,12 @@ struct PoolCore::Impl {
       std::fprintf(stderr, "accelpool-manager: device %s failed to reset: %s\n", name.c_str(), s.error().message.c_str());
       d.available = false;
       (void)scheduler->set_available(d.sched_id, false, t, out);
+      touch(d);
     } else if (loaded != d.loaded) {
       d.loaded = loaded;
       (void)scheduler->set_loaded(d.sched_id, loaded.empty() ? sched::kNoBitstream : bitstreams.intern(loaded));
-    }
-    touch(d);
+      touch(d);
+    }  // else the record is as stored: nothing to write
     apply(out, t);
     flush();
   }
