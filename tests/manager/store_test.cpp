@@ -33,12 +33,7 @@ TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   REQUIRE(opened.is_ok());
   auto& store = **opened;
   Batch b;
-  Lease l;
-  l.id = 7;
-  l.tenant = "t";
-  l.guest = "g";
-  l.kind = "fpga";
-  l.state = LeaseState::granted;
+  Lease l = stored_lease(7, LeaseState::granted, 0);
   l.devices = {"h/d0", "h/d1"};
   l.estimate_s = 3.5;
   b.leases.push_back(l);
@@ -90,11 +85,10 @@ TEST_CASE("old ended leases are pruned from the store; live ones and the newest 
   REQUIRE(opened.is_ok());
   auto& store = **opened;
   Batch b;
-  auto lease = stored_lease;
-  b.leases.push_back(lease(1, LeaseState::released, 100));  // old: pruned
-  b.leases.push_back(lease(2, LeaseState::granted, 0));     // live: kept whatever its age
-  b.leases.push_back(lease(3, LeaseState::expired, 900));   // recent: kept
-  b.leases.push_back(lease(4, LeaseState::cancelled, 50));  // old but the newest id: kept
+  b.leases.push_back(stored_lease(1, LeaseState::released, 100));  // old: pruned
+  b.leases.push_back(stored_lease(2, LeaseState::granted, 0));     // live: kept whatever its age
+  b.leases.push_back(stored_lease(3, LeaseState::expired, 900));   // recent: kept
+  b.leases.push_back(stored_lease(4, LeaseState::cancelled, 50));  // old but the newest id: kept
   REQUIRE(store.apply(b).is_ok());
   Batch prune;
   prune.prune_ended_before = 500;

@@ -185,12 +185,7 @@ void bench_daemon(const std::string& manager, int clients, double seconds, doubl
                                  : Clock::duration::zero();
   // A connection whose call just ended starts its next cycle, or waits for it to be due.
   auto next_cycle = [&](Client& k) {
-    if (stopping) {
-      --busy;
-      k.phase = Client::Phase::idle;
-      return true;
-    }
-    if (rate <= 0) return k.acquire(Clock::now());
+    if (rate <= 0 && !stopping) return k.acquire(Clock::now());
     --busy;
     k.phase = Client::Phase::idle;
     return true;

@@ -351,7 +351,6 @@ int run_daemon(const Config& config, std::ostream& out) {
   // Every state change was already durable when it was reported; closing the store finishes the WAL.
   core->commit();  // changes from host completions that no reply waited for
   request_commit = [] {};
-  guests.set_commit_request([] {});
   admin->reset();
   core.reset();  // joins the hosts' workers
   store->reset();

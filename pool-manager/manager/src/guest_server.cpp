@@ -138,10 +138,6 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
 
   void send(std::string line) override {
     if (owner_closed_) return;
-    if (in_call_) {  // a notification raised by this connection's own call goes out after the call's reply
-      deferred_.push_back(std::move(line));
-      return;
-    }
     pending_ += line;
     pending_ += '\n';
     schedule_flush();
@@ -230,13 +226,15 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
 
   void handle_lines(const std::vector<std::string>& lines, std::size_t bytes) {
     --server_.batches_waiting;
+    // Lease events go out at the commit (group commit), never during a call: a call's reply always leaves
+    // before the notifications it caused.
+    bool handled = false;
     for (const auto& line : lines) {
       if (owner_closed_ || owner_closing_) break;  // nothing more is handled on a connection being closed
+      handled = true;
       std::string before_tenant = session_.tenant, before_guest = session_.guest;
       bool was_auth = session_.authenticated;
-      in_call_ = true;
       std::string reply = server_.protocol.handle(session_, line);
-      in_call_ = false;
       if (session_.authenticated && (!was_auth || before_tenant != session_.tenant || before_guest != session_.guest)) {
         if (was_auth) server_.hub.remove(before_tenant, before_guest, this);
         server_.hub.add(session_.tenant, session_.guest, this);
@@ -247,11 +245,8 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
         server_.held.emplace_back(this->weak_from_this(), std::move(reply));
       }
       if (session_.close_after_reply) close_when_sent();
-      auto later = std::move(deferred_);
-      deferred_.clear();
-      for (auto& l : later) send(std::move(l));
-      server_.request_commit();
     }
+    if (handled) server_.request_commit();
     // Resume reading if the network side paused for this backlog.
     if (backlog_.fetch_sub(bytes) - bytes <= kMaxBacklogBytes / 2 && paused_.exchange(false) && !server_.stopped) {
       asio::post(server_.net, [self = this->shared_from_this()] { self->read(); });
@@ -293,7 +288,6 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     owner_closed_ = true;
     if (registered_) server_.hub.remove(session_.tenant, session_.guest, this);
     registered_ = false;
-    session_.authenticated = false;
   }
 
   std::shared_ptr<GuestServer::Impl> keep_;
@@ -318,8 +312,6 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // Owner thread.
   GuestSession session_;
   bool registered_ = false;  // in the hub under session_'s tenant and guest
-  bool in_call_ = false;
-  std::vector<std::string> deferred_;
   std::string pending_;  // lines to send, joined
   bool flush_posted_ = false;
   std::size_t held_ = 0;  // replies in Impl::held, not sent yet

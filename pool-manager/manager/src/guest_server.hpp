@@ -42,9 +42,9 @@ class GuestServer {
   // Routes lease events to the connections of the lease's guest. Register it with the core; owner thread.
   CoreListener& hub();
 
-  // Group commit. A reply is held until the change it reports is durable: the server calls `request` (owner
-  // thread) after every call it handled, and the owner calls send_held() inside the commit, before the
-  // notifications of the same commit go out.
+  // Group commit, which the core must have on (PoolCore::set_group_commit): a reply is held until the change
+  // it reports is durable. The server calls `request` (owner thread) after each batch of calls it handled, and
+  // the owner calls send_held() inside the commit, before the notifications of the same commit go out.
   void set_commit_request(std::function<void()> request);
   void send_held();
   // How many batches of received calls wait in the owner's queue (any thread; a snapshot).
