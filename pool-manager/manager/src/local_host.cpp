@@ -82,12 +82,17 @@ class LocalHost final : public HostDriver {
       if (!backend) {
         s = make_error("not_found", "host " + name_ + ": no device '" + local_id + "'");
       } else if (!bitstream.empty()) {
-        auto image = image_of(bitstream);
-        if (!image) {
-          s = make_error(image.error().code, "host " + name_ + ", device " + local_id + ": " + image.error().message);
-        } else {
-          auto held = backend->loaded(local_id);
-          if (reprogram || !held || *held != image->sha256) s = backend->program(local_id, *image);
+        // A device that already holds the image is not programmed, so its file is not read (hashing a large
+        // image takes seconds); one that must be programmed gets the image verified on disk now.
+        auto held = backend->loaded(local_id);
+        const std::string expected = expected_sha256(bitstream);  // "" when the registry lacks it
+        if (reprogram || !held || expected.empty() || *held != expected) {
+          auto image = image_of(bitstream);
+          if (!image) {
+            s = make_error(image.error().code, "host " + name_ + ", device " + local_id + ": " + image.error().message);
+          } else {
+            s = backend->program(local_id, *image);
+          }
         }
       }
       finish(local_id, std::move(s), std::move(done));
@@ -112,6 +117,11 @@ class LocalHost final : public HostDriver {
     return it == owner_.end() ? nullptr : backends_[it->second].get();
   }
 
+  // The sha256 the registry records for `bitstream` (no file read), or the name-only image's.
+  std::string expected_sha256(const std::string& bitstream) const {
+    return catalog_ ? catalog_->sha256_of(bitstream) : sha256_hex("accelpool-bitstream:" + bitstream);
+  }
+
   // The image to program: with a catalog, the registry's image verified on disk now; else a name-only image.
   Result<backends::Image> image_of(const std::string& bitstream) {
     if (catalog_) {
@@ -121,7 +131,7 @@ class LocalHost final : public HostDriver {
     }
     backends::Image img;
     img.name = bitstream;
-    img.sha256 = sha256_hex("accelpool-bitstream:" + bitstream);
+    img.sha256 = expected_sha256(bitstream);
     std::lock_guard lock(names_mu_);
     names_[img.sha256] = bitstream;
     return img;

@@ -103,7 +103,7 @@ class ImageCatalog {
 // completions are posted to the owner thread. Device ids must be unique over the backends. Bitstream names are
 // resolved in `catalog`'s registry: the image is verified on disk right before programming (Registry::verify),
 // so a changed or corrupt file is never programmed (the prepare fails with the registry's error and the device
-// is not touched). Every device is recorded in the catalog as taking registry images. Attach is a no-op: the
+// is not touched). A device that already holds the image (by sha256) is neither programmed nor is its file read. Every device is recorded in the catalog as taking registry images. Attach is a no-op: the
 // guest shares the host's process space in the embedded default. Errors: "invalid_argument" (no backend, or a
 // device id two backends report).
 Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
