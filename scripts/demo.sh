@@ -88,7 +88,7 @@ done
 wait "${pids[@]}"
 echo
 echo "Leases (most recent first):"
-ctl leases --all 2>/dev/null | head -n $((jobs + 2)) || ctl leases
+ctl leases --all --newest --limit "$jobs"
 echo
 echo "Pool statistics:"
 ctl stats

@@ -6,7 +6,9 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -34,7 +36,9 @@ commands:
                                      --deadline, leases still on them then are revoked (with grace)
   undrain TARGET                     resume granting a device or a host
   reset DEVICE                       reset a device no lease holds
-  leases [--state S] [--tenant T] [--all]   leases (live ones unless --all)
+  leases [--state S] [--tenant T] [--all] [--newest] [--limit N]
+                                     leases (live ones unless --all; ended ones come from the store), oldest
+                                     first or --newest first; all of them, page by page, or the first N
   lease ID                           one lease
   revoke ID [--reason TEXT]          revoke a lease (the guest gets its grace period)
   queue                              waiting leases in scheduling order
@@ -216,8 +220,9 @@ int main(int argc, char** argv) {
       if (v != "json" && v != "table") die(2, "-o takes 'table' or 'json'");
       o.json_out = v == "json";
     } else if (a == "--all") flags["all"] = "true";
+    else if (a == "--newest") flags["order"] = "desc";
     else if (a == "--state" || a == "--tenant" || a == "--reason" || a == "--weight" || a == "--max-devices" ||
-             a == "--window" || a == "--deadline" || a == "--file") flags[a.substr(2)] = value();
+             a == "--window" || a == "--deadline" || a == "--file" || a == "--limit") flags[a.substr(2)] = value();
     else if (a.rfind("--", 0) == 0) die(2, "unknown option " + a + "\n" + kUsage);
     else args.push_back(a);
   }
@@ -288,12 +293,30 @@ int main(int argc, char** argv) {
     std::cout << "device " << args[1] << ": " << str(v.at("state")) << " (reset started)\n";
   } else if (cmd == "leases") {
     std::string q;
-    for (const char* k : {"state", "tenant", "all"}) {
-      if (flags.count(k)) q += (q.empty() ? "?" : "&") + std::string(k) + "=" + flags[k];
+    for (const char* k : {"state", "tenant", "all", "order"}) {
+      if (flags.count(k)) q += "&" + std::string(k) + "=" + flags[k];
     }
-    auto v = call(o, "GET", "/v1/leases" + q);
+    std::size_t want = SIZE_MAX;
+    if (flags.count("limit")) {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(flags["limit"].c_str(), &end, 10);
+      if (flags["limit"].empty() || *end != '\0' || n == 0) die(2, "--limit takes a whole number >= 1");
+      want = n;
+    }
+    // The API answers in pages; follow next_cursor until the listing or the limit ends.
+    json::array leases;
+    std::string cursor;
+    while (leases.size() < want) {
+      const std::size_t page = std::min<std::size_t>(want - leases.size(), 1000);
+      auto v = call(o, "GET", "/v1/leases?limit=" + std::to_string(page) + q + cursor);
+      for (auto& l : v.at("leases").as_array()) leases.push_back(l);
+      const auto& next = v.at("next_cursor");
+      if (next.is_null()) break;
+      cursor = "&cursor=" + std::to_string(next.to_number<std::uint64_t>());
+    }
+    json::value v = json::object{{"leases", leases}};
     if (out(v)) return 0;
-    print_leases(v.at("leases").as_array());
+    print_leases(leases);
   } else if (cmd == "lease") {
     need(1, "a lease id");
     auto v = call(o, "GET", "/v1/leases/" + args[1]);

@@ -220,6 +220,7 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   // Guest 1: granted, the device hot-plugged and seen by the kernel and by the command.
   auto sees1 = console_line(c1, "job lease", 90);
   REQUIRE(sees1);
+  INFO("guest 1: " << *sees1);
   CHECK(sees1->find("devices " + device + " sees pci") != std::string::npos);
   CHECK(console_line(c1, "pci added", 1));
   const double granted1_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -228,8 +229,9 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   auto done1 = console_line(c1, "job: " + g1 + " done", kHoldS + 30);
   REQUIRE(done1);
   CHECK(done1->find("status 0") != std::string::npos);
-  auto sees2 = console_line(c2, "job lease", 40);
+  auto sees2 = console_line(c2, "job lease", 90);
   REQUIRE(sees2);
+  INFO("guest 2: " << *sees2);
   CHECK(sees2->find("devices " + device + " sees pci") != std::string::npos);
   auto done2 = console_line(c2, "job: " + g2 + " done", 30);
   REQUIRE(done2);

@@ -65,6 +65,20 @@ struct Running {
     REQUIRE(r.contains("result"));
     return c;
   }
+  // Every lease the admin API lists with all=true, page by page (`limit` a page).
+  boost::json::array all_leases(int limit = 1000) {
+    boost::json::array out;
+    std::string cursor;
+    for (;;) {
+      auto r = get("/v1/leases?all=true&limit=" + std::to_string(limit) + cursor);
+      REQUIRE(r.status == 200);
+      auto body = r.json();
+      for (auto& l : body.at("leases").as_array()) out.push_back(l);
+      const auto& next = body.at("next_cursor");
+      if (next.is_null()) return out;
+      cursor = "&cursor=" + std::to_string(next.to_number<std::uint64_t>());
+    }
+  }
   std::string admin_lease_state(std::uint64_t id) {
     auto r = get("/v1/leases/" + std::to_string(id));
     REQUIRE(r.status == 200);
@@ -392,12 +406,9 @@ TEST_CASE("SIGKILL at random moments under load loses no lease and grants none t
     for (auto& t : clients) t.join();
     m.daemon.start();
 
-    auto all = m.get("/v1/leases?all=true");
-    REQUIRE(all.status == 200);
     std::map<std::uint64_t, boost::json::object> found;
     std::map<std::string, std::uint64_t> holder;
-    auto all_json = all.json();
-    for (const auto& v : all_json.at("leases").as_array()) {
+    for (const auto& v : m.all_leases()) {
       const auto& l = v.as_object();
       auto id = l.at("id").to_number<std::uint64_t>();
       found[id] = l;
@@ -585,4 +596,61 @@ TEST_CASE("accelpoolctl drives the admin API with tables, JSON and clear errors"
   CHECK(down_rc == 3);
   CHECK(down_out.find("cannot reach") != std::string::npos);
   CHECK(ctl(url, m.admin, "frobnicate").first == 2);
+}
+
+TEST_CASE("the admin API lists and finds ended leases long gone from memory, page by page", "[integration][history]") {
+  std::string cfg = config(2, 30, 1);
+  cfg.insert(cfg.find("[leases]\n") + 9, "history = 3\n");  // a memory window of three ended leases
+  Running m(cfg);
+  auto g = m.guest(m.token_a, "vm1");
+  auto held = g.call("acquire", {{"kind", "fpga"}});
+  REQUIRE(lease_state(held) == "granted");
+  std::vector<std::uint64_t> ended;
+  for (int i = 0; i < 12; ++i) {
+    auto r = g.call("acquire", {{"kind", "fpga"}});
+    REQUIRE(lease_state(r) == "granted");
+    REQUIRE(g.call("release", {{"lease", lease_id(r)}}).contains("result"));
+    ended.push_back(lease_id(r));
+  }
+  // The first lease ends after twelve newer ones: the manager serves on and the release is final.
+  auto rel = g.call("release", {{"lease", lease_id(held)}});
+  REQUIRE(rel.contains("result"));
+  CHECK(lease_state(rel) == "released");
+  CHECK(m.admin_lease_state(ended.front()) == "released");
+  CHECK(m.admin_lease_state(lease_id(held)) == "released");
+
+  std::set<std::uint64_t> listed;
+  for (const auto& l : m.all_leases(5)) listed.insert(l.at("id").to_number<std::uint64_t>());
+  CHECK(listed.size() == ended.size() + 1);
+  CHECK(listed.count(lease_id(held)) == 1);
+  for (auto id : ended) CHECK(listed.count(id) == 1);
+  auto newest = m.get("/v1/leases?all=true&order=desc&limit=2").json();
+  REQUIRE(newest.at("leases").as_array().size() == 2);
+  CHECK(newest.at("leases").as_array()[0].at("id").to_number<std::uint64_t>() == ended.back());
+
+  // accelpoolctl follows the pages: every lease, or the newest few.
+  const std::string url = "http://127.0.0.1:" + std::to_string(m.daemon.endpoints().admin_port);
+  auto [rc_all, js_all] = ctl(url, m.admin, "-o json leases --all");
+  REQUIRE(rc_all == 0);
+  CHECK(boost::json::parse(js_all).at("leases").as_array().size() == ended.size() + 1);
+  auto [rc_new, js_new] = ctl(url, m.admin, "-o json leases --all --newest --limit 4");
+  REQUIRE(rc_new == 0);
+  auto newest4 = boost::json::parse(js_new).at("leases").as_array();
+  REQUIRE(newest4.size() == 4);
+  CHECK(newest4[0].at("id").to_number<std::uint64_t>() == ended.back());
+  CHECK(ctl(url, m.admin, "leases --limit 0").first == 2);
+
+  // After a restart too (the store is the source).
+  m.daemon.stop(SIGKILL);
+  m.daemon.start();
+  CHECK(m.admin_lease_state(ended.front()) == "released");
+  CHECK(m.all_leases(7).size() == ended.size() + 1);
+
+  // Bad paging input is refused with the parameter named.
+  for (const std::string bad : {"limit=0", "limit=10001", "limit=x", "cursor=-1", "order=up"}) {
+    auto r = m.get("/v1/leases?all=true&" + bad);
+    INFO(bad << ": " << r.body);
+    CHECK(r.status == 400);
+    CHECK(r.body.find(bad.substr(0, bad.find('='))) != std::string::npos);
+  }
 }

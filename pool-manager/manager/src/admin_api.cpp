@@ -253,6 +253,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (seg.size() == 2) {
       if (m != "GET") return method_not_allowed(m, path);
       LeaseFilter f;
+      LeasePageSpec spec;
       for (const auto& [k, v] : query) {
         if (k == "tenant") f.tenant = v;
         else if (k == "guest") f.guest = v;
@@ -263,11 +264,27 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         } else if (k == "all") {
           if (v != "true" && v != "false") return error(400, "invalid_argument", "query 'all' must be true or false");
           f.include_ended = v == "true";
+        } else if (k == "limit") {
+          auto n = parse_id(v);
+          if (!n || *n < 1 || *n > LeasePageSpec::kMaxLimit) {
+            return error(400, "invalid_argument",
+                         "query 'limit' must be a whole number from 1 to " + std::to_string(LeasePageSpec::kMaxLimit));
+          }
+          spec.limit = static_cast<std::size_t>(*n);
+        } else if (k == "cursor") {
+          spec.after = parse_id(v);
+          if (!spec.after) return error(400, "invalid_argument", "query 'cursor' must be a lease id (a next_cursor)");
+        } else if (k == "order") {
+          if (v != "asc" && v != "desc") return error(400, "invalid_argument", "query 'order' must be asc or desc");
+          spec.newest_first = v == "desc";
         } else {
           return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
         }
       }
-      return ok(json::object{{"leases", to_json(core_.list(f))}});
+      auto page = core_.page(f, spec);
+      if (!page) return from_error(page.error());
+      return ok(json::object{{"leases", to_json(page->leases)},
+                             {"next_cursor", page->next ? json::value(*page->next) : json::value(nullptr)}});
     }
     auto id = parse_id(seg[2]);
     if (!id) return error(400, "invalid_argument", "lease id '" + seg[2] + "' is not a non-negative integer");

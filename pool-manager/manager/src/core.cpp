@@ -98,7 +98,8 @@ struct PoolCore::Impl {
   std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
 
   std::map<LeaseId, Lease> live;
-  std::map<LeaseId, Lease> ended;
+  std::map<LeaseId, Lease> ended;  // a window of the most recently ended leases; the store holds them all
+  std::deque<LeaseId> ended_order; // the ids in `ended`, oldest end first
   std::set<std::pair<double, LeaseId>> expiries;
   std::set<std::pair<double, LeaseId>> deadlines;
   std::map<std::string, double> drain_deadlines;  // device -> when the lease still on it is revoked
@@ -171,11 +172,21 @@ struct PoolCore::Impl {
       }
       batch = Batch{};
     }
+    trim_ended();
     if (after_write) after_write();
     auto pending = std::move(events);
     events.clear();
     for (const auto& [lease, event] : pending) {
       for (auto* l : listeners) l->lease_event(lease, event);
+    }
+  }
+
+  // Keeps the `history` most recently ended leases in memory. Only after a commit: an ended lease's last change
+  // must reach the store before memory may forget it.
+  void trim_ended() {
+    while (ended_order.size() > options.history) {
+      ended.erase(ended_order.front());
+      ended_order.pop_front();
     }
   }
 
@@ -434,10 +445,9 @@ struct PoolCore::Impl {
     }
     if (state == LeaseState::expired) ++counters.expirations;
     LeaseId id = l.id;
-    ended[id] = std::move(l);
+    Lease& e = ended[id] = std::move(l);
+    ended_order.push_back(id);
     live.erase(id);
-    while (ended.size() > options.history) ended.erase(ended.begin());
-    Lease& e = ended.at(id);
     touch(e);
     emit(e, LeaseEvent::ended);
     apply(out, t);
@@ -497,12 +507,14 @@ struct PoolCore::Impl {
     last_id = snap.max_lease_id;
 
     std::vector<Lease*> running, waiting;
+    std::vector<std::pair<double, LeaseId>> ends;
     for (auto& l : snap.leases) {
       LeaseId id = l.id;
       if (is_terminal(l.state)) {
         if (l.state == LeaseState::released && l.first_granted_at > 0) {
           samples.push_back({l.tenant, l.bitstream, l.ended_at, l.ended_at - l.created_at, l.first_granted_at - l.created_at});
         }
+        ends.emplace_back(l.ended_at, id);
         ended[id] = std::move(l);
       } else {
         live[id] = std::move(l);
@@ -510,6 +522,8 @@ struct PoolCore::Impl {
         (ll.state == LeaseState::queued ? waiting : running).push_back(&ll);
       }
     }
+    std::sort(ends.begin(), ends.end());
+    for (const auto& [_, id] : ends) ended_order.push_back(id);
     std::sort(running.begin(), running.end(), [](const Lease* a, const Lease* b) {
       return std::tie(a->granted_at, a->id) < std::tie(b->granted_at, b->id);
     });
@@ -947,27 +961,78 @@ Result<Lease> PoolCore::revoke(LeaseId id, const std::string& reason) {
 }
 
 Result<Lease> PoolCore::get(const std::string& tenant, LeaseId id) const {
-  const Lease* l = impl_->find_any(id);
-  if (!l || (!tenant.empty() && l->tenant != tenant)) return make_error("not_found", "no lease " + std::to_string(id));
-  return *l;
+  std::optional<Lease> found;
+  if (const Lease* l = impl_->find_any(id)) {
+    found = *l;
+  } else {
+    auto stored = impl_->store.lease(id);
+    if (!stored) return stored.error();
+    found = std::move(*stored);
+  }
+  if (!found || (!tenant.empty() && found->tenant != tenant)) {
+    return make_error("not_found", "no lease " + std::to_string(id));
+  }
+  return std::move(*found);
 }
+
+namespace {
+
+bool matches(const LeaseFilter& f, const Lease& l) {
+  return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.state || l.state == *f.state) &&
+         (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
+}
+
+bool wants_ended(const LeaseFilter& f) { return f.include_ended || (f.state && is_terminal(*f.state)); }
+
+}  // namespace
 
 std::vector<Lease> PoolCore::list(const LeaseFilter& f) const {
   std::vector<Lease> out;
-  auto match = [&](const Lease& l) {
-    return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.state || l.state == *f.state) &&
-           (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
-  };
-  if (f.include_ended || (f.state && is_terminal(*f.state))) {
+  if (wants_ended(f)) {
     for (const auto& [_, l] : impl_->ended) {
-      if (match(l)) out.push_back(l);
+      if (matches(f, l)) out.push_back(l);
     }
   }
   for (const auto& [_, l] : impl_->live) {
-    if (match(l)) out.push_back(l);
+    if (matches(f, l)) out.push_back(l);
   }
   std::sort(out.begin(), out.end(), [](const Lease& a, const Lease& b) { return a.id < b.id; });
   return out;
+}
+
+Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePageSpec& spec) const {
+  // Memory holds every live lease and the newest state of every ended lease not yet committed (ended leases leave
+  // memory only after a commit); the store holds every ended lease committed. Taking one more stored lease than
+  // the page holds shows whether more follow, and every lease cut from the page lies past its last id.
+  std::map<LeaseId, Lease> merged;
+  std::size_t stored_count = 0;
+  if (wants_ended(f)) {
+    LeasePageSpec one_more = spec;
+    one_more.limit = spec.limit + 1;
+    auto stored = impl_->store.ended_leases(f, one_more);
+    if (!stored) return stored.error();
+    stored_count = stored->size();
+    for (auto& l : *stored) merged.emplace(l.id, std::move(l));
+    for (const auto& [id, l] : impl_->ended) {
+      if (spec.beyond(id) && matches(f, l)) merged.insert_or_assign(id, l);
+    }
+  }
+  for (const auto& [id, l] : impl_->live) {
+    if (spec.beyond(id) && matches(f, l)) merged.insert_or_assign(id, l);
+  }
+  LeasePage page;
+  auto take = [&](auto first, auto last) {
+    for (auto it = first; it != last && page.leases.size() < spec.limit; ++it) page.leases.push_back(std::move(it->second));
+  };
+  if (spec.newest_first) {
+    take(merged.rbegin(), merged.rend());
+  } else {
+    take(merged.begin(), merged.end());
+  }
+  if ((merged.size() > page.leases.size() || stored_count > spec.limit) && !page.leases.empty()) {
+    page.next = page.leases.back().id;
+  }
+  return page;
 }
 
 std::vector<Lease> PoolCore::queue() const {

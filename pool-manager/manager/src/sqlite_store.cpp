@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <sstream>
@@ -103,6 +104,47 @@ constexpr const char* kLeaseColumns =
     "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
     "preemptions, end_reason";
+
+// The lease in the current row of a statement that selects kLeaseColumns. Errors: "corrupt".
+Result<Lease> lease_from_row(Stmt& s) {
+  Lease l;
+  l.id = static_cast<LeaseId>(s.integer(0));
+  l.tenant = s.text(1);
+  l.guest = s.text(2);
+  l.guest_host = s.text(3);
+  l.kind = s.text(4);
+  l.bitstream = s.text(5);
+  l.count = static_cast<std::uint32_t>(s.integer(6));
+  if (!s.is_null(7)) l.estimate_s = s.real(7);
+  auto state = parse_lease_state(s.text(8));
+  if (!state) return make_error("corrupt", "lease " + std::to_string(l.id) + " has unknown state '" + s.text(8) + "'");
+  l.state = *state;
+  l.created_at = s.real(9);
+  l.granted_at = s.real(10);
+  l.first_granted_at = s.real(11);
+  l.ended_at = s.real(12);
+  l.expires_at = s.real(13);
+  l.revoke_deadline = s.real(14);
+  l.requeue_on_deadline = s.integer(15) != 0;
+  l.ready = s.integer(16) != 0;
+  l.devices = split_devices(s.text(17));
+  l.reprogrammed = static_cast<std::uint32_t>(s.integer(18));
+  l.preemptions = static_cast<std::uint32_t>(s.integer(19));
+  l.end_reason = s.text(20);
+  return l;
+}
+
+// Steps through every row of `s` into `out`. Errors: "store", "corrupt".
+Status read_lease_rows(sqlite3* db, Stmt& s, std::vector<Lease>& out) {
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    auto l = lease_from_row(s);
+    if (!l) return l.error();
+    out.push_back(std::move(*l));
+  }
+  if (rc != SQLITE_DONE) return db_error(db, "reading leases");
+  return Status::ok();
+}
 
 // Copies the WAL back into the database file on a thread and connections of its own, so the fsyncs a checkpoint
 // needs never stall a commit on the owner thread. The owner's connection reports the WAL's size after each
@@ -309,36 +351,7 @@ class SqliteStore final : public Store {
       Stmt s(db_, sql.c_str());
       if (!s.ok()) return db_error(db_, "reading leases");
       s.bind(1, static_cast<std::int64_t>(recent_ended));
-      int rc;
-      while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-        Lease l;
-        l.id = static_cast<LeaseId>(s.integer(0));
-        l.tenant = s.text(1);
-        l.guest = s.text(2);
-        l.guest_host = s.text(3);
-        l.kind = s.text(4);
-        l.bitstream = s.text(5);
-        l.count = static_cast<std::uint32_t>(s.integer(6));
-        if (!s.is_null(7)) l.estimate_s = s.real(7);
-        auto state = parse_lease_state(s.text(8));
-        if (!state) return make_error("corrupt", "lease " + std::to_string(l.id) + " has unknown state '" + s.text(8) + "'");
-        l.state = *state;
-        l.created_at = s.real(9);
-        l.granted_at = s.real(10);
-        l.first_granted_at = s.real(11);
-        l.ended_at = s.real(12);
-        l.expires_at = s.real(13);
-        l.revoke_deadline = s.real(14);
-        l.requeue_on_deadline = s.integer(15) != 0;
-        l.ready = s.integer(16) != 0;
-        l.devices = split_devices(s.text(17));
-        l.reprogrammed = static_cast<std::uint32_t>(s.integer(18));
-        l.preemptions = static_cast<std::uint32_t>(s.integer(19));
-        l.end_reason = s.text(20);
-        snap.leases.push_back(std::move(l));
-      }
-      if (rc != SQLITE_DONE) return db_error(db_, "reading leases");
-      return Status::ok();
+      return read_lease_rows(db_, s, snap.leases);
     };
     std::string cols = kLeaseColumns;
     if (auto st = read_leases("SELECT " + cols +
@@ -359,6 +372,43 @@ class SqliteStore final : public Store {
       snap.max_lease_id = static_cast<LeaseId>(s.integer(0));
     }
     return snap;
+  }
+
+  Result<std::optional<Lease>> lease(LeaseId id) override {
+    const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE id = ?1";
+    Stmt s(db_, sql.c_str());
+    if (!s.ok()) return db_error(db_, "reading lease " + std::to_string(id));
+    s.bind(1, static_cast<std::int64_t>(id));
+    std::vector<Lease> found;
+    if (auto st = read_lease_rows(db_, s, found); !st) return st.error();
+    if (found.empty()) return std::optional<Lease>();
+    return std::optional<Lease>(std::move(found.front()));
+  }
+
+  Result<std::vector<Lease>> ended_leases(const LeaseFilter& f, const LeasePageSpec& spec) override {
+    std::vector<Lease> out;
+    if (f.state && !is_terminal(*f.state)) return out;
+    // Walks the primary key from the cursor; each filter is a no-op when its parameter is NULL. A device matches
+    // as a whole item of the comma-separated list.
+    const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
+                            " AND (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR guest = ?2)"
+                            " AND (?3 IS NULL OR state = ?3)"
+                            " AND (?4 IS NULL OR instr(',' || devices || ',', ',' || ?4 || ',') > 0)" +
+                            (spec.newest_first ? " AND id < ?5 ORDER BY id DESC" : " AND id > ?5 ORDER BY id") +
+                            " LIMIT ?6";
+    Stmt s(db_, sql.c_str());
+    if (!s.ok()) return db_error(db_, "listing ended leases");
+    auto bind_opt = [&](int i, const std::optional<std::string>& v) { v ? s.bind(i, *v) : s.bind_null(i); };
+    bind_opt(1, f.tenant);
+    bind_opt(2, f.guest);
+    bind_opt(3, f.state ? std::optional<std::string>(std::string(to_string(*f.state))) : std::nullopt);
+    bind_opt(4, f.device);
+    const std::int64_t cursor = spec.after ? static_cast<std::int64_t>(std::min<LeaseId>(*spec.after, INT64_MAX))
+                                            : (spec.newest_first ? INT64_MAX : -1);
+    s.bind(5, cursor);
+    s.bind(6, static_cast<std::int64_t>(std::min<std::size_t>(spec.limit, INT64_MAX)));
+    if (auto st = read_lease_rows(db_, s, out); !st) return st.error();
+    return out;
   }
 
   Status apply(const Batch& batch) override {

@@ -63,14 +63,6 @@ struct AcquireParams {
   std::optional<double> estimate_s;
 };
 
-struct LeaseFilter {
-  std::optional<std::string> tenant;
-  std::optional<std::string> guest;
-  std::optional<LeaseState> state;
-  std::optional<std::string> device;  // leases whose devices include this one ("HOST/LOCAL_ID")
-  bool include_ended = false;
-};
-
 // The longest drain deadline accepted (one year), in seconds.
 inline constexpr double kMaxDrainDeadlineS = 365.0 * 86400;
 
@@ -173,9 +165,20 @@ class PoolCore {
   // Admin revocation: the guest gets the grace period, then the lease ends revoked. Errors: "not_found",
   // "invalid_state".
   Result<Lease> revoke(LeaseId id, const std::string& reason);
-  // Errors: "not_found", "forbidden" (lease of another tenant; tenant "" acts as admin).
+  // One lease, live or ended: an ended lease the memory window no longer holds is read from the store (everything
+  // kept under keep_ended_s). Errors: "not_found" (also for a lease of another tenant; tenant "" acts as admin),
+  // "store".
   Result<Lease> get(const std::string& tenant, LeaseId id) const;
+  // The matching leases that memory holds: every live lease, and with include_ended the most recent `history`
+  // ended ones. By id.
   std::vector<Lease> list(const LeaseFilter& filter) const;
+  struct LeasePage {
+    std::vector<Lease> leases;
+    std::optional<LeaseId> next;  // the `after` of the next page; empty on the last page
+  };
+  // A page of every matching lease, ended ones read from the store (everything kept under keep_ended_s), so a
+  // long history is listed whole, page by page, and no reply is unbounded. Errors: "store".
+  Result<LeasePage> page(const LeaseFilter& filter, const LeasePageSpec& spec) const;
   // Waiting leases in the order the policy would serve them.
   std::vector<Lease> queue() const;
 

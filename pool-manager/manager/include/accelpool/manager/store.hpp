@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,13 @@ class Store {
   // Makes the batch durable before returning (a process crash right after loses nothing). Called on the owner
   // thread before every reply that reports the change. Errors: "store"; then nothing of the batch was applied.
   virtual Status apply(const Batch& batch) = 0;
+
+  // One lease by id, live or ended; empty when the store has none. Errors: "store", "corrupt".
+  virtual Result<std::optional<Lease>> lease(LeaseId id) = 0;
+
+  // Ended leases (released, cancelled, expired, revoked) matching `filter` (its include_ended is ignored; a live
+  // `state` matches none), in `spec`'s order after its cursor, at most spec.limit. Errors: "store", "corrupt".
+  virtual Result<std::vector<Lease>> ended_leases(const LeaseFilter& filter, const LeasePageSpec& spec) = 0;
 
   // Writes a consistent copy of the store to `dest` while the manager runs. Errors: "store".
   virtual Status backup(const std::filesystem::path& dest) = 0;

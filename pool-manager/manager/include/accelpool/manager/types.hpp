@@ -1,6 +1,7 @@
 // The pool manager's records: leases, devices, tenants. Plain data, shared by the core, the store and the APIs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,6 +46,27 @@ struct Lease {
   std::uint32_t reprogrammed = 0;
   std::uint32_t preemptions = 0;
   std::string end_reason;
+};
+
+// Which leases a listing wants. Every field set must match.
+struct LeaseFilter {
+  std::optional<std::string> tenant;
+  std::optional<std::string> guest;
+  std::optional<LeaseState> state;
+  std::optional<std::string> device;  // leases whose devices include this one ("HOST/LOCAL_ID")
+  bool include_ended = false;
+};
+
+// One page of a listing in lease id order: the leases after `after` (before it when newest_first), at most
+// `limit` of them. The id of the last lease of a page is the `after` of the next.
+struct LeasePageSpec {
+  static constexpr std::size_t kDefaultLimit = 1000;
+  static constexpr std::size_t kMaxLimit = 10000;
+  std::optional<LeaseId> after;
+  std::size_t limit = kDefaultLimit;
+  bool newest_first = false;
+  // Whether `id` lies beyond the cursor in this page's order.
+  bool beyond(LeaseId id) const { return !after || (newest_first ? id < *after : id > *after); }
 };
 
 struct DeviceRecord {
