@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -96,6 +97,10 @@ void DaemonProcess::start() {
     int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
+    if (fd_limit_) {
+      rlimit lim{static_cast<rlim_t>(fd_limit_->first), static_cast<rlim_t>(fd_limit_->second)};
+      if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(126);
+    }
     std::string cfg = (dir_ / "manager.toml").string();
     std::string dd = dir_.string();
     if (config_.empty()) {  // the embedded default, on free ports

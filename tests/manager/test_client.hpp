@@ -30,6 +30,9 @@ class DaemonProcess {
   ~DaemonProcess();
   void start();                 // returns once endpoints.json of this process exists
   void stop(int signal);        // SIGTERM for a graceful stop, SIGKILL for a crash; waits for the exit
+  // The file descriptor limit (RLIMIT_NOFILE) the process starts with from the next start() on.
+  void set_fd_limit(std::uint64_t soft, std::uint64_t hard) { fd_limit_ = {soft, hard}; }
+  int pid() const { return pid_; }
   int exit_code() const { return exit_code_; }
   bool running() const { return pid_ > 0; }
   std::string output() const;   // stdout and stderr so far
@@ -45,6 +48,7 @@ class DaemonProcess {
   int exit_code_ = -1;
   Endpoints ep_;
   std::string first_output_;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> fd_limit_;
 };
 
 struct HttpResult {

@@ -1,6 +1,7 @@
 // AgentListener and RemoteHost: one poll loop on a thread of its own serves every agent connection.
 #include <accelpool/agent/listener.hpp>
 #include <accelpool/agent/wire.hpp>
+#include <accelpool/common/listener_limits.hpp>
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -126,6 +127,8 @@ struct AgentListener::Impl {
   std::map<std::string, std::shared_ptr<Link>> live;  // registered hosts
   std::unordered_map<int, Conn> conns;
   std::thread thread;
+  common::AcceptBackoff backoff{"agent listener"};
+  Clock::time_point accept_after;  // accepting waits out a back-off until then
 
   ~Impl() {
     for (int fd : listen_fds) ::close(fd);
@@ -141,7 +144,8 @@ struct AgentListener::Impl {
     while (!stop) {
       std::vector<pollfd> fds;
       fds.push_back({wake_fd, POLLIN, 0});
-      for (int fd : listen_fds) fds.push_back({fd, POLLIN, 0});
+      const bool accepting = Clock::now() >= accept_after;
+      for (int fd : listen_fds) fds.push_back({fd, static_cast<short>(accepting ? POLLIN : 0), 0});
       for (auto& [fd, c] : conns) {
         short ev = POLLIN;
         std::lock_guard lock(c.link->mu);
@@ -192,10 +196,21 @@ struct AgentListener::Impl {
     return write_some(c.fd, c.link->out).is_ok();
   }
 
+  // Accepts what waits on `lfd`. Over max_connections a new connection is closed at once; out of descriptors,
+  // accepting waits out the back-off (the poll timeout wakes the loop to try again).
   void accept_all(int lfd) {
     for (;;) {
       int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) accept_after = Clock::now() + backoff.failed(errno);
+        return;
+      }
+      backoff.accepted();
+      if (conns.size() >= options.max_connections) {
+        ::close(fd);
+        continue;
+      }
       Conn c;
       c.fd = fd;
       c.link = std::make_shared<Link>();
@@ -444,6 +459,7 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
   if (options.token.empty()) return make_error("invalid_argument", "agent listener: the agent token is empty");
   if (options.heartbeat_timeout.count() <= 0)
     return make_error("invalid_argument", "agent listener: heartbeat timeout must be positive");
+  if (options.max_connections == 0) return make_error("invalid_argument", "agent listener: max_connections must be positive");
   if (!post) return make_error("invalid_argument", "agent listener: no poster");
   auto impl = std::make_unique<Impl>();
   std::unique_ptr<AgentListener> self(new AgentListener());

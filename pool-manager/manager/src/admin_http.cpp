@@ -2,6 +2,7 @@
 // body sizes, a deadline per request. Request handling itself is AdminApi's.
 #include "admin_http.hpp"
 
+#include "accept_loop.hpp"
 #include "admin_api.hpp"
 
 #include <boost/asio.hpp>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 namespace accelpool::manager {
 
@@ -19,11 +21,13 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
-  Impl(asio::io_context& ioc, AdminApi& api, HttpLimits limits) : acceptor(ioc), api(api), limits(limits) {}
-  tcp::acceptor acceptor;
+  Impl(asio::io_context& ioc, AdminApi& api, HttpLimits limits)
+      : listening(ioc.get_executor(), ""), api(api), limits(limits) {}  // named by start()
+  Listening<tcp> listening;
   AdminApi& api;
   HttpLimits limits;
   std::size_t connections = 0;
+  std::map<asio::ip::address, std::size_t> per_source;  // open connections by source address
   bool stopped = false;
 
   void accept();
@@ -33,23 +37,38 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, std::shared_ptr<AdminServer::Impl> server)
-      : stream_(std::move(socket)), server_(std::move(server)) {
+  Session(tcp::socket socket, asio::ip::address source, std::shared_ptr<AdminServer::Impl> server)
+      : stream_(std::move(socket)), source_(source), server_(std::move(server)) {
     ++server_->connections;
+    ++server_->per_source[source_];
   }
-  ~Session() { --server_->connections; }
+  ~Session() {
+    --server_->connections;
+    if (--server_->per_source[source_] == 0) server_->per_source.erase(source_);
+  }
 
   void start() { read(); }
 
  private:
+  // The headers within the header deadline, then the body within what is left of the request deadline.
   void read() {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(server_->limits.max_header_bytes));
     parser_->body_limit(server_->limits.max_body_bytes);
-    stream_.expires_after(std::chrono::milliseconds(static_cast<long>(server_->limits.request_timeout_s * 1000)));
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_read(ec);
+    const auto start = std::chrono::steady_clock::now();
+    const auto& limits = server_->limits;
+    stream_.expires_at(start + seconds(std::min(limits.header_timeout_s, limits.request_timeout_s)));
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this(), start](beast::error_code ec, std::size_t) {
+      if (ec) return self->on_read(ec);
+      self->stream_.expires_at(start + seconds(self->server_->limits.request_timeout_s));
+      http::async_read(self->stream_, self->buffer_, *self->parser_, [self](beast::error_code ec, std::size_t) {
+        self->on_read(ec);
+      });
     });
+  }
+
+  static std::chrono::steady_clock::duration seconds(double s) {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
   }
 
   void on_read(beast::error_code ec) {
@@ -85,7 +104,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res->keep_alive(keep_alive);
     res->body() = r.body;
     res->prepare_payload();
-    stream_.expires_after(std::chrono::milliseconds(static_cast<long>(server_->limits.request_timeout_s * 1000)));
+    stream_.expires_after(seconds(server_->limits.request_timeout_s));
     http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive](beast::error_code ec, std::size_t) {
       if (ec || !keep_alive) return self->close();
       self->read();
@@ -101,23 +120,24 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  asio::ip::address source_;
   std::shared_ptr<AdminServer::Impl> server_;
 };
 
 }  // namespace
 
 void AdminServer::Impl::accept() {
-  acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-    if (self->stopped || ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      if (self->connections >= self->limits.max_connections) {
-        beast::error_code ignored;
-        socket.close(ignored);
-      } else {
-        std::make_shared<Session>(std::move(socket), self)->start();
-      }
+  accept_loop(listening, shared_from_this(), [self = shared_from_this()](tcp::socket socket) {
+    if (self->stopped) return;
+    beast::error_code ec;
+    auto source = socket.remote_endpoint(ec).address();
+    auto from_source = self->per_source.find(source);
+    if (ec || self->connections >= self->limits.max_connections ||
+        (from_source != self->per_source.end() && from_source->second >= self->limits.max_connections_per_source)) {
+      socket.close(ec);
+      return;
     }
-    self->accept();
+    std::make_shared<Session>(std::move(socket), source, self)->start();
   });
 }
 
@@ -131,22 +151,24 @@ Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, c
   auto addr = asio::ip::make_address(address, ec);
   if (ec) return make_error("listen", "admin address '" + address + "': " + ec.message());
   tcp::endpoint ep(addr, port);
-  impl->acceptor.open(ep.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(ep, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  impl->listening.acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->listening.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->listening.acceptor.bind(ep, ec);
+  if (!ec) impl->listening.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error("listen", "admin API on " + address + ":" + std::to_string(port) + ": " + ec.message());
+  impl->listening.backoff =
+      common::AcceptBackoff("admin API " + address + ":" + std::to_string(impl->listening.acceptor.local_endpoint().port()));
   impl->accept();
   return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));
 }
 
-unsigned short AdminServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+unsigned short AdminServer::port() const { return impl_->listening.acceptor.local_endpoint().port(); }
 
 void AdminServer::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
   beast::error_code ec;
-  impl_->acceptor.close(ec);
+  impl_->listening.acceptor.close(ec);
 }
 
 }  // namespace accelpool::manager

@@ -88,14 +88,24 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "full_sync", c.full_sync, "store"));
   }
   if (auto* t = sub(root, "guest")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread"}, "[guest]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_unauthenticated", "hello_timeout_s"}, "[guest]"));
     ACCELPOOL_TRY(read(file, *t, "tcp", c.guest_tcp, "guest"));
     ACCELPOOL_TRY(read(file, *t, "unix", c.guest_unix, "guest"));
     ACCELPOOL_TRY(read(file, *t, "network_thread", c.guest_network_thread, "guest"));
+    ACCELPOOL_TRY(read(file, *t, "max_unauthenticated", c.guest_max_unauthenticated, "guest"));
+    ACCELPOOL_TRY(read(file, *t, "hello_timeout_s", c.guest_hello_timeout_s, "guest"));
+    if (c.guest_max_unauthenticated < 1) return make_error("config", where(file, *t) + ": guest.max_unauthenticated must be >= 1");
+    if (!(c.guest_hello_timeout_s > 0)) return make_error("config", where(file, *t) + ": guest.hello_timeout_s must be > 0");
   }
   if (auto* t = sub(root, "admin")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"listen"}, "[admin]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "header_timeout_s", "max_connections_per_source"}, "[admin]"));
     ACCELPOOL_TRY(read(file, *t, "listen", c.admin_listen, "admin"));
+    ACCELPOOL_TRY(read(file, *t, "header_timeout_s", c.admin_header_timeout_s, "admin"));
+    ACCELPOOL_TRY(read(file, *t, "max_connections_per_source", c.admin_max_connections_per_source, "admin"));
+    if (!(c.admin_header_timeout_s > 0)) return make_error("config", where(file, *t) + ": admin.header_timeout_s must be > 0");
+    if (c.admin_max_connections_per_source < 1) {
+      return make_error("config", where(file, *t) + ": admin.max_connections_per_source must be >= 1");
+    }
   }
   if (auto* t = sub(root, "leases")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history", "keep_ended_days"}, "[leases]"));
@@ -138,7 +148,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   if (auto* t = sub(root, "agents")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms"}, "[agents]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms", "max_connections"}, "[agents]"));
     if (const toml::node* ln = t->get("listen")) {
       const auto* arr = ln->as_array();
       if (!arr) return make_error("config", where(file, *ln) + ": agents.listen must be an array of strings");
@@ -170,6 +180,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
       while (!c.agents.token.empty() && (c.agents.token.back() == '\r' || c.agents.token.back() == ' ')) c.agents.token.pop_back();
     }
     ACCELPOOL_TRY(read(file, *t, "heartbeat_timeout_ms", c.agents.heartbeat_timeout_ms, "agents"));
+    ACCELPOOL_TRY(read(file, *t, "max_connections", c.agents.max_connections, "agents"));
+    if (c.agents.max_connections < 1) return make_error("config", where(file, *t) + ": agents.max_connections must be >= 1");
     if (c.agents.heartbeat_timeout_ms < 1 || c.agents.heartbeat_timeout_ms > 3600000) {
       return make_error("config", where(file, *t) + ": agents.heartbeat_timeout_ms must be in 1..3600000");
     }
@@ -241,6 +253,14 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   return c;
+}
+
+std::uint64_t Config::connection_budget() const {
+  std::uint64_t n = 0;
+  if (!guest_tcp.empty() || !guest_unix.empty()) n += max_connections;
+  n += max_connections;  // the admin API
+  if (!agents.listen.empty()) n += agents.max_connections;
+  return n;
 }
 
 std::filesystem::path Config::bitstreams_dir() const {

@@ -57,6 +57,7 @@ struct AgentsConfig {
   std::vector<std::string> listen;        // "IP:PORT" (port 0 picks one) or "unix:PATH"
   std::string token;                      // every agent presents it at registration
   std::uint64_t heartbeat_timeout_ms = 15000;
+  std::size_t max_connections = 256;      // agent connections, registered or not
 };
 
 struct Config {
@@ -66,15 +67,22 @@ struct Config {
   std::string guest_tcp = "127.0.0.1:7070";
   std::string guest_unix = "guest.sock";  // relative to data_dir; "" disables
   bool guest_network_thread = false;      // guest socket I/O on a thread of its own (GuestServerOptions)
+  std::size_t guest_max_unauthenticated = 64;  // guest connections waiting for hello (GuestServerOptions)
+  double guest_hello_timeout_s = 2;       // the hello deadline (or request_timeout_s, if shorter)
   std::string admin_listen = "127.0.0.1:7080";
+  double admin_header_timeout_s = 5;      // HttpLimits::header_timeout_s
+  std::size_t admin_max_connections_per_source = 32;
   CoreOptions core;
   std::size_t max_body_bytes = 1 << 20;
   double request_timeout_s = 10;    // an admin client must send its whole request within this
-  std::size_t max_connections = 4096;
+  std::size_t max_connections = 4096;  // guest connections, and admin connections, each
   std::vector<HostConfig> hosts;    // empty: one "local" host with the sim backend
   std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
   AgentsConfig agents;
   BitstreamsConfig bitstreams;
+
+  // How many connections the listeners may hold together (each listener's limit), for the file descriptor budget.
+  std::uint64_t connection_budget() const;
 
   // The registry folder: bitstreams.dir, or <data_dir>/bitstreams.
   std::filesystem::path bitstreams_dir() const;

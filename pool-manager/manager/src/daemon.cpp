@@ -10,6 +10,7 @@
 #include "metrics.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
+#include <accelpool/common/listener_limits.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
 
@@ -90,6 +91,15 @@ int run_daemon(const Config& config, std::ostream& out) {
     std::fprintf(stderr, "accelpool-manager: %s\n", what.c_str());
     return 1;
   };
+  // Every connection the limits allow must get a file descriptor: accept() never runs out in normal operation.
+  auto fd_limit = common::raise_fd_limit();
+  if (!fd_limit) return fail(fd_limit.error().message);
+  if (auto s = common::check_fd_budget(config.connection_budget(), *fd_limit,
+                                       "[limits] max_connections for guests and for the admin API" +
+                                           std::string(config.agents.listen.empty() ? "" : ", [agents] max_connections"));
+      !s) {
+    return fail(s.error().message);
+  }
   std::error_code fec;
   std::filesystem::create_directories(config.data_dir, fec);
   if (fec) return fail("cannot create data folder " + config.data_dir.string() + ": " + fec.message());
@@ -222,6 +232,7 @@ int run_daemon(const Config& config, std::ostream& out) {
     lo.listen = config.agents.listen;
     lo.token = config.agents.token;
     lo.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.agents.heartbeat_timeout_ms));
+    lo.max_connections = config.agents.max_connections;
     auto l = agent::AgentListener::create(std::move(lo), std::move(ev), post);
     if (!l) return fail("agents.listen: " + l.error().message);
     agents = std::move(*l);
@@ -242,7 +253,9 @@ int run_daemon(const Config& config, std::ostream& out) {
   protocol.set_relay_token(config.agents.token);  // host agents relay their VMs' ports with it
   GuestServerOptions guest_options;
   guest_options.max_connections = config.max_connections;
-  guest_options.hello_timeout = std::chrono::milliseconds(static_cast<long>(config.request_timeout_s * 1000));
+  guest_options.max_unauthenticated = config.guest_max_unauthenticated;
+  guest_options.hello_timeout =
+      std::chrono::milliseconds(static_cast<long>(std::min(config.guest_hello_timeout_s, config.request_timeout_s) * 1000));
   guest_options.network_thread = config.guest_network_thread;
   GuestServer guests(ioc, protocol, guest_options);
   core->add_listener(&metrics);
@@ -319,6 +332,8 @@ int run_daemon(const Config& config, std::ostream& out) {
   limits.max_body_bytes = config.max_body_bytes;
   limits.request_timeout_s = config.request_timeout_s;
   limits.max_connections = config.max_connections;
+  limits.header_timeout_s = config.admin_header_timeout_s;
+  limits.max_connections_per_source = config.admin_max_connections_per_source;
   auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits);
   if (!admin) return fail(admin.error().message);
   std::string admin_url = "http://" + admin_ep->first + ":" + std::to_string((*admin)->port());

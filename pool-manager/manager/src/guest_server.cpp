@@ -1,5 +1,6 @@
 #include "guest_server.hpp"
 
+#include "accept_loop.hpp"
 #include "config.hpp"
 
 #include <accelpool/common/json_lines.hpp>
@@ -23,7 +24,11 @@ using unix_stream = asio::local::stream_protocol;
 
 namespace {
 
-constexpr std::size_t kMaxQueuedBytes = 4 * 1024 * 1024;  // a guest that stops reading is disconnected
+// A guest whose replies and notifications pile up unwritten (it reads slower than it sends) stops being read while
+// more than this waits to be written: pipelined calls slow down rather than fail.
+constexpr std::size_t kPauseReadingQueuedBytes = 4 * 1024 * 1024;
+// A guest that does not read at all while notifications keep coming is disconnected at this much.
+constexpr std::size_t kMaxQueuedBytes = 64 * 1024 * 1024;
 // A guest that sends faster than the owner handles its calls stops being read while this much waits.
 constexpr std::size_t kMaxBacklogBytes = 1024 * 1024;
 
@@ -65,7 +70,8 @@ struct GuestServer::Impl {
   Impl(asio::io_context& o, GuestProtocol& p, GuestServerOptions opt)
       : owner(o), protocol(p), options(opt),
         own_net(opt.network_thread ? std::make_unique<asio::io_context>(1) : nullptr),
-        net(own_net ? *own_net : o), tcp_acceptor(net), unix_acceptor(net) {}
+        net(own_net ? *own_net : o), tcp_listener(std::in_place, net.get_executor(), ""),
+        unix_listener(std::in_place, net.get_executor(), "") {}  // named by listen_*
 
   asio::io_context& owner;
   GuestProtocol& protocol;  // owner thread
@@ -74,10 +80,36 @@ struct GuestServer::Impl {
   asio::io_context& net;                      // where the sockets live: own_net, or the owner's
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
-  std::optional<tcp::acceptor> tcp_acceptor;
-  std::optional<unix_stream::acceptor> unix_acceptor;
+  std::optional<Listening<tcp>> tcp_listener;
+  std::optional<Listening<unix_stream>> unix_listener;
   std::filesystem::path unix_path;
   std::atomic<std::size_t> connections{0};
+
+  // Connections that have not said hello (or relay) yet, oldest first, each with what closes it (socket side).
+  // Socket side adds, closes and evicts; the owner thread removes a connection once it authenticated.
+  std::mutex waiting_mu;
+  std::map<std::uint64_t, std::function<void()>> waiting_hello;
+  std::uint64_t next_seq = 0;  // socket side
+
+  // Socket side. Whether a new connection may be taken: under both limits it may; over either, closing the
+  // oldest connection that has not said hello makes room for it (a flood of silent connections then cannot
+  // lock real guests out); with none to close it may not.
+  bool make_room() {
+    std::function<void()> evict;
+    {
+      std::lock_guard lock(waiting_mu);
+      if (connections.load() < options.max_connections && waiting_hello.size() < options.max_unauthenticated) return true;
+      if (waiting_hello.empty()) return false;
+      evict = std::move(waiting_hello.begin()->second);
+      waiting_hello.erase(waiting_hello.begin());
+    }
+    evict();
+    return true;
+  }
+  void forget_waiting(std::uint64_t seq) {
+    std::lock_guard lock(waiting_mu);
+    waiting_hello.erase(seq);
+  }
   std::atomic<std::size_t> batches_waiting{0};  // posted to the owner by the network thread, not handled yet
   bool stopped = false;  // owner thread (or after it stopped)
 
@@ -118,6 +150,13 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // --- socket side -------------------------------------------------------------------------------------------
 
   void start() {
+    {
+      std::lock_guard lock(server_.waiting_mu);
+      seq_ = server_.next_seq++;
+      server_.waiting_hello.emplace(seq_, [weak = this->weak_from_this()] {
+        if (auto self = weak.lock()) self->close_net();
+      });
+    }
     hello_timer_->expires_after(server_.options.hello_timeout);
     hello_timer_->async_wait([weak = this->weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
@@ -149,9 +188,13 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   }
 
  private:
+  // Reads on, unless a read is in flight, the connection is closing, or reading waits: for the owner to handle
+  // the calls already read (paused_; the owner resumes it) or for the replies to be written (write() resumes it).
   void read() {
-    if (!socket_) return;
+    if (!socket_ || closed_ || closing_ || reading_ || paused_.load() || queued_bytes_ > kPauseReadingQueuedBytes) return;
+    reading_ = true;
     socket_->async_read_some(asio::buffer(rbuf_), [self = this->shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      self->reading_ = false;
       self->on_read(ec, n);
     });
   }
@@ -210,12 +253,14 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
       self->queued_bytes_ -= self->batch_.size();
       self->batch_.clear();
       self->write();
+      self->read();  // if it waited for the replies to leave
     });
   }
 
   void close_net() {
     if (closed_) return;
     closed_ = true;
+    server_.forget_waiting(seq_);
     hello_timer_->cancel();
     boost::system::error_code ignored;
     socket_->close(ignored);
@@ -235,6 +280,10 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
       std::string before_tenant = session_.tenant, before_guest = session_.guest;
       bool was_auth = session_.authenticated;
       std::string reply = server_.protocol.handle(session_, line);
+      if (!said_hello_ && (session_.authenticated || session_.relayed)) {
+        said_hello_ = true;
+        server_.forget_waiting(seq_);  // no longer subject to the budget of connections waiting for hello
+      }
       if (session_.authenticated && (!was_auth || before_tenant != session_.tenant || before_guest != session_.guest)) {
         if (was_auth) server_.hub.remove(before_tenant, before_guest, this);
         server_.hub.add(session_.tenant, session_.guest, this);
@@ -302,7 +351,9 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   bool writing_ = false;
   bool closed_ = false;
   bool closing_ = false;  // close once out_ is written
-  std::size_t queued_bytes_ = 0;
+  bool reading_ = false;  // a read is in flight
+  std::size_t queued_bytes_ = 0;  // in out_ and batch_
+  std::uint64_t seq_ = 0;  // in Impl::waiting_hello until it says hello
   std::optional<asio::steady_timer> hello_timer_;
 
   // Both: bytes of lines posted to the owner and not handled yet, and whether reading waits for them.
@@ -312,6 +363,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // Owner thread.
   GuestSession session_;
   bool registered_ = false;  // in the hub under session_'s tenant and guest
+  bool said_hello_ = false;  // authenticated or relayed once
   std::string pending_;  // lines to send, joined
   bool flush_posted_ = false;
   std::size_t held_ = 0;  // replies in Impl::held, not sent yet
@@ -319,37 +371,37 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   bool owner_closed_ = false;
 };
 
-template <typename Acceptor>
-void accept_loop(Acceptor& acceptor, std::shared_ptr<GuestServer::Impl> keep) {
-  acceptor.async_accept([&acceptor, keep](boost::system::error_code ec, typename Acceptor::protocol_type::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    auto& server = *keep;
-    if (!ec) {
-      if (server.connections.load() >= server.options.max_connections) {
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        if constexpr (std::is_same_v<typename Acceptor::protocol_type, tcp>) {
-          boost::system::error_code ignored;
-          socket.set_option(tcp::no_delay(true), ignored);  // replies are small and latency matters
-        }
-        using Conn = GuestSessionConn<typename Acceptor::protocol_type::socket>;
-        auto conn = std::make_shared<Conn>(std::move(socket), keep);
-        {
-          std::lock_guard lock(server.live_mu);
-          // Forget connections that are gone, now and then, so the list stays as long as the live ones.
-          if (server.live.size() >= 64 && server.live.size() % 64 == 0) {
-            std::erase_if(server.live, [](const GuestServer::Impl::Live& l) { return l.alive.expired(); });
-          }
-          server.live.push_back({conn, [weak = std::weak_ptr<Conn>(conn)] {
-                                   if (auto c = weak.lock()) c->drop_socket();
-                                 }});
-        }
-        conn->start();
-      }
+// Takes an accepted guest connection (socket side), or closes it when there is no room (Impl::make_room).
+template <typename Socket>
+void take_connection(Socket socket, const std::shared_ptr<GuestServer::Impl>& keep) {
+  auto& server = *keep;
+  if (!server.make_room()) {
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  if constexpr (std::is_same_v<Socket, tcp::socket>) {
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // replies are small and latency matters
+  }
+  using Conn = GuestSessionConn<Socket>;
+  auto conn = std::make_shared<Conn>(std::move(socket), keep);
+  {
+    std::lock_guard lock(server.live_mu);
+    // Forget connections that are gone, now and then, so the list stays as long as the live ones.
+    if (server.live.size() >= 64 && server.live.size() % 64 == 0) {
+      std::erase_if(server.live, [](const GuestServer::Impl::Live& l) { return l.alive.expired(); });
     }
-    accept_loop(acceptor, keep);
-  });
+    server.live.push_back({conn, [weak = std::weak_ptr<Conn>(conn)] {
+                             if (auto c = weak.lock()) c->drop_socket();
+                           }});
+  }
+  conn->start();
+}
+
+template <typename Protocol>
+void accept_guests(Listening<Protocol>& l, std::shared_ptr<GuestServer::Impl> keep) {
+  accept_loop(l, keep, [keep](typename Protocol::socket socket) { take_connection(std::move(socket), keep); });
 }
 
 }  // namespace
@@ -380,27 +432,30 @@ Result<std::string> GuestServer::listen_tcp(const std::string& endpoint) {
   auto addr = asio::ip::make_address(ep->first, ec);
   if (ec) return make_error("config", "guest.tcp: address '" + ep->first + "': " + ec.message());
   tcp::endpoint bind_to(addr, ep->second);
-  auto& a = *impl_->tcp_acceptor;
+  auto& a = impl_->tcp_listener->acceptor;
   a.open(bind_to.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(bind_to, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error("config", "guest.tcp: cannot listen on " + endpoint + ": " + ec.message());
-  accept_loop(a, impl_);
-  return ep->first + ":" + std::to_string(a.local_endpoint().port());
+  std::string bound = ep->first + ":" + std::to_string(a.local_endpoint().port());
+  impl_->tcp_listener->backoff = common::AcceptBackoff("guest listener tcp " + bound);
+  accept_guests(*impl_->tcp_listener, impl_);
+  return bound;
 }
 
 Result<std::string> GuestServer::listen_unix(const std::filesystem::path& path) {
   std::error_code fec;
   std::filesystem::remove(path, fec);  // a socket file left by a crash
   boost::system::error_code ec;
-  auto& a = *impl_->unix_acceptor;
+  impl_->unix_listener->backoff = common::AcceptBackoff("guest listener unix " + path.string());
+  auto& a = impl_->unix_listener->acceptor;
   a.open(unix_stream(), ec);
   if (!ec) a.bind(unix_stream::endpoint(path.string()), ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error("config", "guest.unix: cannot listen on " + path.string() + ": " + ec.message());
   impl_->unix_path = path;
-  accept_loop(a, impl_);
+  accept_guests(*impl_->unix_listener, impl_);
   return path.string();
 }
 
@@ -423,16 +478,16 @@ void GuestServer::stop() {
   // Nothing runs on the network io_context now. Stop accepting and destroy every socket and timer: the
   // connections that pending owner handlers still hold must not keep them past the io_context.
   boost::system::error_code ignored;
-  impl.tcp_acceptor->close(ignored);
-  impl.unix_acceptor->close(ignored);
+  impl.tcp_listener->acceptor.close(ignored);
+  impl.unix_listener->acceptor.close(ignored);
   std::vector<Impl::Live> live;
   {
     std::lock_guard lock(impl.live_mu);
     live.swap(impl.live);
   }
   for (auto& l : live) l.drop_socket();
-  impl.tcp_acceptor.reset();
-  impl.unix_acceptor.reset();
+  impl.tcp_listener.reset();
+  impl.unix_listener.reset();
   impl.own_net.reset();  // destroys the handlers still pending, and with them the connections only they held
   if (!impl.unix_path.empty()) {
     std::error_code fec;

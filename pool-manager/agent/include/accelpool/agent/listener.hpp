@@ -11,6 +11,7 @@
 #include <accelpool/manager/host_driver.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -106,6 +107,9 @@ struct ListenerOptions {
   std::string token;
   // A registered agent that sends nothing for this long is lost.
   std::chrono::milliseconds heartbeat_timeout{15000};
+  // Agent connections (registered or not) at most; more are closed at accept. Out of file descriptors, the
+  // listener pauses accepting and says so on stderr (common::AcceptBackoff).
+  std::size_t max_connections = 256;
 };
 
 class AgentListener {
