@@ -207,6 +207,16 @@ TEST_CASE("connections that never say hello cannot lock real guests out", "[conn
   for (int fd : flood) ::close(fd);
 }
 
+TEST_CASE("a connection must say hello within [guest] hello_timeout_s", "[connections][hello]") {
+  Daemon d(config("hello_timeout_s = 0.2\n", "", "[limits]\nrequest_timeout_s = 600\n"));
+  d.start();
+  auto idle = GuestClient::tcp(d.guest_port());
+  auto line = idle.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience));
+  REQUIRE(line);
+  CHECK(line->find("\"timeout\"") != std::string::npos);
+  CHECK_FALSE(idle.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience)));  // closed
+}
+
 TEST_CASE("a pipelined burst of calls is answered in full, however much the replies weigh", "[connections][pipeline]") {
   const bool network_thread = GENERATE(true, false);
   CAPTURE(network_thread);
@@ -281,4 +291,18 @@ TEST_CASE("slow admin clients hold neither every connection nor one for long", "
     // A whole request is still served.
     CHECK(http(d.admin_port(), "GET", "/healthz", "").status == 200);
   }
+}
+
+TEST_CASE("agent connections over [agents] max_connections are closed at accept", "[connections][agents]") {
+  Daemon d(config("", "",
+                  "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"agent-token-0123456789\"\nmax_connections = 2\n"
+                  "heartbeat_timeout_ms = 3600000\n"));
+  d.start();
+  const std::string agents = d.process.endpoints().agents;
+  const int port = std::stoi(agents.substr(agents.rfind(':') + 1));
+  std::vector<int> held{connect_from("127.0.0.1", port), connect_from("127.0.0.1", port)};
+  int third = connect_from("127.0.0.1", port);
+  CHECK(read_until_closed(third));
+  ::close(third);
+  for (int fd : held) ::close(fd);
 }
