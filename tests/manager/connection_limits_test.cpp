@@ -152,7 +152,7 @@ TEST_CASE("a config whose connection limits cannot fit the file descriptor limit
 
 TEST_CASE("out of file descriptors, every listener backs off, says why, and accepts again once some close",
           "[connections][fd]") {
-  Daemon d(config("max_unauthenticated = 1000\nhello_timeout_s = 600\n", "",
+  Daemon d(config("max_silent = 1000\nhello_timeout_s = 600\n", "",
                   "[limits]\nmax_connections = 256\nrequest_timeout_s = 600\n"
                   "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"agent-token-0123456789\"\n"));
   d.start();
@@ -190,7 +190,7 @@ TEST_CASE("out of file descriptors, every listener backs off, says why, and acce
 TEST_CASE("connections that never say hello cannot lock real guests out", "[connections][hello]") {
   const bool network_thread = GENERATE(false, true);
   CAPTURE(network_thread);
-  Daemon d(config(std::string("max_unauthenticated = 8\nhello_timeout_s = 600\n") +
+  Daemon d(config(std::string("max_silent = 8\nhello_timeout_s = 600\n") +
                       (network_thread ? "network_thread = true\n" : ""),
                   "", "[limits]\nmax_connections = 64\nrequest_timeout_s = 600\n"));
   d.start();
@@ -205,6 +205,29 @@ TEST_CASE("connections that never say hello cannot lock real guests out", "[conn
   // The oldest silent connections were closed to make room.
   CHECK(read_until_closed(flood.front()));
   for (int fd : flood) ::close(fd);
+}
+
+TEST_CASE("guests that connect all at once are not closed while their hellos wait to be handled",
+          "[connections][hello]") {
+  const bool network_thread = GENERATE(true, false);
+  CAPTURE(network_thread);
+  Daemon d(config(std::string("max_silent = 8\n") + (network_thread ? "network_thread = true\n" : ""), "",
+                  "[limits]\nmax_connections = 1000\n"));
+  d.start();
+  // Many more guests than the silent budget, each saying hello at once (as after a manager restart).
+  std::vector<GuestClient> guests;
+  for (int i = 0; i < 300; ++i) {
+    guests.push_back(GuestClient::tcp(d.guest_port()));
+    guests.back().send_line(json::serialize(json::object{
+        {"jsonrpc", "2.0"}, {"id", 1}, {"method", "hello"},
+        {"params", {{"protocol", 1}, {"token", d.token}, {"guest", "vm" + std::to_string(i)}}}}));
+  }
+  int welcomed = 0;
+  for (auto& g : guests) {
+    auto line = g.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience));
+    if (line && json::parse(*line).as_object().contains("result")) ++welcomed;
+  }
+  CHECK(welcomed == 300);
 }
 
 TEST_CASE("a connection must say hello within [guest] hello_timeout_s", "[connections][hello]") {
