@@ -197,7 +197,7 @@ TEST_CASE("connection limits: hello budget and deadline, admin header deadline a
   TempDir dir;
   auto c = load_text(dir, R"(
 [guest]
-max_unauthenticated = 16
+max_silent = 16
 hello_timeout_s = 0.5
 [admin]
 header_timeout_s = 1.5
@@ -210,7 +210,7 @@ token = "0123456789abcdef"
 max_connections = 10
 )");
   REQUIRE(c.is_ok());
-  CHECK(c->guest_max_unauthenticated == 16);
+  CHECK(c->guest_max_silent == 16);
   CHECK(c->guest_hello_timeout_s == 0.5);
   CHECK(c->admin_header_timeout_s == 1.5);
   CHECK(c->admin_max_connections_per_source == 8);
@@ -218,7 +218,7 @@ max_connections = 10
   CHECK(c->connection_budget() == 210);  // guests, admin API, agents
   CHECK(default_config().connection_budget() == 8192);
 
-  CHECK(refusal(dir, "[guest]\nmax_unauthenticated = 0\n").find("guest.max_unauthenticated must be >= 1") != std::string::npos);
+  CHECK(refusal(dir, "[guest]\nmax_silent = 0\n").find("guest.max_silent must be >= 1") != std::string::npos);
   CHECK(refusal(dir, "[guest]\nhello_timeout_s = 0\n").find("guest.hello_timeout_s must be > 0") != std::string::npos);
   CHECK(refusal(dir, "[admin]\nheader_timeout_s = -1\n").find("admin.header_timeout_s must be > 0") != std::string::npos);
   CHECK(refusal(dir, "[admin]\nmax_connections_per_source = 0\n").find("admin.max_connections_per_source must be >= 1") !=

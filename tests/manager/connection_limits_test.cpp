@@ -152,7 +152,7 @@ TEST_CASE("a config whose connection limits cannot fit the file descriptor limit
 
 TEST_CASE("out of file descriptors, every listener backs off, says why, and accepts again once some close",
           "[connections][fd]") {
-  Daemon d(config("max_unauthenticated = 1000\nhello_timeout_s = 600\n", "",
+  Daemon d(config("max_silent = 1000\nhello_timeout_s = 600\n", "",
                   "[limits]\nmax_connections = 256\nrequest_timeout_s = 600\n"
                   "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"agent-token-0123456789\"\n"));
   d.start();
@@ -190,7 +190,7 @@ TEST_CASE("out of file descriptors, every listener backs off, says why, and acce
 TEST_CASE("connections that never say hello cannot lock real guests out", "[connections][hello]") {
   const bool network_thread = GENERATE(false, true);
   CAPTURE(network_thread);
-  Daemon d(config(std::string("max_unauthenticated = 8\nhello_timeout_s = 600\n") +
+  Daemon d(config(std::string("max_silent = 8\nhello_timeout_s = 600\n") +
                       (network_thread ? "network_thread = true\n" : ""),
                   "", "[limits]\nmax_connections = 64\nrequest_timeout_s = 600\n"));
   d.start();
@@ -205,6 +205,39 @@ TEST_CASE("connections that never say hello cannot lock real guests out", "[conn
   // The oldest silent connections were closed to make room.
   CHECK(read_until_closed(flood.front()));
   for (int fd : flood) ::close(fd);
+}
+
+TEST_CASE("guests that connect all at once are not closed while their hellos wait to be handled",
+          "[connections][hello]") {
+  const bool network_thread = GENERATE(true, false);
+  CAPTURE(network_thread);
+  Daemon d(config(std::string("max_silent = 8\n") + (network_thread ? "network_thread = true\n" : ""), "",
+                  "[limits]\nmax_connections = 1000\n"));
+  d.start();
+  // Many more guests than the silent budget, each saying hello at once (as after a manager restart).
+  std::vector<GuestClient> guests;
+  for (int i = 0; i < 300; ++i) {
+    guests.push_back(GuestClient::tcp(d.guest_port()));
+    guests.back().send_line(json::serialize(json::object{
+        {"jsonrpc", "2.0"}, {"id", 1}, {"method", "hello"},
+        {"params", {{"protocol", 1}, {"token", d.token}, {"guest", "vm" + std::to_string(i)}}}}));
+  }
+  int welcomed = 0;
+  for (auto& g : guests) {
+    auto line = g.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience));
+    if (line && json::parse(*line).as_object().contains("result")) ++welcomed;
+  }
+  CHECK(welcomed == 300);
+}
+
+TEST_CASE("a connection must say hello within [guest] hello_timeout_s", "[connections][hello]") {
+  Daemon d(config("hello_timeout_s = 0.2\n", "", "[limits]\nrequest_timeout_s = 600\n"));
+  d.start();
+  auto idle = GuestClient::tcp(d.guest_port());
+  auto line = idle.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience));
+  REQUIRE(line);
+  CHECK(line->find("\"timeout\"") != std::string::npos);
+  CHECK_FALSE(idle.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience)));  // closed
 }
 
 TEST_CASE("a pipelined burst of calls is answered in full, however much the replies weigh", "[connections][pipeline]") {
@@ -281,4 +314,18 @@ TEST_CASE("slow admin clients hold neither every connection nor one for long", "
     // A whole request is still served.
     CHECK(http(d.admin_port(), "GET", "/healthz", "").status == 200);
   }
+}
+
+TEST_CASE("agent connections over [agents] max_connections are closed at accept", "[connections][agents]") {
+  Daemon d(config("", "",
+                  "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"agent-token-0123456789\"\nmax_connections = 2\n"
+                  "heartbeat_timeout_ms = 3600000\n"));
+  d.start();
+  const std::string agents = d.process.endpoints().agents;
+  const int port = std::stoi(agents.substr(agents.rfind(':') + 1));
+  std::vector<int> held{connect_from("127.0.0.1", port), connect_from("127.0.0.1", port)};
+  int third = connect_from("127.0.0.1", port);
+  CHECK(read_until_closed(third));
+  ::close(third);
+  for (int fd : held) ::close(fd);
 }

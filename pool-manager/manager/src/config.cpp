@@ -88,13 +88,13 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "full_sync", c.full_sync, "store"));
   }
   if (auto* t = sub(root, "guest")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_unauthenticated", "hello_timeout_s"}, "[guest]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s"}, "[guest]"));
     ACCELPOOL_TRY(read(file, *t, "tcp", c.guest_tcp, "guest"));
     ACCELPOOL_TRY(read(file, *t, "unix", c.guest_unix, "guest"));
     ACCELPOOL_TRY(read(file, *t, "network_thread", c.guest_network_thread, "guest"));
-    ACCELPOOL_TRY(read(file, *t, "max_unauthenticated", c.guest_max_unauthenticated, "guest"));
+    ACCELPOOL_TRY(read(file, *t, "max_silent", c.guest_max_silent, "guest"));
     ACCELPOOL_TRY(read(file, *t, "hello_timeout_s", c.guest_hello_timeout_s, "guest"));
-    if (c.guest_max_unauthenticated < 1) return make_error("config", where(file, *t) + ": guest.max_unauthenticated must be >= 1");
+    if (c.guest_max_silent < 1) return make_error("config", where(file, *t) + ": guest.max_silent must be >= 1");
     if (!(c.guest_hello_timeout_s > 0)) return make_error("config", where(file, *t) + ": guest.hello_timeout_s must be > 0");
   }
   if (auto* t = sub(root, "admin")) {

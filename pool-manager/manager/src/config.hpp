@@ -67,7 +67,7 @@ struct Config {
   std::string guest_tcp = "127.0.0.1:7070";
   std::string guest_unix = "guest.sock";  // relative to data_dir; "" disables
   bool guest_network_thread = false;      // guest socket I/O on a thread of its own (GuestServerOptions)
-  std::size_t guest_max_unauthenticated = 64;  // guest connections waiting for hello (GuestServerOptions)
+  std::size_t guest_max_silent = 64;  // guest connections that sent nothing yet (GuestServerOptions)
   double guest_hello_timeout_s = 2;       // the hello deadline (or request_timeout_s, if shorter)
   std::string admin_listen = "127.0.0.1:7080";
   double admin_header_timeout_s = 5;      // HttpLimits::header_timeout_s

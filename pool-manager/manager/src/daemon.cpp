@@ -253,7 +253,7 @@ int run_daemon(const Config& config, std::ostream& out) {
   protocol.set_relay_token(config.agents.token);  // host agents relay their VMs' ports with it
   GuestServerOptions guest_options;
   guest_options.max_connections = config.max_connections;
-  guest_options.max_unauthenticated = config.guest_max_unauthenticated;
+  guest_options.max_silent = config.guest_max_silent;
   guest_options.hello_timeout =
       std::chrono::milliseconds(static_cast<long>(std::min(config.guest_hello_timeout_s, config.request_timeout_s) * 1000));
   guest_options.network_thread = config.guest_network_thread;

@@ -85,30 +85,22 @@ struct GuestServer::Impl {
   std::filesystem::path unix_path;
   std::atomic<std::size_t> connections{0};
 
-  // Connections that have not said hello (or relay) yet, oldest first, each with what closes it (socket side).
-  // Socket side adds, closes and evicts; the owner thread removes a connection once it authenticated.
-  std::mutex waiting_mu;
-  std::map<std::uint64_t, std::function<void()>> waiting_hello;
-  std::uint64_t next_seq = 0;  // socket side
+  // Socket side: the connections that have not sent a complete line yet (their hello), oldest first, each with
+  // what closes it. A connection leaves when its first line arrives (a hello on its way is never evicted; one
+  // that sends anything but hello is closed at the hello deadline) or when it closes.
+  std::map<std::uint64_t, std::function<void()>> silent;
+  std::uint64_t next_seq = 0;
 
   // Socket side. Whether a new connection may be taken: under both limits it may; over either, closing the
-  // oldest connection that has not said hello makes room for it (a flood of silent connections then cannot
-  // lock real guests out); with none to close it may not.
+  // oldest silent connection makes room for it (a flood of silent connections then cannot lock real guests
+  // out); with none to close it may not.
   bool make_room() {
-    std::function<void()> evict;
-    {
-      std::lock_guard lock(waiting_mu);
-      if (connections.load() < options.max_connections && waiting_hello.size() < options.max_unauthenticated) return true;
-      if (waiting_hello.empty()) return false;
-      evict = std::move(waiting_hello.begin()->second);
-      waiting_hello.erase(waiting_hello.begin());
-    }
+    if (connections.load() < options.max_connections && silent.size() < options.max_silent) return true;
+    if (silent.empty()) return false;
+    auto evict = std::move(silent.begin()->second);
+    silent.erase(silent.begin());
     evict();
     return true;
-  }
-  void forget_waiting(std::uint64_t seq) {
-    std::lock_guard lock(waiting_mu);
-    waiting_hello.erase(seq);
   }
   std::atomic<std::size_t> batches_waiting{0};  // posted to the owner by the network thread, not handled yet
   bool stopped = false;  // owner thread (or after it stopped)
@@ -150,13 +142,10 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // --- socket side -------------------------------------------------------------------------------------------
 
   void start() {
-    {
-      std::lock_guard lock(server_.waiting_mu);
-      seq_ = server_.next_seq++;
-      server_.waiting_hello.emplace(seq_, [weak = this->weak_from_this()] {
-        if (auto self = weak.lock()) self->close_net();
-      });
-    }
+    seq_ = server_.next_seq++;
+    server_.silent.emplace(seq_, [weak = this->weak_from_this()] {
+      if (auto self = weak.lock()) self->close_net();
+    });
     hello_timer_->expires_after(server_.options.hello_timeout);
     hello_timer_->async_wait([weak = this->weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
@@ -210,6 +199,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
       lines.push_back(std::move(*line));
     }
     if (!lines.empty()) {
+      server_.silent.erase(seq_);  // it spoke: no longer silent
       backlog_ += bytes;
       ++server_.batches_waiting;
       asio::post(server_.owner, [self = this->shared_from_this(), lines = std::move(lines), bytes] {
@@ -260,7 +250,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   void close_net() {
     if (closed_) return;
     closed_ = true;
-    server_.forget_waiting(seq_);
+    server_.silent.erase(seq_);
     hello_timer_->cancel();
     boost::system::error_code ignored;
     socket_->close(ignored);
@@ -280,10 +270,6 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
       std::string before_tenant = session_.tenant, before_guest = session_.guest;
       bool was_auth = session_.authenticated;
       std::string reply = server_.protocol.handle(session_, line);
-      if (!said_hello_ && (session_.authenticated || session_.relayed)) {
-        said_hello_ = true;
-        server_.forget_waiting(seq_);  // no longer subject to the budget of connections waiting for hello
-      }
       if (session_.authenticated && (!was_auth || before_tenant != session_.tenant || before_guest != session_.guest)) {
         if (was_auth) server_.hub.remove(before_tenant, before_guest, this);
         server_.hub.add(session_.tenant, session_.guest, this);
@@ -353,7 +339,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   bool closing_ = false;  // close once out_ is written
   bool reading_ = false;  // a read is in flight
   std::size_t queued_bytes_ = 0;  // in out_ and batch_
-  std::uint64_t seq_ = 0;  // in Impl::waiting_hello until it says hello
+  std::uint64_t seq_ = 0;  // its key in Impl::silent
   std::optional<asio::steady_timer> hello_timer_;
 
   // Both: bytes of lines posted to the owner and not handled yet, and whether reading waits for them.
@@ -363,7 +349,6 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // Owner thread.
   GuestSession session_;
   bool registered_ = false;  // in the hub under session_'s tenant and guest
-  bool said_hello_ = false;  // authenticated or relayed once
   std::string pending_;  // lines to send, joined
   bool flush_posted_ = false;
   std::size_t held_ = 0;  // replies in Impl::held, not sent yet
