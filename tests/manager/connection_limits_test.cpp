@@ -148,6 +148,13 @@ TEST_CASE("a config whose connection limits cannot fit the file descriptor limit
   fits.process.set_fd_limit(1024, 1024);
   fits.start();
   CHECK(http(fits.admin_port(), "GET", "/healthz", "").status == 200);
+
+  // The default limit, not set in the config, shrinks to fit and says so: a small `ulimit -n` still starts.
+  Daemon defaults(config("", "", ""));
+  defaults.process.set_fd_limit(1024, 1024);
+  defaults.start();
+  CHECK(http(defaults.admin_port(), "GET", "/healthz", "").status == 200);
+  CHECK(defaults.process.output().find("[limits] max_connections lowered from 4096 to 480") != std::string::npos);
 }
 
 TEST_CASE("out of file descriptors, every listener backs off, says why, and accepts again once some close",

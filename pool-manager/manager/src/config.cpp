@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include <accelpool/common/listener_limits.hpp>
+
 #include <toml++/toml.h>
 
 #include <charconv>
@@ -130,6 +132,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "max_body_bytes", c.max_body_bytes, "limits"));
     ACCELPOOL_TRY(read(file, *t, "request_timeout_s", c.request_timeout_s, "limits"));
     ACCELPOOL_TRY(read(file, *t, "max_connections", c.max_connections, "limits"));
+    c.max_connections_set = t->contains("max_connections");
   }
   if (auto* t = sub(root, "bitstreams")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"dir", "seed"}, "[bitstreams]"));
@@ -261,6 +264,19 @@ std::uint64_t Config::connection_budget() const {
   n += max_connections;  // the admin API
   if (!agents.listen.empty()) n += agents.max_connections;
   return n;
+}
+
+std::optional<std::string> Config::fit_default_connections(std::uint64_t fd_limit) {
+  if (max_connections_set || connection_budget() + common::kReservedFds <= fd_limit) return std::nullopt;
+  const std::uint64_t shares = guest_tcp.empty() && guest_unix.empty() ? 1 : 2;  // admin, and guests if they listen
+  const std::uint64_t others = connection_budget() - shares * max_connections;     // the agents' limit
+  const std::uint64_t room = fd_limit > others + common::kReservedFds ? (fd_limit - others - common::kReservedFds) / shares : 0;
+  if (room < kMinDefaultConnections) return std::nullopt;  // too few to serve: the budget check refuses to start
+  const std::size_t was = max_connections;
+  max_connections = static_cast<std::size_t>(room);
+  return "the file descriptor limit (RLIMIT_NOFILE) is " + std::to_string(fd_limit) + ": [limits] max_connections lowered from " +
+         std::to_string(was) + " to " + std::to_string(max_connections) +
+         " (set it in the config, or raise the limit with ulimit -n or LimitNOFILE=)";
 }
 
 std::filesystem::path Config::bitstreams_dir() const {

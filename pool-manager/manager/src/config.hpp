@@ -76,6 +76,7 @@ struct Config {
   std::size_t max_body_bytes = 1 << 20;
   double request_timeout_s = 10;    // an admin client must send its whole request within this
   std::size_t max_connections = 4096;  // guest connections, and admin connections, each
+  bool max_connections_set = false;    // the config file sets it (else the default may shrink to fit the fds)
   std::vector<HostConfig> hosts;    // empty: one "local" host with the sim backend
   std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
   AgentsConfig agents;
@@ -83,6 +84,10 @@ struct Config {
 
   // How many connections the listeners may hold together (each listener's limit), for the file descriptor budget.
   std::uint64_t connection_budget() const;
+  // When max_connections is the default and the connection budget does not fit `fd_limit` descriptors, lowers it
+  // to what fits (never below kMinDefaultConnections) and returns a notice saying so.
+  std::optional<std::string> fit_default_connections(std::uint64_t fd_limit);
+  static constexpr std::size_t kMinDefaultConnections = 64;
 
   // The registry folder: bitstreams.dir, or <data_dir>/bitstreams.
   std::filesystem::path bitstreams_dir() const;

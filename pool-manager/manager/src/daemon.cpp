@@ -86,7 +86,8 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
 
 }  // namespace
 
-int run_daemon(const Config& config, std::ostream& out) {
+int run_daemon(const Config& given, std::ostream& out) {
+  Config config = given;
   auto fail = [](const std::string& what) {
     std::fprintf(stderr, "accelpool-manager: %s\n", what.c_str());
     return 1;
@@ -94,6 +95,7 @@ int run_daemon(const Config& config, std::ostream& out) {
   // Every connection the limits allow must get a file descriptor: accept() never runs out in normal operation.
   auto fd_limit = common::raise_fd_limit();
   if (!fd_limit) return fail(fd_limit.error().message);
+  if (auto notice = config.fit_default_connections(*fd_limit)) std::fprintf(stderr, "accelpool-manager: %s\n", notice->c_str());
   if (auto s = common::check_fd_budget(config.connection_budget(), *fd_limit,
                                        "[limits] max_connections for guests and for the admin API" +
                                            std::string(config.agents.listen.empty() ? "" : ", [agents] max_connections"));
