@@ -2,12 +2,13 @@
 // every kind of credential, against the real daemon on loopback.
 #include "test_client.hpp"
 
+#include "../support/scratch_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 
 #include <map>
-#include <random>
 #include <regex>
 #include <sstream>
 
@@ -61,17 +62,11 @@ std::string concrete(std::string path) {
   return path;
 }
 
-std::filesystem::path temp_dir() {
-  std::random_device rd;
-  auto p = std::filesystem::temp_directory_path() / ("apm-authz-" + std::to_string(rd()));
-  std::filesystem::create_directories(p);
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("every admin API operation answers each credential as the authorization matrix says", "[integration][authz]") {
-  const auto dir = temp_dir();
+  const accelpool::testing::ScratchDir scratch("authz");
+  const auto& dir = scratch.path();
   DaemonProcess d(dir, "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
                        "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" + kAgentToken + "\"\n"
                        "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 2\n"
@@ -130,6 +125,4 @@ TEST_CASE("every admin API operation answers each credential as the authorizatio
   // The daemon served the whole matrix and still does.
   CHECK(http(port, "GET", "/healthz", "").status == 200);
   d.stop(SIGKILL);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }

@@ -101,6 +101,11 @@ void DaemonProcess::start() {
       rlimit lim{static_cast<rlim_t>(fd_limit_->first), static_cast<rlim_t>(fd_limit_->second)};
       if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(126);
     }
+    if (file_size_limit_ > 0) {
+      ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead of killing the process
+      rlimit lim{static_cast<rlim_t>(file_size_limit_), static_cast<rlim_t>(file_size_limit_)};
+      if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(126);
+    }
     std::string cfg = (dir_ / "manager.toml").string();
     std::string dd = dir_.string();
     if (config_.empty()) {  // the embedded default, on free ports

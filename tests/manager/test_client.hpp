@@ -32,6 +32,9 @@ class DaemonProcess {
   void stop(int signal);        // SIGTERM for a graceful stop, SIGKILL for a crash; waits for the exit
   // The file descriptor limit (RLIMIT_NOFILE) the process starts with from the next start() on.
   void set_fd_limit(std::uint64_t soft, std::uint64_t hard) { fd_limit_ = {soft, hard}; }
+  // The largest file the process may write (RLIMIT_FSIZE; writes past it fail with EFBIG, as on a full disk)
+  // from the next start() on; 0: no limit.
+  void set_file_size_limit(std::uint64_t bytes) { file_size_limit_ = bytes; }
   int pid() const { return pid_; }
   int exit_code() const { return exit_code_; }
   bool running() const { return pid_ > 0; }
@@ -49,6 +52,7 @@ class DaemonProcess {
   Endpoints ep_;
   std::string first_output_;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> fd_limit_;
+  std::uint64_t file_size_limit_ = 0;
 };
 
 struct HttpResult {
