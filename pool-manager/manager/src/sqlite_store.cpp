@@ -17,7 +17,7 @@ namespace {
 
 // 2: the lease indexes are partial (live leases by id, ended leases by end time), so a lease that changes
 // state touches only the index it enters or leaves.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 // A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
 // through a temporary table on every row it writes to a partial index with that predicate.
@@ -37,13 +37,16 @@ CREATE TABLE IF NOT EXISTS leases (
   state TEXT NOT NULL, created_at REAL NOT NULL, granted_at REAL NOT NULL, first_granted_at REAL NOT NULL,
   ended_at REAL NOT NULL, expires_at REAL NOT NULL, revoke_deadline REAL NOT NULL,
   requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
-  reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL);
+  reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL,
+  relayed INTEGER NOT NULL DEFAULT 0);
 )sql"
     "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
     "CREATE INDEX IF NOT EXISTS leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n";
 
 // From schema version 1: its full indexes give way to the partial ones.
 constexpr const char* kMigrateFrom1 = "DROP INDEX IF EXISTS leases_live; DROP INDEX IF EXISTS leases_ended;";
+// From schema versions 1 and 2: leases learn whether a host agent's relay vouched for their guest.
+constexpr const char* kMigrateFrom2 = "ALTER TABLE leases ADD COLUMN relayed INTEGER NOT NULL DEFAULT 0;";
 
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -102,7 +105,7 @@ std::vector<std::string> split_devices(const std::string& s) {
 constexpr const char* kLeaseColumns =
     "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
-    "preemptions, end_reason";
+    "preemptions, end_reason, relayed";
 
 // Copies the WAL back into the database file on a thread and connections of its own, so the fsyncs a checkpoint
 // needs never stall a commit on the owner thread. The owner's connection reports the WAL's size after each
@@ -255,6 +258,9 @@ class SqliteStore final : public Store {
     if (version == 1) {
       if (auto s = exec(kMigrateFrom1, "upgrading the schema from version 1"); !s) return s;
     }
+    if (version == 1 || version == 2) {
+      if (auto s = exec(kMigrateFrom2, "upgrading the schema from version 2"); !s) return s;
+    }
     if (auto s = exec(kSchema, "creating the schema"); !s) return s;
     if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
       return s;
@@ -335,6 +341,7 @@ class SqliteStore final : public Store {
         l.reprogrammed = static_cast<std::uint32_t>(s.integer(18));
         l.preemptions = static_cast<std::uint32_t>(s.integer(19));
         l.end_reason = s.text(20);
+        l.relayed = s.integer(21) != 0;
         snap.leases.push_back(std::move(l));
       }
       if (rc != SQLITE_DONE) return db_error(db_, "reading leases");
@@ -480,6 +487,7 @@ class SqliteStore final : public Store {
         s.bind(19, static_cast<std::int64_t>(l.reprogrammed));
         s.bind(20, static_cast<std::int64_t>(l.preemptions));
         s.bind(21, l.end_reason);
+        s.bind(22, static_cast<std::int64_t>(l.relayed));
         if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
       }
     }
@@ -508,7 +516,7 @@ class SqliteStore final : public Store {
     // An upsert, not INSERT OR REPLACE: an update in place leaves alone the index entries of columns that keep
     // their value.
     std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
-                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21) "
+                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22) "
                       "ON CONFLICT(id) DO UPDATE SET ";
     {
       std::string cols = kLeaseColumns;

@@ -21,11 +21,32 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace accelpool::manager {
 
 struct AcquireParams;
+
+// The syntax of a guest id (hello's `guest`, a relayed VM's name), defined once for every interface that takes one.
+inline constexpr const char* kGuestIdSyntax = "1-128 characters of [A-Za-z0-9._:-]";
+bool valid_guest_id(std::string_view id);
+
+// Who calls about a lease. An admin (empty tenant) may touch every lease. A guest owns the leases it acquired:
+// same tenant, same guest id and the same voucher. A lease acquired through a host agent's relay belongs to that
+// relayed VM (its guest id and guest_host as the relay announced them), one acquired on a direct connection to
+// the guest id said at hello: a direct connection naming a relayed VM owns none of that VM's leases. Leases a
+// caller does not own are reported as not found, like ids that do not exist.
+struct Caller {
+  std::string tenant;      // "" : an admin
+  std::string guest;
+  std::string guest_host;  // compared for relayed callers only (a direct caller's host is its own claim)
+  bool relayed = false;
+  static Caller admin() { return {}; }
+  // A guest on a direct TCP or Unix connection: its id is the one it said at hello.
+  static Caller direct(std::string tenant, std::string guest) { return {std::move(tenant), std::move(guest), "", false}; }
+  bool owns(const Lease& lease) const;
+};
 
 struct CoreOptions {
   double lease_ttl_s = 30;      // a lease whose guest has not heartbeaten for this long is reclaimed
@@ -51,6 +72,8 @@ class CoreListener {
  public:
   virtual ~CoreListener() = default;
   virtual void lease_event(const Lease& lease, LeaseEvent event) = 0;
+  // The token of `tenant` changed (rotated): sessions opened with the old one must end.
+  virtual void tenant_token_changed(const std::string& tenant) { (void)tenant; }
 };
 
 struct AcquireParams {
@@ -61,11 +84,13 @@ struct AcquireParams {
   std::string bitstream;
   std::uint32_t count = 1;
   std::optional<double> estimate_s;
+  bool relayed = false;  // a relay vouches for guest and guest_host (see Caller)
 };
 
 struct LeaseFilter {
   std::optional<std::string> tenant;
   std::optional<std::string> guest;
+  std::optional<Caller> owner;  // leases this caller owns
   std::optional<LeaseState> state;
   std::optional<std::string> device;  // leases whose devices include this one ("HOST/LOCAL_ID")
   bool include_ended = false;
@@ -150,6 +175,8 @@ class PoolCore {
   Result<std::string> create_tenant(const std::string& name, double weight, std::uint32_t max_devices);
   // Errors: "not_found", "invalid_argument".
   Status update_tenant(const std::string& name, std::optional<double> weight, std::optional<std::uint32_t> max_devices);
+  // A new token for the tenant; the old one stops working. Listeners hear tenant_token_changed at the commit.
+  // Errors: "not_found".
   Result<std::string> rotate_tenant_token(const std::string& name);
   std::vector<TenantRecord> tenants() const;
   // The tenant a token belongs to. Errors: "unauthorized".
@@ -163,18 +190,18 @@ class PoolCore {
   // A new lease, returned queued or granted. Errors: "invalid_argument", "not_found" (unknown tenant),
   // "quota_exceeded", "infeasible" (no such devices in the pool).
   Result<Lease> acquire(const AcquireParams& params);
-  // Gives up a queued lease. `tenant` "" acts as admin. Errors: "not_found", "forbidden", "invalid_state".
-  Result<Lease> cancel(const std::string& tenant, LeaseId id);
-  // Ends a granted, revoking or queued lease. Errors: "not_found", "forbidden", "invalid_state".
-  Result<Lease> release(const std::string& tenant, LeaseId id);
-  // Renews the TTL of one lease (id) or of every live lease of the guest. Errors: "not_found", "forbidden".
-  Result<std::vector<Lease>> heartbeat(const std::string& tenant, const std::string& guest,
-                                       std::optional<LeaseId> id);
+  // The calls below see only the leases `caller` owns (Caller::owns); others are "not_found".
+  // Gives up a queued lease. Errors: "not_found", "invalid_state".
+  Result<Lease> cancel(const Caller& caller, LeaseId id);
+  // Ends a granted, revoking or queued lease. Errors: "not_found", "invalid_state".
+  Result<Lease> release(const Caller& caller, LeaseId id);
+  // Renews the TTL of one lease (id) or of every live lease the caller owns. Errors: "not_found".
+  Result<std::vector<Lease>> heartbeat(const Caller& caller, std::optional<LeaseId> id);
   // Admin revocation: the guest gets the grace period, then the lease ends revoked. Errors: "not_found",
   // "invalid_state".
   Result<Lease> revoke(LeaseId id, const std::string& reason);
-  // Errors: "not_found", "forbidden" (lease of another tenant; tenant "" acts as admin).
-  Result<Lease> get(const std::string& tenant, LeaseId id) const;
+  // Errors: "not_found".
+  Result<Lease> get(const Caller& caller, LeaseId id) const;
   std::vector<Lease> list(const LeaseFilter& filter) const;
   // Waiting leases in the order the policy would serve them.
   std::vector<Lease> queue() const;

@@ -28,6 +28,7 @@ struct Lease {
   std::string tenant;
   std::string guest;       // the guest (VM) id given at hello
   std::string guest_host;  // host the guest runs on (passthrough devices serve only their own host's guests)
+  bool relayed = false;    // acquired through a host agent's relay, which vouches for `guest` and `guest_host`
   std::string kind;
   std::string bitstream;   // "" when any image will do
   std::uint32_t count = 1;
