@@ -22,14 +22,14 @@ TEST_CASE("a lease goes queued -> granted -> released and the next request is se
   CHECK(pool.core->queue_length() == 1);
 
   pool.clock.advance(5);
-  auto rel = pool.core->release("a", a.id);
+  auto rel = pool.core->release(pool.owner(a), a.id);
   REQUIRE(rel.is_ok());
   CHECK(rel->state == LeaseState::released);
   CHECK(rel->ended_at - rel->created_at == Approx(5));
   CHECK(pool.get(b.id).state == LeaseState::granted);
   CHECK(pool.log.count(a.id, LeaseEvent::ended) == 1);
 
-  auto again = pool.core->release("a", a.id);
+  auto again = pool.core->release(pool.owner(a), a.id);
   REQUIRE_FALSE(again.is_ok());
   CHECK(again.error().code == "invalid_state");
   auto st = pool.core->stats(3600);
@@ -52,14 +52,14 @@ TEST_CASE("queued requests are served in FIFO order and cancel removes one", "[c
   CHECK(q[1].id == c.id);
   CHECK(q[2].id == d.id);
 
-  auto cancelled = pool.core->cancel("a", b.id);
+  auto cancelled = pool.core->cancel(pool.owner(b), b.id);
   REQUIRE(cancelled.is_ok());
   CHECK(cancelled->state == LeaseState::cancelled);
-  auto not_queued = pool.core->cancel("a", a.id);
+  auto not_queued = pool.core->cancel(pool.owner(a), a.id);
   REQUIRE_FALSE(not_queued.is_ok());
   CHECK(not_queued.error().code == "invalid_state");
 
-  REQUIRE(pool.core->release("a", a.id).is_ok());
+  REQUIRE(pool.core->release(pool.owner(a), a.id).is_ok());
   CHECK(pool.get(c.id).state == LeaseState::granted);
   CHECK(pool.get(d.id).state == LeaseState::queued);
 }
@@ -70,7 +70,7 @@ TEST_CASE("a gang request is granted all devices at once or waits", "[core]") {
   Lease gang = pool.acquire("a", "vm2", 3);
   CHECK(gang.state == LeaseState::queued);
   CHECK(gang.devices.empty());
-  REQUIRE(pool.core->release("a", one.id).is_ok());
+  REQUIRE(pool.core->release(pool.owner(one), one.id).is_ok());
   Lease g = pool.get(gang.id);
   CHECK(g.state == LeaseState::granted);
   CHECK(g.devices.size() == 3);
@@ -91,14 +91,14 @@ TEST_CASE("a lease whose guest stops heartbeating expires and its device serves 
   Lease a = pool.acquire("a", "vm1");
   Lease b = pool.acquire("b", "vm2");
   pool.clock.advance(8);
-  REQUIRE(pool.core->heartbeat("a", "vm1", std::nullopt).is_ok());
-  REQUIRE(pool.core->heartbeat("b", "vm2", b.id).is_ok());
+  REQUIRE(pool.core->heartbeat(Caller::direct("a", "vm1"), std::nullopt).is_ok());
+  REQUIRE(pool.core->heartbeat(pool.owner(b), b.id).is_ok());
   REQUIRE(pool.core->next_wakeup().has_value());
   CHECK(*pool.core->next_wakeup() == Approx(pool.clock.now() + 10));
   pool.clock.advance(9);
   pool.core->tick();
   CHECK(pool.get(a.id).state == LeaseState::granted);
-  REQUIRE(pool.core->heartbeat("b", "vm2", std::nullopt).is_ok());
+  REQUIRE(pool.core->heartbeat(Caller::direct("b", "vm2"), std::nullopt).is_ok());
   pool.clock.advance(2);  // a's last heartbeat was 11 s ago
   pool.core->tick();
   CHECK(pool.get(a.id).state == LeaseState::expired);
@@ -129,7 +129,7 @@ TEST_CASE("an admin revocation gives the guest its grace period", "[core]") {
   // Released inside the grace period: a normal release.
   auto r2 = pool.core->revoke(b.id, "");
   REQUIRE(r2.is_ok());
-  auto rel = pool.core->release("a", b.id);
+  auto rel = pool.core->release(pool.owner(b), b.id);
   REQUIRE(rel.is_ok());
   CHECK(rel->state == LeaseState::released);
 }
@@ -137,10 +137,10 @@ TEST_CASE("an admin revocation gives the guest its grace period", "[core]") {
 TEST_CASE("a tenant sees and releases only its own leases", "[core]") {
   Pool pool(make_devices("fpga", 1));
   Lease a = pool.acquire("a", "vm1");
-  auto peek = pool.core->get("b", a.id);
+  auto peek = pool.core->get(Caller::direct("b", "vm1"), a.id);
   REQUIRE_FALSE(peek.is_ok());
   CHECK(peek.error().code == "not_found");
-  auto steal = pool.core->release("b", a.id);
+  auto steal = pool.core->release(Caller::direct("b", "vm1"), a.id);
   REQUIRE_FALSE(steal.is_ok());
   CHECK(steal.error().code == "not_found");
   CHECK(pool.get(a.id).state == LeaseState::granted);
@@ -269,7 +269,7 @@ TEST_CASE("after a crash, leases, queue order, devices and bitstreams come back"
   Lease d = pool.acquire("b", "vm4", 2);
   pool.clock.advance(1);
   Lease e = pool.acquire("a", "vm5");
-  REQUIRE(pool.core->release("b", b.id).is_ok());  // c takes b's device
+  REQUIRE(pool.core->release(pool.owner(b), b.id).is_ok());  // c takes b's device
   pool.posts.drain();
   Lease c_now = pool.get(c.id);
   REQUIRE(c_now.state == LeaseState::granted);
@@ -291,8 +291,8 @@ TEST_CASE("after a crash, leases, queue order, devices and bitstreams come back"
   // New ids never reuse old ones; the restored grants are real: releasing serves the queue.
   Lease f = pool.acquire("a", "vm6");
   CHECK(f.id > e.id);
-  REQUIRE(pool.core->release("a", a.id).is_ok());
-  REQUIRE(pool.core->release("a", c.id).is_ok());
+  REQUIRE(pool.core->release(pool.owner(a), a.id).is_ok());
+  REQUIRE(pool.core->release(pool.owner(c), c.id).is_ok());
   // Both devices serve the restored queue (which ones is the policy's choice); none is held twice.
   std::set<std::string> held;
   std::size_t granted_devices = 0;
@@ -344,7 +344,7 @@ TEST_CASE("a preemption becomes a revocation with grace, then the lease waits ag
   CHECK(pool.log.count(a->id, LeaseEvent::requeued) == 1);
   CHECK(pool.get(b->id).state == LeaseState::granted);
   CHECK(pool.core->counters().preemptions == 1);
-  REQUIRE(pool.core->release("b", b->id).is_ok());
+  REQUIRE(pool.core->release(pool.owner(*b), b->id).is_ok());
   CHECK(pool.get(a->id).state == LeaseState::granted);
   CHECK(pool.get(a->id).preemptions == 1);
 }

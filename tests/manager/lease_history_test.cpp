@@ -43,7 +43,7 @@ std::vector<LeaseId> cycle(Pool& pool, int n, const std::string& tenant = "a") {
   for (int i = 0; i < n; ++i) {
     Lease l = pool.acquire(tenant, "vm-cycle");
     REQUIRE(l.state == LeaseState::granted);
-    REQUIRE(pool.core->release(tenant, l.id).is_ok());
+    REQUIRE(pool.core->release(Caller::direct(tenant, "vm-cycle"), l.id).is_ok());
     ids.push_back(l.id);
   }
   return ids;
@@ -77,7 +77,7 @@ TEST_CASE("a lease that ends after more than `history` newer leases ended is rel
   Lease holder = pool.acquire("a", "vm-holder");
   cycle(pool, 10);
   pool.clock.advance(1);
-  auto rel = pool.core->release("a", holder.id);
+  auto rel = pool.core->release(Caller::direct("a", "vm-holder"), holder.id);
   REQUIRE(rel.is_ok());
   CHECK(rel->state == LeaseState::released);
   CHECK(pool.log.count(holder.id, LeaseEvent::ended) == 1);
@@ -96,7 +96,7 @@ TEST_CASE("leases that end in one group commit all reach the store, whatever the
   std::vector<LeaseId> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(pool.acquire("a", "vm" + std::to_string(i)).id);
   pool.core->set_group_commit(true);
-  for (LeaseId id : ids) REQUIRE(pool.core->release("a", id).is_ok());
+  for (LeaseId id : ids) REQUIRE(pool.core->release(Caller::admin(), id).is_ok());
   pool.core->commit();
   pool.restart(make_devices("fpga", 5));
   for (LeaseId id : ids) {
@@ -117,15 +117,17 @@ TEST_CASE("listing and lookup read ended leases from the store, page by page", "
 
   SECTION("a lease long gone from memory is found by id, and only by its tenant or the admin") {
     CHECK(pool.core->list(with_ended()).size() == 3 + 2);  // the window: 3 live, 2 ended
-    auto old = pool.core->get("", ended_a.front());
+    auto old = pool.core->get(Caller::admin(), ended_a.front());
     REQUIRE(old.is_ok());
     CHECK(old->state == LeaseState::released);
     CHECK(old->guest == "vm-cycle");
-    CHECK(pool.core->get("a", ended_a.front()).is_ok());
-    auto other = pool.core->get("b", ended_a.front());
+    CHECK(pool.core->get(Caller::direct("a", "vm-cycle"), ended_a.front()).is_ok());
+    // Another guest of the same tenant does not own it, from the store either.
+    CHECK(pool.core->get(Caller::direct("a", "vm-other"), ended_a.front()).error().code == "not_found");
+    auto other = pool.core->get(Caller::direct("b", "vm-cycle"), ended_a.front());
     REQUIRE_FALSE(other.is_ok());
     CHECK(other.error().code == "not_found");
-    auto none = pool.core->get("", 999999);
+    auto none = pool.core->get(Caller::admin(), 999999);
     REQUIRE_FALSE(none.is_ok());
     CHECK(none.error().code == "not_found");
   }
@@ -154,6 +156,11 @@ TEST_CASE("listing and lookup read ended leases from the store, page by page", "
     auto b_all = all_pages(*pool.core, of_tenant("b"), spec);
     CHECK(b_all.size() == ended_b.size() + 1);
     for (const auto& l : b_all) CHECK(l.tenant == "b");
+    LeaseFilter mine = with_ended();
+    mine.owner = Caller::direct("a", "vm-cycle");
+    auto owned = all_pages(*pool.core, mine, spec);
+    CHECK(owned.size() == ended_a.size());
+    for (const auto& l : owned) CHECK((l.tenant == "a" && l.guest == "vm-cycle"));
     auto released = all_pages(*pool.core, in_state(LeaseState::released), spec);
     CHECK(released.size() == ended_a.size() + ended_b.size());
     auto live_only = all_pages(*pool.core, LeaseFilter{}, spec);
@@ -173,7 +180,7 @@ TEST_CASE("listing and lookup read ended leases from the store, page by page", "
     auto first = pool.core->page(with_ended(), spec);
     REQUIRE(first.is_ok());
     REQUIRE(first->next);
-    REQUIRE(pool.core->release("a", live_a.id).is_ok());
+    REQUIRE(pool.core->release(Caller::direct("a", "vm-live"), live_a.id).is_ok());
     spec.after = first->next;
     auto rest = all_pages(*pool.core, with_ended(), spec);
     bool seen_live_a = false;

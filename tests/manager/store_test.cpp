@@ -139,7 +139,8 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
 TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   TempDir dir;
   auto file = dir.path / "v1.db";
-  // Version 1 had the same tables with full indexes: make one from a store of today, with two leases in it.
+  // Version 1 had the same tables with full indexes and no `relayed` column: make one from a store of today,
+  // with two leases in it.
   {
     auto opened = open_sqlite_store(file, false);
     REQUIRE(opened.is_ok());
@@ -153,7 +154,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
     const char* to_v1 =
         "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
-        "CREATE INDEX leases_ended ON leases(ended_at); PRAGMA user_version=1;";
+        "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; PRAGMA user_version=1;";
     char* err = nullptr;
     int rc = sqlite3_exec(db, to_v1, nullptr, nullptr, &err);
     INFO((err ? err : ""));
@@ -170,6 +171,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     REQUIRE(snap->leases.size() == 2);
     CHECK(snap->leases[0].id == 5);
     CHECK(snap->leases[0].state == LeaseState::granted);
+    CHECK_FALSE(snap->leases[0].relayed);
     CHECK(snap->leases[1].state == LeaseState::released);
     CHECK(snap->max_lease_id == 6);
   }
@@ -187,5 +189,5 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   sqlite3_finalize(st);
   sqlite3_close(db);
   CHECK(indexes == std::vector<std::string>{"leases_ended_by_time", "leases_live_by_id"});
-  CHECK(version == 2);
+  CHECK(version == 3);
 }

@@ -108,8 +108,10 @@ struct Pool {
     if (!r) FAIL(r.error().code + ": " + r.error().message);
     return *r;
   }
+  // The caller that owns `l`: its guest on a direct connection.
+  static Caller owner(const Lease& l) { return Caller::direct(l.tenant, l.guest); }
   Lease get(LeaseId id) {
-    auto r = core->get("", id);
+    auto r = core->get(Caller::admin(), id);
     REQUIRE(r.is_ok());
     return *r;
   }

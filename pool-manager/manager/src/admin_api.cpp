@@ -290,7 +290,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (!id) return error(400, "invalid_argument", "lease id '" + seg[2] + "' is not a non-negative integer");
     if (seg.size() == 3) {
       if (m != "GET") return method_not_allowed(m, path);
-      auto l = core_.get("", *id);
+      auto l = core_.get(Caller::admin(), *id);
       if (!l) return from_error(l.error());
       return ok(to_json(*l));
     }

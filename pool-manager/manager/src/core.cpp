@@ -17,7 +17,9 @@ namespace sched = accelpool::scheduler;
 
 namespace {
 
-bool valid_name(const std::string& s, std::size_t max_len) {
+constexpr const char* kNoHeartbeat = "no heartbeat for the lease TTL";
+
+bool valid_name(std::string_view s, std::size_t max_len) {
   if (s.empty() || s.size() > max_len) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
@@ -66,6 +68,9 @@ std::optional<Error> check_drain_deadline(bool draining, std::optional<double> d
 }
 
 }  // namespace
+
+bool valid_guest_id(std::string_view id) { return valid_name(id, 128); }
+
 
 struct PoolCore::Impl {
   struct Sample {
@@ -116,6 +121,7 @@ struct PoolCore::Impl {
   std::set<std::string> dirty_devices;
   Batch batch;  // tenants and meta; leases and devices are copied from the dirty sets at flush
   std::vector<std::pair<Lease, LeaseEvent>> events;
+  std::vector<std::string> rotated_tenants;  // tenants whose token changed, told to the listeners at the commit
   std::vector<CoreListener*> listeners;
 
   Impl(CoreOptions o, const Clock& c, Store& s) : options(std::move(o)), clock(c), store(s) {}
@@ -151,7 +157,9 @@ struct PoolCore::Impl {
     if (!group_commit) commit({});
   }
 
-  bool uncommitted() const { return !dirty_leases.empty() || !dirty_devices.empty() || !batch.empty() || !events.empty(); }
+  bool uncommitted() const {
+    return !dirty_leases.empty() || !dirty_devices.empty() || !batch.empty() || !events.empty() || !rotated_tenants.empty();
+  }
 
   // Writes every pending change, then tells the listeners. A store that cannot write leaves the manager unable
   // to keep its promise of durability: it stops, and a restart resumes from the store.
@@ -178,6 +186,11 @@ struct PoolCore::Impl {
     events.clear();
     for (const auto& [lease, event] : pending) {
       for (auto* l : listeners) l->lease_event(lease, event);
+    }
+    auto rotated = std::move(rotated_tenants);
+    rotated_tenants.clear();
+    for (const auto& tenant : rotated) {
+      for (auto* l : listeners) l->tenant_token_changed(tenant);
     }
   }
 
@@ -344,13 +357,22 @@ struct PoolCore::Impl {
     // Decisions can cascade (a requeue frees devices that serve others): loop until quiet.
     while (!d.empty()) {
       sched::Decisions next;
-      for (const auto& g : d.grants) on_grant(g, t);
+      std::vector<LeaseId> unclaimed;
+      for (const auto& g : d.grants) {
+        if (!on_grant(g, t)) unclaimed.push_back(g.request);
+      }
       for (const auto& p : d.preemptions) on_preempt(p, t, next);
+      // A request whose guest stopped heartbeating is not served: it ends, and its devices go to the next one.
+      for (LeaseId id : unclaimed) {
+        if (Lease* l = find_lease(id)) end_lease(*l, LeaseState::expired, kNoHeartbeat, t);
+      }
       d = std::move(next);
     }
   }
 
-  void on_grant(const sched::Grant& g, double t) {
+  // Records a grant. A grant does not renew the TTL (only heartbeats do): a request whose guest is gone keeps
+  // the expiry of its last heartbeat. Returns false, without preparing the devices, when that expiry has passed.
+  bool on_grant(const sched::Grant& g, double t) {
     Lease* l = find_lease(g.request);
     if (!l) {
       std::fprintf(stderr, "accelpool-manager: fatal: the scheduler granted unknown request %llu\n",
@@ -377,8 +399,8 @@ struct PoolCore::Impl {
     }
     ++counters.grants;
     ++epoch[l->id];
-    set_expiry(*l, t + options.lease_ttl_s);
     touch(*l);
+    if (l->expires_at <= t) return false;
     prepare_devices(*l);
     // Record what the devices will hold once programmed, as the scheduler does.
     for (const auto& name : l->devices) {
@@ -388,6 +410,7 @@ struct PoolCore::Impl {
         touch(d);
       }
     }
+    return true;
   }
 
   void on_preempt(const sched::Preemption& p, double t, sched::Decisions& out) {
@@ -453,17 +476,17 @@ struct PoolCore::Impl {
     apply(out, t);
   }
 
-  Result<Lease*> owned(const std::string& tenant, LeaseId id) {
+  // The live lease `id` if `caller` owns it. Leases of others look like no lease at all: ids leak nothing.
+  Result<Lease*> owned(const Caller& caller, LeaseId id) {
     Lease* l = find_lease(id);
     if (!l) {
-      if (const Lease* e = find_any(id); e && (tenant.empty() || e->tenant == tenant)) {
+      if (const Lease* e = find_any(id); e && caller.owns(*e)) {
         return make_error("invalid_state", "lease " + std::to_string(id) + " has already ended (" +
                                                std::string(to_string(e->state)) + ")");
       }
       return make_error("not_found", "no lease " + std::to_string(id));
     }
-    // Another tenant's lease looks like no lease at all: ids leak nothing.
-    if (!tenant.empty() && l->tenant != tenant) return make_error("not_found", "no lease " + std::to_string(id));
+    if (!caller.owns(*l)) return make_error("not_found", "no lease " + std::to_string(id));
     return l;
   }
 
@@ -803,6 +826,7 @@ Result<std::string> PoolCore::rotate_tenant_token(const std::string& name) {
   it->second.token_hash = sha256_hex(token);
   m.tenant_by_hash[it->second.token_hash] = name;
   m.batch.tenants.push_back(it->second);
+  m.rotated_tenants.push_back(name);
   m.flush();
   return token;
 }
@@ -841,7 +865,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   auto& m = *impl_;
   auto tit = m.tenants.find(p.tenant);
   if (tit == m.tenants.end()) return make_error("not_found", "no tenant " + p.tenant);
-  if (!valid_name(p.guest, 128)) return make_error("invalid_argument", "guest id must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (!valid_guest_id(p.guest)) return make_error("invalid_argument", std::string("guest id must be ") + kGuestIdSyntax);
   if (!valid_name(p.kind, 64)) return make_error("invalid_argument", "kind must be 1-64 characters of [A-Za-z0-9._:-]");
   if (!p.bitstream.empty() && !valid_name(p.bitstream, 128)) {
     return make_error("invalid_argument", "bitstream must be 1-128 characters of [A-Za-z0-9._:-]");
@@ -874,6 +898,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   l.tenant = p.tenant;
   l.guest = p.guest;
   l.guest_host = p.guest_host.empty() ? (m.host_order.empty() ? std::string("local") : m.host_order.front()) : p.guest_host;
+  l.relayed = p.relayed;
   l.kind = p.kind;
   l.bitstream = p.bitstream;
   l.count = p.count;
@@ -895,9 +920,9 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   return copy;
 }
 
-Result<Lease> PoolCore::cancel(const std::string& tenant, LeaseId id) {
+Result<Lease> PoolCore::cancel(const Caller& caller, LeaseId id) {
   auto& m = *impl_;
-  auto l = m.owned(tenant, id);
+  auto l = m.owned(caller, id);
   if (!l) return l.error();
   if ((*l)->state != LeaseState::queued) {
     return make_error("invalid_state", "lease " + std::to_string(id) + " is " + std::string(to_string((*l)->state)) +
@@ -909,9 +934,9 @@ Result<Lease> PoolCore::cancel(const std::string& tenant, LeaseId id) {
   return copy;
 }
 
-Result<Lease> PoolCore::release(const std::string& tenant, LeaseId id) {
+Result<Lease> PoolCore::release(const Caller& caller, LeaseId id) {
   auto& m = *impl_;
-  auto l = m.owned(tenant, id);
+  auto l = m.owned(caller, id);
   if (!l) return l.error();
   LeaseState end = (*l)->state == LeaseState::queued ? LeaseState::cancelled : LeaseState::released;
   m.end_lease(**l, end, end == LeaseState::cancelled ? "released while queued" : "released by the guest", m.now());
@@ -920,20 +945,19 @@ Result<Lease> PoolCore::release(const std::string& tenant, LeaseId id) {
   return copy;
 }
 
-Result<std::vector<Lease>> PoolCore::heartbeat(const std::string& tenant, const std::string& guest,
-                                               std::optional<LeaseId> id) {
+Result<std::vector<Lease>> PoolCore::heartbeat(const Caller& caller, std::optional<LeaseId> id) {
   auto& m = *impl_;
   double t = m.now();
   std::vector<Lease> out;
   if (id) {
-    auto l = m.owned(tenant, *id);
+    auto l = m.owned(caller, *id);
     if (!l) return l.error();
     m.set_expiry(**l, t + m.options.lease_ttl_s);
     m.touch(**l);
     out.push_back(**l);
   } else {
     for (auto& [_, l] : m.live) {
-      if (l.tenant == tenant && l.guest == guest) {
+      if (caller.owns(l)) {
         m.set_expiry(l, t + m.options.lease_ttl_s);
         m.touch(l);
         out.push_back(l);
@@ -946,7 +970,7 @@ Result<std::vector<Lease>> PoolCore::heartbeat(const std::string& tenant, const 
 
 Result<Lease> PoolCore::revoke(LeaseId id, const std::string& reason) {
   auto& m = *impl_;
-  auto l = m.owned("", id);
+  auto l = m.owned(Caller::admin(), id);
   if (!l) return l.error();
   Lease& lease = **l;
   double t = m.now();
@@ -960,7 +984,7 @@ Result<Lease> PoolCore::revoke(LeaseId id, const std::string& reason) {
   return copy;
 }
 
-Result<Lease> PoolCore::get(const std::string& tenant, LeaseId id) const {
+Result<Lease> PoolCore::get(const Caller& caller, LeaseId id) const {
   std::optional<Lease> found;
   if (const Lease* l = impl_->find_any(id)) {
     found = *l;
@@ -969,17 +993,15 @@ Result<Lease> PoolCore::get(const std::string& tenant, LeaseId id) const {
     if (!stored) return stored.error();
     found = std::move(*stored);
   }
-  if (!found || (!tenant.empty() && found->tenant != tenant)) {
-    return make_error("not_found", "no lease " + std::to_string(id));
-  }
+  if (!found || !caller.owns(*found)) return make_error("not_found", "no lease " + std::to_string(id));
   return std::move(*found);
 }
 
 namespace {
 
 bool matches(const LeaseFilter& f, const Lease& l) {
-  return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.state || l.state == *f.state) &&
-         (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
+  return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.owner || f.owner->owns(l)) &&
+         (!f.state || l.state == *f.state) && (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
 }
 
 bool wants_ended(const LeaseFilter& f) { return f.include_ended || (f.state && is_terminal(*f.state)); }
@@ -1158,7 +1180,7 @@ void PoolCore::tick() {
   while (!m.expiries.empty() && m.expiries.begin()->first <= t) {
     LeaseId id = m.expiries.begin()->second;
     m.expiries.erase(m.expiries.begin());
-    if (Lease* l = m.find_lease(id)) m.end_lease(*l, LeaseState::expired, "no heartbeat for the lease TTL", t);
+    if (Lease* l = m.find_lease(id)) m.end_lease(*l, LeaseState::expired, kNoHeartbeat, t);
   }
   while (!m.deadlines.empty() && m.deadlines.begin()->first <= t) {
     LeaseId id = m.deadlines.begin()->second;

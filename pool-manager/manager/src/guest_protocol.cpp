@@ -45,6 +45,12 @@ std::string GuestProtocol::timeout_error() {
   return error_reply(nullptr, -32001, "timeout", "no hello in time; closing the connection");
 }
 
+std::string GuestProtocol::token_rotated_error(const std::string& tenant) {
+  return error_reply(nullptr, -32001, "unauthorized",
+                     "the token of tenant '" + tenant +
+                         "' was rotated: this session ends; connect again and say hello with the new token");
+}
+
 std::string GuestProtocol::notification(const Lease& lease, LeaseEvent event) {
   const char* method = "lease.ended";
   switch (event) {
@@ -107,6 +113,9 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto host = in.string("host", true, 64);
     auto vm = in.string("vm", true, 128);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
+    if (!valid_guest_id(*vm)) {
+      return reply(error_reply(id, -32602, "invalid_argument", std::string("relay: 'vm' must be ") + kGuestIdSyntax));
+    }
     if (session.authenticated || session.relayed) {
       return reply(error_reply(id, -32009, "invalid_state", "relay must be the first call on a connection"));
     }
@@ -126,6 +135,9 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto guest = in.string("guest", true, 128);
     auto host = in.string("guest_host", false, 64);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
+    if (!valid_guest_id(*guest)) {
+      return reply(error_reply(id, -32602, "invalid_argument", std::string("hello: 'guest' must be ") + kGuestIdSyntax));
+    }
     if (*version != static_cast<std::uint64_t>(kGuestProtocolVersion)) {
       return reply(error_reply(id, -32602, "unsupported_version",
                                "protocol version " + std::to_string(*version) + " is not supported; this manager speaks " +
@@ -144,8 +156,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     session.guest = *guest;
     if (!session.relayed) session.guest_host = host.value_or("");
     LeaseFilter f;
-    f.tenant = session.tenant;
-    f.guest = session.guest;
+    f.owner = session.caller();
     return reply(result_reply(id, json::object{{"protocol", kGuestProtocolVersion},
                                                {"server", "accelpool-manager"},
                                                {"tenant", session.tenant},
@@ -160,6 +171,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     p.tenant = session.tenant;
     p.guest = session.guest;
     p.guest_host = session.guest_host;
+    p.relayed = session.relayed;
     auto kind = in.string("kind", true, 64);
     auto bitstream = in.string("bitstream", false, 128);
     auto count = in.uint("count", false, 4096);
@@ -176,24 +188,29 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
   if (method == "cancel" || method == "release" || method == "get") {
     auto lease = in.uint("lease", true, UINT64_MAX);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
-    Result<Lease> l = method == "cancel"    ? core_.cancel(session.tenant, *lease)
-                      : method == "release" ? core_.release(session.tenant, *lease)
-                                            : core_.get(session.tenant, *lease);
+    const Caller caller = session.caller();
+    Result<Lease> l = method == "cancel"    ? core_.cancel(caller, *lease)
+                      : method == "release" ? core_.release(caller, *lease)
+                                            : core_.get(caller, *lease);
     if (!l) return reply(error_reply(id, l.error()));
     return reply(result_reply(id, json::object({{"lease", to_json(*l, sp)}}, sp)));
   }
   if (method == "heartbeat") {
     auto lease = in.uint("lease", false, UINT64_MAX);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
-    auto ls = core_.heartbeat(session.tenant, session.guest, lease);
+    auto ls = core_.heartbeat(session.caller(), lease);
     if (!ls) return reply(error_reply(id, ls.error()));
-    return reply(result_reply(id, json::object{{"leases", to_json(*ls)}}));
+    // Every lease renewed in one call shares its expiry. The reply to a heartbeat of every lease counts them
+    // instead of listing them, so that its size does not grow with the number of leases.
+    json::object result({{"renewed", ls->size()},
+                         {"expires_at", ls->empty() ? json::value(nullptr) : json::value(ls->front().expires_at)}}, sp);
+    if (lease) result["leases"] = to_json(*ls, sp);
+    return reply(result_reply(id, std::move(result)));
   }
   if (method == "list") {
     if (auto e = in.finish()) return reply(error_reply(id, *e));
     LeaseFilter f;
-    f.tenant = session.tenant;
-    f.guest = session.guest;
+    f.owner = session.caller();
     return reply(result_reply(id, json::object{{"leases", to_json(core_.list(f))}}));
   }
   return reply(error_reply(id, -32601, "method_not_found", "no method '" + method + "'"));

@@ -24,6 +24,9 @@ struct GuestSession {
   bool relayed = false;
   // Set when the connection must be closed after the reply (a refused relay announcement).
   bool close_after_reply = false;
+
+  // Who this session is to the core: the owner of the leases it acquires (Caller::owns).
+  Caller caller() const { return {tenant, guest, guest_host, relayed}; }
 };
 
 class GuestProtocol {
@@ -45,6 +48,8 @@ class GuestProtocol {
   static std::string too_long();
   // The error sent to a connection that did not authenticate in time (it is closed after it).
   static std::string timeout_error();
+  // The error sent to a session whose tenant token was rotated (it is closed after it).
+  static std::string token_rotated_error(const std::string& tenant);
 
  private:
   PoolCore& core_;

@@ -40,6 +40,9 @@ class GuestConnection {
   virtual void send(std::string line) = 0;
   // Owner thread. Sends a reply that waited for its commit (see GuestServer::send_held).
   virtual void send_held(std::string line) = 0;
+  // Owner thread. Ends the session: nothing more is handled; `line` (an error saying why) is sent after the
+  // replies already owed, then the connection closes.
+  virtual void end_session(std::string line) = 0;
 };
 
 // Routes lease events to the connections of the lease's guest. Owner thread only.
@@ -57,6 +60,16 @@ class GuestHub final : public CoreListener {
     if (it == by_guest_.end()) return;
     std::string line = GuestProtocol::notification(lease, event);
     for (auto* c : std::set<GuestConnection*>(it->second)) c->send(line);
+  }
+  // Every session of the tenant authenticated with its old token: they end, told why.
+  void tenant_token_changed(const std::string& tenant) override {
+    const std::string prefix = tenant + '\n';
+    std::set<GuestConnection*> sessions;
+    for (auto it = by_guest_.lower_bound(prefix); it != by_guest_.end() && it->first.starts_with(prefix); ++it) {
+      sessions.insert(it->second.begin(), it->second.end());
+    }
+    const std::string line = GuestProtocol::token_rotated_error(tenant);
+    for (auto* c : sessions) c->end_session(line);
   }
 
  private:
@@ -174,6 +187,12 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   void send_held(std::string line) override {
     --held_;
     send(std::move(line));
+  }
+
+  void end_session(std::string line) override {
+    if (owner_closed_ || owner_closing_) return;
+    send(std::move(line));
+    close_when_sent();
   }
 
  private:

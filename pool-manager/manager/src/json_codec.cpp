@@ -8,13 +8,14 @@ namespace accelpool::manager {
 namespace json = boost::json;
 
 json::object to_json(const Lease& l, json::storage_ptr sp) {
-  json::object o(19, sp);  // room for every member below: no rehash while it fills
+  json::object o(20, sp);  // room for every member below: no rehash while it fills
   o["id"] = l.id;
   o["state"] = to_string(l.state);
   o["ready"] = l.ready;
   o["tenant"] = l.tenant;
   o["guest"] = l.guest;
   o["guest_host"] = l.guest_host;
+  o["relayed"] = l.relayed;
   o["kind"] = l.kind;
   o["bitstream"] = l.bitstream;
   o["count"] = l.count;

@@ -18,7 +18,7 @@ namespace {
 
 // 2: the lease indexes are partial (live leases by id, ended leases by end time), so a lease that changes
 // state touches only the index it enters or leaves.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 // A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
 // through a temporary table on every row it writes to a partial index with that predicate.
@@ -38,13 +38,16 @@ CREATE TABLE IF NOT EXISTS leases (
   state TEXT NOT NULL, created_at REAL NOT NULL, granted_at REAL NOT NULL, first_granted_at REAL NOT NULL,
   ended_at REAL NOT NULL, expires_at REAL NOT NULL, revoke_deadline REAL NOT NULL,
   requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
-  reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL);
+  reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL,
+  relayed INTEGER NOT NULL DEFAULT 0);
 )sql"
     "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
     "CREATE INDEX IF NOT EXISTS leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n";
 
 // From schema version 1: its full indexes give way to the partial ones.
 constexpr const char* kMigrateFrom1 = "DROP INDEX IF EXISTS leases_live; DROP INDEX IF EXISTS leases_ended;";
+// From schema versions 1 and 2: leases learn whether a host agent's relay vouched for their guest.
+constexpr const char* kMigrateFrom2 = "ALTER TABLE leases ADD COLUMN relayed INTEGER NOT NULL DEFAULT 0;";
 
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -103,7 +106,7 @@ std::vector<std::string> split_devices(const std::string& s) {
 constexpr const char* kLeaseColumns =
     "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
-    "preemptions, end_reason";
+    "preemptions, end_reason, relayed";
 
 // The lease in the current row of a statement that selects kLeaseColumns. Errors: "corrupt".
 Result<Lease> lease_from_row(Stmt& s) {
@@ -131,6 +134,7 @@ Result<Lease> lease_from_row(Stmt& s) {
   l.reprogrammed = static_cast<std::uint32_t>(s.integer(18));
   l.preemptions = static_cast<std::uint32_t>(s.integer(19));
   l.end_reason = s.text(20);
+  l.relayed = s.integer(21) != 0;
   return l;
 }
 
@@ -297,6 +301,9 @@ class SqliteStore final : public Store {
     if (version == 1) {
       if (auto s = exec(kMigrateFrom1, "upgrading the schema from version 1"); !s) return s;
     }
+    if (version == 1 || version == 2) {
+      if (auto s = exec(kMigrateFrom2, "upgrading the schema from version 2"); !s) return s;
+    }
     if (auto s = exec(kSchema, "creating the schema"); !s) return s;
     if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
       return s;
@@ -393,7 +400,9 @@ class SqliteStore final : public Store {
     const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
                             " AND (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR guest = ?2)"
                             " AND (?3 IS NULL OR state = ?3)"
-                            " AND (?4 IS NULL OR instr(',' || devices || ',', ',' || ?4 || ',') > 0)" +
+                            " AND (?4 IS NULL OR instr(',' || devices || ',', ',' || ?4 || ',') > 0)"
+                            // Caller::owns: the owner's tenant, guest and voucher (and host, when relayed)
+                            " AND (?7 IS NULL OR (tenant = ?7 AND guest = ?8 AND relayed = ?9 AND (?9 = 0 OR guest_host = ?10)))" +
                             (spec.newest_first ? " AND id < ?5 ORDER BY id DESC" : " AND id > ?5 ORDER BY id") +
                             " LIMIT ?6";
     Stmt s(db_, sql.c_str());
@@ -407,6 +416,14 @@ class SqliteStore final : public Store {
                                             : (spec.newest_first ? INT64_MAX : -1);
     s.bind(5, cursor);
     s.bind(6, static_cast<std::int64_t>(std::min<std::size_t>(spec.limit, INT64_MAX)));
+    if (f.owner && !f.owner->tenant.empty()) {  // an admin owns every lease: no condition
+      s.bind(7, f.owner->tenant);
+      s.bind(8, f.owner->guest);
+      s.bind(9, static_cast<std::int64_t>(f.owner->relayed));
+      s.bind(10, f.owner->guest_host);
+    } else {
+      s.bind_null(7);
+    }
     if (auto st = read_lease_rows(db_, s, out); !st) return st.error();
     return out;
   }
@@ -530,6 +547,7 @@ class SqliteStore final : public Store {
         s.bind(19, static_cast<std::int64_t>(l.reprogrammed));
         s.bind(20, static_cast<std::int64_t>(l.preemptions));
         s.bind(21, l.end_reason);
+        s.bind(22, static_cast<std::int64_t>(l.relayed));
         if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
       }
     }
@@ -558,7 +576,7 @@ class SqliteStore final : public Store {
     // An upsert, not INSERT OR REPLACE: an update in place leaves alone the index entries of columns that keep
     // their value.
     std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
-                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21) "
+                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22) "
                       "ON CONFLICT(id) DO UPDATE SET ";
     {
       std::string cols = kLeaseColumns;

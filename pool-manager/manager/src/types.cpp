@@ -25,4 +25,9 @@ double SystemClock::now() const {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+bool Caller::owns(const Lease& l) const {
+  if (tenant.empty()) return true;
+  return l.tenant == tenant && l.guest == guest && l.relayed == relayed && (!relayed || l.guest_host == guest_host);
+}
+
 }  // namespace accelpool::manager

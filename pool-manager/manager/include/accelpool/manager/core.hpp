@@ -21,11 +21,17 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace accelpool::manager {
 
 struct AcquireParams;
+
+// The syntax of a guest id (hello's `guest`, a relayed VM's name), defined once for every interface that takes one.
+inline constexpr const char* kGuestIdSyntax = "1-128 characters of [A-Za-z0-9._:-]";
+bool valid_guest_id(std::string_view id);
+
 
 struct CoreOptions {
   double lease_ttl_s = 30;      // a lease whose guest has not heartbeaten for this long is reclaimed
@@ -51,6 +57,8 @@ class CoreListener {
  public:
   virtual ~CoreListener() = default;
   virtual void lease_event(const Lease& lease, LeaseEvent event) = 0;
+  // The token of `tenant` changed (rotated): sessions opened with the old one must end.
+  virtual void tenant_token_changed(const std::string& tenant) { (void)tenant; }
 };
 
 struct AcquireParams {
@@ -61,6 +69,7 @@ struct AcquireParams {
   std::string bitstream;
   std::uint32_t count = 1;
   std::optional<double> estimate_s;
+  bool relayed = false;  // a relay vouches for guest and guest_host (see Caller)
 };
 
 // The longest drain deadline accepted (one year), in seconds.
@@ -142,6 +151,8 @@ class PoolCore {
   Result<std::string> create_tenant(const std::string& name, double weight, std::uint32_t max_devices);
   // Errors: "not_found", "invalid_argument".
   Status update_tenant(const std::string& name, std::optional<double> weight, std::optional<std::uint32_t> max_devices);
+  // A new token for the tenant; the old one stops working. Listeners hear tenant_token_changed at the commit.
+  // Errors: "not_found".
   Result<std::string> rotate_tenant_token(const std::string& name);
   std::vector<TenantRecord> tenants() const;
   // The tenant a token belongs to. Errors: "unauthorized".
@@ -155,20 +166,20 @@ class PoolCore {
   // A new lease, returned queued or granted. Errors: "invalid_argument", "not_found" (unknown tenant),
   // "quota_exceeded", "infeasible" (no such devices in the pool).
   Result<Lease> acquire(const AcquireParams& params);
-  // Gives up a queued lease. `tenant` "" acts as admin. Errors: "not_found", "forbidden", "invalid_state".
-  Result<Lease> cancel(const std::string& tenant, LeaseId id);
-  // Ends a granted, revoking or queued lease. Errors: "not_found", "forbidden", "invalid_state".
-  Result<Lease> release(const std::string& tenant, LeaseId id);
-  // Renews the TTL of one lease (id) or of every live lease of the guest. Errors: "not_found", "forbidden".
-  Result<std::vector<Lease>> heartbeat(const std::string& tenant, const std::string& guest,
-                                       std::optional<LeaseId> id);
+  // The calls below see only the leases `caller` owns (Caller::owns); others are "not_found".
+  // Gives up a queued lease. Errors: "not_found", "invalid_state".
+  Result<Lease> cancel(const Caller& caller, LeaseId id);
+  // Ends a granted, revoking or queued lease. Errors: "not_found", "invalid_state".
+  Result<Lease> release(const Caller& caller, LeaseId id);
+  // Renews the TTL of one lease (id) or of every live lease the caller owns. Errors: "not_found".
+  Result<std::vector<Lease>> heartbeat(const Caller& caller, std::optional<LeaseId> id);
   // Admin revocation: the guest gets the grace period, then the lease ends revoked. Errors: "not_found",
   // "invalid_state".
   Result<Lease> revoke(LeaseId id, const std::string& reason);
-  // One lease, live or ended: an ended lease the memory window no longer holds is read from the store (everything
-  // kept under keep_ended_s). Errors: "not_found" (also for a lease of another tenant; tenant "" acts as admin),
-  // "store".
-  Result<Lease> get(const std::string& tenant, LeaseId id) const;
+  // One lease, live or ended, if `caller` owns it: an ended lease the memory window no longer holds is read from
+  // the store (everything kept under keep_ended_s). Errors: "not_found" (also for a lease the caller does not
+  // own), "store".
+  Result<Lease> get(const Caller& caller, LeaseId id) const;
   // The matching leases that memory holds: every live lease, and with include_ended the most recent `history`
   // ended ones. By id.
   std::vector<Lease> list(const LeaseFilter& filter) const;

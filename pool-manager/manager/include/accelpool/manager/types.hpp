@@ -29,6 +29,7 @@ struct Lease {
   std::string tenant;
   std::string guest;       // the guest (VM) id given at hello
   std::string guest_host;  // host the guest runs on (passthrough devices serve only their own host's guests)
+  bool relayed = false;    // acquired through a host agent's relay, which vouches for `guest` and `guest_host`
   std::string kind;
   std::string bitstream;   // "" when any image will do
   std::uint32_t count = 1;
@@ -48,10 +49,27 @@ struct Lease {
   std::string end_reason;
 };
 
+// Who calls about a lease. An admin (empty tenant) may touch every lease. A guest owns the leases it acquired:
+// same tenant, same guest id and the same voucher. A lease acquired through a host agent's relay belongs to that
+// relayed VM (its guest id and guest_host as the relay announced them), one acquired on a direct connection to
+// the guest id said at hello: a direct connection naming a relayed VM owns none of that VM's leases. Leases a
+// caller does not own are reported as not found, like ids that do not exist.
+struct Caller {
+  std::string tenant;      // "" : an admin
+  std::string guest;
+  std::string guest_host;  // compared for relayed callers only (a direct caller's host is its own claim)
+  bool relayed = false;
+  static Caller admin() { return {}; }
+  // A guest on a direct TCP or Unix connection: its id is the one it said at hello.
+  static Caller direct(std::string tenant, std::string guest) { return {std::move(tenant), std::move(guest), "", false}; }
+  bool owns(const Lease& lease) const;
+};
+
 // Which leases a listing wants. Every field set must match.
 struct LeaseFilter {
   std::optional<std::string> tenant;
   std::optional<std::string> guest;
+  std::optional<Caller> owner;  // leases this caller owns
   std::optional<LeaseState> state;
   std::optional<std::string> device;  // leases whose devices include this one ("HOST/LOCAL_ID")
   bool include_ended = false;
