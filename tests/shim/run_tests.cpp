@@ -72,11 +72,12 @@ std::map<std::string, std::string> pool_env(const ManagerProcess& m, const std::
   return {{"ACCELPOOL_POOL", m.tcp_uri()}, {"ACCELPOOL_TOKEN", m.guest_token()}, {"ACCELPOOL_GUEST", guest}};
 }
 
-std::unique_ptr<Client> observer(const ManagerProcess& m) {
+// A second client of `guest`, to look at its leases: a lease is visible to its own guest only.
+std::unique_ptr<Client> observer(const ManagerProcess& m, const std::string& guest) {
   ClientOptions o;
   o.uri = m.tcp_uri();
   o.token = m.guest_token();
-  o.guest = "observer";
+  o.guest = guest;
   auto c = Client::connect(o);
   REQUIRE(c);
   return std::move(*c);
@@ -113,7 +114,7 @@ TEST_CASE("accelpool-run exports the grant, exits with the command's status and 
   CHECK(env["ACCELPOOL_GUEST"] == "vm-run");
   CHECK(env["ACCELPOOL_POOL"] == m.tcp_uri());
   CHECK(env["ACCELPOOL_LEASE_JSON"].find("\"granted\"") != std::string::npos);
-  auto obs = observer(m);
+  auto obs = observer(m, "vm-run");
   auto lease = obs->get(std::stoull(env["ACCELPOOL_LEASE"]));
   REQUIRE(lease);
   CHECK(lease->state == LeaseState::released);
@@ -227,7 +228,7 @@ TEST_CASE("a revoked lease's command gets SIGTERM within the grace period", "[in
   CHECK(r.child.exit_code() == 3);
   CHECK(read_file(r.termfile) == "TERM\n");
   CHECK(took < 5.0);
-  auto lease = observer(m)->get(r.lease);
+  auto lease = observer(m, "vm-revoke")->get(r.lease);
   REQUIRE(lease);
   CHECK(lease->state == LeaseState::released);  // given back before the deadline
 }
@@ -259,7 +260,7 @@ TEST_CASE("accelpool-run forwards SIGTERM and SIGHUP to the command and still re
     if (!ended) c.kill_group();
     REQUIRE(ended);
     CHECK(c.exit_code() == 128 + sig);
-    auto lease = observer(m)->get(std::stoull(read_file(idfile)));
+    auto lease = observer(m, "vm-sig")->get(std::stoull(read_file(idfile)));
     REQUIRE(lease);
     CHECK(lease->state == LeaseState::released);
   }
@@ -273,7 +274,7 @@ TEST_CASE("a crashed client's lease is reclaimed after its TTL", "[integration][
                  pool_env(m, "vm-crash"), m.dir() + "/c.out");
   REQUIRE(eventually([&] { return !read_file(idfile).empty(); }, 10));
   std::uint64_t id = std::stoull(read_file(idfile));
-  auto obs = observer(m);
+  auto obs = observer(m, "vm-crash");
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // heartbeats keep it past one TTL
   CHECK(obs->get(id)->state == LeaseState::granted);
   c.kill_group();  // accelpool-run and its command die without releasing

@@ -1,6 +1,7 @@
 // The client: one I/O thread owns the stream (reads lines, writes queued requests, heartbeats, reconnects), one
 // callback thread runs user callbacks. Shared state is guarded by ClientCore::mu; completion handlers of calls run
 // on the I/O thread without the lock and never block.
+#include <accelpool/common/guest_id.hpp>
 #include <accelpool/common/json_lines.hpp>
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
@@ -60,21 +61,7 @@ Error rpc_error(const json& err, const std::string& method) {
 std::string default_guest() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "guest";
-  std::string g;
-  for (char c : std::string(buf)) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == ':' || c == '-';
-    g += ok ? c : '_';
-  }
-  return g.substr(0, 128);
-}
-
-bool valid_guest(const std::string& g) {
-  if (g.empty() || g.size() > 128) return false;
-  return std::all_of(g.begin(), g.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-           c == ':' || c == '-';
-  });
+  return common::guest_id_from(buf);
 }
 
 void close_stream(Stream& s) {
@@ -930,8 +917,8 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   auto uri = parse_pool_uri(options.uri);
   if (!uri) return uri.error();
   if (options.guest.empty()) options.guest = default_guest();
-  if (!valid_guest(options.guest)) {
-    return make_error("invalid_argument", "guest id '" + options.guest + "' must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (!common::valid_guest_id(options.guest)) {
+    return make_error("invalid_argument", "guest id '" + options.guest + "' must be " + common::kGuestIdSyntax);
   }
   if (options.token.empty()) return make_error("unauthorized", "no token given for pool " + options.uri);
   auto core = std::make_shared<ClientCore>();

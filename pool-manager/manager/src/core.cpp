@@ -19,12 +19,8 @@ namespace {
 
 constexpr const char* kNoHeartbeat = "no heartbeat for the lease TTL";
 
-bool valid_name(std::string_view s, std::size_t max_len) {
-  if (s.empty() || s.size() > max_len) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-           c == '.' || c == ':';
-  });
+bool valid_name(const std::string& s, std::size_t max_len) {
+  return !s.empty() && s.size() <= max_len && std::all_of(s.begin(), s.end(), common::is_name_char);
 }
 
 Percentiles percentiles(std::vector<double> v) {
@@ -68,8 +64,6 @@ std::optional<Error> check_drain_deadline(bool draining, std::optional<double> d
 }
 
 }  // namespace
-
-bool valid_guest_id(std::string_view id) { return valid_name(id, 128); }
 
 
 struct PoolCore::Impl {
@@ -865,7 +859,9 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   auto& m = *impl_;
   auto tit = m.tenants.find(p.tenant);
   if (tit == m.tenants.end()) return make_error("not_found", "no tenant " + p.tenant);
-  if (!valid_guest_id(p.guest)) return make_error("invalid_argument", std::string("guest id must be ") + kGuestIdSyntax);
+  if (!common::valid_guest_id(p.guest)) {
+    return make_error("invalid_argument", std::string("guest id must be ") + common::kGuestIdSyntax);
+  }
   if (!valid_name(p.kind, 64)) return make_error("invalid_argument", "kind must be 1-64 characters of [A-Za-z0-9._:-]");
   if (!p.bitstream.empty() && !valid_name(p.bitstream, 128)) {
     return make_error("invalid_argument", "bitstream must be 1-128 characters of [A-Za-z0-9._:-]");

@@ -113,8 +113,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto host = in.string("host", true, 64);
     auto vm = in.string("vm", true, 128);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
-    if (!valid_guest_id(*vm)) {
-      return reply(error_reply(id, -32602, "invalid_argument", std::string("relay: 'vm' must be ") + kGuestIdSyntax));
+    if (!common::valid_guest_id(*vm)) {
+      return reply(error_reply(id, -32602, "invalid_argument", std::string("relay: 'vm' must be ") + common::kGuestIdSyntax));
     }
     if (session.authenticated || session.relayed) {
       return reply(error_reply(id, -32009, "invalid_state", "relay must be the first call on a connection"));
@@ -135,8 +135,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto guest = in.string("guest", true, 128);
     auto host = in.string("guest_host", false, 64);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
-    if (!valid_guest_id(*guest)) {
-      return reply(error_reply(id, -32602, "invalid_argument", std::string("hello: 'guest' must be ") + kGuestIdSyntax));
+    if (!common::valid_guest_id(*guest)) {
+      return reply(error_reply(id, -32602, "invalid_argument", std::string("hello: 'guest' must be ") + common::kGuestIdSyntax));
     }
     if (*version != static_cast<std::uint64_t>(kGuestProtocolVersion)) {
       return reply(error_reply(id, -32602, "unsupported_version",

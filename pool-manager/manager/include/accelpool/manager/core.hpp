@@ -8,6 +8,7 @@
 // many calls then share one transaction.
 #pragma once
 
+#include <accelpool/common/guest_id.hpp>
 #include <accelpool/common/result.hpp>
 #include <accelpool/manager/clock.hpp>
 #include <accelpool/manager/host_driver.hpp>
@@ -21,16 +22,11 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace accelpool::manager {
 
 struct AcquireParams;
-
-// The syntax of a guest id (hello's `guest`, a relayed VM's name), defined once for every interface that takes one.
-inline constexpr const char* kGuestIdSyntax = "1-128 characters of [A-Za-z0-9._:-]";
-bool valid_guest_id(std::string_view id);
 
 
 struct CoreOptions {
