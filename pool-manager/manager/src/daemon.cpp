@@ -168,7 +168,7 @@ int run_daemon(const Config& config, std::ostream& out) {
   std::string agents_text;
   if (!config.agents.listen.empty()) {
     agent::ListenerEvents ev;
-    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) {
+    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) -> Status {
       std::string name = h->name();
       PoolCore::HostReport report;
       for (const auto& d : h->registered_devices()) {
@@ -187,11 +187,16 @@ int run_daemon(const Config& config, std::ostream& out) {
                                                                 std::move(done));
                                         });
       if (auto s = core->attach_host(std::move(driver), report); !s) {
-        std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), s.error().message.c_str());
-        return;
+        Error why = s.error();
+        if (why.code == "conflict")
+          why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "
+                         "another [agent] host)";
+        std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), why.message.c_str());
+        return why;
       }
       std::fprintf(stderr, "accelpool-manager: agent host %s %s (%zu unusable devices)\n", name.c_str(),
                    returning ? "returned" : "joined", report.unusable.size());
+      return Status::ok();
     };
     ev.host_lost = [&core](const std::string& host, const Error& why) {
       std::fprintf(stderr, "accelpool-manager: agent host %s lost: %s\n", host.c_str(), why.message.c_str());
