@@ -104,6 +104,11 @@ int run_daemon(const Config& config, std::ostream& out) {
     });
   };
 
+  // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created.
+  auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync,
+                                 config.new_store ? StoreCreation::allow_new : StoreCreation::first_only);
+  if (!store) return fail(store.error().message);
+
   // The bitstream registry: in-process hosts program its images, agents get their sha256, acquires are checked.
   auto registry = bitstreams::SharedRegistry::open(config.bitstreams_dir(), config.bitstreams_seed());
   if (!registry) return fail(registry.error().message);
@@ -114,8 +119,6 @@ int run_daemon(const Config& config, std::ostream& out) {
   CoreOptions core_options = config.core;
   core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
 
-  auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync);
-  if (!store) return fail(store.error().message);
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, **store);
   if (!core_r) return fail(core_r.error().message);
