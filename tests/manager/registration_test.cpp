@@ -5,10 +5,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 using namespace accelpool::manager::itest;
 
@@ -147,5 +152,41 @@ TEST_CASE("an agent whose device ids are invalid gets an error reply and nothing
   // The name is free again: the same connection registers it with valid ids.
   REQUIRE(a.call("agent.register", register_params("hv-bad", "d0")).contains("result"));
   CHECK(m.device("hv-bad/d0").at("available").as_bool());
+#endif
+}
+
+TEST_CASE("accelpool-agent configured with the name of the manager's own host exits with status 2, saying why",
+          "[integration][agents][registration]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+#else
+  Manager m;
+  auto config = m.dir / "agent.toml", log = m.dir / "agent.log";
+  std::ofstream(config) << "[agent]\nmanager = \"" << m.daemon.endpoints().agents << "\"\ntoken = \"" << kAgentToken
+                        << "\"\nhost = \"local\"\n[backends.sim]\ndevices = \"asic:sim-m:1\"\nattach = \"network\"\n";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    ::execl(ACCELPOOL_AGENT_BIN, ACCELPOOL_AGENT_BIN, "--config", config.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // It exits by itself; the bound only ends a hung test.
+  int status = 0;
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("accelpool-agent did not exit");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK_THAT(text, Catch::Contains("registration refused") && Catch::Contains("host 'local' refused"));
+  CHECK(m.device("local/asic0").at("available").as_bool());
 #endif
 }
