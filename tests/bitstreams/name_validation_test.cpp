@@ -87,7 +87,7 @@ TEST_CASE("an image file name with a NUL or another control character is refused
   }
 }
 
-TEST_CASE("hidden and temporary image names are refused; plain ones are taken", "[registry][names]") {
+TEST_CASE("hidden and temporary image names are refused, plain ones are taken", "[registry][names]") {
   ScratchDir dir("names-hidden");
   ScratchDir src("names-hidden-src");
   auto r = Registry::open(dir.path());

@@ -92,7 +92,7 @@ std::string error_message(const json::object& reply) { return std::string(reply.
 
 }  // namespace
 
-TEST_CASE("an agent registering under the name of the manager's own host is refused; that host keeps its devices "
+TEST_CASE("an agent registering under the name of the manager's own host is refused: that host keeps its devices "
           "and leases",
           "[integration][agents][registration]") {
 #ifndef ACCELPOOL_AGENT_BIN

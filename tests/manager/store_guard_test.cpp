@@ -169,7 +169,7 @@ TEST_CASE("a first start in a new data folder creates the store and its marker",
   fs::remove_all(dir.parent_path(), ec);
 }
 
-TEST_CASE("a damaged write-ahead log: the commits from the damage on are dropped without an error; a log lost "
+TEST_CASE("a damaged write-ahead log: the commits from the damage on are dropped without an error, a log lost "
           "whole leaves no pool and is refused",
           "[integration][store]") {
   UsedFolder f(SIGKILL, 3);  // killed: the three acquires are in pool.db-wal, nothing checkpointed yet
