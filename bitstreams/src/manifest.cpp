@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -110,6 +111,24 @@ ImageFormat infer_format(std::string_view file) {
   return ImageFormat::opaque;
 }
 
+// An image's file name: 1-255 of [A-Za-z0-9._+-], not starting with '.' (hidden and temporary names), not
+// ending in ".toml" (a manifest's name: the image would be overwritten by its manifest or read as one).
+Status validate_image_file_name(std::string_view file, std::string_view origin) {
+  if (file.empty()) return field_error(origin, "file", "missing or empty");
+  // Messages show control characters (a NUL, which the file system would cut the name at) as '?'.
+  std::string shown;
+  for (char c : file) shown += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  if (file.size() > 255 || file.front() == '.' ||
+      !all_of(file, "._+-ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    return field_error(origin, "file", "'" + shown + "' must be a plain file name in the manifest's folder: 1-255 of "
+                                       "[A-Za-z0-9._+-], not starting with '.'");
+  std::string lower;
+  for (char c : file) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.size() >= 5 && lower.compare(lower.size() - 5, 5, ".toml") == 0)
+    return field_error(origin, "file", "'" + shown + "' ends in .toml: the registry would read the image as a manifest");
+  return Status::ok();
+}
+
 }  // namespace
 
 std::string_view to_string(ImageFormat format) {
@@ -141,10 +160,7 @@ Status validate_manifest(const Manifest& m, std::string_view origin) {
   for (const auto& c : m.compatible) {
     if (c.empty()) return field_error(origin, "compatible", "contains an empty model name");
   }
-  std::filesystem::path file(m.file);
-  if (m.file.empty()) return field_error(origin, "file", "missing or empty");
-  if (file.is_absolute() || file.has_parent_path() || m.file == "." || m.file == "..")
-    return field_error(origin, "file", "'" + m.file + "' must be a plain file name in the manifest's folder");
+  if (auto st = validate_image_file_name(m.file, origin); !st) return st;
   if (!is_hex64(m.sha256))
     return field_error(origin, "sha256", "'" + m.sha256 + "' is not 64 lowercase hex digits");
   if (!(m.programming_seconds >= 0) || !std::isfinite(m.programming_seconds))

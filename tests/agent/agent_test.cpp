@@ -61,10 +61,11 @@ class Owner {
 
   agent::ListenerEvents events() {
     agent::ListenerEvents ev;
-    ev.host_joined = [this](std::unique_ptr<agent::RemoteHost> h) {
+    ev.host_joined = [this](std::unique_ptr<agent::RemoteHost> h) -> Status {
       std::string name = h->name();
       joined.push_back(name);
       hosts[name] = std::shared_ptr<agent::RemoteHost>(std::move(h));
+      return Status::ok();
     };
     ev.host_lost = [this](const std::string& host, const Error& why) { lost.emplace_back(host, why, Clock::now()); };
     ev.vm_stopped = [this](const std::string& host, const agent::VmStopped& vm) { stopped.emplace_back(host, vm); };

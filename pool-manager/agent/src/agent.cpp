@@ -224,7 +224,7 @@ class AgentImpl final : public Agent {
       if (m->error) {
         log((is_register ? "registration refused: " : "heartbeat refused: ") + m->error->message);
         if (is_register && (m->error->code == "unauthorized" || m->error->code == "unsupported_version" ||
-                            m->error->code == "invalid_argument"))
+                            m->error->code == "invalid_argument" || m->error->code == "conflict"))
           return 2;
         return -1;  // already registered (an old connection not yet noticed as lost), or forgotten: start over
       }

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cctype>
 #include <tuple>
 #include <map>
 #include <mutex>
@@ -21,10 +20,15 @@ namespace accelpool::agent {
 namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
 
+// Where a connection's agent.register stands. The I/O thread checks it and sets `pending`; the owner thread
+// settles it (host_joined): `admitted`, or back to `none` when the pool refuses the host.
+enum class Registration { none, pending, admitted };
+
 // Shared by a connection (I/O thread) and its RemoteHost (owner thread).
 struct Link {
   std::mutex mu;
   std::string host;
+  Registration registration = Registration::none;
   std::string out;  // bytes waiting to be sent
   bool alive = true;
   std::int64_t next_id = 1;
@@ -56,13 +60,6 @@ void call(Link& link, std::string_view method, json::object params, manager::Hos
     return;
   }
   link.wake();
-}
-
-bool valid_name(std::string_view s) {
-  if (s.empty() || s.size() > 128) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
-  return true;
 }
 
 bool valid_health(std::string_view h) { return h == "ok" || h == "degraded" || h == "failed"; }
@@ -112,7 +109,7 @@ struct AgentListener::Impl {
     int fd = -1;
     LineBuffer in{kMaxLine};
     std::shared_ptr<Link> link;
-    bool registered = false;
+    std::string reserved;  // the host name this connection holds in `live` (pending or admitted)
     Clock::time_point last_seen;
     std::map<std::string, std::string> health;  // device -> "health\ndetail"
   };
@@ -124,7 +121,7 @@ struct AgentListener::Impl {
   int wake_fd = -1;
   std::atomic<bool> stop{false};
   mutable std::mutex hosts_mu;
-  std::map<std::string, std::shared_ptr<Link>> live;  // registered hosts
+  std::map<std::string, std::shared_ptr<Link>> live;  // host names held by a pending or admitted registration
   std::unordered_map<int, Conn> conns;
   std::thread thread;
   common::AcceptBackoff backoff{"agent listener"};
@@ -149,7 +146,7 @@ struct AgentListener::Impl {
       for (auto& [fd, c] : conns) {
         short ev = POLLIN;
         std::lock_guard lock(c.link->mu);
-        if (!c.link->out.empty()) ev |= POLLOUT;
+        if (!c.link->out.empty() && c.link->registration != Registration::pending) ev |= POLLOUT;
         fds.push_back({fd, ev, 0});
       }
       ::poll(fds.data(), fds.size(), 50);
@@ -166,6 +163,7 @@ struct AgentListener::Impl {
           dead.emplace_back(fd, "connection broken");
           continue;
         }
+        release_if_refused(c);
         // Reading is attempted on every pass; it costs one non-blocking recv.
         bool open = read_some(fd, c.in);
         while (auto line = c.in.next_line()) {
@@ -191,8 +189,11 @@ struct AgentListener::Impl {
     for (int fd : all) drop(fd, "the manager's agent listener stopped");
   }
 
+  // Nothing is sent while a registration is pending: the pool may already send requests to the host it takes
+  // (grants to a returning host), and the agent must read its registration reply first.
   bool flush(Conn& c) {
     std::lock_guard lock(c.link->mu);
+    if (c.link->registration == Registration::pending) return true;
     return write_some(c.fd, c.link->out).is_ok();
   }
 
@@ -227,22 +228,51 @@ struct AgentListener::Impl {
     Conn c = std::move(it->second);
     conns.erase(it);
     ::close(fd);
-    if (!c.registered) return;
     std::map<std::int64_t, manager::HostDriver::Done> pending;
+    Registration was;
     {
       std::lock_guard lock(c.link->mu);
       c.link->alive = false;
       c.link->out.clear();
       pending.swap(c.link->pending);
+      was = c.link->registration;
     }
-    {
-      std::lock_guard lock(hosts_mu);
-      auto h = live.find(c.link->host);
-      if (h != live.end() && h->second == c.link) live.erase(h);
-    }
+    release(c);
+    if (was == Registration::none) return;
     Error err = host_lost(c.link->host, why);
     for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, ""); });
-    if (events.host_lost) post([cb = events.host_lost, host = c.link->host, err] { cb(host, err); });
+    // Only a host the pool took is lost. Checked on the owner thread, where registrations are settled: one still
+    // pending here was settled by now, or never will be (its connection is gone), so a host refused or never
+    // seen is not reported.
+    if (events.host_lost) {
+      post([cb = events.host_lost, link = c.link, err] {
+        {
+          std::lock_guard lock(link->mu);
+          if (link->registration != Registration::admitted) return;
+        }
+        cb(link->host, err);
+      });
+    }
+  }
+
+  // Gives the connection's host name back (it may register again, under any name).
+  void release(Conn& c) {
+    if (c.reserved.empty()) return;
+    std::lock_guard lock(hosts_mu);
+    auto h = live.find(c.reserved);
+    if (h != live.end() && h->second == c.link) live.erase(h);
+    c.reserved.clear();
+  }
+
+  // The pool refused the host this connection registered: its name is free again.
+  void release_if_refused(Conn& c) {
+    if (c.reserved.empty() || registration(c) != Registration::none) return;
+    release(c);
+  }
+
+  Registration registration(const Conn& c) const {
+    std::lock_guard lock(c.link->mu);
+    return c.link->registration;
   }
 
   void reply(Conn& c, const Message& m, Status s, json::value result = json::object{}) {
@@ -260,7 +290,7 @@ struct AgentListener::Impl {
     }
     Message& m = *parsed;
     if (m.method.empty()) {  // a reply to one of our requests
-      if (!c.registered) return;
+      if (registration(c) != Registration::admitted) return;
       manager::HostDriver::Done done;
       {
         std::lock_guard lock(c.link->mu);
@@ -284,7 +314,7 @@ struct AgentListener::Impl {
       return;
     }
     if (m.method == "agent.register") return reply_register(c, m);
-    if (!c.registered)
+    if (registration(c) != Registration::admitted)
       return reply(c, m, make_error("unauthorized", m.method + ": the agent is not registered (send agent.register "
                                                                "with the agent token first)"));
     if (m.method == "agent.heartbeat") return reply(c, m, health_update(c, m, "agent.heartbeat"));
@@ -295,7 +325,8 @@ struct AgentListener::Impl {
 
   void reply_register(Conn& c, const Message& m) {
     const char* where = "agent.register";
-    if (c.registered)
+    release_if_refused(c);
+    if (registration(c) != Registration::none)
       return reply(c, m, make_error("invalid_state", "agent.register: this connection is already registered as host '" +
                                                          c.link->host + "'"));
     auto token = get_string(m.params, "token", where, true);
@@ -309,9 +340,6 @@ struct AgentListener::Impl {
                                                                std::to_string(kAgentProtocolVersion)));
     auto host = get_string(m.params, "host", where, true);
     if (!host) return reply(c, m, host.error());
-    if (!valid_name(*host))
-      return reply(c, m, make_error("invalid_argument", "agent.register: field 'host': '" + *host +
-                                                            "' is not a host name (1-128 of [A-Za-z0-9._-])"));
     auto* devs = m.params.if_contains("devices");
     if (!devs || !devs->is_array())
       return reply(c, m, make_error("invalid_argument", "agent.register: field 'devices' must be an array"));
@@ -368,21 +396,39 @@ struct AgentListener::Impl {
                                                                 "' is already registered by a live agent connection"));
       live[*host] = c.link;
     }
+    c.reserved = *host;
     {
       std::lock_guard lock(c.link->mu);
       c.link->host = *host;
+      c.link->registration = Registration::pending;
     }
-    c.registered = true;
     c.last_seen = Clock::now();
     c.health = std::move(health);
-    reply(c, m, Status::ok(),
-          json::object{{"protocol", kAgentProtocolVersion},
-                       {"host", *host},
-                       {"heartbeat_timeout_ms", static_cast<std::int64_t>(options.heartbeat_timeout.count())}});
-    if (events.host_joined) {
-      auto rh = std::make_shared<std::unique_ptr<RemoteHost>>(std::make_unique<RemoteHost>(c.link, std::move(devices)));
-      post([cb = events.host_joined, rh] { cb(std::move(*rh)); });
-    }
+    // The pool decides (on the owner thread) and the reply says what it decided: the agent is told it registered
+    // only once its host is in the pool.
+    auto rh = std::make_shared<std::unique_ptr<RemoteHost>>(std::make_unique<RemoteHost>(c.link, std::move(devices)));
+    json::object result{{"protocol", kAgentProtocolVersion},
+                        {"host", *host},
+                        {"heartbeat_timeout_ms", static_cast<std::int64_t>(options.heartbeat_timeout.count())}};
+    post([cb = events.host_joined, rh, link = c.link, id = m.id, has_id = m.has_id, result = std::move(result)] {
+      {
+        std::lock_guard lock(link->mu);
+        if (!link->alive) return;  // the connection ended first: nothing joins
+      }
+      Status s = cb ? cb(std::move(*rh)) : Status::ok();
+      bool alive;
+      {
+        std::lock_guard lock(link->mu);
+        link->registration = s ? Registration::admitted : Registration::none;
+        if (has_id) {  // ahead of what the pool queued meanwhile (nothing was sent while pending)
+          link->out.insert(0, s ? result_line(id, result)
+                                : error_line(id, make_error(s.error().code, "agent.register: host '" + link->host +
+                                                                                "' refused: " + s.error().message)));
+        }
+        alive = link->alive;
+      }
+      if (alive) link->wake();  // a live link's listener still exists: its destructor ends every link first
+    });
   }
 
   // agent.heartbeat {"devices":[{"id","health","detail"}]} or device.health {"device","health","detail"}: every
@@ -489,7 +535,10 @@ AgentListener::~AgentListener() {
 std::vector<std::string> AgentListener::hosts() const {
   std::lock_guard lock(impl_->hosts_mu);
   std::vector<std::string> out;
-  for (const auto& [h, l] : impl_->live) out.push_back(h);
+  for (const auto& [h, l] : impl_->live) {
+    std::lock_guard link_lock(l->mu);
+    if (l->registration == Registration::admitted) out.push_back(h);
+  }
   return out;
 }
 

@@ -64,6 +64,7 @@ struct Config {
   std::filesystem::path data_dir = "accelpool-data";
   std::string store_file = "pool.db";  // relative to data_dir
   bool full_sync = false;
+  bool new_store = false;  // command line only (--new-store): a missing or empty store may start a new pool
   std::string guest_tcp = "127.0.0.1:7070";
   std::string guest_unix = "guest.sock";  // relative to data_dir; "" disables
   bool guest_network_thread = false;      // guest socket I/O on a thread of its own (GuestServerOptions)

@@ -116,6 +116,11 @@ int run_daemon(const Config& given, std::ostream& out) {
     });
   };
 
+  // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created.
+  auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync,
+                                 config.new_store ? StoreCreation::allow_new : StoreCreation::first_only);
+  if (!store) return fail(store.error().message);
+
   // The bitstream registry: in-process hosts program its images, agents get their sha256, acquires are checked.
   auto registry = bitstreams::SharedRegistry::open(config.bitstreams_dir(), config.bitstreams_seed());
   if (!registry) return fail(registry.error().message);
@@ -126,8 +131,6 @@ int run_daemon(const Config& given, std::ostream& out) {
   CoreOptions core_options = config.core;
   core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
 
-  auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync);
-  if (!store) return fail(store.error().message);
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, **store);
   if (!core_r) return fail(core_r.error().message);
@@ -180,7 +183,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   std::string agents_text;
   if (!config.agents.listen.empty()) {
     agent::ListenerEvents ev;
-    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) {
+    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) -> Status {
       std::string name = h->name();
       PoolCore::HostReport report;
       for (const auto& d : h->registered_devices()) {
@@ -199,11 +202,16 @@ int run_daemon(const Config& given, std::ostream& out) {
                                                                 std::move(done));
                                         });
       if (auto s = core->attach_host(std::move(driver), report); !s) {
-        std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), s.error().message.c_str());
-        return;
+        Error why = s.error();
+        if (why.code == "conflict")
+          why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "
+                         "another [agent] host)";
+        std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), why.message.c_str());
+        return why;
       }
       std::fprintf(stderr, "accelpool-manager: agent host %s %s (%zu unusable devices)\n", name.c_str(),
                    returning ? "returned" : "joined", report.unusable.size());
+      return Status::ok();
     };
     ev.host_lost = [&core](const std::string& host, const Error& why) {
       std::fprintf(stderr, "accelpool-manager: agent host %s lost: %s\n", host.c_str(), why.message.c_str());

@@ -9,7 +9,7 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: accelpool-manager [--config FILE] [--data-dir DIR]
+constexpr const char* kUsage = R"(usage: accelpool-manager [--config FILE] [--data-dir DIR] [--new-store]
 
 Runs the accelpool pool manager. With no config file it uses the embedded default: a data folder
 ./accelpool-data with the SQLite store, one local host with simulated devices, guest listeners on
@@ -20,6 +20,8 @@ token and the admin token once. Every setting is described in docs/operations.md
   --data-dir DIR   data folder (overrides data_dir of the config)
   --guest-tcp EP   guest TCP listener, e.g. 127.0.0.1:0 for any free port ("" disables)
   --admin EP       admin API listener, e.g. 127.0.0.1:0
+  --new-store      start a new, empty pool even though the store of this data folder is missing or empty
+                   (without it the manager refuses to start then: restore the store from a backup instead)
   --help           this text
 )";
 
@@ -28,7 +30,7 @@ token and the admin token once. Every setting is described in docs/operations.md
 int main(int argc, char** argv) {
   using namespace accelpool::manager;
   std::string config_file, data_dir, guest_tcp, admin;
-  bool have_guest_tcp = false;
+  bool have_guest_tcp = false, new_store = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string& out) {
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
       have_guest_tcp = true;
     } else if (a == "--admin") {
       value(admin);
+    } else if (a == "--new-store") {
+      new_store = true;
     } else {
       std::fprintf(stderr, "accelpool-manager: unknown argument '%s'\n%s", a.c_str(), kUsage);
       return 2;
@@ -67,5 +71,6 @@ int main(int argc, char** argv) {
   if (!data_dir.empty()) config.data_dir = data_dir;
   if (have_guest_tcp) config.guest_tcp = guest_tcp;
   if (!admin.empty()) config.admin_listen = admin;
+  config.new_store = new_store;
   return run_daemon(config, std::cout);
 }

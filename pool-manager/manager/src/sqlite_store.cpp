@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -281,7 +282,9 @@ class SqliteStore final : public Store {
     sqlite3_close(db_);  // fails (and leaks the connection) while any statement is still prepared
   }
 
-  Status init(const std::filesystem::path& file, bool full_sync) {
+  // `lost_if_empty`: why a store without a schema is a lost pool (the marker says one was made), or "" when an
+  // empty database may become a new pool.
+  Status init(const std::filesystem::path& file, bool full_sync, const std::string& lost_if_empty) {
     // journal_size_limit: after a checkpoint starts the WAL over, a file larger than this is cut back to it;
     // one at most this size is kept and overwritten, which costs less than growing a file.
     std::string pragmas = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") + (full_sync ? "FULL" : "NORMAL") +
@@ -294,6 +297,10 @@ class SqliteStore final : public Store {
       if (!v.ok() || sqlite3_step(v.get()) != SQLITE_ROW) return db_error(db_, "reading the schema version");
       version = v.integer(0);
     }  // finished before the schema changes: an open statement would lock the tables
+    if (version == 0 && !lost_if_empty.empty()) {
+      return make_error("store_missing", "the database holds no pool (no schema, as after losing its write-ahead "
+                                         "log), but " + lost_if_empty);
+    }
     if (version > kSchemaVersion) {
       return make_error("store", "the database has schema version " + std::to_string(version) +
                                      ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
@@ -613,7 +620,42 @@ class SqliteStore final : public Store {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync) {
+namespace {
+
+constexpr const char* kLostAdvice = ": the pool's leases and tokens are not there. Restore the store from a backup, "
+                                    "or start with --new-store to begin a new, empty pool";
+
+std::string created_here(const std::filesystem::path& marker) {
+  return "a store was created here before (" + marker.string() + ")";
+}
+
+// Why a missing or empty store must not be replaced by a new one, or nullopt when it may (or is not missing).
+std::optional<std::string> lost_store(const std::filesystem::path& file, const std::filesystem::path& marker) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto size = fs::file_size(file, ec);
+  if (!ec && size > 0) return std::nullopt;
+  std::string what = file.string() + (ec ? " is missing" : " is empty");
+  if (fs::exists(marker, ec)) return what + ", but " + created_here(marker);
+  fs::path wal = file;
+  wal += "-wal";
+  if (auto n = fs::file_size(wal, ec); !ec && n > 0)
+    return what + ", but its write-ahead log " + wal.string() + " is left";
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync,
+                                                 StoreCreation creation) {
+  std::filesystem::path marker = file;
+  marker += ".created";
+  std::string lost_if_empty;
+  if (creation == StoreCreation::first_only) {
+    if (auto why = lost_store(file, marker)) return make_error("store_missing", *why + kLostAdvice);
+    if (std::error_code ec; std::filesystem::exists(marker, ec))
+      lost_if_empty = created_here(marker) + kLostAdvice;
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
@@ -623,8 +665,16 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& fi
   }
   sqlite3_busy_timeout(db, 5000);
   auto store = std::make_unique<SqliteStore>(db);
-  if (auto s = store->init(file, full_sync); !s) {
-    return make_error("store", file.string() + ": " + s.error().message);
+  if (auto s = store->init(file, full_sync, lost_if_empty); !s) {
+    return make_error(s.error().code, file.string() + ": " + s.error().message);
+  }
+  if (std::error_code ec; !std::filesystem::exists(marker, ec)) {
+    std::FILE* f = std::fopen(marker.c_str(), "w");
+    bool written = f && std::fputs("accelpool: the store beside this file was created; while this file exists the "
+                                   "manager will not start on a missing or empty store (see --new-store)\n",
+                                   f) >= 0;
+    if (f && std::fclose(f) != 0) written = false;
+    if (!written) return make_error("store", "cannot write " + marker.string());
   }
   return std::unique_ptr<Store>(std::move(store));
 }

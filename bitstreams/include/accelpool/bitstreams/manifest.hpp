@@ -26,7 +26,7 @@ struct Manifest {
   std::string version;  // [A-Za-z0-9._+-]
   std::string kind;     // scheduling class of the devices it targets: "fpga", "gpu", "cpu", ...
   std::vector<std::string> compatible;  // device models / shells (VBNV); '*' and '?' wildcards allowed
-  std::string file;     // image file name, relative to the manifest's folder; no ".." and not absolute
+  std::string file;     // image file name in the manifest's folder: [A-Za-z0-9._+-], no leading '.', not *.toml
   std::string sha256;   // 64 lowercase hex digits of the image file
   double programming_seconds = 0;  // expected time to program a device with it
   std::vector<std::string> kernels;  // kernel names the image provides
@@ -45,7 +45,10 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
 Result<Manifest> load_manifest(const std::filesystem::path& path);
 
 // Validates a manifest built in code (the same checks parse_manifest makes). Errors: "invalid_manifest".
+// Every path that stores a bitstream (registry load, Registry::add, the admin upload, an agent's image cache)
+// goes through it, so name, version and file name follow one rule wherever they are stored.
 Status validate_manifest(const Manifest& manifest, std::string_view origin);
+
 
 // Serialises a manifest to TOML that parse_manifest reads back unchanged.
 std::string to_toml(const Manifest& manifest);

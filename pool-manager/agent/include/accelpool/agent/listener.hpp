@@ -87,10 +87,14 @@ struct VmStopped {
 
 // What the listener reports; every callback runs through the Poster. Empty functions are allowed.
 struct ListenerEvents {
-  // An agent registered. The manager takes the host (e.g. PoolCore::attach_host).
-  std::function<void(std::unique_ptr<RemoteHost> host)> host_joined;
+  // An agent asks to register (its token, protocol and fields are checked). The manager takes the host (e.g.
+  // PoolCore::attach_host) and returns ok, or returns why it refuses it (e.g. "conflict": the name belongs to
+  // another host of the pool; "invalid_argument": a bad device id). The agent's reply waits for this: it is a
+  // success only when the host was taken, else this error (the connection stays open, unregistered, and
+  // nothing of the host is kept; host_lost is never reported for it). Empty: every host is taken.
+  std::function<Status(std::unique_ptr<RemoteHost> host)> host_joined;
   // A registered agent's connection ended: closed, broken, or no heartbeat within the timeout. Its pending
-  // operations have already failed with "host_lost".
+  // operations have already failed with "host_lost". Only for hosts host_joined took.
   std::function<void(const std::string& host, const Error& why)> host_lost;
   // A VM on the host ended: the manager ends that VM's leases.
   std::function<void(const std::string& host, const VmStopped& vm)> vm_stopped;
@@ -127,7 +131,7 @@ class AgentListener {
   // The port of the first TCP address (0 when there is none).
   std::uint16_t tcp_port() const { return tcp_port_; }
 
-  // Names of the hosts whose agents are registered and live now. Any thread.
+  // Names of the hosts whose agents are registered (taken by host_joined) and live now. Any thread.
   std::vector<std::string> hosts() const;
 
   struct Impl;

@@ -60,8 +60,20 @@ class Store {
   virtual Status backup(const std::filesystem::path& dest) = 0;
 };
 
+// Whether opening may create a store where one existed before.
+enum class StoreCreation {
+  first_only,  // a new store only where none was ever made (no marker beside it, see open_sqlite_store)
+  allow_new,   // also where one was lost: the operator asked for a new, empty pool (accelpool-manager --new-store)
+};
+
 // SQLite in WAL mode. `full_sync` makes every commit survive power loss too (fsync per commit); without it a
 // commit survives a crash of the process (kill -9) and the disk is synced at checkpoints.
-Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync);
+// A store that opens leaves a marker beside it, `<file>.created`. With StoreCreation::first_only, a `file` that
+// is missing or empty (0 bytes) while that marker, or a non-empty `<file>-wal`, is there is refused: error
+// "store_missing" saying so, and nothing is created; so is a database without a schema (as after its
+// write-ahead log was lost) where the marker is. An existing store is opened whatever `creation` says.
+// Errors: "store_missing", "store".
+Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync,
+                                                 StoreCreation creation = StoreCreation::first_only);
 
 }  // namespace accelpool::manager

@@ -1,0 +1,192 @@
+// Agent registration end to end: the real accelpool-manager with its agent listener on loopback, agents played
+// by a plain JSON-lines client. A registration the pool refuses gets an error reply and changes nothing: the
+// host that holds the name keeps its devices and leases, before and after the refused agent disconnects.
+#include "test_client.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+using namespace accelpool::manager::itest;
+
+namespace {
+
+#ifdef ACCELPOOL_AGENT_BIN
+
+const std::string kAgentToken = "agent-token-0123456789";
+
+std::filesystem::path temp_dir() {
+  std::random_device rd;
+  auto p = std::filesystem::temp_directory_path() / ("apm-register-" + std::to_string(rd()) + std::to_string(rd()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+// A manager whose own host "local" has one network-attached asic, and an agent listener.
+struct Manager {
+  std::filesystem::path dir = temp_dir();
+  DaemonProcess daemon;
+  std::string admin, token;
+  Manager() : daemon(dir, config()) {
+    daemon.start();
+    admin = daemon.token("admin token");
+    token = daemon.token("guest token for tenant t");
+  }
+  ~Manager() {
+    daemon.stop(SIGKILL);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  static std::string config() {
+    std::ostringstream o;
+    o << "[leases]\nttl_s = 60\n"
+      << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+      << "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" << kAgentToken << "\"\n"
+      << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
+      << "[[tenants]]\nname = \"t\"\n";
+    return o.str();
+  }
+  GuestClient agent_connection() {
+    const auto& a = daemon.endpoints().agents;
+    return GuestClient::tcp(std::stoi(a.substr(a.rfind(':') + 1)));
+  }
+  GuestClient guest(const std::string& id) {
+    auto c = GuestClient::tcp(daemon.endpoints().guest_port);
+    REQUIRE(c.hello(token, id).contains("result"));
+    return c;
+  }
+  json::object device(const std::string& name) {
+    auto r = http(daemon.endpoints().admin_port, "GET", "/v1/devices", admin);
+    REQUIRE(r.status == 200);
+    auto body = r.json();
+    for (const auto& d : body.at("devices").as_array())
+      if (d.at("name").as_string() == name) return d.as_object();
+    return {};
+  }
+  std::string lease_state(std::uint64_t id) {
+    auto r = http(daemon.endpoints().admin_port, "GET", "/v1/leases/" + std::to_string(id), admin);
+    REQUIRE(r.status == 200);
+    return std::string(r.json().at("state").as_string());
+  }
+};
+
+json::object register_params(const std::string& host, const std::string& device_id, const std::string& kind = "asic") {
+  return {{"token", kAgentToken},
+          {"host", host},
+          {"protocol", 1},
+          {"devices", json::array{json::object{
+                          {"id", device_id}, {"kind", kind}, {"model", "m"}, {"passthrough", false}}}}};
+}
+
+std::string error_message(const json::object& reply) { return std::string(reply.at("error").at("message").as_string()); }
+
+#endif
+
+}  // namespace
+
+TEST_CASE("an agent registering under the name of the manager's own host is refused: that host keeps its devices "
+          "and leases",
+          "[integration][agents][registration]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+#else
+  Manager m;
+  auto g = m.guest("vm-1");
+  auto held = g.call("acquire", {{"kind", "asic"}});
+  REQUIRE(lease_state(held) == "granted");
+  auto lease = lease_id(held);
+
+  auto impostor = m.agent_connection();
+  auto reply = impostor.call("agent.register", register_params("local", "sim:0"));
+  REQUIRE(reply.contains("error"));
+  CHECK(error_word(reply) == "conflict");
+  CHECK_THAT(error_message(reply), Catch::Contains("agent.register: host 'local' refused"));
+  // Refused: nothing else is served on that connection.
+  auto after = impostor.call("agent.heartbeat", {});
+  CHECK(error_word(after) == "unauthorized");
+  impostor.close();
+
+  // A later agent's registration is answered after the listener has seen the refused one go (the close came
+  // first) and after the pool took everything that followed from it.
+  auto other = m.agent_connection();
+  REQUIRE(other.call("agent.register", register_params("hv-1", "d0", "gpu")).contains("result"));
+  CHECK(other.call("agent.heartbeat", {}).contains("result"));
+
+  auto local = m.device("local/asic0");
+  REQUIRE_FALSE(local.empty());
+  CHECK(local.at("available").as_bool());
+  CHECK(local.at("state").as_string() == "leased");
+  CHECK(m.lease_state(lease) == "granted");
+  // The device serves the next guest as soon as the first lets it go (hv-1 has no asic to offer instead).
+  REQUIRE(g.call("release", {{"lease", lease}}).contains("result"));
+  auto g2 = m.guest("vm-2");
+  CHECK(lease_state(g2.call("acquire", {{"kind", "asic"}})) == "granted");
+#endif
+}
+
+TEST_CASE("an agent whose device ids are invalid gets an error reply and nothing of it joins",
+          "[integration][agents][registration]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+#else
+  Manager m;
+  auto a = m.agent_connection();
+  for (const std::string& bad : {std::string("a/b"), std::string("has space"), std::string("nul\0id", 6)}) {
+    auto reply = a.call("agent.register", register_params("hv-bad", bad));
+    REQUIRE(reply.contains("error"));
+    CHECK(error_word(reply) == "invalid_argument");
+    CHECK_THAT(error_message(reply), Catch::Contains("agent.register: host 'hv-bad' refused"));
+  }
+  auto r = http(m.daemon.endpoints().admin_port, "GET", "/v1/devices", m.admin);
+  REQUIRE(r.status == 200);
+  auto body = r.json();
+  for (const auto& d : body.at("devices").as_array()) CHECK(d.at("host").as_string() == "local");
+  // The name is free again: the same connection registers it with valid ids.
+  REQUIRE(a.call("agent.register", register_params("hv-bad", "d0")).contains("result"));
+  CHECK(m.device("hv-bad/d0").at("available").as_bool());
+#endif
+}
+
+TEST_CASE("accelpool-agent configured with the name of the manager's own host exits with status 2, saying why",
+          "[integration][agents][registration]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+#else
+  Manager m;
+  auto config = m.dir / "agent.toml", log = m.dir / "agent.log";
+  std::ofstream(config) << "[agent]\nmanager = \"" << m.daemon.endpoints().agents << "\"\ntoken = \"" << kAgentToken
+                        << "\"\nhost = \"local\"\n[backends.sim]\ndevices = \"asic:sim-m:1\"\nattach = \"network\"\n";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    ::execl(ACCELPOOL_AGENT_BIN, ACCELPOOL_AGENT_BIN, "--config", config.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // It exits by itself; the bound only ends a hung test.
+  int status = 0;
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("accelpool-agent did not exit");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK_THAT(text, Catch::Contains("registration refused") && Catch::Contains("host 'local' refused"));
+  CHECK(m.device("local/asic0").at("available").as_bool());
+#endif
+}
