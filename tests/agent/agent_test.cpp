@@ -8,6 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "hung_after.hpp"
+#include "skip.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -67,7 +70,7 @@ class Owner {
       hosts[name] = std::shared_ptr<agent::RemoteHost>(std::move(h));
       return Status::ok();
     };
-    ev.host_lost = [this](const std::string& host, const Error& why) { lost.emplace_back(host, why, Clock::now()); };
+    ev.host_lost = [this](const std::string& host, const Error& why) { lost.emplace_back(host, why); };
     ev.vm_stopped = [this](const std::string& host, const agent::VmStopped& vm) { stopped.emplace_back(host, vm); };
     ev.device_health = [this](const std::string& host, const std::string& dev, const std::string& h,
                               const std::string& detail) { health.push_back({host, dev, h, detail}); };
@@ -75,7 +78,7 @@ class Owner {
   }
 
   // Waits until `pred` holds; `pred` runs on the owner thread's data under the owner's lock.
-  bool wait(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s) {
+  bool wait(const std::function<bool()>& pred, std::chrono::milliseconds timeout = testing::kHungAfter) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, timeout, pred);
   }
@@ -103,17 +106,17 @@ class Owner {
       out.done = true;
     };
   }
-  Outcome call(const std::function<void(manager::HostDriver::Done)>& op, std::chrono::milliseconds timeout = 10s) {
+  Outcome call(const std::function<void(manager::HostDriver::Done)>& op) {
     Outcome out;
     poster()([&] { op(record(out)); });
-    REQUIRE(wait([&] { return out.done; }, timeout));
+    REQUIRE(wait([&] { return out.done; }));
     return out;
   }
 
   // Owner-thread data (read it under wait()/sync()).
   std::vector<std::string> joined;
   std::map<std::string, std::shared_ptr<agent::RemoteHost>> hosts;
-  std::vector<std::tuple<std::string, Error, Clock::time_point>> lost;
+  std::vector<std::pair<std::string, Error>> lost;
   std::vector<std::pair<std::string, agent::VmStopped>> stopped;
   struct HealthEvent {
     std::string host, device, health, detail;
@@ -233,7 +236,7 @@ class RawClient {
   agent::Message call(const std::string& line) {
     std::string out = line + "\n";
     REQUIRE(agent::write_some(fd_, out));
-    auto until = Clock::now() + 5s;
+    auto until = Clock::now() + testing::kHungAfter;
     while (Clock::now() < until) {
       if (auto l = in_.next_line()) {
         auto m = agent::parse_message(*l);
@@ -348,18 +351,18 @@ TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it regi
   REQUIRE(f.wait_joined(3));
   auto a = f.host("host-a");
 
+  // Pending when the agent dies: sent to it, and sim:1 hangs for 20 s in programming once it gets there.
   Owner::Outcome hung;
   f.owner.sync([&] { a->prepare("sim:1", "vadd", false, "", f.owner.record(hung)); });
-  std::this_thread::sleep_for(200ms);  // the agent is now inside the hanging programming
   f.owner.sync([&] { CHECK_FALSE(hung.done); });
 
-  auto killed_at = Clock::now();
   a1.stop(SIGKILL);
-  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }, 3s));
+  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }));
   f.owner.sync([&] {
     CHECK(std::get<0>(f.owner.lost[0]) == "host-a");
     CHECK(std::get<1>(f.owner.lost[0]).code == "host_lost");
-    CHECK(std::get<2>(f.owner.lost[0]) - killed_at < 1500ms);  // within the heartbeat timeout
+    // Lost because its connection closed, not later by the heartbeat timeout.
+    CHECK(std::get<1>(f.owner.lost[0]).message.find("no heartbeat") == std::string::npos);
     REQUIRE(hung.done);
     CHECK(hung.status.error().code == "host_lost");
   });
@@ -388,12 +391,8 @@ TEST_CASE("a stopped agent (no heartbeat) is lost after the heartbeat timeout an
   Fixture f(1000ms);
   AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:1"));
   REQUIRE(f.wait_joined(1));
-  auto stopped_at = Clock::now();
   ::kill(a1.pid(), SIGSTOP);
-  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }, 5s));
-  auto took = Clock::now() - stopped_at;
-  CHECK(took >= 900ms);
-  CHECK(took < 3000ms);
+  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }));
   f.owner.sync([&] { CHECK(std::get<1>(f.owner.lost[0]).message.find("no heartbeat") != std::string::npos); });
   ::kill(a1.pid(), SIGCONT);  // its old connection is closed: it reconnects and registers again
   REQUIRE(f.wait_joined(2));
@@ -408,7 +407,7 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
 
   SECTION("an agent with a wrong token is refused and exits") {
     AgentProcess bad("host-z", f.port(), sim_pool("fpga:sim-u250:1"), "not-the-token");
-    auto rc = bad.wait_exit(5s);
+    auto rc = bad.wait_exit(testing::kHungAfter);
     REQUIRE(rc);
     CHECK(*rc == 2);
     CHECK(bad.log().find("wrong agent token") != std::string::npos);
@@ -473,7 +472,7 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
   }
   SECTION("a bad config is refused with the key named") {
     AgentProcess bad("host-q", f.port(), "[backends.sim]\ndevices = \"fpga:m:1\"\nbogus_key = 1\n");
-    auto rc = bad.wait_exit(5s);
+    auto rc = bad.wait_exit(testing::kHungAfter);
     REQUIRE(rc);
     CHECK(*rc != 0);
     CHECK(bad.log().find("bogus_key") != std::string::npos);
@@ -553,7 +552,7 @@ TEST_CASE("after a manager restart the agent registers again and reports what it
   o.listen = {"127.0.0.1:" + std::to_string(port)};
   auto l2 = agent::AgentListener::create(o, owner.events(), owner.poster());
   REQUIRE(l2);
-  REQUIRE(owner.wait([&] { return owner.joined.size() == 2; }, 5s));
+  REQUIRE(owner.wait([&] { return owner.joined.size() == 2; }));
   owner.sync([&] { a = owner.hosts.at("host-a"); });
   const auto& devs = a->registered_devices();
   REQUIRE(devs.size() == 2);
@@ -578,8 +577,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   std::string why;
   auto* daemon = hypervisor::testing::LibvirtDaemon::shared(&why);
   if (!daemon) {
-    WARN("skipped: no private libvirtd here: " << why);
-    return;
+    ACCELPOOL_SKIP("no private libvirtd here: " << why);
   }
   std::string vm = "agent-vm-" + std::to_string(::getpid());
   hypervisor::testing::VmOptions vo;
@@ -607,7 +605,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
 
   // A restarted agent learns from the VM's metadata what it attached, and registers the device as serving the VM.
   a1.stop(SIGKILL);
-  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }, 5s));
+  REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }));
   a1.start();
   REQUIRE(f.wait_joined(2));
   a = f.host("host-v");
@@ -617,7 +615,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   CHECK(a->registered_devices()[0].attach_state == "attached");
 
   // A VM with no OS never acknowledges the eject: quarantine, reported unhealthy; no second grant.
-  r = f.owner.call([&](auto done) { a->release("sim:0", done); }, 15s);
+  r = f.owner.call([&](auto done) { a->release("sim:0", done); });
   REQUIRE_FALSE(r.status);
   CHECK(r.status.error().code == "quarantined");
   REQUIRE(f.owner.wait([&] {
@@ -630,7 +628,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
 
   // The VM's end frees the device and is reported as vm.stopped with the device.
   REQUIRE(daemon->destroy_vm(vm));
-  REQUIRE(f.owner.wait([&] { return !f.owner.stopped.empty(); }, 10s));
+  REQUIRE(f.owner.wait([&] { return !f.owner.stopped.empty(); }));
   f.owner.sync([&] {
     CHECK(f.owner.stopped[0].first == "host-v");
     CHECK(f.owner.stopped[0].second.vm_name == vm);

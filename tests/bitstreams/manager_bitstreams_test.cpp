@@ -16,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "skip.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -119,8 +121,7 @@ std::string call_error(const json::object& reply) { return std::string(reply.at(
 TEST_CASE("an uploaded OpenCL bitstream is granted on a split PoCL sub-device, programmed, and its kernel runs",
           "[integration][bitstreams][opencl]") {
 #ifndef ACCELPOOL_TEST_HAVE_OPENCL
-  WARN("skipped: this build has no OpenCL backend (no ICD loader)");
-  return;
+  ACCELPOOL_SKIP("this build has no OpenCL backend (no ICD loader)");
 #else
   Manager m(base_config(split_pocl_host()));
   auto devices = m.get("/v1/devices");
@@ -132,8 +133,7 @@ TEST_CASE("an uploaded OpenCL bitstream is granted on a split PoCL sub-device, p
     if (d.at("kind").as_string() == "cpu") subdevices.insert(name);
   }
   if (subdevices.empty()) {
-    WARN("skipped: the ICD loader reports no OpenCL CPU device (install pocl-opencl-icd)");
-    return;
+    ACCELPOOL_SKIP("the ICD loader reports no OpenCL CPU device (install pocl-opencl-icd)");
   }
   // Sub-device ids are valid pool device names: HOST/opencl:<platform>:<device>.<sub-device>.
   for (const auto& name : subdevices) CHECK(std::regex_match(name, std::regex(R"(local/opencl:\d+:\d+\.\d+)")));
@@ -152,7 +152,7 @@ TEST_CASE("an uploaded OpenCL bitstream is granted on a split PoCL sub-device, p
   auto r = g.call("acquire", {{"kind", "cpu"}, {"bitstream", "saxpy"}});
   REQUIRE(lease_state(r) == "granted");
   auto id = lease_id(r);
-  auto ready = g.wait_notification("lease.granted", id, std::chrono::seconds(30));
+  auto ready = g.wait_notification("lease.granted", id);
   REQUIRE(ready);
   auto lease = ready->at("params").at("lease").as_object();
   REQUIRE(lease.at("devices").as_array().size() == 1);
@@ -227,7 +227,7 @@ TEST_CASE("deleting a bitstream is refused while a queued or granted lease uses 
   CHECK(m.get("/v1/queue").json().at("queue").as_array().empty());
 }
 
-TEST_CASE("corrupt and invalid uploads are refused and change nothing; a file corrupted on disk is never programmed",
+TEST_CASE("corrupt and invalid uploads are refused and change nothing, a file corrupted on disk is never programmed",
           "[integration][bitstreams][errors]") {
   Manager m(base_config(sim_u250_host()));
   auto before_files = snapshot(m.registry_dir());
@@ -300,7 +300,7 @@ TEST_CASE("corrupt and invalid uploads are refused and change nothing; a file co
     auto d = m.get("/v1/devices/local/sim:0").json();
     return d.at("state").as_string() == "free" && d.at("loaded").as_string() == "";
   };
-  for (int i = 0; i < 100 && !settled(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(accelpool::testing::eventually(settled));
 
   // Now the acquire is refused at once: nothing queues, and the card stays usable.
   auto refused = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd_u250"}});
@@ -413,8 +413,7 @@ TEST_CASE("accelpoolctl registers, lists and deletes bitstreams", "[integration]
 TEST_CASE("a host agent fetches the manager's image by sha256 into its cache folder and programs it",
           "[integration][bitstreams][agents]") {
 #ifndef ACCELPOOL_AGENT_BIN
-  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
-  return;
+  ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
   // The manager's own host serves another kind, so FPGAs come only from the agent.
   Manager m(base_config("[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\n"));
@@ -443,17 +442,12 @@ TEST_CASE("a host agent fetches the manager's image by sha256 into its cache fol
       ::waitpid(pid, nullptr, 0);
     }
   } reap{agent};
-  bool joined = false;
-  for (int i = 0; i < 200 && !joined; ++i) {
-    joined = m.get("/v1/devices/hv1/sim:0").status == 200;
-    if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  REQUIRE(joined);
+  REQUIRE(accelpool::testing::eventually([&] { return m.get("/v1/devices/hv1/sim:0").status == 200; }));
 
   auto g = m.guest("vm-agent");
   auto r = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd_u250"}});
   REQUIRE(lease_state(r) == "granted");
-  auto ready = g.wait_notification("lease.granted", lease_id(r), std::chrono::seconds(10));
+  auto ready = g.wait_notification("lease.granted", lease_id(r));
   REQUIRE(ready);
   CHECK(ready->at("params").at("lease").at("devices").as_array()[0].as_string() == "hv1/sim:0");
   CHECK(m.get("/v1/devices/hv1/sim:0").json().at("loaded").as_string() == "vadd_u250");

@@ -129,7 +129,7 @@ TEST_CASE("compatible() accepts listed models and refuses others", "[registry]")
   CHECK_THAT(no.error().message, Catch::Contains("vadd@1.0.0") && Catch::Contains("xilinx_u250"));
 }
 
-TEST_CASE("add registers an image atomically; bad registrations change nothing", "[registry]") {
+TEST_CASE("add registers an image atomically, bad registrations change nothing", "[registry]") {
   ScratchDir dir("add");
   ScratchDir upload("upload");
   auto r = Registry::open(dir.path());

@@ -30,7 +30,7 @@ TEST_CASE("base64 round-trips every length and refuses bad text", "[bitstreams][
   CHECK_FALSE(base64_decode("Zm8=Zm8=").is_ok());
 }
 
-TEST_CASE("a new shared registry folder is seeded with the samples; an existing one is not", "[bitstreams][shared]") {
+TEST_CASE("a new shared registry folder is seeded with the samples, an existing one is not", "[bitstreams][shared]") {
   ScratchDir dir("shared");
   auto reg = SharedRegistry::open(dir.path() / "reg", build_samples);
   REQUIRE(reg.is_ok());

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "skip.hpp"
+
 #include <cstring>
 #include <cctype>
 
@@ -17,8 +19,8 @@ namespace {
 
 bool have_samples() {
   if (fs::exists(build_samples / "vadd_u250.xclbin")) return true;
-  WARN("skipped: no generated xclbin samples in " << build_samples.string()
-                                                 << " (this build has no XRT headers to write them)");
+  accelpool::testing::skip("no generated xclbin samples in " + build_samples.string() +
+                           " (this build has no XRT headers to write them)");
   return false;
 }
 
@@ -56,8 +58,7 @@ bool is_v4_uuid(const std::string& u) {
 TEST_CASE("generated xclbins are read by XRT's parser: UUID, platform, kernels", "[xclbin][xrt]") {
   if (!have_samples()) return;
   if (!xrt_parser_available()) {
-    WARN("skipped: built without XRT, so only the container header is read");
-    return;
+    ACCELPOOL_SKIP("built without XRT, so only the container header is read");
   }
   auto vadd = read_xclbin(build_samples / "vadd_u250.xclbin");
   REQUIRE(vadd.is_ok());
@@ -150,8 +151,7 @@ TEST_CASE("an xclbin for a platform the manifest does not list is rejected", "[x
 TEST_CASE("an xclbin manifest naming a kernel the image lacks is rejected", "[xclbin][errors]") {
   if (!have_samples()) return;
   if (!xrt_parser_available()) {
-    WARN("skipped: built without XRT, kernels cannot be read");
-    return;
+    ACCELPOOL_SKIP("built without XRT, kernels cannot be read");
   }
   ScratchDir dir("xclbin-kernels");
   fs::copy_file(build_samples / "matmul_u280.xclbin", dir.path() / "matmul_u280.xclbin");
@@ -167,8 +167,7 @@ TEST_CASE("an xclbin manifest naming a kernel the image lacks is rejected", "[xc
 TEST_CASE("an xclbin whose metadata XRT cannot read is rejected by XRT's parser", "[xclbin][xrt][errors]") {
   if (!have_samples()) return;
   if (!xrt_parser_available()) {
-    WARN("skipped: built without XRT");
-    return;
+    ACCELPOOL_SKIP("built without XRT");
   }
   std::string image = read_file(build_samples / "vadd_u250.xclbin");
   auto at = image.find("<project");

@@ -11,6 +11,8 @@
 #include <accelpool/hypervisor/domain_channels.hpp>
 
 #include <catch2/catch.hpp>
+
+#include "skip.hpp"
 #include <nlohmann/json.hpp>
 
 #include <csignal>
@@ -65,8 +67,8 @@ std::optional<std::string> unavailable(const fs::path& dir, hypervisor::testing:
   return std::nullopt;
 }
 
-// The first console line holding `needle`, waiting up to `seconds`.
-std::optional<std::string> console_line(const fs::path& log, const std::string& needle, double seconds) {
+// The first console line holding `needle`, waiting up to `timeout`.
+std::optional<std::string> console_line(const fs::path& log, const std::string& needle, std::chrono::seconds timeout) {
   std::optional<std::string> found;
   eventually([&] {
     std::istringstream in(read_file(log));
@@ -77,7 +79,7 @@ std::optional<std::string> console_line(const fs::path& log, const std::string& 
         return true;
       }
     return false;
-  }, seconds);
+  }, timeout);
   return found;
 }
 
@@ -107,7 +109,7 @@ struct AgentProcess {
   ~AgentProcess() {
     ::kill(pid, SIGTERM);
     int st;
-    if (!eventually([&] { return waitpid(pid, &st, WNOHANG) == pid; }, 10)) {
+    if (!eventually([&] { return waitpid(pid, &st, WNOHANG) == pid; }, 10s)) {
       ::kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
     }
@@ -150,8 +152,7 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   hypervisor::testing::LibvirtDaemon* daemon = nullptr;
   const fs::path dir = image_dir();
   if (auto why = unavailable(dir, daemon)) {
-    WARN("SKIPPED: " << *why);
-    return;
+    ACCELPOOL_SKIP(*why);
   }
   ManagerOptions mo;
   mo.fpgas = 1;
@@ -184,7 +185,7 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   REQUIRE(eventually([&] {
     std::string body;
     return m.admin_request("GET", "/v1/devices/" + device, "", body) == 200;
-  }, 20));
+  }, 20s));
 
   // Two guests, booted together; guest 2 asks a little later so guest 1 is first in the queue.
   const std::string suffix = std::to_string(::getpid());
@@ -218,27 +219,27 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   } cleanup{daemon, {g1, g2}};
 
   // Guest 1: granted, the device hot-plugged and seen by the kernel and by the command.
-  auto sees1 = console_line(c1, "job lease", 90);
+  auto sees1 = console_line(c1, "job lease", 90s);
   REQUIRE(sees1);
   INFO("guest 1: " << *sees1);
   CHECK(sees1->find("devices " + device + " sees pci") != std::string::npos);
-  CHECK(console_line(c1, "pci added", 1));
+  CHECK(console_line(c1, "pci added", 1s));
   const double granted1_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // Guest 2 is booted and waiting while guest 1 holds the device.
-  REQUIRE(console_line(c2, "job: " + g2 + " asks for an fpga", 60));
-  auto done1 = console_line(c1, "job: " + g1 + " done", kHoldS + 30);
+  REQUIRE(console_line(c2, "job: " + g2 + " asks for an fpga", 60s));
+  auto done1 = console_line(c1, "job: " + g1 + " done", std::chrono::seconds(static_cast<int>(kHoldS) + 30));
   REQUIRE(done1);
   CHECK(done1->find("status 0") != std::string::npos);
-  auto sees2 = console_line(c2, "job lease", 90);
+  auto sees2 = console_line(c2, "job lease", 90s);
   REQUIRE(sees2);
   INFO("guest 2: " << *sees2);
   CHECK(sees2->find("devices " + device + " sees pci") != std::string::npos);
-  auto done2 = console_line(c2, "job: " + g2 + " done", 30);
+  auto done2 = console_line(c2, "job: " + g2 + " done", 30s);
   REQUIRE(done2);
   CHECK(done2->find("status 0") != std::string::npos);
   // The detach from guest 1 completed: the guest acknowledged the eject.
-  CHECK(console_line(c1, "pci removed", 10));
-  CHECK(console_line(c2, "pci removed", 20));
+  CHECK(console_line(c1, "pci removed", 10s));
+  CHECK(console_line(c2, "pci removed", 20s));
 
   // JCTs as the guests measured them (accelpool-run start to end).
   std::smatch sm;
@@ -258,7 +259,7 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
     for (const auto& l : leases)
       if (l["state"] == "released") ++ended;
     return ended >= 2;
-  }, 10));
+  }, 10s));
   std::vector<json> history;
   for (const auto& l : leases) {
     const auto& devs = l["devices"];
@@ -288,7 +289,7 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   CHECK(admin_jct2 > wait2);
   CHECK(wait2 > 0.5);
   // The device is free again and back in the agent's hands.
-  CHECK(eventually([&] { return admin_get(m, "/v1/devices/" + device)["state"] == "free"; }, 10));
+  CHECK(eventually([&] { return admin_get(m, "/v1/devices/" + device)["state"] == "free"; }, 10s));
   // The agent relayed both ports.
   const std::string alog = read_file(tmp / "agent.log");
   CHECK(alog.find("relay: VM '" + g1 + "' connected") != std::string::npos);
@@ -299,16 +300,16 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   const std::string up = "accelpool-guestd: pool stream serial://" + std::string(kPortName) + " is up";
   const std::string away = "accelpool-guestd: pool stream serial://" + std::string(kPortName) + " went away";
   CHECK(console_count(c1, up) == 1);
-  REQUIRE(eventually([&] { return console_count(c1, "probe ok") > 0 && console_count(c2, "probe ok") > 0; }, 20));
+  REQUIRE(eventually([&] { return console_count(c1, "probe ok") > 0 && console_count(c2, "probe ok") > 0; }, 20s));
   agent.reset();
-  CHECK(eventually([&] { return console_count(c1, away) == 1 && console_count(c2, away) == 1; }, 15));
+  CHECK(eventually([&] { return console_count(c1, away) == 1 && console_count(c2, away) == 1; }, 15s));
   // While no agent runs, guestd finds the port's host side unconnected and waits.
-  CHECK(eventually([&] { return console_count(c1, "host side of serial://" + std::string(kPortName) + " is not connected") == 1; }, 10));
+  CHECK(eventually([&] { return console_count(c1, "host side of serial://" + std::string(kPortName) + " is not connected") == 1; }, 10s));
   agent = std::make_unique<AgentProcess>(agent_cfg, tmp / "agent2.log");
-  CHECK(eventually([&] { return console_count(c1, up) == 2 && console_count(c2, up) == 2; }, 30));
+  CHECK(eventually([&] { return console_count(c1, up) == 2 && console_count(c2, up) == 2; }, 30s));
   // Programs reach the pool again through the same guestd (each guest acquires the manager's asic every second).
   const std::size_t ok1 = console_count(c1, "probe ok"), ok2 = console_count(c2, "probe ok");
-  CHECK(eventually([&] { return console_count(c1, "probe ok") > ok1 && console_count(c2, "probe ok") > ok2; }, 20));
+  CHECK(eventually([&] { return console_count(c1, "probe ok") > ok1 && console_count(c2, "probe ok") > ok2; }, 20s));
 
   const double whole = std::chrono::duration<double>(Clock::now() - t0).count();
   WARN("timings: guest 1 granted and saw the device at " << granted1_s << " s; JCT guest 1 " << jct1 << " s (admin "

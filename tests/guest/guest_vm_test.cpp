@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "skip.hpp"
+
 #include <libvirt/libvirt.h>
 
 #include <poll.h>
@@ -71,16 +73,16 @@ std::optional<std::string> image_unavailable(const fs::path& dir) {
   return std::nullopt;
 }
 
-// The shared private libvirtd when the image in `dir` is usable and a daemon can run; otherwise warns that the
-// test is skipped, and why, and returns nullptr.
-testing::LibvirtDaemon* vm_prerequisites(const fs::path& dir) {
+// The shared private libvirtd when the image in `dir` is usable and a daemon can run; otherwise skips the
+// test, saying why, and returns nullptr.
+hypervisor::testing::LibvirtDaemon* vm_prerequisites(const fs::path& dir) {
   if (auto why = image_unavailable(dir)) {
-    WARN("SKIPPED: " << *why);
+    accelpool::testing::skip(*why);
     return nullptr;
   }
   std::string why_not;
-  auto* daemon = testing::LibvirtDaemon::shared(&why_not);
-  if (daemon == nullptr) WARN("SKIPPED: no private libvirtd with the QEMU driver can run here: " << why_not);
+  auto* daemon = hypervisor::testing::LibvirtDaemon::shared(&why_not);
+  if (daemon == nullptr) accelpool::testing::skip("no private libvirtd with the QEMU driver can run here: " + why_not);
   return daemon;
 }
 
@@ -168,7 +170,7 @@ std::string echo_through(const fs::path& socket_path, const std::string& message
   return back;
 }
 
-std::unique_ptr<Attacher> attacher_for(testing::LibvirtDaemon& d) {
+std::unique_ptr<Attacher> attacher_for(hypervisor::testing::LibvirtDaemon& d) {
   LibvirtOptions o;
   o.uri = d.uri();
   o.detach_timeout = 40s;
@@ -178,7 +180,7 @@ std::unique_ptr<Attacher> attacher_for(testing::LibvirtDaemon& d) {
   return std::move(*a);
 }
 
-bool live_has_alias(testing::LibvirtDaemon& d, const std::string& vm, const std::string& alias) {
+bool live_has_alias(hypervisor::testing::LibvirtDaemon& d, const std::string& vm, const std::string& alias) {
   auto xml = d.live_xml(vm);
   REQUIRE(xml.is_ok());
   auto aliases = device_aliases(*xml);
@@ -231,7 +233,7 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
 
   TempDir tmp;
   const bool pvh = fs::exists(dir / "vmlinux");
-  testing::VmOptions vm;
+  hypervisor::testing::VmOptions vm;
   vm.name = "ap-guest-" + std::to_string(getpid());
   vm.memory_mib = 128;
   vm.kernel = pvh ? dir / "vmlinux" : dir / "vmlinuz";
@@ -386,7 +388,7 @@ TEST_CASE("a program added to the image runs as /etc/accelpool/run and its end p
     CHECK(read_file(initramfs) == bytes);
   }
 
-  testing::VmOptions vm;
+  hypervisor::testing::VmOptions vm;
   vm.name = "ap-guest-run-" + std::to_string(getpid());
   vm.memory_mib = 128;
   vm.kernel = fs::exists(tmp.path / "image" / "vmlinux") ? tmp.path / "image" / "vmlinux" : tmp.path / "image" / "vmlinuz";

@@ -7,6 +7,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "hung_after.hpp"
+#include "skip.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,10 +24,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-testing::LibvirtDaemon* daemon_or_warn() {
+hypervisor::testing::LibvirtDaemon* daemon_or_warn() {
   std::string why;
-  auto* d = testing::LibvirtDaemon::shared(&why);
-  if (d == nullptr) WARN("SKIPPED: no private libvirtd with the QEMU driver can run here: " << why);
+  auto* d = hypervisor::testing::LibvirtDaemon::shared(&why);
+  if (d == nullptr) accelpool::testing::skip("no private libvirtd with the QEMU driver can run here: " + why);
   return d;
 }
 
@@ -34,8 +37,8 @@ testing::LibvirtDaemon* daemon_or_warn() {
 
 std::string vm_name(const char* what) { return "ap-" + std::to_string(getpid()) + "-" + what; }
 
-std::string start_vm(testing::LibvirtDaemon& d, const std::string& name) {
-  testing::VmOptions o;
+std::string start_vm(hypervisor::testing::LibvirtDaemon& d, const std::string& name) {
+  hypervisor::testing::VmOptions o;
   o.name = name;
   auto uuid = d.create_vm(o);
   INFO((uuid.is_ok() ? std::string() : uuid.error().message));
@@ -43,7 +46,7 @@ std::string start_vm(testing::LibvirtDaemon& d, const std::string& name) {
   return *uuid;
 }
 
-std::unique_ptr<Attacher> attacher_for(testing::LibvirtDaemon& d, std::chrono::milliseconds detach_timeout) {
+std::unique_ptr<Attacher> attacher_for(hypervisor::testing::LibvirtDaemon& d, std::chrono::milliseconds detach_timeout) {
   LibvirtOptions o;
   o.uri = d.uri();
   o.detach_timeout = detach_timeout;
@@ -57,7 +60,7 @@ DeviceSpec sim(const std::string& id, const std::string& lease) {
   return DeviceSpec{id, lease, AttachMethod::emulated, ""};
 }
 
-std::vector<std::string> live_aliases(testing::LibvirtDaemon& d, const std::string& vm) {
+std::vector<std::string> live_aliases(hypervisor::testing::LibvirtDaemon& d, const std::string& vm) {
   auto xml = d.live_xml(vm);
   REQUIRE(xml.is_ok());
   auto aliases = device_aliases(*xml);
@@ -281,7 +284,7 @@ TEST_CASE("a detach the guest never acknowledges ends in quarantine, not in a fr
   auto second = attacher->detach(vm, dev);
   REQUIRE(second.is_ok());
 
-  REQUIRE(future.wait_for(10s) == std::future_status::ready);
+  REQUIRE(future.wait_for(accelpool::testing::kHungAfter) == std::future_status::ready);
   const DetachResult result = future.get();
   std::printf("hypervisor: unacknowledged detach quarantined after %lld ms (timeout %lld ms)\n",
               static_cast<long long>(result.elapsed.count()), static_cast<long long>(timeout.count()));
@@ -289,7 +292,7 @@ TEST_CASE("a detach the guest never acknowledges ends in quarantine, not in a fr
   CHECK_FALSE(result.device_free());
   CHECK(result.elapsed >= timeout);
   CHECK(result.detail.find("quarantined") != std::string::npos);
-  REQUIRE(second->wait_for(1s) == std::future_status::ready);
+  REQUIRE(second->wait_for(accelpool::testing::kHungAfter) == std::future_status::ready);
   CHECK(second->get().outcome == DetachOutcome::timed_out);
 
   // Quarantined: recorded as such, still in the VM, and not handed out again.
@@ -314,7 +317,7 @@ TEST_CASE("a detach the guest never acknowledges ends in quarantine, not in a fr
   // Detaching a quarantined device asks the guest again; unanswered, it is quarantined again.
   auto retry = restarted->detach(vm, dev);
   REQUIRE(retry.is_ok());
-  REQUIRE(retry->wait_for(10s) == std::future_status::ready);
+  REQUIRE(retry->wait_for(accelpool::testing::kHungAfter) == std::future_status::ready);
   CHECK(retry->get().outcome == DetachOutcome::timed_out);
 }
 
@@ -343,7 +346,7 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(daemon->destroy_vm(vm).is_ok());
   std::unique_lock lock(m);
-  REQUIRE(cv.wait_for(lock, 10s, [&] { return !events.empty(); }));
+  REQUIRE(cv.wait_for(lock, accelpool::testing::kHungAfter, [&] { return !events.empty(); }));
   std::printf("hypervisor: lifecycle event %.1f ms after the destroy call started\n", ms_since(t0));
   const HypervisorEvent e = events.front();
   lock.unlock();
@@ -355,7 +358,7 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
   CHECK(e.devices[0].lease_id == "lease-0");
   CHECK(e.devices[1].device_id == dev1);
 
-  REQUIRE(pending->wait_for(5s) == std::future_status::ready);
+  REQUIRE(pending->wait_for(accelpool::testing::kHungAfter) == std::future_status::ready);
   CHECK(pending->get().outcome == DetachOutcome::vm_stopped);
   CHECK(pending->get().device_free());
 
@@ -370,7 +373,7 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
   REQUIRE(attacher->attach(crash_vm, sim(dev2, "lease-2")).is_ok());
   REQUIRE(daemon->kill_vm(crash_vm).is_ok());
   lock.lock();
-  REQUIRE(cv.wait_for(lock, 10s, [&] { return events.size() >= 2; }));
+  REQUIRE(cv.wait_for(lock, accelpool::testing::kHungAfter, [&] { return events.size() >= 2; }));
   const HypervisorEvent crash = events.back();
   lock.unlock();
   CHECK(crash.kind == EventKind::vm_crashed);
@@ -383,12 +386,11 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
 TEST_CASE("the attacher reconnects after libvirtd restarts, and the VM's records survive the restart",
           "[hypervisor][libvirtd]") {
   // A daemon of its own: restarting the shared one would disturb other test cases of this process.
-  auto started = testing::LibvirtDaemon::start();
+  auto started = hypervisor::testing::LibvirtDaemon::start();
   if (!started) {
-    WARN("SKIPPED: no private libvirtd with the QEMU driver can run here: " << started.error().message);
-    return;
+    ACCELPOOL_SKIP("no private libvirtd with the QEMU driver can run here: " << started.error().message);
   }
-  testing::LibvirtDaemon& daemon = **started;
+  hypervisor::testing::LibvirtDaemon& daemon = **started;
   const std::string vm = vm_name("restart");
   start_vm(daemon, vm);
   auto attacher = attacher_for(daemon, 400ms);
@@ -420,7 +422,7 @@ TEST_CASE("the attacher reconnects after libvirtd restarts, and the VM's records
   // Events arrive on the new connection.
   REQUIRE(daemon.kill_vm(vm).is_ok());
   std::unique_lock lock(m);
-  REQUIRE(cv.wait_for(lock, 10s, [&] { return !events.empty(); }));
+  REQUIRE(cv.wait_for(lock, accelpool::testing::kHungAfter, [&] { return !events.empty(); }));
   CHECK(events.front().kind == EventKind::vm_crashed);
   CHECK(events.front().devices.size() == 2);
 }

@@ -21,7 +21,7 @@ Lease acquire_relayed(Pool& pool, const std::string& vm, const std::string& host
 
 }  // namespace
 
-TEST_CASE("only the guest that acquired a lease may touch it; an admin may touch every lease", "[core][owner]") {
+TEST_CASE("only the guest that acquired a lease may touch it, and an admin may touch every lease", "[core][owner]") {
   Pool pool(make_devices("fpga", 1));
   Lease a = pool.acquire("a", "vm1");
   Lease q = pool.acquire("a", "vm1");
@@ -60,7 +60,7 @@ TEST_CASE("a relayed VM's lease belongs to that VM on that host, through restart
   CHECK(pool.core->release(port, l.id).is_ok());
 }
 
-TEST_CASE("a grant keeps the expiry of the guest's last heartbeat; an expired request is not granted", "[core][ttl]") {
+TEST_CASE("a grant keeps the expiry of the guest's last heartbeat, and an expired request is not granted", "[core][ttl]") {
   CoreOptions opts;
   opts.lease_ttl_s = 10;
   Pool pool(make_devices("fpga", 1), opts);

@@ -6,11 +6,11 @@
 #include <accelpool/bitstreams/shared_registry.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <thread>
 
 using namespace accelpool;
 using namespace accelpool::manager;
@@ -49,24 +49,26 @@ struct MemoryBackend : backends::DeviceBackend {
   backends::HealthReport health(std::string_view) override { return {}; }
 };
 
-// Waits until the host's worker has posted `n` completions.
-void wait_for(PostQueue& q, std::mutex& mu, std::size_t n) {
-  for (int i = 0; i < 500; ++i) {
-    {
-      std::lock_guard lock(mu);
-      if (q.jobs.size() >= n) return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  FAIL("the host did not complete in time");
-}
+// Completions the host's worker thread posts, run by the test when it wants (it plays the owner thread).
+struct WorkerPosts {
+  std::mutex mu;
+  std::condition_variable posted;
+  PostQueue queue;
 
-// Waits for `n` completions, then runs every posted completion (as the owner thread would).
-void settle(PostQueue& q, std::mutex& mu, std::size_t n) {
-  wait_for(q, mu, n);
-  std::lock_guard lock(mu);
-  q.drain();
-}
+  Poster poster() {
+    return [this](std::function<void()> f) {
+      std::lock_guard lock(mu);
+      queue.jobs.push_back(std::move(f));
+      posted.notify_all();
+    };
+  }
+  // Waits for `n` completions (a minute at most: only a hung host takes that long), then runs them all.
+  void settle(std::size_t n) {
+    std::unique_lock lock(mu);
+    REQUIRE(posted.wait_for(lock, std::chrono::minutes(1), [&] { return queue.jobs.size() >= n; }));
+    queue.drain();
+  }
+};
 
 }  // namespace
 
@@ -74,12 +76,8 @@ TEST_CASE("the local host programs, then resets a device through its backend", "
   auto backend = std::make_unique<MemoryBackend>();
   backend->held = {{"d0", ""}, {"d1", ""}};
   auto* raw = backend.get();
-  PostQueue q;
-  std::mutex mu;
-  auto host = make_local_host("h", std::move(backend), [&](std::function<void()> f) {
-    std::lock_guard lock(mu);
-    q.jobs.push_back(std::move(f));
-  });
+  WorkerPosts posts;
+  auto host = make_local_host("h", std::move(backend), posts.poster());
   auto devs = host->devices();
   REQUIRE(devs.is_ok());
   CHECK(devs->size() == 2);
@@ -93,7 +91,7 @@ TEST_CASE("the local host programs, then resets a device through its backend", "
     CHECK_FALSE(s.is_ok());
     results.push_back("error:" + s.error().code);
   });
-  settle(q, mu, 2);
+  posts.settle(2);
   REQUIRE(results.size() == 2);
   CHECK(results[0] == "vadd");
   CHECK(results[1] == "error:program_failed");
@@ -103,7 +101,7 @@ TEST_CASE("the local host programs, then resets a device through its backend", "
     CHECK(s.is_ok());
     results.push_back("after-reset:" + loaded);
   });
-  settle(q, mu, 1);
+  posts.settle(1);
   CHECK(results.back() == "after-reset:");
   CHECK(raw->resets == 1);
 }
@@ -140,12 +138,8 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   auto* raw = backend.get();
   std::vector<std::unique_ptr<backends::DeviceBackend>> list;
   list.push_back(std::move(backend));
-  PostQueue q;
-  std::mutex mu;
-  auto host = make_local_host("h", std::move(list), catalog, [&](std::function<void()> f) {
-    std::lock_guard lock(mu);
-    q.jobs.push_back(std::move(f));
-  });
+  WorkerPosts posts;
+  auto host = make_local_host("h", std::move(list), catalog, posts.poster());
   REQUIRE(host.is_ok());
   REQUIRE((*host)->devices().is_ok());
   CHECK(catalog->kind_uses_images("fpga"));
@@ -157,7 +151,7 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   auto record = [&](Status s, std::string loaded) { results.push_back(s ? loaded : "error:" + s.error().code); };
   (*host)->prepare("d0", "img", false, "vm1", record);
   (*host)->prepare("d0", "nope", false, "vm1", record);
-  settle(q, mu, 2);
+  posts.settle(2);
   REQUIRE(results.size() == 2);
   CHECK(results[0] == "img");
   CHECK(results[1] == "error:not_found");
@@ -171,7 +165,7 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   CHECK(refused.error().code == "checksum_mismatch");
   CHECK(refused.error().message.find("img.bin") != std::string::npos);
   (*host)->prepare("d0", "img", true, "vm1", record);
-  settle(q, mu, 1);
+  posts.settle(1);
   CHECK(results.back() == "error:checksum_mismatch");
   CHECK(raw->programs == 1);
   CHECK(raw->held.at("d0") == sha);
@@ -182,13 +176,17 @@ TEST_CASE("the catalog remembers a verified image until its file changes, even a
   TempDir dir;
   std::string sha;
   auto registry = one_image_registry(dir, sha);
-  auto catalog = std::make_shared<ImageCatalog>(registry);
-  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
-  // A file written within the last second is hashed on every check; one older than that is remembered.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  REQUIRE(catalog->check("fpga", "img").is_ok());
-  REQUIRE(catalog->check("fpga", "img").is_ok());
   auto image = registry->dir() / "img.bin";
+  // The file's modification time an hour back, so that the same-size write below changes it whatever the
+  // file system's time granularity; its change time stays now.
+  std::filesystem::last_write_time(image, std::filesystem::last_write_time(image) - std::chrono::hours(1));
+  // A file written within the last second is hashed on every check; one older than that is remembered. The
+  // catalog's clock is moved past that second instead of waiting for it.
+  auto clock = std::make_shared<ManualClock>(SystemClock().now() + 2);
+  auto catalog = std::make_shared<ImageCatalog>(registry, clock);
+  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
+  REQUIRE(catalog->check("fpga", "img").is_ok());
+  REQUIRE(catalog->check("fpga", "img").is_ok());
   auto size = std::filesystem::file_size(image);
   {
     std::fstream f(image, std::ios::binary | std::ios::in | std::ios::out);

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "skip.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -96,7 +98,7 @@ TEST_CASE("an agent registering under the name of the manager's own host is refu
           "and leases",
           "[integration][agents][registration]") {
 #ifndef ACCELPOOL_AGENT_BIN
-  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+  ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
   Manager m;
   auto g = m.guest("vm-1");
@@ -135,7 +137,7 @@ TEST_CASE("an agent registering under the name of the manager's own host is refu
 TEST_CASE("an agent whose device ids are invalid gets an error reply and nothing of it joins",
           "[integration][agents][registration]") {
 #ifndef ACCELPOOL_AGENT_BIN
-  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+  ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
   Manager m;
   auto a = m.agent_connection();
@@ -158,7 +160,7 @@ TEST_CASE("an agent whose device ids are invalid gets an error reply and nothing
 TEST_CASE("accelpool-agent configured with the name of the manager's own host exits with status 2, saying why",
           "[integration][agents][registration]") {
 #ifndef ACCELPOOL_AGENT_BIN
-  WARN("skipped: accelpool-agent is not built in this configuration (device backends off)");
+  ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
   Manager m;
   auto config = m.dir / "agent.toml", log = m.dir / "agent.log";

@@ -28,7 +28,7 @@ bool output_shows(const DaemonProcess& d, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("a full disk stops the manager before it acknowledges what it cannot store; nothing acknowledged is lost",
+TEST_CASE("a full disk stops the manager before it acknowledges what it cannot store, and nothing acknowledged is lost",
           "[integration][store][faults]") {
   const accelpool::testing::ScratchDir scratch("faults");
   const auto& dir = scratch.path();

@@ -1,4 +1,5 @@
 #include "test_support.hpp"
+#include "hung_after.hpp"
 
 #include <sqlite3.h>
 
@@ -79,7 +80,7 @@ TEST_CASE("a file that is not a database gives a clear error", "[store]") {
   CHECK(opened.error().message.find("junk.db") != std::string::npos);
 }
 
-TEST_CASE("old ended leases are pruned from the store; live ones and the newest id stay", "[store]") {
+TEST_CASE("old ended leases are pruned from the store, live ones and the newest id stay", "[store]") {
   TempDir dir;
   auto opened = open_sqlite_store(dir.path / "s.db", false);
   REQUIRE(opened.is_ok());
@@ -122,7 +123,9 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
   auto wal_bytes = [&] { return std::filesystem::exists(wal) ? std::filesystem::file_size(wal) : 0; };
   const std::uintmax_t bound = 80u * 1024 * 1024;
   LeaseId next = commits + 1;
-  for (int i = 0; i < 250 && (wal_bytes() >= bound || std::filesystem::file_size(file) < 1024 * 1024); ++i) {
+  for (auto deadline = std::chrono::steady_clock::now() + accelpool::testing::kHungAfter;
+       std::chrono::steady_clock::now() < deadline &&
+       (wal_bytes() >= bound || std::filesystem::file_size(file) < 1024 * 1024);) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     Batch b;
     b.leases.push_back(stored_lease(next++, LeaseState::queued, 0));

@@ -48,16 +48,17 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-// Reads until the peer closes or `timeout` passes.
-std::string read_all(int fd, std::chrono::milliseconds timeout) {
+// Reads until the peer closes, a complete response is in, or kHungAfter passes (then sets `timed_out`).
+std::string read_all(int fd, bool* timed_out = nullptr) {
   std::string out;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto deadline = std::chrono::steady_clock::now() + kHungAfter;
   char buf[65536];
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready == 0 && timed_out) *timed_out = true;
+    if (ready <= 0) break;
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n <= 0) break;
     out.append(buf, static_cast<std::size_t>(n));
@@ -118,7 +119,7 @@ void DaemonProcess::start() {
     ::_exit(127);
   }
   pid_ = pid;
-  for (int i = 0; i < 1000; ++i) {
+  for (auto deadline = std::chrono::steady_clock::now() + kHungAfter; std::chrono::steady_clock::now() < deadline;) {
     std::string text = slurp(dir_ / "endpoints.json");
     if (!text.empty()) {
       auto v = json::parse(text).as_object();
@@ -140,7 +141,9 @@ void DaemonProcess::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  throw std::runtime_error("accelpool-manager did not write endpoints.json in 10 s:\n" + output());
+  throw std::runtime_error("accelpool-manager did not write endpoints.json in " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kHungAfter).count()) +
+                           " s:\n" + output());
 }
 
 void DaemonProcess::stop(int signal) {
@@ -177,7 +180,7 @@ HttpResult http(int port, const std::string& method, const std::string& target, 
   req += "\r\n" + body;
   int fd = connect_tcp(port);
   write_all(fd, req);
-  std::string resp = read_all(fd, std::chrono::milliseconds(5000));
+  std::string resp = read_all(fd);
   ::close(fd);
   HttpResult r;
   if (resp.size() < 12) return r;
@@ -193,8 +196,10 @@ int http_raw(int port, const std::string& request) {
     write_all(fd, request);
   } catch (...) {
   }
-  std::string resp = read_all(fd, std::chrono::milliseconds(15000));
+  bool timed_out = false;
+  std::string resp = read_all(fd, &timed_out);
   ::close(fd);
+  if (timed_out) return -1;
   if (resp.size() < 12) return 0;
   return std::stoi(resp.substr(9, 3));
 }
@@ -246,6 +251,17 @@ std::optional<std::string> GuestClient::read_line(std::chrono::milliseconds time
     ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
     if (n <= 0) return std::nullopt;
     buffer_.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+bool GuestClient::wait_closed(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) return false;
+    char buf[65536];
+    if (::recv(fd_, buf, sizeof buf, 0) <= 0) return true;
   }
 }
 

@@ -2,6 +2,8 @@
 // sockets (newline-delimited JSON for guests, hand-written HTTP/1.1 for the admin API).
 #pragma once
 
+#include "hung_after.hpp"
+
 #include <boost/json.hpp>
 
 #include <chrono>
@@ -14,6 +16,8 @@
 namespace accelpool::manager::itest {
 
 namespace json = boost::json;
+
+using accelpool::testing::kHungAfter;
 
 struct Endpoints {
   int admin_port = 0;
@@ -63,7 +67,8 @@ struct HttpResult {
 
 HttpResult http(int port, const std::string& method, const std::string& target, const std::string& token,
                 const std::string& body = "");
-// Sends raw bytes and returns the status line's code (0 if the server closed without answering).
+// Sends raw bytes and returns the status line's code: 0 if the server closed without answering, -1 if it did
+// neither within kHungAfter.
 int http_raw(int port, const std::string& request);
 
 class GuestClient {
@@ -75,13 +80,15 @@ class GuestClient {
 
   void send_line(const std::string& line);
   // The next line, or nullopt on timeout / close.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = kHungAfter);
+  // Whether the server closes the connection within `timeout` (lines it sends meanwhile are dropped).
+  bool wait_closed(std::chrono::milliseconds timeout = kHungAfter);
   // A call: sends it with a fresh id, returns the reply (notifications seen meanwhile are kept).
   json::object call(const std::string& method, json::object params);
   json::object hello(const std::string& token, const std::string& guest);
   // Waits for a notification with `method` for `lease` (or any lease when 0).
   std::optional<json::object> wait_notification(const std::string& method, std::uint64_t lease,
-                                                std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+                                                std::chrono::milliseconds timeout = kHungAfter);
   void close();
 
  private:

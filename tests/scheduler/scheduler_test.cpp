@@ -56,7 +56,7 @@ TEST_CASE("bad requests are rejected with a reason and change nothing", "[schedu
   CHECK(s->device_count() == 3);
 }
 
-TEST_CASE("passthrough devices serve only guests on their host; network devices serve all", "[scheduler][attach]") {
+TEST_CASE("passthrough devices serve only guests on their host, network devices serve all", "[scheduler][attach]") {
   auto s = make_scheduler("fifo", "fpga:2@1;fpga:1");
   Request far = req(1, 0, 2);
   far.guest_host = 7;  // sees only the one network device
@@ -69,7 +69,7 @@ TEST_CASE("passthrough devices serve only guests on their host; network devices 
   CHECK(d.grants[0].devices.size() == 3);
 }
 
-TEST_CASE("sjf serves the shortest estimate first; unknown estimates go last", "[scheduler][sjf]") {
+TEST_CASE("sjf serves the shortest estimate first, unknown estimates go last", "[scheduler][sjf]") {
   auto s = make_scheduler("sjf", "fpga:1");
   submit(*s, req(1, 0, 1, 100), 0);
   submit(*s, req(2, 1, 1), 1);
@@ -189,7 +189,7 @@ TEST_CASE("the tail guard serves a request that waited too long, and reserves de
   CHECK(granted(release(*s, 4, 61)) == V{3});
 }
 
-TEST_CASE("a failed device revokes its lease; the device returns when available again", "[scheduler][devices]") {
+TEST_CASE("a failed device revokes its lease, the device returns when available again", "[scheduler][devices]") {
   auto s = make_scheduler("fifo", "fpga:2");
   submit(*s, req(1, 0, 2), 0);
   Decisions out;

@@ -23,6 +23,7 @@ using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerProcess;
 using accelpool::shim::test::eventually;
 using Clock = std::chrono::steady_clock;
+using accelpool::shim::test::renewed_past_ttl;
 
 namespace {
 
@@ -36,6 +37,9 @@ std::unique_ptr<Client> connect(const ManagerProcess& m, const std::string& gues
   REQUIRE(c);
   return std::move(*c);
 }
+
+// How long an acquire that must be granted may wait: only a hung pool takes this long.
+const double kGranted = std::chrono::duration<double>(accelpool::testing::kHungAfter).count();
 
 AcquireOptions fpga(std::optional<double> timeout_s = std::nullopt) {
   AcquireOptions a;
@@ -51,7 +55,7 @@ TEST_CASE("acquire returns a ready grant and release ends it", "[integration][sh
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-a");
   CHECK(c->tenant() == "default");
-  auto lease = c->acquire(fpga(5));
+  auto lease = c->acquire(fpga(kGranted));
   INFO((lease ? std::string() : lease.error().message));
   REQUIRE(lease);
   LeaseInfo info = lease->info();
@@ -83,7 +87,7 @@ TEST_CASE("a Lease is released when it goes out of scope", "[integration][shim]"
   auto c = connect(m, "vm-raii", /*unix_socket=*/true);
   std::uint64_t id = 0;
   {
-    auto lease = c->acquire(fpga(5));
+    auto lease = c->acquire(fpga(kGranted));
     REQUIRE(lease);
     id = lease->id();
     Lease moved = std::move(*lease);  // move-only: the moved-from lease releases nothing
@@ -102,40 +106,39 @@ TEST_CASE("a request waits in the queue while the pool is full and is granted wh
   ManagerProcess m(fpga_pool(2, /*ttl_s=*/1.0));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-q");
-  auto a = c->acquire(fpga(5));
-  auto b = c->acquire(fpga(5));
+  auto a = c->acquire(fpga(kGranted));
+  auto b = c->acquire(fpga(kGranted));
   REQUIRE(a);
   REQUIRE(b);
   CHECK(a->info().devices[0].name != b->info().devices[0].name);
 
   std::atomic<int> callbacks{0};
-  auto pending = c->acquire_async(fpga(10), [&](std::uint64_t, const accelpool::Status& s) {
+  auto pending = c->acquire_async(fpga(kGranted), [&](std::uint64_t, const accelpool::Status& s) {
     if (s) ++callbacks;
   });
-  REQUIRE(eventually([&] { return pending.lease_id() != 0; }, 3));
-  // Longer than the TTL: heartbeats keep the queued request (and the two grants) alive.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  REQUIRE(eventually([&] { return pending.lease_id() != 0; }));
+  // Past the TTL: heartbeats keep the queued request (and the two grants) alive.
+  REQUIRE(renewed_past_ttl(*c, pending.lease_id(), 1.0));
+  REQUIRE(renewed_past_ttl(*c, a->id(), 1.0));
+  REQUIRE(renewed_past_ttl(*c, b->id(), 1.0));
   CHECK_FALSE(pending.done());
   auto queued = c->get(pending.lease_id());
   REQUIRE(queued);
   CHECK(queued->state == LeaseState::queued);
 
   std::string freed = a->info().devices[0].name;
-  auto t0 = Clock::now();
   REQUIRE(a->release());
-  auto third = pending.wait(Seconds(5));
+  auto third = pending.wait();
   REQUIRE(third);
-  double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-  CHECK(waited < 2.0);
   CHECK(third->info().devices[0].name == freed);
-  CHECK(eventually([&] { return callbacks.load() == 1; }, 2));
+  CHECK(eventually([&] { return callbacks.load() == 1; }));
 }
 
 TEST_CASE("an acquire that is not granted in time fails with timeout and its request is cancelled", "[integration][shim]") {
   ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-t");
-  auto held = c->acquire(fpga(5));
+  auto held = c->acquire(fpga(kGranted));
   REQUIRE(held);
   auto t0 = Clock::now();
   auto pending = c->acquire_async(fpga(0.5));
@@ -143,24 +146,23 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   REQUIRE_FALSE(r);
   CHECK(r.error().code == "timeout");
-  CHECK(took >= 0.45);
-  CHECK(took < 3.0);
+  CHECK(took >= 0.45);  // not before its timeout
   std::uint64_t id = pending.lease_id();
   REQUIRE(id != 0);
-  CHECK(eventually([&] { auto s = c->get(id); return s && s->state == LeaseState::cancelled; }, 3));
+  CHECK(eventually([&] { auto s = c->get(id); return s && s->state == LeaseState::cancelled; }));
 
   // Blocking form, and cancel of an asynchronous one.
   auto r2 = c->acquire(fpga(0.2));
   REQUIRE_FALSE(r2);
   CHECK(r2.error().code == "timeout");
   auto p3 = c->acquire_async(fpga());
-  REQUIRE(eventually([&] { return p3.lease_id() != 0; }, 3));
+  REQUIRE(eventually([&] { return p3.lease_id() != 0; }));
   REQUIRE(p3.cancel());
   auto r3 = p3.wait();
   REQUIRE_FALSE(r3);
   CHECK(r3.error().code == "cancelled");
   std::uint64_t id3 = p3.lease_id();
-  CHECK(eventually([&] { auto s = c->get(id3); return s && s->state == LeaseState::cancelled; }, 3));
+  CHECK(eventually([&] { auto s = c->get(id3); return s && s->state == LeaseState::cancelled; }));
   // The held lease was untouched.
   CHECK(c->get(held->id())->state == LeaseState::granted);
 }
@@ -171,8 +173,7 @@ TEST_CASE("a request no device can serve fails at once as infeasible", "[integra
   auto c = connect(m, "vm-i");
   AcquireOptions gpu;
   gpu.kind = "gpu";
-  auto t0 = Clock::now();
-  auto r = c->acquire(gpu);
+  auto r = c->acquire(gpu);  // no timeout: only the refusal ends it
   REQUIRE_FALSE(r);
   CHECK(r.error().code == "infeasible");
   CHECK(r.error().message.find("gpu") != std::string::npos);
@@ -181,7 +182,6 @@ TEST_CASE("a request no device can serve fails at once as infeasible", "[integra
   auto r2 = c->acquire(many);
   REQUIRE_FALSE(r2);
   CHECK(r2.error().code == "infeasible");
-  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 2.0);
   AcquireOptions empty;
   auto r3 = c->acquire(empty);
   REQUIRE_FALSE(r3);
@@ -212,11 +212,9 @@ TEST_CASE("an unreachable pool is a clear error, not a hang", "[integration][shi
     o.token = token;
     o.guest = "vm-u";
     o.connect_timeout = Seconds(1);
-    auto t0 = Clock::now();
     auto c = Client::connect(o);
     REQUIRE_FALSE(c);
     CHECK(c.error().code == "unreachable");
-    CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 2.0);
   }
   ClientOptions bad;
   bad.uri = "http://127.0.0.1:7070";
@@ -230,13 +228,13 @@ TEST_CASE("the client reconnects when the stream drops and keeps its lease alive
   ManagerProcess m(fpga_pool(1, 1.5));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-r");
-  auto lease = c->acquire(fpga(5));
+  auto lease = c->acquire(fpga(kGranted));
   REQUIRE(lease);
   CHECK(c->connections() == 1);
   c->drop_connection_for_testing();
-  REQUIRE(eventually([&] { return c->connections() == 2 && c->connected(); }, 3));
-  // Longer than the TTL: only the heartbeats of the resumed lease keep it.
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  REQUIRE(eventually([&] { return c->connections() == 2 && c->connected(); }));
+  // Past the TTL: only the heartbeats of the resumed lease keep it.
+  REQUIRE(renewed_past_ttl(*c, lease->id(), 1.5));
   auto s = c->get(lease->id());
   REQUIRE(s);
   CHECK(s->state == LeaseState::granted);
@@ -246,20 +244,34 @@ TEST_CASE("the client reconnects when the stream drops and keeps its lease alive
 }
 
 TEST_CASE("a lease survives a manager restart: the client reconnects and resumes it", "[integration][shim]") {
-  ManagerProcess m(fpga_pool(1, 3));
+  ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
-  auto c = connect(m, "vm-restart", /*unix_socket=*/true);
-  auto lease = c->acquire(fpga(5));
+  ClientOptions o;
+  o.uri = m.unix_uri();
+  o.token = m.guest_token();
+  o.guest = "vm-restart";
+  // A call waits for the pool as long as a restart may take on a loaded machine.
+  o.call_timeout = accelpool::testing::kHungAfter;
+  auto connected = Client::connect(o);
+  REQUIRE(connected);
+  auto c = std::move(*connected);
+  auto lease = c->acquire(fpga(kGranted));
   REQUIRE(lease);
   m.stop();
-  REQUIRE(eventually([&] { return !c->connected(); }, 3));
-  // A call while the pool is away waits for it (up to the call timeout).
-  std::thread restarter([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    (void)m.start();
+  REQUIRE(eventually([&] { return !c->connected(); }));
+  // A call while the pool is away waits for it (up to the call timeout): the pool restarts once the call is
+  // being made.
+  std::atomic<bool> calling{false};
+  std::optional<accelpool::Result<LeaseInfo>> got;
+  std::thread caller([&] {
+    calling = true;
+    got = c->get(lease->id());
   });
-  auto s = c->get(lease->id());
-  restarter.join();
+  REQUIRE(eventually([&] { return calling.load(); }));
+  (void)m.start();
+  caller.join();
+  REQUIRE(got);
+  auto& s = *got;
   INFO(m.error());
   REQUIRE(m.running());
   REQUIRE(s);
@@ -271,7 +283,7 @@ TEST_CASE("a lease survives a manager restart: the client reconnects and resumes
   REQUIRE_FALSE(r);
   CHECK(r.error().code == "timeout");
   REQUIRE(lease->release());
-  auto r2 = other->acquire(fpga(5));
+  auto r2 = other->acquire(fpga(kGranted));
   CHECK(r2);
 }
 
@@ -281,7 +293,7 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
   auto c = connect(m, "vm-rev");
   std::mutex mu;
   std::vector<LeaseInfo> revoking, ended;
-  AcquireOptions a = fpga(5);
+  AcquireOptions a = fpga(kGranted);
   a.on_revoking = [&](const LeaseInfo& l) {
     std::lock_guard<std::mutex> lk(mu);
     revoking.push_back(l);
@@ -297,7 +309,7 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
                              R"({"reason":"maintenance"})", body);
   INFO(body);
   REQUIRE(code == 200);
-  REQUIRE(eventually([&] { std::lock_guard<std::mutex> lk(mu); return !revoking.empty(); }, 2));
+  REQUIRE(eventually([&] { std::lock_guard<std::mutex> lk(mu); return !revoking.empty(); }));
   {
     std::lock_guard<std::mutex> lk(mu);
     CHECK(revoking[0].id == lease->id());
@@ -307,7 +319,7 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
   }
   CHECK(lease->revoking());
   // Not released within the grace period: the pool ends it and on_ended says so.
-  REQUIRE(eventually([&] { std::lock_guard<std::mutex> lk(mu); return !ended.empty(); }, 4));
+  REQUIRE(eventually([&] { std::lock_guard<std::mutex> lk(mu); return !ended.empty(); }));
   {
     std::lock_guard<std::mutex> lk(mu);
     CHECK(ended[0].state == LeaseState::revoked);
@@ -317,12 +329,12 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
   CHECK(lease->release());  // already ended: ok
 
   // A callback set after the grant still sees a revocation.
-  auto l2 = c->acquire(fpga(5));
+  auto l2 = c->acquire(fpga(kGranted));
   REQUIRE(l2);
   std::atomic<bool> seen{false};
   l2->on_revoking([&](const LeaseInfo&) { seen = true; });
   REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(l2->id()) + "/revoke", "{}", body) == 200);
-  REQUIRE(eventually([&] { return seen.load(); }, 2));
+  REQUIRE(eventually([&] { return seen.load(); }));
   REQUIRE(l2->release());
   CHECK(c->get(l2->id())->state == LeaseState::released);
 }
@@ -331,8 +343,8 @@ TEST_CASE("closing the client releases the leases it still holds", "[integration
   ManagerProcess m;
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-close");
-  auto l1 = c->acquire(fpga(5));
-  auto l2 = c->acquire(fpga(5));
+  auto l1 = c->acquire(fpga(kGranted));
+  auto l2 = c->acquire(fpga(kGranted));
   REQUIRE(l1);
   REQUIRE(l2);
   std::uint64_t id1 = l1->id(), id2 = l2->id();
@@ -403,7 +415,7 @@ TEST_CASE("serial:// finds the port by its name and speaks the protocol over it"
     auto c = Client::connect(o);
     INFO((c ? std::string() : c.error().message));
     REQUIRE(c);
-    auto lease = (*c)->acquire(fpga(5));
+    auto lease = (*c)->acquire(fpga(kGranted));
     REQUIRE(lease);
     CHECK(lease->info().guest == "vm-serial");
     std::uint64_t id = lease->id();

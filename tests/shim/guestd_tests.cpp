@@ -34,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// How long a reply or a notification that must come is waited for (only a hung component takes this long).
+const double kHungAfterS = std::chrono::duration<double>(accelpool::testing::kHungAfter).count();
+
 int connect_unix(const std::string& path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -98,7 +101,7 @@ class LineClient {
     }
   }
   // The next message with this id (notifications before it are kept in `seen`).
-  json reply(const json& id, double seconds = 10) {
+  json reply(const json& id, double seconds = kHungAfterS) {
     auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
     while (Clock::now() < end) {
       json j = next(std::chrono::duration<double>(end - Clock::now()).count());
@@ -109,7 +112,7 @@ class LineClient {
     return json::value_t::discarded;
   }
   // Waits for a notification `method` about lease `lease` (looking at `seen` first).
-  bool notified(const std::string& method, std::uint64_t lease, double seconds) {
+  bool notified(const std::string& method, std::uint64_t lease, double seconds = kHungAfterS) {
     auto match = [&](const json& j) {
       return j.value("method", "") == method && j["params"]["lease"]["id"].get<std::uint64_t>() == lease;
     };
@@ -160,7 +163,7 @@ struct Guestd {
     eventually([&] {
       struct stat st {};
       return ::stat(socket.c_str(), &st) == 0;
-    }, 5);
+    });
   }
   ~Guestd() {
     ::kill(pid, SIGTERM);
@@ -282,8 +285,8 @@ TEST_CASE("guestd multiplexes two programs over one stream and routes each reply
   json rel = a.reply("rel");
   REQUIRE(rel.contains("result"));
   CHECK(rel["result"]["lease"]["state"] == "released");
-  CHECK(a.notified("lease.ended", la, 5));
-  CHECK(b.notified("lease.granted", lb, 5));
+  CHECK(a.notified("lease.ended", la));
+  CHECK(b.notified("lease.granted", lb));
   // B's grant did not go to A, A's end did not go to B.
   CHECK_FALSE(a.notified("lease.granted", lb, 0.3));
   CHECK_FALSE(b.notified("lease.ended", la, 0.1));
@@ -322,14 +325,14 @@ TEST_CASE("guestd survives the host side going away and resumes each program's s
   // The host side goes away and refuses to come back for a while; a call made meanwhile waits for it.
   proxy.set_present(false);
   proxy.cut();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(eventually([&] { return read_file(m.dir() + "/guestd.log").find("went away") != std::string::npos; }));
   a.send(call(2, "heartbeat", {{"lease", lease}}));
   json early = a.reply(2, 0.5);
   INFO(early.dump());
   CHECK(early.is_discarded());  // no answer while the stream is down
   CHECK_FALSE(a.closed);
   proxy.set_present(true);
-  json hb = a.reply(2, 10);
+  json hb = a.reply(2);
   INFO(read_file(m.dir() + "/guestd.log"));
   REQUIRE(hb.contains("result"));  // authenticated again: guestd re-sent the program's hello first
   CHECK(hb["result"]["leases"][0]["id"] == lease);
@@ -337,7 +340,7 @@ TEST_CASE("guestd survives the host side going away and resumes each program's s
   // Notifications of the lease reach the program again.
   a.send(call(3, "release", {{"lease", lease}}));
   CHECK(a.reply(3)["result"]["lease"]["state"] == "released");
-  CHECK(a.notified("lease.ended", lease, 5));
+  CHECK(a.notified("lease.ended", lease));
 }
 
 TEST_CASE("accelpool-run jobs share one stream through guestd", "[integration][guestd]") {
@@ -364,7 +367,7 @@ TEST_CASE("accelpool-run jobs share one stream through guestd", "[integration][g
   std::set<std::string> leases;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     int st = -1;
-    bool done = eventually([&] { return waitpid(jobs[i], &st, WNOHANG) == jobs[i]; }, 20);
+    bool done = eventually([&] { return waitpid(jobs[i], &st, WNOHANG) == jobs[i]; });
     if (!done) ::kill(jobs[i], SIGKILL);
     REQUIRE(done);
     std::string out = read_file(m.dir() + "/job" + std::to_string(i) + ".out");
@@ -376,7 +379,7 @@ TEST_CASE("accelpool-run jobs share one stream through guestd", "[integration][g
   CHECK(leases.size() == 3);  // three leases, one after the other on the one device
 }
 
-TEST_CASE("a relayed connection is pinned to its VM; a wrong agent token is refused", "[integration][relay]") {
+TEST_CASE("a relayed connection is pinned to its VM, a wrong agent token is refused", "[integration][relay]") {
   ManagerOptions o = fpga_pool(1);
   o.agent_token = "agent-secret-0123456789";
   ManagerProcess m(o);

@@ -95,7 +95,7 @@ bool ManagerProcess::start() {
     _exit(127);
   }
   pid_ = pid;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto deadline = std::chrono::steady_clock::now() + accelpool::testing::kHungAfter;
   while (std::chrono::steady_clock::now() < deadline) {
     int st;
     if (waitpid(pid_, &st, WNOHANG) == pid_) {
@@ -127,7 +127,7 @@ bool ManagerProcess::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  error_ = "accelpool-manager did not write endpoints.json within 20 s: " + read_file(log);
+  error_ = "accelpool-manager did not write endpoints.json in time: " + read_file(log);
   stop();
   return false;
 }

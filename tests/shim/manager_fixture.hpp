@@ -1,6 +1,9 @@
 // Starts the real accelpool-manager on loopback with a temporary data folder, for the shim's integration tests.
 #pragma once
 
+#include "hung_after.hpp"
+#include "skip.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -64,12 +67,10 @@ class ManagerProcess {
   pid_t pid_ = -1;
 };
 
-// In a test case: skips it with a warning when this build has no manager, else starts `m` or fails.
-#define REQUIRE_MANAGER(m)                                                                            \
-  if (::accelpool::shim::test::ManagerProcess::binary().empty()) {                                   \
-    WARN("skipped: this build has no accelpool-manager target, so there is no pool to test against"); \
-    return;                                                                                           \
-  }                                                                                                   \
+// In a test case: skips it when this build has no manager, else starts `m` or fails.
+#define REQUIRE_MANAGER(m)                                                                                \
+  if (::accelpool::shim::test::ManagerProcess::binary().empty())                                         \
+    ACCELPOOL_SKIP("this build has no accelpool-manager target, so there is no pool to test against"); \
   if (!(m).start()) FAIL("accelpool-manager did not start: " << (m).error())
 
 // A unique temporary folder (removed by the caller).
@@ -77,16 +78,22 @@ std::string make_temp_dir(const std::string& prefix);
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
 
-// Polls `p` every 20 ms until it holds or `seconds` pass; returns its last value.
-template <typename Pred>
-bool eventually(Pred p, double seconds) {
-  using Clock = std::chrono::steady_clock;
-  auto end = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (Clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return p();
+using ::accelpool::testing::eventually;
+
+// Waits until heartbeats have renewed lease `id` (queued or granted) at or after the expiry it had when this was
+// called, which proves by the manager's own clock that it outlived one TTL (`ttl_s`) without being ended.
+// Returns false when that did not happen within kHungAfter (the lease ended, or heartbeats stopped). `client`
+// is a shim Client (a template so that this header needs no link to the shim library).
+template <typename ShimClient>
+bool renewed_past_ttl(ShimClient& client, std::uint64_t id, double ttl_s) {
+  auto first = client.get(id);
+  if (!first) return false;
+  // expires_at is the last heartbeat's time plus the TTL.
+  const double renewed_at_or_after = first->expires_at + ttl_s;
+  return eventually([&] {
+    auto l = client.get(id);
+    return l && l->expires_at >= renewed_at_or_after;
+  });
 }
 
 }  // namespace accelpool::shim::test

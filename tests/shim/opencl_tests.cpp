@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "skip.hpp"
+
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
@@ -20,8 +22,7 @@ using accelpool::shim::test::read_file;
 #ifdef SHIM_OPENCL_EXAMPLE_BIN
 TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the pool", "[integration][shim][opencl]") {
   if (ManagerProcess::binary().empty()) {
-    WARN("skipped: this build has no accelpool-manager target");
-    return;
+    ACCELPOOL_SKIP("this build has no accelpool-manager target");
   }
   ManagerOptions o;
   o.backend = "opencl";
@@ -38,11 +39,10 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
     REQUIRE(c);
     AcquireOptions a;
     a.kind = "cpu";
-    a.timeout = Seconds(10);
+    a.timeout = accelpool::testing::kHungAfter;
     auto l = (*c)->acquire(a);
     if (!l && l.error().code == "infeasible") {
-      WARN("skipped: the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " + l.error().message);
-      return;
+      ACCELPOOL_SKIP("the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " + l.error().message);
     }
     REQUIRE(l);
   }
@@ -117,6 +117,6 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
 }
 #else
 TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the pool", "[integration][shim][opencl]") {
-  WARN("skipped: built without OpenCL (no ICD loader found), so the OpenCL example does not exist");
+  ACCELPOOL_SKIP("built without OpenCL (no ICD loader found), so the OpenCL example does not exist");
 }
 #endif

@@ -43,7 +43,7 @@ TEST_CASE("generator: Poisson arrivals and exponential run times have the asked 
   CHECK(std::sqrt(sq / 40000) == Approx(300).epsilon(0.05));
 }
 
-TEST_CASE("generator: lognormal keeps the mean; bounded Pareto stays in its bounds", "[sim][generator]") {
+TEST_CASE("generator: lognormal keeps the mean, bounded Pareto stays in its bounds", "[sim][generator]") {
   GeneratorSpec g;
   g.jobs = 100000;
   g.runtime = RuntimeDist::lognormal;
@@ -105,7 +105,7 @@ TEST_CASE("generator: gang mix, Zipf bitstreams and tenants follow their weights
   for (const auto& [name, share] : tenants) CHECK(share == Approx(0.2).margin(0.01));
 }
 
-TEST_CASE("generator: same seed, same trace; another seed, another trace", "[sim][generator]") {
+TEST_CASE("generator: same seed, same trace, another seed, another trace", "[sim][generator]") {
   GeneratorSpec g;
   g.jobs = 200;
   g.bitstreams = 3;

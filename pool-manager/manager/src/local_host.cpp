@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <optional>
 #include <deque>
@@ -288,7 +287,8 @@ std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host
 
 // --- ImageCatalog ---------------------------------------------------------------------------------------------
 
-ImageCatalog::ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry) : registry_(std::move(registry)) {}
+ImageCatalog::ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry, std::shared_ptr<const Clock> clock)
+    : registry_(std::move(registry)), clock_(std::move(clock)) {}
 
 void ImageCatalog::add_devices(const std::vector<HostDevice>& devices) {
   std::lock_guard lock(mu_);
@@ -352,8 +352,7 @@ Status ImageCatalog::check(const std::string& kind, const std::string& bitstream
   if (!verified) return verified.error();
   // File times tick coarsely: a write in the same tick as the stamp could leave it unchanged. Trust only a
   // stamp whose file has not been written for a second.
-  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto now_ns = static_cast<std::int64_t>(clock_->now() * 1e9);
   if (stamp && std::max(stamp->mtime_ns, stamp->ctime_ns) < now_ns - 1'000'000'000) verified_[b->id()] = *stamp;
   return Status::ok();
 }

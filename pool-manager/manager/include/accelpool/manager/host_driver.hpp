@@ -4,6 +4,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/manager/clock.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -64,7 +65,10 @@ class HostDriver {
 // Threading: every call locks; any thread.
 class ImageCatalog {
  public:
-  explicit ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry);
+  // `clock` tells how old an image file's last write is (see check); it is read from whichever thread calls
+  // check, so it must be safe to read from any thread (wall time by default; tests move a ManualClock by hand).
+  explicit ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry,
+                        std::shared_ptr<const Clock> clock = std::make_shared<SystemClock>());
 
   const std::shared_ptr<bitstreams::SharedRegistry>& registry() const { return registry_; }
 
@@ -75,8 +79,9 @@ class ImageCatalog {
   // when no device of `kind` takes registry images (static hosts and host agents treat names their own way).
   // Else the registry must hold `bitstream` (highest version), its image must verify on disk, and it must fit
   // the model of at least one such device. The image is hashed again only when its file changed (size, times,
-  // inode) since it last verified, so an acquire does not read a large image on the owner thread each time;
-  // hosts still verify it in full right before programming. Errors: "not_found", "incompatible",
+  // inode) since it last verified, so an acquire does not read a large image on the owner thread each time
+  // (file times tick coarsely, so a file written less than a second before the clock's now is hashed on every
+  // check); hosts still verify it in full right before programming. Errors: "not_found", "incompatible",
   // "checksum_mismatch", "corrupt_image", "missing_file"; messages name the bitstream, the kind and the models.
   Status check(const std::string& kind, const std::string& bitstream) const;
 
@@ -88,6 +93,7 @@ class ImageCatalog {
 
  private:
   std::shared_ptr<bitstreams::SharedRegistry> registry_;
+  std::shared_ptr<const Clock> clock_;
   mutable std::mutex mu_;
   std::map<std::string, std::set<std::string>> models_;  // kind -> models of devices that take registry images
   // What an image file looked like when it last verified, by bitstream id.
