@@ -6,8 +6,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
-  # tests and benchmarks
-  catch2 libbenchmark-dev
+  # tests and benchmarks; clang and its runtimes for the libFuzzer harnesses (fuzz/, docs/testing.md)
+  catch2 libbenchmark-dev clang libclang-rt-14-dev
   # JSON, config, logging, CLI
   nlohmann-json3-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev
   # networking: Boost 1.81 (Beast, Asio, JSON) and TLS

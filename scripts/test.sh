@@ -1,8 +1,82 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine, builds everything and runs every test. The one command CI runs.
+# Sets up a fresh machine, builds everything and runs every test. The one command CI runs (docs/testing.md).
+#
+# Phases, each timed:
+#   1. the normal build (build/) and the whole suite;
+#   2. the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/);
+#   3. the suite under ThreadSanitizer (build-tsan/);
+#   4. every libFuzzer harness over its seed corpus, fuzz/corpus/ (build-fuzz/, clang).
+# The sanitizer runs leave out the tests labelled "vm" (real VMs booted under libvirt: minutes each, and their
+# programs are the static guest tools, which cannot be built with a sanitizer).
+# ACCELPOOL_TEST_PHASES (default "normal asan tsan fuzz") picks phases, e.g. ACCELPOOL_TEST_PHASES=tsan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j"$(nproc)"
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
+
+phases=${ACCELPOOL_TEST_PHASES:-normal asan tsan fuzz}
+jobs=$(nproc)
+timings=()
+
+# Runs "$@", prints and records how long it took under the name $1 (then shifted off); returns its status.
+timed() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  timings+=("$name: $((SECONDS - start)) s")
+  echo "test.sh: ${timings[-1]}"
+  return $rc
+}
+
+# Builds the project with ACCELPOOL_SANITIZE=$2 in build-$1 and runs the suite without the "vm" tests. Every
+# report goes to a file under build-$1/sanitizer-reports as well (log_path): a report from a child process (a
+# manager or agent a test started) fails the phase even when the test itself did not notice it.
+sanitized_suite() {
+  local name=$1 sanitizer=$2 dir=build-$1
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCELPOOL_SANITIZE="$sanitizer" \
+    -DACCELPOOL_BUILD_BENCHMARKS=OFF -DACCELPOOL_SHIM_STATIC_TOOLS=OFF || return 1
+  timed "$name build" cmake --build "$dir" -j"$jobs" || return 1
+  local reports=$PWD/$dir/sanitizer-reports
+  rm -rf "$reports"
+  mkdir -p "$reports"
+  local status=0
+  # halt_on_error: the first report ends the process with a failure exit code, so the test fails.
+  ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitizers/tsan.supp:log_path=$reports/tsan" \
+    timed "$name ctest" ctest --test-dir "$dir" --output-on-failure -j2 --timeout 900 -LE vm || status=$?
+  if compgen -G "$reports/*" >/dev/null; then
+    echo "$name: sanitizer reports:"
+    for f in "$reports"/*; do
+      echo "== $f"
+      cat "$f"
+    done
+    status=1
+  fi
+  return $status
+}
+
+normal_suite() {
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo || return 1
+  timed "normal build" cmake --build build -j"$jobs" || return 1
+  timed "normal ctest" ctest --test-dir build --output-on-failure -j"$jobs" --timeout 900
+}
+
+# Every phase runs even when an earlier one failed, so that one CI run shows every failure.
+failed=()
+for phase in $phases; do
+  case $phase in
+    normal) normal_suite || failed+=("$phase") ;;
+    asan) sanitized_suite asan address || failed+=("$phase") ;;
+    tsan) sanitized_suite tsan thread || failed+=("$phase") ;;
+    fuzz) timed "fuzz regress" scripts/fuzz.sh --regress || failed+=("$phase") ;;
+    *)
+      echo "test.sh: unknown phase '$phase' (normal, asan, tsan, fuzz)" >&2
+      exit 2
+      ;;
+  esac
+done
+printf 'test.sh: %s\n' "${timings[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test.sh: failed phases: ${failed[*]}"
+  exit 1
+fi

@@ -22,6 +22,24 @@ constexpr std::size_t kSectionsOffset = 456;               // offsetof(axlf, m_s
 constexpr std::size_t kSectionHeaderSize = 40;             // sizeof(axlf_section_header)
 constexpr std::size_t kMinSize = 496;                      // sizeof(axlf): header plus one section header
 
+// Sections that XRT's parser reads as a count followed by an array of fixed-size entries. XRT trusts the count:
+// a count larger than its section makes it allocate and read that many entries (an image found by fuzzing asked
+// for 40 GB), so the container check refuses such a section first. Offsets and sizes are those of <xclbin.h>
+// (static_asserts in xclbin_parser_xrt.cpp).
+struct CountedSection {
+  std::uint32_t kind;
+  std::string_view name;
+  std::size_t count_size;     // bytes of m_count: 4 (int32_t) or 2 (int16_t / uint16_t)
+  std::size_t array_offset;   // offset of the first entry
+  std::size_t entry_size;     // sizeof one entry
+};
+constexpr CountedSection kCountedSections[] = {
+    {6, "MEM_TOPOLOGY", 4, 8, 40},         {26, "ASK_GROUP_TOPOLOGY", 4, 8, 40},
+    {7, "CONNECTIVITY", 4, 4, 12},         {27, "ASK_GROUP_CONNECTIVITY", 4, 4, 12},
+    {8, "IP_LAYOUT", 4, 8, 80},            {9, "DEBUG_IP_LAYOUT", 2, 8, 144},
+    {11, "CLOCK_FREQ_TOPOLOGY", 2, 2, 136},
+};
+
 template <typename T>
 T read_le(std::string_view bytes, std::size_t offset) {
   T v{};
@@ -65,9 +83,24 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
     std::size_t at = kSectionsOffset + std::size_t{i} * kSectionHeaderSize;
     auto offset = read_le<std::uint64_t>(bytes, at + 24);
     auto size = read_le<std::uint64_t>(bytes, at + 32);
+    auto kind = read_le<std::uint32_t>(bytes, at);
     if (offset > bytes.size() || size > bytes.size() - offset)
-      return corrupt(origin, "section " + std::to_string(i) + " (kind " + std::to_string(read_le<std::uint32_t>(bytes, at)) +
-                                 ") lies outside the file");
+      return corrupt(origin, "section " + std::to_string(i) + " (kind " + std::to_string(kind) + ") lies outside the file");
+    for (const auto& counted : kCountedSections) {
+      if (counted.kind != kind) continue;
+      if (size < counted.count_size) {
+        return corrupt(origin, "section " + std::to_string(i) + " (" + std::string(counted.name) + ") of " +
+                                   std::to_string(size) + " bytes is too small for its entry count");
+      }
+      std::int64_t count = counted.count_size == 4 ? read_le<std::int32_t>(bytes, offset)
+                           : kind == 9            ? std::int64_t{read_le<std::uint16_t>(bytes, offset)}
+                                                  : std::int64_t{read_le<std::int16_t>(bytes, offset)};
+      if (count < 0 || (count > 0 && counted.array_offset + std::uint64_t(count) * counted.entry_size > size)) {
+        return corrupt(origin, "section " + std::to_string(i) + " (" + std::string(counted.name) + ") lists " +
+                                   std::to_string(count) + " entries, more than its " + std::to_string(size) +
+                                   " bytes hold");
+      }
+    }
   }
   const char* vbnv = bytes.data() + kVbnvOffset;
   std::size_t vbnv_len = strnlen(vbnv, 64);

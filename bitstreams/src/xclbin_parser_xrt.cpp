@@ -20,6 +20,16 @@ static_assert(offsetof(axlf, m_sections) == 456);
 static_assert(sizeof(axlf_section_header) == 40);
 static_assert(offsetof(axlf_section_header, m_sectionOffset) == 24);
 static_assert(offsetof(axlf_section_header, m_sectionSize) == 32);
+// ... and these layouts of the sections XRT reads as a count and an array (kCountedSections).
+static_assert(offsetof(mem_topology, m_mem_data) == 8 && sizeof(mem_data) == 40);
+static_assert(offsetof(connectivity, m_connection) == 4 && sizeof(connection) == 12);
+static_assert(offsetof(ip_layout, m_ip_data) == 8 && sizeof(ip_data) == 80);
+static_assert(offsetof(debug_ip_layout, m_debug_ip_data) == 8 && sizeof(debug_ip_data) == 144);
+static_assert(offsetof(clock_freq_topology, m_clock_freq) == 2 && sizeof(clock_freq) == 136);
+static_assert(sizeof(mem_topology::m_count) == 4 && sizeof(connectivity::m_count) == 4 && sizeof(ip_layout::m_count) == 4);
+static_assert(sizeof(debug_ip_layout::m_count) == 2 && sizeof(clock_freq_topology::m_count) == 2);
+static_assert(MEM_TOPOLOGY == 6 && CONNECTIVITY == 7 && IP_LAYOUT == 8 && DEBUG_IP_LAYOUT == 9 &&
+              CLOCK_FREQ_TOPOLOGY == 11 && ASK_GROUP_TOPOLOGY == 26 && ASK_GROUP_CONNECTIVITY == 27);
 
 bool have_xrt() { return true; }
 

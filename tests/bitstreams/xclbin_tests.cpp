@@ -110,6 +110,25 @@ TEST_CASE("corrupt xclbins are rejected with a clear error", "[xclbin][errors]")
   std::memcpy(bad_section.data() + 456 + 24, &far, sizeof far);
   std::string no_terminator = good;
   std::memset(no_terminator.data() + 304 + 48, 'x', 64);
+  // The MEM_TOPOLOGY section (kind 6) claims far more entries than its bytes hold: XRT's parser would allocate
+  // and read them all (found by fuzz/xclbin_fuzz.cpp: a 40 GB allocation).
+  std::string huge_count = good;
+  {
+    std::uint32_t sections = 0;
+    std::memcpy(&sections, good.data() + 304 + 144, sizeof sections);
+    bool found = false;
+    for (std::uint32_t i = 0; i < sections && !found; ++i) {
+      std::uint32_t kind = 0;
+      std::uint64_t offset = 0;
+      std::memcpy(&kind, good.data() + 456 + 40 * i, sizeof kind);
+      std::memcpy(&offset, good.data() + 456 + 40 * i + 24, sizeof offset);
+      if (kind != 6) continue;
+      std::int32_t count = 0x7fffffff;
+      std::memcpy(huge_count.data() + offset, &count, sizeof count);
+      found = true;
+    }
+    REQUIRE(found);
+  }
 
   struct Case {
     std::string name, image, expect;
@@ -118,7 +137,8 @@ TEST_CASE("corrupt xclbins are rejected with a clear error", "[xclbin][errors]")
                              {"bad_magic", bad_magic, "bad magic"},
                              {"tiny", tiny, "too small"},
                              {"bad_section", bad_section, "outside the file"},
-                             {"no_terminator", no_terminator, "VBNV"}};
+                             {"no_terminator", no_terminator, "VBNV"},
+                             {"huge_count", huge_count, "MEM_TOPOLOGY) lists 2147483647 entries"}};
   for (const auto& c : cases) {
     INFO(c.name);
     auto direct = check_xclbin_container(c.image, c.name);
