@@ -6,8 +6,10 @@
 #include "xclbin_parser.hpp"
 
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace accelpool::bitstreams {
 namespace {
@@ -39,6 +41,13 @@ constexpr CountedSection kCountedSections[] = {
     {8, "IP_LAYOUT", 4, 8, 80},            {9, "DEBUG_IP_LAYOUT", 2, 8, 144},
     {11, "CLOCK_FREQ_TOPOLOGY", 2, 2, 136},
 };
+
+// XRT sizes a kernel's argument list by the largest argument index among the CONNECTIVITY entries and indexes the
+// IP_LAYOUT and MEM_TOPOLOGY arrays by theirs without a check (a fuzzed entry asked for 6 GB). No kernel has more
+// arguments than this; the other two indices must name an entry of their section.
+constexpr std::int32_t kMaxKernelArgs = 4096;
+constexpr std::uint32_t kConnectivity = 7, kAskGroupConnectivity = 27, kMemTopology = 6, kAskGroupTopology = 26,
+                        kIpLayout = 8;
 
 template <typename T>
 T read_le(std::string_view bytes, std::size_t offset) {
@@ -79,6 +88,13 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
   if (sections == 0) return corrupt(origin, "no sections");
   if (sections > 0x10000 || kSectionsOffset + std::uint64_t{sections} * kSectionHeaderSize > bytes.size())
     return corrupt(origin, "section table of " + std::to_string(sections) + " entries does not fit in the file");
+  std::map<std::uint32_t, std::int64_t> counts;  // entries of the first section of each counted kind
+  struct Connections {
+    std::uint32_t section, kind;
+    std::uint64_t offset;
+    std::int64_t count;
+  };
+  std::vector<Connections> connectivity;
   for (std::uint32_t i = 0; i < sections; ++i) {
     std::size_t at = kSectionsOffset + std::size_t{i} * kSectionHeaderSize;
     auto offset = read_le<std::uint64_t>(bytes, at + 24);
@@ -99,6 +115,26 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
         return corrupt(origin, "section " + std::to_string(i) + " (" + std::string(counted.name) + ") lists " +
                                    std::to_string(count) + " entries, more than its " + std::to_string(size) +
                                    " bytes hold");
+      }
+      counts.emplace(kind, count);
+      if (kind == kConnectivity || kind == kAskGroupConnectivity) connectivity.push_back({i, kind, offset, count});
+    }
+  }
+  for (const auto& c : connectivity) {
+    const std::int64_t mems = counts[c.kind == kConnectivity ? kMemTopology : kAskGroupTopology];
+    const std::int64_t ips = counts[kIpLayout];
+    for (std::int64_t e = 0; e < c.count; ++e) {
+      const std::size_t entry = c.offset + 4 + static_cast<std::size_t>(e) * 12;
+      const auto arg = read_le<std::int32_t>(bytes, entry);
+      const auto ip = read_le<std::int32_t>(bytes, entry + 4);
+      const auto mem = read_le<std::int32_t>(bytes, entry + 8);
+      if (arg < 0 || arg >= kMaxKernelArgs || ip < 0 || ip >= ips || mem < 0 || mem >= mems) {
+        return corrupt(origin, "section " + std::to_string(c.section) + " (" +
+                                   (c.kind == kConnectivity ? "CONNECTIVITY" : "ASK_GROUP_CONNECTIVITY") + ") entry " +
+                                   std::to_string(e) + " connects argument " + std::to_string(arg) + " of IP " +
+                                   std::to_string(ip) + " to memory " + std::to_string(mem) + ": arguments go up to " +
+                                   std::to_string(kMaxKernelArgs - 1) + ", and the image has " + std::to_string(ips) +
+                                   " IPs and " + std::to_string(mems) + " memories");
       }
     }
   }

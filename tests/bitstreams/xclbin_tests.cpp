@@ -7,6 +7,7 @@
 #include "skip.hpp"
 
 #include <cstring>
+#include <optional>
 #include <cctype>
 
 #include "test_support.hpp"
@@ -110,25 +111,36 @@ TEST_CASE("corrupt xclbins are rejected with a clear error", "[xclbin][errors]")
   std::memcpy(bad_section.data() + 456 + 24, &far, sizeof far);
   std::string no_terminator = good;
   std::memset(no_terminator.data() + 304 + 48, 'x', 64);
+  // The offset of the first section of `kind` in the image (axlf.m_sections[i]: kind at +0, offset at +24).
+  auto section_offset = [&](std::uint32_t kind) -> std::optional<std::uint64_t> {
+    std::uint32_t sections = 0;
+    std::memcpy(&sections, good.data() + 304 + 144, sizeof sections);
+    for (std::uint32_t i = 0; i < sections; ++i) {
+      std::uint32_t k = 0;
+      std::uint64_t offset = 0;
+      std::memcpy(&k, good.data() + 456 + 40 * i, sizeof k);
+      std::memcpy(&offset, good.data() + 456 + 40 * i + 24, sizeof offset);
+      if (k == kind) return offset;
+    }
+    return std::nullopt;
+  };
   // The MEM_TOPOLOGY section (kind 6) claims far more entries than its bytes hold: XRT's parser would allocate
   // and read them all (found by fuzz/xclbin_fuzz.cpp: a 40 GB allocation).
   std::string huge_count = good;
-  {
-    std::uint32_t sections = 0;
-    std::memcpy(&sections, good.data() + 304 + 144, sizeof sections);
-    bool found = false;
-    for (std::uint32_t i = 0; i < sections && !found; ++i) {
-      std::uint32_t kind = 0;
-      std::uint64_t offset = 0;
-      std::memcpy(&kind, good.data() + 456 + 40 * i, sizeof kind);
-      std::memcpy(&offset, good.data() + 456 + 40 * i + 24, sizeof offset);
-      if (kind != 6) continue;
-      std::int32_t count = 0x7fffffff;
-      std::memcpy(huge_count.data() + offset, &count, sizeof count);
-      found = true;
-    }
-    REQUIRE(found);
-  }
+  const auto mem_topology = section_offset(6);
+  REQUIRE(mem_topology);
+  const std::int32_t count = 0x7fffffff;
+  std::memcpy(huge_count.data() + *mem_topology, &count, sizeof count);
+  // The first CONNECTIVITY entry (kind 7) names argument 2^30: XRT's parser would size the kernel's argument list
+  // by it (found by fuzz/xclbin_fuzz.cpp: a 6 GB allocation).
+  std::string huge_arg = good;
+  const auto connectivity = section_offset(7);
+  REQUIRE(connectivity);
+  std::int32_t connections = 0;
+  std::memcpy(&connections, good.data() + *connectivity, sizeof connections);
+  REQUIRE(connections >= 1);
+  const std::int32_t arg = 1 << 30;
+  std::memcpy(huge_arg.data() + *connectivity + 4, &arg, sizeof arg);
 
   struct Case {
     std::string name, image, expect;
@@ -138,7 +150,8 @@ TEST_CASE("corrupt xclbins are rejected with a clear error", "[xclbin][errors]")
                              {"tiny", tiny, "too small"},
                              {"bad_section", bad_section, "outside the file"},
                              {"no_terminator", no_terminator, "VBNV"},
-                             {"huge_count", huge_count, "MEM_TOPOLOGY) lists 2147483647 entries"}};
+                             {"huge_count", huge_count, "MEM_TOPOLOGY) lists 2147483647 entries"},
+                             {"huge_arg", huge_arg, "connects argument 1073741824"}};
   for (const auto& c : cases) {
     INFO(c.name);
     auto direct = check_xclbin_container(c.image, c.name);
