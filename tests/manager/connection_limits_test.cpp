@@ -1,6 +1,7 @@
 // Connection limits of the real accelpool-manager on loopback: file descriptors, connections that never say
 // hello, pipelined calls, slow admin clients (docs/operations.md "Connection limits").
 #include "test_client.hpp"
+#include "hung_after.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -97,14 +98,9 @@ bool read_until_closed(int fd, std::string* got = nullptr) {
   return false;
 }
 
-// Waits until the daemon's output contains `text`.
+// Waits (the shared eventually(): until the line shows, failing only a hung run) for `text` in the output.
 bool output_shows(const DaemonProcess& d, const std::string& text) {
-  auto deadline = std::chrono::steady_clock::now() + kPatience;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (d.output().find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(20ms);  // polling a log file: the wait itself ends on the event
-  }
-  return false;
+  return accelpool::testing::eventually([&] { return d.output().find(text) != std::string::npos; });
 }
 
 std::size_t open_fds(int pid) {

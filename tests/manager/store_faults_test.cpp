@@ -1,6 +1,7 @@
 // The store's promise under a fault of the disk: nothing is acknowledged that is not durable, and a manager that
 // cannot write stops rather than serve on from memory. The real daemon on loopback, SQLite on disk.
 #include "test_client.hpp"
+#include "hung_after.hpp"
 
 #include "../support/scratch_dir.hpp"
 
@@ -16,14 +17,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Waits (polling the log file; the wait ends on the line, the bound only fails a hung run) for `text`.
+// Waits (the shared eventually(): until the line shows, failing only a hung run) for `text` in the output.
 bool output_shows(const DaemonProcess& d, const std::string& text) {
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (d.output().find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
+  return accelpool::testing::eventually([&] { return d.output().find(text) != std::string::npos; });
 }
 
 }  // namespace
