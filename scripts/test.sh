@@ -70,9 +70,7 @@ for phase in $phases; do
   case $phase in
     normal) normal_suite || failed+=("$phase") ;;
     asan) sanitized_suite asan address "vm" || failed+=("$phase") ;;
-    # TSan reports a race between LibvirtAttacher's teardown and libvirt's event-loop thread (inside libvirt.so,
-    # open: docs/testing.md), so the libvirt-labelled tests stay out of this phase until it is fixed.
-    tsan) sanitized_suite tsan thread "vm|libvirt" || failed+=("$phase") ;;
+    tsan) sanitized_suite tsan thread "vm" || failed+=("$phase") ;;
     fuzz) timed "fuzz regress" scripts/fuzz.sh --regress || failed+=("$phase") ;;
     *)
       echo "test.sh: unknown phase '$phase' (normal, asan, tsan, fuzz)" >&2
