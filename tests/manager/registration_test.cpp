@@ -2,6 +2,7 @@
 // by a plain JSON-lines client. A registration the pool refuses gets an error reply and changes nothing: the
 // host that holds the name keeps its devices and leases, before and after the refused agent disconnects.
 #include "test_client.hpp"
+#include "hung_after.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -175,14 +176,10 @@ TEST_CASE("accelpool-agent configured with the name of the manager's own host ex
   }
   // It exits by itself; the bound only ends a hung test.
   int status = 0;
-  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (::waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      FAIL("accelpool-agent did not exit");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (!accelpool::testing::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; })) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL("accelpool-agent did not exit");
   }
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 2);

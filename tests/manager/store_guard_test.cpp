@@ -2,6 +2,7 @@
 // empty pool.db (or one whose schema went with its write-ahead log) instead of starting a brand-new pool, until
 // the operator asks for one with --new-store. A first start in a new folder just works.
 #include "test_client.hpp"
+#include "hung_after.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -89,19 +90,19 @@ std::string run_with_new_store(const fs::path& dir) {
     ::_exit(127);
   }
   std::string pid_text = "\"pid\":" + std::to_string(pid);
-  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // only a hung start gets here
-  for (;;) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      FAIL("accelpool-manager --new-store did not start:\n" << slurp(log));
-    }
+  bool exited = false;
+  const bool up = accelpool::testing::eventually([&] {
     std::string ep = slurp(dir / "endpoints.json");
     ep.erase(std::remove(ep.begin(), ep.end(), ' '), ep.end());
-    if (ep.find(pid_text) != std::string::npos) break;
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) FAIL("accelpool-manager --new-store exited:\n" << slurp(log));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (ep.find(pid_text) != std::string::npos) return true;
+    exited = ::waitpid(pid, nullptr, WNOHANG) == pid;
+    return exited;
+  });
+  if (exited) FAIL("accelpool-manager --new-store exited:\n" << slurp(log));
+  if (!up) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    FAIL("accelpool-manager --new-store did not start:\n" << slurp(log));
   }
   ::kill(pid, SIGTERM);
   int status = 0;
