@@ -224,4 +224,8 @@ max_connections = 10
   CHECK(refusal(dir, "[admin]\nmax_connections_per_source = 0\n").find("admin.max_connections_per_source must be >= 1") !=
         std::string::npos);
   CHECK(refusal(dir, "[agents]\nmax_connections = 0\n").find("agents.max_connections must be >= 1") != std::string::npos);
+  for (const char* bad : {"0", "5001"}) {
+    CHECK(refusal(dir, std::string("[leases]\nmax_per_guest = ") + bad + "\n").find("leases.max_per_guest must be in [1, 5000]") !=
+          std::string::npos);
+  }
 }

@@ -437,10 +437,69 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   // A failed device preempts its lease; a stopped VM ends its guest's leases.
   REQUIRE(pool.core->set_device_usable("remote/fpga1", false).is_ok());
   CHECK(pool.get(a.id).state == LeaseState::queued);
-  auto ended = pool.core->end_guest_leases("vm-g", "VM vm-g on host local shutdown");
+  CHECK(pool.core->end_guest_leases("remote", "vm-g", "x").empty());  // vm-g runs on another host
+  auto ended = pool.core->end_guest_leases("local", "vm-g", "VM vm-g on host local shutdown");
   REQUIRE(ended.size() == 1);
   CHECK(ended[0].state == LeaseState::revoked);
   CHECK(ended[0].end_reason == "VM vm-g on host local shutdown");
   CHECK(pool.get(g2->id).state == LeaseState::granted);  // the waiting guest gets the GPU
-  CHECK(pool.core->end_guest_leases("vm-none", "x").empty());
+  CHECK(pool.core->end_guest_leases("local", "vm-none", "x").empty());
+}
+
+TEST_CASE("a stopped VM ends only the leases of that VM on its host, not a same-named guest elsewhere",
+          "[core][hosts]") {
+  Pool pool(make_devices("gpu", 1));
+  std::vector<std::string> calls;
+  REQUIRE(pool.core->attach_host(
+                      std::make_unique<RecordingHost>("remote", make_devices("gpu", 1), pool.posts.poster(), &calls))
+              .is_ok());
+  AcquireParams p;
+  p.kind = "gpu";
+  p.guest = "web-1";
+  p.tenant = "a";
+  p.guest_host = "local";
+  auto on_local = pool.core->acquire(p);
+  p.tenant = "b";
+  p.guest_host = "remote";
+  auto on_remote = pool.core->acquire(p);
+  REQUIRE((on_local && on_remote));
+  pool.posts.drain();
+
+  auto ended = pool.core->end_guest_leases("remote", "web-1", "VM web-1 on host remote destroyed");
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0].id == on_remote->id);
+  CHECK(pool.get(on_local->id).state == LeaseState::granted);  // tenant a's web-1 runs on another host
+}
+
+TEST_CASE("one guest holds at most max_live_per_guest live leases, so hello and list stay bounded", "[core][quota]") {
+  CoreOptions o;
+  o.max_live_per_guest = 2;
+  Pool pool(make_devices("fpga", 1), o);
+  AcquireParams p;
+  p.tenant = "a";
+  p.guest = "vm1";
+  p.kind = "fpga";
+  auto first = pool.core->acquire(p);
+  auto second = pool.core->acquire(p);  // queued behind the first
+  REQUIRE((first && second));
+  auto third = pool.core->acquire(p);
+  REQUIRE_FALSE(third);
+  CHECK(third.error().code == "quota_exceeded");
+  CHECK_THAT(third.error().message, Catch::Contains("max_per_guest"));
+  CHECK(pool.core->list(LeaseFilter{}).size() == 2);  // the refusal changed nothing
+
+  p.guest = "vm2";  // another guest of the tenant, and the same guest id in another tenant, are not limited by vm1
+  CHECK(pool.core->acquire(p));
+  p.tenant = "b";
+  p.guest = "vm1";
+  CHECK(pool.core->acquire(p));
+
+  // An ended lease frees its place, and the count survives a restart.
+  p.tenant = "a";
+  REQUIRE(pool.core->cancel(Pool::owner(*second), second->id));
+  CHECK(pool.core->acquire(p));
+  pool.restart(make_devices("fpga", 1));
+  CHECK(pool.core->acquire(p).error().code == "quota_exceeded");
+  REQUIRE(pool.core->release(Pool::owner(*first), first->id));
+  CHECK(pool.core->acquire(p));
 }

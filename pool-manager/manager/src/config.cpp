@@ -110,10 +110,15 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   if (auto* t = sub(root, "leases")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history", "keep_ended_days"}, "[leases]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history", "keep_ended_days", "max_per_guest"},
+                             "[leases]"));
     ACCELPOOL_TRY(read(file, *t, "ttl_s", c.core.lease_ttl_s, "leases"));
     ACCELPOOL_TRY(read(file, *t, "revoke_grace_s", c.core.revoke_grace_s, "leases"));
     ACCELPOOL_TRY(read(file, *t, "history", c.core.history, "leases"));
+    ACCELPOOL_TRY(read(file, *t, "max_per_guest", c.core.max_live_per_guest, "leases"));
+    if (c.core.max_live_per_guest < 1 || c.core.max_live_per_guest > 5000) {
+      return make_error("config", file.string() + ": leases.max_per_guest must be in [1, 5000]");
+    }
     double keep_days = c.core.keep_ended_s / 86400;
     ACCELPOOL_TRY(read(file, *t, "keep_ended_days", keep_days, "leases"));
     if (!(keep_days >= 0) || keep_days > 36500) {

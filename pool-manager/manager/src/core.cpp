@@ -97,6 +97,17 @@ struct PoolCore::Impl {
   std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
 
   std::map<LeaseId, Lease> live;
+  std::map<std::pair<std::string, std::string>, std::size_t> live_per_guest;  // (tenant, guest) -> live leases
+
+  // Keeps live_per_guest in step with `live`: called when a lease enters it and when it leaves.
+  void count_live(const Lease& l, bool entering) {
+    auto& n = live_per_guest[{l.tenant, l.guest}];
+    if (entering) {
+      ++n;
+    } else if (--n == 0) {
+      live_per_guest.erase({l.tenant, l.guest});
+    }
+  }
   std::map<LeaseId, Lease> ended;  // a window of the most recently ended leases; the store holds them all
   std::deque<LeaseId> ended_order; // the ids in `ended`, oldest end first
   std::set<std::pair<double, LeaseId>> expiries;
@@ -462,6 +473,7 @@ struct PoolCore::Impl {
     }
     if (state == LeaseState::expired) ++counters.expirations;
     LeaseId id = l.id;
+    count_live(l, false);
     Lease& e = ended[id] = std::move(l);
     ended_order.push_back(id);
     live.erase(id);
@@ -536,6 +548,7 @@ struct PoolCore::Impl {
       } else {
         live[id] = std::move(l);
         Lease& ll = live[id];
+        count_live(ll, true);
         (ll.state == LeaseState::queued ? waiting : running).push_back(&ll);
       }
     }
@@ -756,11 +769,18 @@ Status PoolCore::set_device_usable(const std::string& name, bool usable) {
   return Status::ok();
 }
 
-std::vector<Lease> PoolCore::end_guest_leases(const std::string& guest, const std::string& reason) {
+std::vector<Lease> PoolCore::end_guest_leases(const std::string& host, const std::string& guest,
+                                              const std::string& reason) {
   auto& m = *impl_;
+  const std::string prefix = host + "/";
+  auto on_host = [&](const Lease& l) {
+    if (!l.guest_host.empty()) return l.guest_host == host;
+    return std::any_of(l.devices.begin(), l.devices.end(),
+                       [&](const std::string& d) { return d.compare(0, prefix.size(), prefix) == 0; });
+  };
   std::vector<LeaseId> ids;
   for (const auto& [id, l] : m.live) {
-    if (l.guest == guest) ids.push_back(id);
+    if (l.guest == guest && on_host(l)) ids.push_back(id);
   }
   double t = m.now();
   std::vector<Lease> out;
@@ -877,6 +897,12 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   if (m.options.acquire_check) {
     if (auto s = m.options.acquire_check(p); !s) return s.error();
   }
+  if (auto it = m.live_per_guest.find({p.tenant, p.guest});
+      it != m.live_per_guest.end() && it->second >= m.options.max_live_per_guest) {
+    return make_error("quota_exceeded", "guest " + p.guest + " of tenant " + p.tenant + " holds or waits for " +
+                                            std::to_string(it->second) + " leases, the most one guest may have " +
+                                            "([leases] max_per_guest); release or cancel some first");
+  }
   if (tit->second.max_devices > 0) {
     std::uint64_t used = 0;
     for (const auto& [_, l] : m.live) {
@@ -907,6 +933,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
     m.live.erase(r.id);
     return make_error("infeasible", rej->error);
   }
+  m.count_live(stored, true);
   m.last_id = r.id;
   m.set_expiry(stored, t + m.options.lease_ttl_s);
   m.touch(stored);

@@ -223,8 +223,8 @@ int run_daemon(const Config& given, std::ostream& out) {
       std::string reason = "VM " + (vm.vm_name.empty() ? vm.vm_uuid : vm.vm_name) + " on host " + host + " " +
                            (vm.reason.empty() ? std::string("stopped") : vm.reason);
       std::size_t n = 0;
-      if (!vm.vm_name.empty()) n += core->end_guest_leases(vm.vm_name, reason).size();
-      if (!vm.vm_uuid.empty() && vm.vm_uuid != vm.vm_name) n += core->end_guest_leases(vm.vm_uuid, reason).size();
+      if (!vm.vm_name.empty()) n += core->end_guest_leases(host, vm.vm_name, reason).size();
+      if (!vm.vm_uuid.empty() && vm.vm_uuid != vm.vm_name) n += core->end_guest_leases(host, vm.vm_uuid, reason).size();
       std::fprintf(stderr, "accelpool-manager: %s: %zu leases ended\n", reason.c_str(), n);
     };
     ev.device_health = [&core](const std::string& host, const std::string& device, const std::string& health,

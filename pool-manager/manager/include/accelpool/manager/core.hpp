@@ -34,6 +34,8 @@ struct CoreOptions {
   double revoke_grace_s = 10;   // time a guest has to release after a revocation warning
   std::string policy = "fifo+first-fit";
   std::size_t history = 10000;  // ended leases kept in memory for stats and listing
+  // Live (queued or granted) leases one guest of a tenant may hold: bounds what `hello` and `list` return.
+  std::size_t max_live_per_guest = 1000;
   double keep_ended_s = 30 * 86400;  // ended leases older than this are deleted from the store (0: kept forever)
   // Checks a valid acquire before it is queued (e.g. that its bitstream exists and fits a device of its kind,
   // ImageCatalog::check); an error refuses the acquire with that error and changes nothing. Called on the owner
@@ -137,9 +139,11 @@ class PoolCore {
   // usable ones available again. A device of a lost host stays unavailable. Errors: "not_found".
   Status set_device_usable(const std::string& name, bool usable);
 
-  // A guest (VM) stopped: every live lease of that guest, of any tenant, ends revoked with `reason`. Returns the
-  // leases ended.
-  std::vector<Lease> end_guest_leases(const std::string& guest, const std::string& reason);
+  // The guest (VM) `guest` on `host` stopped: every live lease of that VM ends revoked with `reason`. A lease is
+  // that VM's when its guest id is `guest` and it runs on `host`: its guest_host is `host`, or it names no
+  // guest_host and holds a device of `host`. A guest of the same name elsewhere (another host; another tenant's
+  // VM) keeps its leases. Returns the leases ended.
+  std::vector<Lease> end_guest_leases(const std::string& host, const std::string& guest, const std::string& reason);
 
   // --- tenants and tokens -------------------------------------------------------------------------------
   // Creates a tenant; returns its token (shown once; only the hash is stored).
@@ -160,7 +164,8 @@ class PoolCore {
 
   // --- leases ---------------------------------------------------------------------------------------------
   // A new lease, returned queued or granted. Errors: "invalid_argument", "not_found" (unknown tenant),
-  // "quota_exceeded", "infeasible" (no such devices in the pool).
+  // "quota_exceeded" (the tenant's max_devices, or the guest already has max_live_per_guest live leases),
+  // "infeasible" (no such devices in the pool).
   Result<Lease> acquire(const AcquireParams& params);
   // The calls below see only the leases `caller` owns (Caller::owns); others are "not_found".
   // Gives up a queued lease. Errors: "not_found", "invalid_state".
