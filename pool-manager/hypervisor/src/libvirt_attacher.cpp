@@ -252,7 +252,7 @@ class LibvirtAttacher final : public Attacher {
     return Status::ok();
   }
 
-  Status attach(std::string_view vm, const DeviceSpec& spec) override {
+  Result<std::string> attach(std::string_view vm, const DeviceSpec& spec) override {
     auto xml = device_xml(spec, options_.shmem_size_mib);
     if (!xml) return xml.error();
     auto conn = connection();
@@ -260,7 +260,7 @@ class LibvirtAttacher final : public Attacher {
     auto dom = lookup(conn->get(), vm);
     if (!dom) return dom.error();
     virDomainPtr d = dom->get();
-    if (Status s = require_running(conn->get(), d, vm, "devices are attached to running VMs only"); !s) return s;
+    if (Status s = require_running(conn->get(), d, vm, "devices are attached to running VMs only"); !s) return s.error();
     const std::string uuid = domain_uuid(d);
     const std::string label = describe_vm(vm);
     const std::string alias = device_alias(spec.device_id);
@@ -294,7 +294,7 @@ class LibvirtAttacher final : public Attacher {
     rec.state = AttachState::attaching;
     auto updated = *records;
     updated.push_back(rec);
-    if (Status s = write_records(conn->get(), d, label, updated); !s) return s;
+    if (Status s = write_records(conn->get(), d, label, updated); !s) return s.error();
 
     if (virDomainAttachDeviceFlags(d, xml->c_str(), VIR_DOMAIN_AFFECT_LIVE) < 0) {
       Error e = libvirt_error(conn->get(), "attaching device '" + spec.device_id + "' to " + label);
@@ -313,7 +313,7 @@ class LibvirtAttacher final : public Attacher {
                                             " but its record could not be updated: " + s.error().message);
     }
     remember(uuid, domain_name(d), updated);
-    return Status::ok();
+    return guest_address(d, alias);
   }
 
   Result<DetachFuture> detach(std::string_view vm, std::string_view device_id) override {
@@ -532,6 +532,17 @@ class LibvirtAttacher final : public Attacher {
                                         records.empty() ? nullptr : key.c_str(), ns.c_str(), VIR_DOMAIN_AFFECT_LIVE);
     if (rc < 0) return libvirt_error(c, "writing accelpool metadata of " + label);
     return Status::ok();
+  }
+
+  // Where the guest sees the device with `alias`, from the live definition; "" when it cannot be read (the
+  // device is in the VM either way).
+  static std::string guest_address(virDomainPtr d, const std::string& alias) {
+    char* xml = virDomainGetXMLDesc(d, 0);
+    if (xml == nullptr) return "";
+    std::string text(xml);
+    std::free(xml);
+    auto address = guest_pci_address(text, alias);
+    return address ? *address : "";
   }
 
   Result<std::vector<std::string>> live_aliases(virConnectPtr c, virDomainPtr d, const std::string& label) const {

@@ -2,6 +2,7 @@
 #include <accelpool/backends/device_backend.hpp>
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
+#include <accelpool/bitstreams/verified_images.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
@@ -288,7 +289,12 @@ std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host
 // --- ImageCatalog ---------------------------------------------------------------------------------------------
 
 ImageCatalog::ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry, std::shared_ptr<const Clock> clock)
-    : registry_(std::move(registry)), clock_(std::move(clock)) {}
+    : registry_(std::move(registry)),
+      clock_(std::move(clock)),
+      verified_(std::make_unique<bitstreams::VerifiedImages>(
+          [c = clock_] { return static_cast<std::int64_t>(c->now() * 1e9); })) {}
+
+ImageCatalog::~ImageCatalog() = default;
 
 void ImageCatalog::add_devices(const std::vector<HostDevice>& devices) {
   std::lock_guard lock(mu_);
@@ -332,28 +338,8 @@ Status ImageCatalog::check(const std::string& kind, const std::string& bitstream
     return make_error("incompatible", "bitstream " + b->id() + " fits device models " + patterns +
                                           ", but the devices of kind '" + kind + "' are " + listed);
   }
-  // The file as it is now; if it still looks as it did when it last verified, its bytes are the same.
-  std::optional<FileStamp> stamp;
-  struct stat st {};
-  if (::stat(b->file_path.c_str(), &st) == 0) {
-    stamp = FileStamp{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
-                      static_cast<std::uint64_t>(st.st_size),
-                      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
-                      std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec};
-  }
-  {
-    std::lock_guard lock(mu_);
-    auto it = verified_.find(b->id());
-    if (stamp && it != verified_.end() && it->second == *stamp) return Status::ok();
-  }
-  auto verified = registry_->verify(b->manifest.name, b->manifest.version);
-  std::lock_guard lock(mu_);
-  verified_.erase(b->id());
+  auto verified = verified_->verify(*b);
   if (!verified) return verified.error();
-  // File times tick coarsely: a write in the same tick as the stamp could leave it unchanged. Trust only a
-  // stamp whose file has not been written for a second.
-  const auto now_ns = static_cast<std::int64_t>(clock_->now() * 1e9);
-  if (stamp && std::max(stamp->mtime_ns, stamp->ctime_ns) < now_ns - 1'000'000'000) verified_[b->id()] = *stamp;
   return Status::ok();
 }
 

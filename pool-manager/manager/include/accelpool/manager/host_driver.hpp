@@ -20,6 +20,7 @@ class DeviceBackend;
 }
 namespace accelpool::bitstreams {
 class SharedRegistry;
+class VerifiedImages;
 }
 
 namespace accelpool::manager {
@@ -69,6 +70,7 @@ class ImageCatalog {
   // check, so it must be safe to read from any thread (wall time by default; tests move a ManualClock by hand).
   explicit ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry,
                         std::shared_ptr<const Clock> clock = std::make_shared<SystemClock>());
+  ~ImageCatalog();
 
   const std::shared_ptr<bitstreams::SharedRegistry>& registry() const { return registry_; }
 
@@ -96,13 +98,7 @@ class ImageCatalog {
   std::shared_ptr<const Clock> clock_;
   mutable std::mutex mu_;
   std::map<std::string, std::set<std::string>> models_;  // kind -> models of devices that take registry images
-  // What an image file looked like when it last verified, by bitstream id.
-  struct FileStamp {
-    std::uint64_t device = 0, inode = 0, size = 0;
-    std::int64_t mtime_ns = 0, ctime_ns = 0;
-    bool operator==(const FileStamp&) const = default;
-  };
-  mutable std::map<std::string, FileStamp> verified_;
+  std::unique_ptr<bitstreams::VerifiedImages> verified_;  // images verified once per file version
 };
 
 // An in-process host over device backends: operations run one at a time on a worker thread of its own, and
