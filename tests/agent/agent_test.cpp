@@ -640,3 +640,39 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   fs::remove("/dev/shm/accelpool-sim_3a0");
 }
 #endif
+
+TEST_CASE("device.prepare's params and result go through the wire codec", "[agent][wire]") {
+  namespace json = boost::json;
+  auto r = agent::parse_prepare_request(
+      json::parse(R"({"device":"sim:1","bitstream":"vadd","sha256":"ab","reprogram":true,"vm":"web-1","lease":"42"})")
+          .as_object(),
+      "device.prepare");
+  REQUIRE(r.is_ok());
+  CHECK(r->device == "sim:1");
+  CHECK(r->bitstream == "vadd");
+  CHECK(r->sha256 == "ab");
+  CHECK(r->reprogram);
+  CHECK(r->vm == "web-1");
+  CHECK(r->lease == "42");
+  auto unknown = agent::parse_prepare_request(json::parse(R"({"device":"sim:1","colour":"red"})").as_object(), "w");
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.error().message.find("colour") != std::string::npos);
+  CHECK_FALSE(agent::parse_prepare_request(json::parse(R"({"bitstream":"vadd"})").as_object(), "w").is_ok());
+
+  host::PrepareResult result;
+  result.loaded = "vadd";
+  result.attach = host::AttachMode::pci_hostdev;
+  result.guest_pci = "0000:00:07.0";
+  result.details.kind = "fpga";
+  result.details.pci_vendor_id = 0x10ee;
+  result.details.memory_bytes = 1ull << 34;
+  result.details.host_pci = "0000:65:00.1";
+  auto o = agent::prepare_result_json(result);
+  CHECK(o.at("loaded") == "vadd");
+  CHECK(o.at("attach") == "pci_hostdev");
+  CHECK(o.at("guest_pci") == "0000:00:07.0");
+  CHECK(o.at("details").at("kind") == "fpga");
+  CHECK(o.at("details").at("pci_vendor_id").to_number<std::uint64_t>() == 0x10ee);
+  CHECK(o.at("details").at("memory_bytes").to_number<std::uint64_t>() == (1ull << 34));
+  CHECK(o.at("details").at("host_pci") == "0000:65:00.1");
+}
