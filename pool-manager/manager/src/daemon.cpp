@@ -130,6 +130,8 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto catalog = std::make_shared<ImageCatalog>(*registry);
   CoreOptions core_options = config.core;
   core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
+  // Hosts check (agents also fetch) the manager's image by its sha256.
+  core_options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
 
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, **store);
@@ -183,7 +185,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   std::string agents_text;
   if (!config.agents.listen.empty()) {
     agent::ListenerEvents ev;
-    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) -> Status {
+    ev.host_joined = [&core](std::unique_ptr<agent::RemoteHost> h) -> Status {
       std::string name = h->name();
       PoolCore::HostReport report;
       for (const auto& d : h->registered_devices()) {
@@ -192,16 +194,7 @@ int run_daemon(const Config& given, std::ostream& out) {
       }
       auto known = core->hosts();
       bool returning = !core->host_live(name) && std::find(known.begin(), known.end(), name) != known.end();
-      // Agents check (or fetch) the manager's image by its sha256.
-      agent::RemoteHost* remote = h.get();
-      auto driver = with_catalog_images(std::move(h), catalog,
-                                        [remote](const std::string& local_id, const std::string& bitstream,
-                                                 const std::string& sha256, bool reprogram, const std::string& guest,
-                                                 HostDriver::Done done) {
-                                          remote->prepare_lease(local_id, bitstream, sha256, reprogram, guest, "",
-                                                                std::move(done));
-                                        });
-      if (auto s = core->attach_host(std::move(driver), report); !s) {
+      if (auto s = core->attach_host(std::move(h), report); !s) {
         Error why = s.error();
         if (why.code == "conflict")
           why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "

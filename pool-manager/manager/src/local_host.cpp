@@ -74,9 +74,10 @@ class LocalHost final : public HostDriver {
     return out;
   }
 
-  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& /*guest*/,
-               Done done) override {
-    enqueue([this, local_id, bitstream, reprogram, done = std::move(done)]() mutable {
+  void prepare(const host::PrepareRequest& request, PrepareDone done) override {
+    enqueue([this, request, done = std::move(done)]() mutable {
+      const std::string& local_id = request.device;
+      const std::string& bitstream = request.bitstream;
       Status s = Status::ok();
       backends::DeviceBackend* backend = backend_of(local_id);
       if (!backend) {
@@ -86,7 +87,7 @@ class LocalHost final : public HostDriver {
         // image takes seconds); one that must be programmed gets the image verified on disk now.
         auto held = backend->loaded(local_id);
         const std::string expected = expected_sha256(bitstream);  // "" when the registry lacks it
-        if (reprogram || !held || expected.empty() || *held != expected) {
+        if (request.reprogram || !held || expected.empty() || *held != expected) {
           auto image = image_of(bitstream);
           if (!image) {
             s = make_error(image.error().code, "host " + name_ + ", device " + local_id + ": " + image.error().message);
@@ -95,7 +96,13 @@ class LocalHost final : public HostDriver {
           }
         }
       }
-      finish(local_id, std::move(s), std::move(done));
+      host::PrepareResult result;
+      result.loaded = loaded_name(local_id);
+      // The guest shares the host's process space: nothing to attach.
+      if (s) result.attach = host::AttachMode::in_process;
+      post_([s = std::move(s), result = std::move(result), done = std::move(done)]() mutable {
+        done(std::move(s), std::move(result));
+      });
     });
   }
 
@@ -148,11 +155,16 @@ class LocalHost final : public HostDriver {
     return "sha256:" + sha.substr(0, 16);
   }
 
+  // The name of the bitstream the device holds now, "" for none or unknown.
+  std::string loaded_name(const std::string& local_id) {
+    auto* backend = backend_of(local_id);
+    if (!backend) return "";
+    auto held = backend->loaded(local_id);
+    return held ? name_of(*held) : std::string();
+  }
+
   void finish(const std::string& local_id, Status s, Done done) {
-    std::string loaded;
-    if (auto* backend = backend_of(local_id)) {
-      if (auto l = backend->loaded(local_id); l) loaded = name_of(*l);
-    }
+    std::string loaded = loaded_name(local_id);
     post_([s = std::move(s), loaded = std::move(loaded), done = std::move(done)]() mutable {
       done(std::move(s), std::move(loaded));
     });
@@ -196,28 +208,6 @@ class LocalHost final : public HostDriver {
   std::thread worker_;  // last: starts after every other member exists
 };
 
-// A host whose prepare passes the manager image's sha256 on.
-class CatalogImagesHost final : public HostDriver {
- public:
-  CatalogImagesHost(std::unique_ptr<HostDriver> inner, std::shared_ptr<const ImageCatalog> catalog,
-                    PrepareWithImage prepare)
-      : inner_(std::move(inner)), catalog_(std::move(catalog)), prepare_(std::move(prepare)) {}
-  const std::string& name() const override { return inner_->name(); }
-  Result<std::vector<HostDevice>> devices() override { return inner_->devices(); }
-  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& guest,
-               Done done) override {
-    std::string sha = bitstream.empty() ? std::string() : catalog_->sha256_of(bitstream);
-    prepare_(local_id, bitstream, sha, reprogram, guest, std::move(done));
-  }
-  void release(const std::string& local_id, Done done) override { inner_->release(local_id, std::move(done)); }
-  void reset(const std::string& local_id, Done done) override { inner_->reset(local_id, std::move(done)); }
-
- private:
-  std::unique_ptr<HostDriver> inner_;
-  std::shared_ptr<const ImageCatalog> catalog_;
-  PrepareWithImage prepare_;
-};
-
 // Devices declared by configuration; a bitstream "load" is a record in memory.
 class StaticHost final : public HostDriver {
  public:
@@ -227,9 +217,13 @@ class StaticHost final : public HostDriver {
   }
   const std::string& name() const override { return name_; }
   Result<std::vector<HostDevice>> devices() override { return devices_; }
-  void prepare(const std::string& local_id, const std::string& bitstream, bool /*reprogram*/,
-               const std::string& /*guest*/, Done done) override {
-    complete(local_id, bitstream.empty() ? nullptr : &bitstream, std::move(done));
+  void prepare(const host::PrepareRequest& request, PrepareDone done) override {
+    complete(request.device, request.bitstream.empty() ? nullptr : &request.bitstream,
+             [done = std::move(done)](Status s, std::string loaded) {
+               host::PrepareResult result;
+               result.loaded = std::move(loaded);
+               done(std::move(s), std::move(result));
+             });
   }
   void release(const std::string& local_id, Done done) override { complete(local_id, nullptr, std::move(done)); }
   void reset(const std::string& local_id, Done done) override {
@@ -278,12 +272,6 @@ Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
   auto host = std::make_unique<LocalHost>(std::move(name), std::move(backends), std::move(catalog), std::move(post));
   if (auto s = host->index_devices(); !s) return s.error();
   return std::unique_ptr<HostDriver>(std::move(host));
-}
-
-std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host,
-                                                std::shared_ptr<const ImageCatalog> catalog,
-                                                PrepareWithImage prepare_with_image) {
-  return std::make_unique<CatalogImagesHost>(std::move(host), std::move(catalog), std::move(prepare_with_image));
 }
 
 // --- ImageCatalog ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/host/contract.hpp>
 #include <accelpool/manager/clock.hpp>
 
 #include <cstdint>
@@ -38,8 +39,11 @@ using Poster = std::function<void(std::function<void()>)>;
 
 class HostDriver {
  public:
-  // Called with the outcome of a prepare or release; `loaded` is the bitstream the device holds afterwards.
+  // Called with the outcome of a release or reset; `loaded` is the bitstream the device holds afterwards.
   using Done = std::function<void(Status status, std::string loaded)>;
+  // Called with the outcome of a prepare: what the host did (on failure, result.loaded still says what the
+  // device holds afterwards; the other fields are unset).
+  using PrepareDone = std::function<void(Status status, host::PrepareResult result)>;
 
   virtual ~HostDriver() = default;
 
@@ -49,11 +53,12 @@ class HostDriver {
   // The devices present now. Called on the owner thread at start; may block briefly (enumeration).
   virtual Result<std::vector<HostDevice>> devices() = 0;
 
-  // Makes the device ready for a lease of `guest`: programs `bitstream` when `reprogram` is set (or when the
-  // device does not hold it), then attaches the device to the guest. Returns at once; `done` runs later on the
-  // owner thread (through the Poster). Operations on one device run in the order they were asked.
-  virtual void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram,
-                       const std::string& guest, Done done) = 0;
+  // Makes `request.device` ready for lease `request.lease`: programs `request.bitstream` when `request.reprogram`
+  // is set (or when the device does not hold it; `request.sha256`, when not empty, is the image's identity in the
+  // manager's registry), then attaches the device to `request.vm` when the host can. Returns at once; `done`
+  // runs later on the owner thread (through the Poster) with what the host did. Operations on one device run in
+  // the order they were asked.
+  virtual void prepare(const host::PrepareRequest& request, PrepareDone done) = 0;
 
   // Takes the device back after a lease: detaches it from the guest and resets it. Same threading as prepare.
   virtual void release(const std::string& local_id, Done done) = 0;
@@ -117,19 +122,6 @@ Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
 // logic.
 std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
                                             Poster post);
-
-// What a host needs to prepare a device with the manager's image: prepare's arguments plus the image's sha256
-// ("" when the registry has no image of that name). E.g. a host agent's RemoteHost::prepare_lease.
-using PrepareWithImage = std::function<void(const std::string& local_id, const std::string& bitstream,
-                                            const std::string& sha256, bool reprogram, const std::string& guest,
-                                            HostDriver::Done done)>;
-
-// Wraps `host` so that prepare resolves the bitstream's sha256 in `catalog` and calls `prepare_with_image`
-// (which must act as `host`'s prepare, e.g. a host agent then checks or fetches the image by its sha256);
-// everything else goes straight to `host`.
-std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host,
-                                                std::shared_ptr<const ImageCatalog> catalog,
-                                                PrepareWithImage prepare_with_image);
 
 // A host whose devices are declared in the configuration and driven by nothing: programming and reset only
 // record what the device holds; completions are posted at once. For running the manager with no device backend
