@@ -88,7 +88,11 @@ TEST_CASE("the local host programs, then resets a device through its backend", "
   backend->held = {{"d0", ""}, {"d1", ""}};
   auto* raw = backend.get();
   WorkerPosts posts;
-  auto host = make_local_host("h", std::move(backend), posts.poster());
+  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
+  list.push_back(std::move(backend));
+  auto made = make_local_host("h", std::move(list), nullptr, posts.poster());
+  REQUIRE(made.is_ok());
+  auto& host = *made;
   auto devs = host->devices();
   REQUIRE(devs.is_ok());
   CHECK(devs->size() == 2);

@@ -201,6 +201,7 @@ class Runtime final : public HostRuntime {
     strands_->post(strand_of(request.device), [this, request, done = std::move(done)] {
       PrepareResult result;
       Status s = do_prepare(request, result);
+      if (!s) result = PrepareResult{result.loaded, AttachMode::none, "", "", DeviceDetails{}};  // only what it holds
       done(std::move(s), std::move(result));
     });
   }

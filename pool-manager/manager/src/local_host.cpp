@@ -1,211 +1,78 @@
-// An in-process host: a DeviceBackend driven from a worker thread of its own.
+// The in-process host (a HostRuntime whose completions are posted to the owner thread), the static host, and
+// the manager's image catalog.
 #include <accelpool/backends/device_backend.hpp>
-#include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/bitstreams/verified_images.hpp>
-#include <accelpool/manager/auth.hpp>
+#include <accelpool/host/runtime.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <condition_variable>
-#include <optional>
-#include <deque>
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 
 namespace accelpool::manager {
 
 namespace {
 
+// How often the in-process host checks its devices' health (an agent does so every heartbeat).
+constexpr std::chrono::milliseconds kLocalHealthInterval{5000};
+
 class LocalHost final : public HostDriver {
  public:
-  // `catalog` null: bitstream names stand for images whose identity is the hash of the name.
-  LocalHost(std::string name, std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
-            std::shared_ptr<ImageCatalog> catalog, Poster post)
-      : name_(std::move(name)), backends_(std::move(backends)), catalog_(std::move(catalog)), post_(std::move(post)),
-        worker_([this] { run(); }) {}
+  LocalHost(std::string name, std::shared_ptr<ImageCatalog> catalog, Poster post)
+      : name_(std::move(name)), catalog_(std::move(catalog)), post_(std::move(post)) {}
 
-  ~LocalHost() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
+  Status start(std::vector<std::unique_ptr<backends::DeviceBackend>> backends, DeviceHealth on_health) {
+    host::RuntimeOptions o;
+    o.host = name_;
+    o.health_interval = kLocalHealthInterval;
+    o.unattached = host::AttachMode::in_process;  // the guest shares the host's process space
+    host::RuntimeEvents ev;
+    if (on_health) {
+      ev.health_changed = [post = post_, on_health](const std::string& id, const std::string& health,
+                                                    const std::string& detail) {
+        post([on_health, id, health, detail] { on_health(id, health, detail); });
+      };
     }
-    cv_.notify_one();
-    worker_.join();
-  }
-
-  // Maps every device id to its backend. Errors: "invalid_argument" (an id two backends report).
-  Status index_devices() {
-    std::lock_guard backend_lock(backend_mu_);
-    for (std::size_t i = 0; i < backends_.size(); ++i) {
-      auto found = backends_[i]->enumerate();
-      if (!found) return found.error();
-      for (const auto& d : *found) {
-        if (!owner_.emplace(d.local_id, i).second)
-          return make_error("invalid_argument", "host " + name_ + ": device id '" + d.local_id +
-                                                    "' is reported by two backends");
-      }
-    }
+    auto images = catalog_ ? host::registry_images(catalog_->registry()) : nullptr;
+    auto rt = host::HostRuntime::create(std::move(o), std::move(backends), std::move(images), nullptr, std::move(ev));
+    if (!rt) return rt.error();
+    runtime_ = std::move(*rt);
     return Status::ok();
   }
 
   const std::string& name() const override { return name_; }
 
   Result<std::vector<HostDevice>> devices() override {
-    std::lock_guard backend_lock(backend_mu_);
     std::vector<HostDevice> out;
-    for (const auto& backend : backends_) {
-      auto found = backend->enumerate();
-      if (!found) return found.error();
-      for (const auto& d : *found) {
-        HostDevice hd;
-        hd.local_id = d.local_id;
-        hd.kind = d.kind;
-        hd.model = d.model;
-        hd.passthrough = d.passthrough;
-        if (auto loaded = backend->loaded(d.local_id); loaded) hd.loaded = name_of(*loaded);
-        out.push_back(std::move(hd));
-      }
+    for (const auto& d : runtime_->devices()) {
+      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed"});
     }
     if (catalog_) catalog_->add_devices(out);
     return out;
   }
 
   void prepare(const host::PrepareRequest& request, PrepareDone done) override {
-    enqueue([this, request, done = std::move(done)]() mutable {
-      const std::string& local_id = request.device;
-      const std::string& bitstream = request.bitstream;
-      Status s = Status::ok();
-      backends::DeviceBackend* backend = backend_of(local_id);
-      if (!backend) {
-        s = make_error("not_found", "host " + name_ + ": no device '" + local_id + "'");
-      } else if (!bitstream.empty()) {
-        // A device that already holds the image is not programmed, so its file is not read (hashing a large
-        // image takes seconds); one that must be programmed gets the image verified on disk now.
-        auto held = backend->loaded(local_id);
-        const std::string expected = expected_sha256(bitstream);  // "" when the registry lacks it
-        if (request.reprogram || !held || expected.empty() || *held != expected) {
-          auto image = image_of(bitstream);
-          if (!image) {
-            s = make_error(image.error().code, "host " + name_ + ", device " + local_id + ": " + image.error().message);
-          } else {
-            s = backend->program(local_id, *image);
-          }
-        }
-      }
-      host::PrepareResult result;
-      result.loaded = loaded_name(local_id);
-      // The guest shares the host's process space: nothing to attach.
-      if (s) result.attach = host::AttachMode::in_process;
-      post_([s = std::move(s), result = std::move(result), done = std::move(done)]() mutable {
-        done(std::move(s), std::move(result));
-      });
+    runtime_->prepare(request, [post = post_, done = std::move(done)](Status s, host::PrepareResult result) {
+      post([done, s = std::move(s), result = std::move(result)]() mutable { done(std::move(s), std::move(result)); });
     });
   }
 
-  void release(const std::string& local_id, Done done) override { reset(local_id, std::move(done)); }
+  void release(const std::string& local_id, Done done) override {
+    runtime_->release(local_id, [post = post_, done = std::move(done)](Status s, host::ReleaseResult result) {
+      post([done, s = std::move(s), loaded = std::move(result.loaded)]() mutable { done(std::move(s), std::move(loaded)); });
+    });
+  }
 
   void reset(const std::string& local_id, Done done) override {
-    enqueue([this, local_id, done = std::move(done)]() mutable {
-      backends::DeviceBackend* backend = backend_of(local_id);
-      Status s = backend ? backend->reset(local_id)
-                         : Status(make_error("not_found", "host " + name_ + ": no device '" + local_id + "'"));
-      finish(local_id, std::move(s), std::move(done));
+    runtime_->reset(local_id, [post = post_, done = std::move(done)](Status s, std::string loaded) {
+      post([done, s = std::move(s), loaded = std::move(loaded)]() mutable { done(std::move(s), std::move(loaded)); });
     });
   }
 
  private:
-  backends::DeviceBackend* backend_of(const std::string& local_id) {
-    if (backends_.size() == 1) return backends_.front().get();
-    auto it = owner_.find(local_id);
-    return it == owner_.end() ? nullptr : backends_[it->second].get();
-  }
-
-  // The sha256 the registry records for `bitstream` (no file read), or the name-only image's.
-  std::string expected_sha256(const std::string& bitstream) const {
-    return catalog_ ? catalog_->sha256_of(bitstream) : sha256_hex("accelpool-bitstream:" + bitstream);
-  }
-
-  // The image to program: with a catalog, the registry's image verified on disk now; else a name-only image.
-  Result<backends::Image> image_of(const std::string& bitstream) {
-    if (catalog_) {
-      auto verified = catalog_->registry()->verify(bitstream);
-      if (!verified) return verified.error();
-      return backends::make_image(*verified);
-    }
-    backends::Image img;
-    img.name = bitstream;
-    img.sha256 = expected_sha256(bitstream);
-    std::lock_guard lock(names_mu_);
-    names_[img.sha256] = bitstream;
-    return img;
-  }
-
-  std::string name_of(const std::string& sha) {
-    if (sha.empty()) return "";
-    if (catalog_) {
-      if (auto b = catalog_->registry()->find_by_sha256(sha); b) return b->manifest.name;
-    } else {
-      std::lock_guard lock(names_mu_);
-      if (auto it = names_.find(sha); it != names_.end()) return it->second;
-    }
-    return "sha256:" + sha.substr(0, 16);
-  }
-
-  // The name of the bitstream the device holds now, "" for none or unknown.
-  std::string loaded_name(const std::string& local_id) {
-    auto* backend = backend_of(local_id);
-    if (!backend) return "";
-    auto held = backend->loaded(local_id);
-    return held ? name_of(*held) : std::string();
-  }
-
-  void finish(const std::string& local_id, Status s, Done done) {
-    std::string loaded = loaded_name(local_id);
-    post_([s = std::move(s), loaded = std::move(loaded), done = std::move(done)]() mutable {
-      done(std::move(s), std::move(loaded));
-    });
-  }
-
-  void enqueue(std::function<void()> job) {
-    {
-      std::lock_guard lock(mu_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stopping, and every queued job has run
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      std::lock_guard backend_lock(backend_mu_);
-      job();
-    }
-  }
-
   std::string name_;
-  std::vector<std::unique_ptr<backends::DeviceBackend>> backends_;
-  std::unordered_map<std::string, std::size_t> owner_;  // device id -> backend index (filled before use)
   std::shared_ptr<ImageCatalog> catalog_;
   Poster post_;
-  std::mutex backend_mu_;  // the backends are used from one thread at a time
-  std::mutex names_mu_;
-  std::unordered_map<std::string, std::string> names_;  // without a catalog: sha256 -> name
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::thread worker_;  // last: starts after every other member exists
+  std::unique_ptr<host::HostRuntime> runtime_;  // last: destroyed first, finishing (and posting) queued operations
 };
 
 // Devices declared by configuration; a bitstream "load" is a record in memory.
@@ -255,22 +122,12 @@ std::unique_ptr<HostDriver> make_static_host(std::string name, std::vector<HostD
   return std::make_unique<StaticHost>(std::move(name), std::move(devices), std::move(post));
 }
 
-std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
-                                            Poster post) {
-  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
-  list.push_back(std::move(backend));
-  return std::make_unique<LocalHost>(std::move(name), std::move(list), nullptr, std::move(post));
-}
-
 Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
                                                     std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
-                                                    std::shared_ptr<ImageCatalog> catalog, Poster post) {
-  if (backends.empty()) return make_error("invalid_argument", "host " + name + ": no device backend");
-  for (const auto& b : backends) {
-    if (!b) return make_error("invalid_argument", "host " + name + ": a device backend is missing");
-  }
-  auto host = std::make_unique<LocalHost>(std::move(name), std::move(backends), std::move(catalog), std::move(post));
-  if (auto s = host->index_devices(); !s) return s.error();
+                                                    std::shared_ptr<ImageCatalog> catalog, Poster post,
+                                                    DeviceHealth on_health) {
+  auto host = std::make_unique<LocalHost>(std::move(name), std::move(catalog), std::move(post));
+  if (auto s = host->start(std::move(backends), std::move(on_health)); !s) return s.error();
   return std::unique_ptr<HostDriver>(std::move(host));
 }
 

@@ -145,7 +145,7 @@ class HostRuntime {
   // unless its file is unchanged since it last verified. Then, with `request.vm` set, attaches a passthrough
   // device to that VM through the attacher (when there is one; else the VM is only recorded). `done` gets the
   // result: what the device holds (also on failure), how the guest reaches it, the guest PCI address, the
-  // device's details. Errors: "not_found" (no such device), "invalid_state" (quarantined, or serving another
+  // device's details (on failure only what the device holds). Errors: "not_found" (no such device), "invalid_state" (quarantined, or serving another
   // VM), the image's errors ("not_found", "checksum_mismatch", "corrupt_image", "missing_file", fetch errors),
   // the backend's programming errors, "attach_failed"; every message names the host and the device.
   virtual void prepare(const PrepareRequest& request, PrepareDone done) = 0;

@@ -32,6 +32,7 @@ struct HostDevice {
   std::string model;
   bool passthrough = true;
   std::string loaded;  // bitstream name the device holds now, "" for none or unknown
+  bool usable = true;  // false: the host reports it failed (attach_host's caller lists it in HostReport::unusable)
 };
 
 // Runs a completion on the pool's owner thread. Must not run it inline: it queues it.
@@ -106,22 +107,23 @@ class ImageCatalog {
   std::unique_ptr<bitstreams::VerifiedImages> verified_;  // images verified once per file version
 };
 
-// An in-process host over device backends: operations run one at a time on a worker thread of its own, and
-// completions are posted to the owner thread. Device ids must be unique over the backends. Bitstream names are
-// resolved in `catalog`'s registry: the image is verified on disk right before programming (Registry::verify),
-// so a changed or corrupt file is never programmed (the prepare fails with the registry's error and the device
-// is not touched). A device that already holds the image (by sha256) is neither programmed nor is its file read. Every device is recorded in the catalog as taking registry images. Attach is a no-op: the
-// guest shares the host's process space in the embedded default. Errors: "invalid_argument" (no backend, or a
-// device id two backends report).
+// A device's health changed on an in-process host: "ok", "degraded" or "failed", and why. Runs on the owner thread.
+using DeviceHealth =
+    std::function<void(const std::string& local_id, const std::string& health, const std::string& detail)>;
+
+// An in-process host: a host::HostRuntime (pool-manager/host) over the backends, whose completions are posted to
+// the owner thread. Operations on one device run in order, different devices in parallel. Bitstream names are
+// resolved in `catalog`'s registry (null: a name stands for an image whose identity is the hash of the name,
+// which only the simulated backend programs); an image is verified on disk before programming, once per version
+// of its file, so a changed or corrupt file is never programmed, and a device that already holds the image (by
+// sha256) is neither programmed nor is its file read. Every device is recorded in the catalog as taking registry
+// images. Nothing is attached (AttachMode::in_process: the guest shares the host's process space). Health is
+// checked at creation (devices() reports failed ones as not usable) and every 5 s after; changes go to
+// `on_health`. Errors: "invalid_argument" (no backend, or a device id two backends report), an enumeration error.
 Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
                                                     std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
-                                                    std::shared_ptr<ImageCatalog> catalog, Poster post);
-
-// An in-process host over one backend with no registry: a bitstream name stands for an image whose identity is
-// the hash of the name (only the simulated backend can "program" such images). For tests of the manager's own
-// logic.
-std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
-                                            Poster post);
+                                                    std::shared_ptr<ImageCatalog> catalog, Poster post,
+                                                    DeviceHealth on_health = {});
 
 // A host whose devices are declared in the configuration and driven by nothing: programming and reset only
 // record what the device holds; completions are posted at once. For running the manager with no device backend
