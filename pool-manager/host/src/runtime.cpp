@@ -225,7 +225,15 @@ class Runtime final : public HostRuntime {
   std::uint64_t image_hashes() const override { return verified_.hashes(); }
 
   void check_health() override {
-    for (const auto& id : device_ids()) strands_->post(id, [this, id] { check_device(id); });
+    for (const auto& id : device_ids()) {
+      {
+        std::lock_guard lock(mu_);
+        auto& d = devices_.at(id);
+        if (d.health_queued) continue;  // one check waits already (behind a long programming, say)
+        d.health_queued = true;
+      }
+      strands_->post(id, [this, id] { check_device(id); });
+    }
   }
 
  private:
@@ -238,6 +246,7 @@ class Runtime final : public HostRuntime {
     std::size_t backend = 0;
     DeviceDetails details;
     DeviceState state;
+    bool health_queued = false;  // a check_health() job waits on the device's strand
   };
 
   // Calls `f(backend)` as the backend allows: alone, or beside calls on its other devices.
@@ -459,6 +468,10 @@ class Runtime final : public HostRuntime {
   // --- health ---------------------------------------------------------------------------------------------
 
   void check_device(const std::string& id) {
+    {
+      std::lock_guard lock(mu_);
+      devices_.at(id).health_queued = false;
+    }
     auto found = lookup(id, "health");
     if (!found || found->state.quarantined) return;
     auto report = call(found->backend, [&](backends::DeviceBackend& b) { return b.health(id); });
