@@ -20,6 +20,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace accelpool;
@@ -218,6 +220,48 @@ TEST_CASE("the devices of a gang are programmed at the same time", "[host]") {
     CHECK(p.result.loaded == "gang");
   }
   CHECK(gate.met());  // all four were inside program() together
+}
+
+namespace {
+
+// The simulated backend behind a backend that does not declare parallel_devices(), as XRT and OpenCL do not.
+class SerialSim final : public backends::DeviceBackend {
+ public:
+  SerialSim(backends::SimConfig config, backends::Sleeper sleeper) : inner_(std::move(config), std::move(sleeper)) {}
+  std::string_view name() const override { return "serial-sim"; }
+  Result<std::vector<backends::DeviceInfo>> enumerate() override { return inner_.enumerate(); }
+  Status program(std::string_view id, const backends::Image& image) override { return inner_.program(id, image); }
+  Result<std::string> loaded(std::string_view id) override { return inner_.loaded(id); }
+  Status reset(std::string_view id) override { return inner_.reset(id); }
+  backends::HealthReport health(std::string_view id) override { return inner_.health(id); }
+
+ private:
+  backends::SimBackend inner_;
+};
+
+}  // namespace
+
+TEST_CASE("a backend that does not declare parallel devices is called by one thread at a time", "[host]") {
+  std::mutex mu;
+  int inside = 0, most = 0;
+  auto config = sim_config(4);
+  config.program_base = std::chrono::milliseconds(20);  // each programming takes a while, as on hardware
+  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
+  list.push_back(std::make_unique<SerialSim>(config, [&](std::chrono::nanoseconds d) {
+    {
+      std::lock_guard lock(mu);
+      most = std::max(most, ++inside);
+    }
+    std::this_thread::sleep_for(d);
+    std::lock_guard lock(mu);
+    --inside;
+  }));
+  auto rt = HostRuntime::create({}, std::move(list), {}, {}, {});
+  REQUIRE(rt.is_ok());
+  std::vector<std::future<Prepared>> pending;
+  for (int i = 0; i < 4; ++i) pending.push_back(prepare(**rt, program("sim:" + std::to_string(i), "img")));
+  for (auto& f : pending) CHECK(wait(f).status.is_ok());
+  CHECK(most == 1);
 }
 
 TEST_CASE("a prepare answers the device's details and how the guest reaches it", "[host]") {
