@@ -35,6 +35,19 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A device.prepare request.
+host::PrepareRequest prepare_request(std::string device, std::string bitstream, bool reprogram, std::string vm,
+                                     std::string sha256 = "", std::string lease = "") {
+  host::PrepareRequest r;
+  r.device = std::move(device);
+  r.bitstream = std::move(bitstream);
+  r.reprogram = reprogram;
+  r.vm = std::move(vm);
+  r.sha256 = std::move(sha256);
+  r.lease = std::move(lease);
+  return r;
+}
+
 // The pool's owner thread: runs posted functions in order; records what the listener reports.
 class Owner {
  public:
@@ -97,6 +110,7 @@ class Owner {
     bool done = false;
     Status status;
     std::string loaded;
+    host::PrepareResult result;  // a prepare's
   };
   // A Done that records into `out` (on the owner thread).
   manager::HostDriver::Done record(Outcome& out) {
@@ -109,6 +123,22 @@ class Owner {
   Outcome call(const std::function<void(manager::HostDriver::Done)>& op) {
     Outcome out;
     poster()([&] { op(record(out)); });
+    REQUIRE(wait([&] { return out.done; }));
+    return out;
+  }
+  // A PrepareDone that records into `out` (on the owner thread).
+  manager::HostDriver::PrepareDone record_prepare(Outcome& out) {
+    return [&out](Status s, host::PrepareResult result) {
+      out.status = std::move(s);
+      out.loaded = result.loaded;
+      out.result = std::move(result);
+      out.done = true;
+    };
+  }
+  // Asks `host` to prepare (on the owner thread) and waits for the outcome.
+  Outcome prepare(manager::HostDriver& host, const host::PrepareRequest& request) {
+    Outcome out;
+    poster()([&] { host.prepare(request, record_prepare(out)); });
     REQUIRE(wait([&] { return out.done; }));
     return out;
   }
@@ -307,30 +337,30 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   CHECK_FALSE(c->devices()->at(0).passthrough);
   CHECK(a->devices()->at(0).loaded.empty());
 
-  auto r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  auto r = f.owner.prepare(*a, prepare_request("sim:1", "vadd", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "vadd");
-  r = f.owner.call([&](auto done) { b->prepare("sim:0", "mmul", false, "", done); });
+  r = f.owner.prepare(*b, prepare_request("sim:0", "mmul", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "mmul");
   // The same bitstream again without reprogram keeps it; reprogram loads it again; release keeps it (sim default).
-  r = f.owner.call([&](auto done) { b->prepare("sim:0", "mmul", true, "", done); });
+  r = f.owner.prepare(*b, prepare_request("sim:0", "mmul", true, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "mmul");
   r = f.owner.call([&](auto done) { b->release("sim:0", done); });
   REQUIRE(r.status);
   CHECK(r.loaded == "mmul");
-  r = f.owner.call([&](auto done) { c->prepare("sim:0", "gemm", false, "", done); });
+  r = f.owner.prepare(*c, prepare_request("sim:0", "gemm", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "gemm");
 
   // Several operations in flight on one host complete in order, each with its own outcome.
   std::vector<Owner::Outcome> outs(4);
   f.owner.sync([&] {
-    a->prepare("sim:0", "k1", false, "", f.owner.record(outs[0]));
-    a->prepare("sim:0", "k2", false, "", f.owner.record(outs[1]));
+    a->prepare(prepare_request("sim:0", "k1", false, ""), f.owner.record_prepare(outs[0]));
+    a->prepare(prepare_request("sim:0", "k2", false, ""), f.owner.record_prepare(outs[1]));
     a->reset("sim:1", f.owner.record(outs[2]));
-    a->prepare("sim:0", "k3", false, "", f.owner.record(outs[3]));
+    a->prepare(prepare_request("sim:0", "k3", false, ""), f.owner.record_prepare(outs[3]));
   });
   REQUIRE(f.owner.wait([&] { return outs[3].done && outs[2].done && outs[1].done && outs[0].done; }));
   CHECK(outs[0].loaded == "k1");
@@ -353,7 +383,7 @@ TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it regi
 
   // Pending when the agent dies: sent to it, and sim:1 hangs for 20 s in programming once it gets there.
   Owner::Outcome hung;
-  f.owner.sync([&] { a->prepare("sim:1", "vadd", false, "", f.owner.record(hung)); });
+  f.owner.sync([&] { a->prepare(prepare_request("sim:1", "vadd", false, ""), f.owner.record_prepare(hung)); });
   f.owner.sync([&] { CHECK_FALSE(hung.done); });
 
   a1.stop(SIGKILL);
@@ -369,10 +399,10 @@ TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it regi
   CHECK_FALSE(a->connected());
   CHECK(f.listener->hosts() == std::vector<std::string>{"host-b", "host-c"});
   // Operations on the lost host fail at once; the other hosts are unaffected.
-  auto r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "", done); });
+  auto r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, ""));
   CHECK(r.status.error().code == "host_lost");
   auto b = f.host("host-b");
-  r = f.owner.call([&](auto done) { b->prepare("sim:0", "vadd", false, "", done); });
+  r = f.owner.prepare(*b, prepare_request("sim:0", "vadd", false, ""));
   CHECK(r.status);
 
   // Restart: it registers again under the same name, with fresh devices.
@@ -382,7 +412,7 @@ TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it regi
   CHECK(a_again != a);
   CHECK(a_again->connected());
   CHECK(a_again->devices()->size() == 2);
-  r = f.owner.call([&](auto done) { a_again->prepare("sim:0", "vadd", false, "", done); });
+  r = f.owner.prepare(*a_again, prepare_request("sim:0", "vadd", false, ""));
   CHECK(r.status);
   CHECK(r.loaded == "vadd");
 }
@@ -458,7 +488,7 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     CHECK(m.error->code == "method_not_found");
   }
   SECTION("unknown device ids through RemoteHost") {
-    auto r = f.owner.call([&](auto done) { a->prepare("sim:99", "vadd", false, "", done); });
+    auto r = f.owner.prepare(*a, prepare_request("sim:99", "vadd", false, ""));
     REQUIRE_FALSE(r.status);
     CHECK(r.status.error().code == "not_found");
     CHECK(r.status.error().message.find("host 'host-a' has no device 'sim:99'") != std::string::npos);
@@ -467,7 +497,7 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     r = f.owner.call([&](auto done) { a->reset("nope", done); });
     CHECK(r.status.error().code == "not_found");
     // The real devices are untouched.
-    r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "", done); });
+    r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, ""));
     CHECK(r.status);
   }
   SECTION("a bad config is refused with the key named") {
@@ -491,10 +521,10 @@ TEST_CASE("a failed device reports failed health and failed programming is an er
       if (h.device == "sim:2" && h.health == "failed") return true;
     return a->registered_devices().at(2).health == "failed";
   }));
-  auto r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  auto r = f.owner.prepare(*a, prepare_request("sim:1", "vadd", false, ""));
   REQUIRE_FALSE(r.status);
   CHECK(r.status.error().message.find("sim:1") != std::string::npos);
-  r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  r = f.owner.prepare(*a, prepare_request("sim:1", "vadd", false, ""));
   CHECK(r.status);
   CHECK(r.loaded == "vadd");
 }
@@ -507,27 +537,25 @@ TEST_CASE("with a bitstream registry prepare programs verified images and refuse
   REQUIRE(f.wait_joined(1));
   auto a = f.host("host-a");
   const std::string vadd_sha = "3b0bba1b1bb9b5be2a4bcc4be2fa56a8fd0d12f4d7d3f3f4d0d0e0b7f1e1c5a0";  // not an image
-  auto r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "", done); });
+  auto r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, ""));
   INFO(a1.log());
   REQUIRE(r.status);
   CHECK(r.loaded == "vadd");
   // A model the image does not list.
-  r = f.owner.call([&](auto done) { a->prepare("sim:1", "vadd", false, "", done); });
+  r = f.owner.prepare(*a, prepare_request("sim:1", "vadd", false, ""));
   REQUIRE_FALSE(r.status);
   CHECK(r.status.error().code == "incompatible");
   // No such bitstream, an unknown sha256, and the sha256 of another image.
-  r = f.owner.call([&](auto done) { a->prepare("sim:0", "nope", false, "", done); });
+  r = f.owner.prepare(*a, prepare_request("sim:0", "nope", false, ""));
   CHECK(r.status.error().code == "not_found");
-  r = f.owner.call([&](auto done) { a->prepare_lease("sim:0", "vadd", vadd_sha, false, "", "", done); });
+  r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "", vadd_sha, ""));
   CHECK(r.status.error().code == "missing_file");  // no agent.images_url to fetch it from
-  r = f.owner.call([&](auto done) {
-    a->prepare_lease("sim:0", "vadd", "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a", false, "", "",
-                     done);
-  });
+  r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "",
+                                           "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a"));
   CHECK(r.status.error().code == "invalid_argument");
   CHECK(r.status.error().message.find("is image 'matmul'") != std::string::npos);
   // Nothing was changed by the refusals: the device still holds vadd.
-  r = f.owner.call([&](auto done) { a->prepare("sim:0", "", false, "", done); });
+  r = f.owner.prepare(*a, prepare_request("sim:0", "", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "vadd");
 }
@@ -545,7 +573,7 @@ TEST_CASE("after a manager restart the agent registers again and reports what it
   REQUIRE(owner.wait([&] { return owner.joined.size() == 1; }));
   std::shared_ptr<agent::RemoteHost> a;
   owner.sync([&] { a = owner.hosts.at("host-a"); });
-  auto r = owner.call([&](auto done) { a->prepare_lease("sim:1", "vadd", "", false, "vm-x", "lease-1", done); });
+  auto r = owner.prepare(*a, prepare_request("sim:1", "vadd", false, "vm-x", "", "lease-1"));
   REQUIRE(r.status);
 
   l->reset();  // the manager goes away
@@ -594,7 +622,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   REQUIRE(f.wait_joined(1));
   auto a = f.host("host-v");
 
-  auto r = f.owner.call([&](auto done) { a->prepare_lease("sim:0", "vadd", "", false, vm, "lease-7", done); });
+  auto r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, vm, "", "lease-7"));
   INFO(a1.log());
   REQUIRE(r.status);
   CHECK(r.loaded == "vadd");
@@ -623,7 +651,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
       if (h.device == "sim:0" && h.health == "failed" && h.detail.find("quarantined") != std::string::npos) return true;
     return false;
   }));
-  r = f.owner.call([&](auto done) { a->prepare("sim:0", "vadd", false, "other-vm", done); });
+  r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "other-vm"));
   CHECK(r.status.error().code == "invalid_state");
 
   // The VM's end frees the device and is reported as vm.stopped with the device.
@@ -640,3 +668,39 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   fs::remove("/dev/shm/accelpool-sim_3a0");
 }
 #endif
+
+TEST_CASE("device.prepare's params and result go through the wire codec", "[agent][wire]") {
+  namespace json = boost::json;
+  auto r = agent::parse_prepare_request(
+      json::parse(R"({"device":"sim:1","bitstream":"vadd","sha256":"ab","reprogram":true,"vm":"web-1","lease":"42"})")
+          .as_object(),
+      "device.prepare");
+  REQUIRE(r.is_ok());
+  CHECK(r->device == "sim:1");
+  CHECK(r->bitstream == "vadd");
+  CHECK(r->sha256 == "ab");
+  CHECK(r->reprogram);
+  CHECK(r->vm == "web-1");
+  CHECK(r->lease == "42");
+  auto unknown = agent::parse_prepare_request(json::parse(R"({"device":"sim:1","colour":"red"})").as_object(), "w");
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.error().message.find("colour") != std::string::npos);
+  CHECK_FALSE(agent::parse_prepare_request(json::parse(R"({"bitstream":"vadd"})").as_object(), "w").is_ok());
+
+  host::PrepareResult result;
+  result.loaded = "vadd";
+  result.attach = host::AttachMode::pci_hostdev;
+  result.guest_pci = "0000:00:07.0";
+  result.details.kind = "fpga";
+  result.details.pci_vendor_id = 0x10ee;
+  result.details.memory_bytes = 1ull << 34;
+  result.details.host_pci = "0000:65:00.1";
+  auto o = agent::prepare_result_json(result);
+  CHECK(o.at("loaded") == "vadd");
+  CHECK(o.at("attach") == "pci_hostdev");
+  CHECK(o.at("guest_pci") == "0000:00:07.0");
+  CHECK(o.at("details").at("kind") == "fpga");
+  CHECK(o.at("details").at("pci_vendor_id").to_number<std::uint64_t>() == 0x10ee);
+  CHECK(o.at("details").at("memory_bytes").to_number<std::uint64_t>() == (1ull << 34));
+  CHECK(o.at("details").at("host_pci") == "0000:65:00.1");
+}

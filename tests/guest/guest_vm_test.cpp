@@ -276,7 +276,7 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
     INFO("round " << round);
     const std::string lease = "lease-guest-" + std::to_string(round);
     const auto attach_start = Clock::now();
-    Status attached = attacher->attach(vm.name, DeviceSpec{device_id, lease, AttachMethod::emulated, ""});
+    Status attached = attacher->attach(vm.name, DeviceSpec{device_id, lease, AttachMethod::emulated, ""}).status();
     INFO((attached ? std::string() : attached.error().message));
     REQUIRE(attached.is_ok());
     auto added = console.wait_for({"accelpool-guest: pci added", "vendor 0x1af4 device 0x1110"}, 30s);

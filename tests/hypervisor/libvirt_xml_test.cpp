@@ -131,6 +131,35 @@ TEST_CASE("device aliases are read from a domain definition", "[hypervisor]") {
   CHECK(device_aliases("<domain>").error().code == "invalid_argument");
 }
 
+TEST_CASE("the guest PCI address of a device is read from a live domain definition by its alias", "[hypervisor]") {
+  const std::string xml =
+      "<domain type='qemu'><name>x</name><devices>"
+      "<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x65' slot='0x00' "
+      "function='0x1'/></source><alias name='ua-accelpool-h'/>"
+      "<address type='pci' domain='0x0000' bus='0x00' slot='0x07' function='0x0'/></hostdev>"
+      "<shmem name='s'><model type='ivshmem-plain'/><alias name='ua-accelpool-s'/>"
+      "<address type='pci' domain='0x0000' bus='0x01' slot='0x1f' function='0x3'/></shmem>"
+      "<controller type='usb'><alias name='usb'/></controller>"
+      "<memballoon model='virtio'><alias name='bad'/><address type='pci' domain='0x0000' bus='0x00' slot='0x40' "
+      "function='0x0'/></memballoon></devices></domain>";
+  auto at = [&](const char* alias) {
+    auto r = guest_pci_address(xml, alias);
+    return r ? *r : "error: " + r.error().message;
+  };
+  // The hostdev's own address, not its host address inside <source>.
+  CHECK(at("ua-accelpool-h") == "0000:00:07.0");
+  CHECK(at("ua-accelpool-s") == "0000:01:1f.3");
+  CHECK(at("usb") == "");  // no PCI address
+  auto missing = guest_pci_address(xml, "ua-accelpool-none");
+  REQUIRE_FALSE(missing.is_ok());
+  CHECK(missing.error().code == "not_found");
+  auto bad = guest_pci_address(xml, "bad");  // slot 0x40 is past the 32 slots of a bus
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.error().code == "invalid_argument");
+  CHECK(bad.error().message.find("'bad'") != std::string::npos);
+  CHECK(guest_pci_address("<domain>", "x").error().code == "invalid_argument");
+}
+
 TEST_CASE("the test VM builder writes an OS-less or a kernel-booting domain", "[hypervisor]") {
   testing::VmOptions o;
   o.name = "vm-a";

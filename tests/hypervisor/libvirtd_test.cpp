@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <regex>
 
 using namespace accelpool;
 using namespace accelpool::hypervisor;
@@ -88,15 +89,20 @@ TEST_CASE("a simulated device hot-plugs into a running VM and its record survive
   const std::string dev1 = daemon->unique_device_id("sim:1");
 
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = attacher->attach(vm, sim(dev0, "lease-0"));
+  auto st = attacher->attach(vm, sim(dev0, "lease-0"));
   const double attach_ms = ms_since(t0);
   INFO((st.is_ok() ? std::string() : st.error().message));
   REQUIRE(st.is_ok());
   std::printf("hypervisor: live attach of an ivshmem-plain device took %.1f ms\n", attach_ms);
 
-  // Visible in the live domain definition, backed by its shared-memory region.
+  // Visible in the live domain definition, backed by its shared-memory region, at the guest PCI address that
+  // attach returned (the one libvirt assigned: a slot on the guest's PCI bus 0).
   auto xml = daemon->live_xml(vm);
   REQUIRE(xml.is_ok());
+  CHECK(std::regex_match(*st, std::regex("0000:00:[01][0-9a-f]\\.0")));
+  auto listed_at = guest_pci_address(*xml, device_alias(dev0));
+  REQUIRE(listed_at.is_ok());
+  CHECK(*listed_at == *st);
   CHECK(xml->find("<shmem name='" + shmem_name(dev0) + "'>") != std::string::npos);
   CHECK(xml->find("<model type='ivshmem-plain'/>") != std::string::npos);
   CHECK(contains(live_aliases(*daemon, vm), device_alias(dev0)));

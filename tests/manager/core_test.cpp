@@ -360,9 +360,11 @@ struct RecordingHost : HostDriver {
       : name_(std::move(n)), devices_(std::move(d)), post_(std::move(p)), calls_(calls) {}
   const std::string& name() const override { return name_; }
   accelpool::Result<std::vector<HostDevice>> devices() override { return devices_; }
-  void prepare(const std::string& local, const std::string& bs, bool, const std::string& guest, Done done) override {
-    calls_->push_back(name_ + " prepare " + local + " " + guest);
-    post_([done, bs] { done(accelpool::Status::ok(), bs); });
+  void prepare(const accelpool::host::PrepareRequest& request, PrepareDone done) override {
+    calls_->push_back(name_ + " prepare " + request.device + " " + request.vm);
+    accelpool::host::PrepareResult result;
+    result.loaded = request.bitstream;
+    post_([done, result] { done(accelpool::Status::ok(), result); });
   }
   void release(const std::string& local, Done done) override {
     calls_->push_back(name_ + " release " + local);

@@ -668,3 +668,24 @@ TEST_CASE("the admin API lists and finds ended leases long gone from memory, pag
     CHECK(r.body.find(bad.substr(0, bad.find('='))) != std::string::npos);
   }
 }
+
+TEST_CASE("a device the in-process host finds failed is never granted", "[integration][host]") {
+  Running m("[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+            "[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n[hosts.settings]\ndevices = \"fpga:sim-u250:3\"\n"
+            "failed_devices = \"sim:1\"\n[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
+  auto g1 = m.guest(m.token_a, "vm1");
+  auto g2 = m.guest(m.token_b, "vm2");
+  auto two = g1.call("acquire", {{"kind", "fpga"}, {"count", 2}});
+  REQUIRE(lease_state(two) == "granted");
+  std::set<std::string> granted;
+  for (const auto& d : two.at("result").at("lease").at("devices").as_array()) granted.insert(std::string(d.as_string()));
+  CHECK(granted == std::set<std::string>{"local/sim:0", "local/sim:2"});
+  // The only device left is the failed one: the next request waits instead of getting it.
+  auto one = g2.call("acquire", {{"kind", "fpga"}});
+  CHECK(lease_state(one) == "queued");
+  auto dev = m.get("/v1/devices/local/sim:1");
+  REQUIRE(dev.status == 200);
+  CHECK(dev.json().at("lease").is_null());
+  CHECK_FALSE(dev.json().at("available").as_bool());
+  CHECK(m.get("/v1/queue").json().at("queue").as_array().size() == 1);
+}

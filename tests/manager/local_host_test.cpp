@@ -49,6 +49,17 @@ struct MemoryBackend : backends::DeviceBackend {
   backends::HealthReport health(std::string_view) override { return {}; }
 };
 
+// A prepare of `device` with `bitstream` for a lease of guest "vm1".
+host::PrepareRequest request(std::string device, std::string bitstream, bool reprogram) {
+  host::PrepareRequest r;
+  r.device = std::move(device);
+  r.lease = "1";
+  r.vm = "vm1";
+  r.bitstream = std::move(bitstream);
+  r.reprogram = reprogram;
+  return r;
+}
+
 // Completions the host's worker thread posts, run by the test when it wants (it plays the owner thread).
 struct WorkerPosts {
   std::mutex mu;
@@ -72,37 +83,41 @@ struct WorkerPosts {
 
 }  // namespace
 
-TEST_CASE("the local host programs, then resets a device through its backend", "[host]") {
+TEST_CASE("the local host programs and then resets a device through its backend", "[host]") {
   auto backend = std::make_unique<MemoryBackend>();
   backend->held = {{"d0", ""}, {"d1", ""}};
   auto* raw = backend.get();
   WorkerPosts posts;
-  auto host = make_local_host("h", std::move(backend), posts.poster());
+  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
+  list.push_back(std::move(backend));
+  auto made = make_local_host("h", std::move(list), nullptr, posts.poster());
+  REQUIRE(made.is_ok());
+  auto& host = *made;
   auto devs = host->devices();
   REQUIRE(devs.is_ok());
   CHECK(devs->size() == 2);
 
-  std::vector<std::string> results;
-  host->prepare("d0", "vadd", true, "vm1", [&](Status s, std::string loaded) {
+  // Two devices: their operations run in parallel, so their completions may come in either order.
+  std::map<std::string, std::string> results;
+  host->prepare(request("d0", "vadd", true), [&](Status s, host::PrepareResult result) {
     CHECK(s.is_ok());
-    results.push_back(loaded);
+    CHECK(result.attach == host::AttachMode::in_process);
+    results["d0"] = result.loaded;
   });
-  host->prepare("d1", "broken", true, "vm1", [&](Status s, std::string) {
+  host->prepare(request("d1", "broken", true), [&](Status s, host::PrepareResult) {
     CHECK_FALSE(s.is_ok());
-    results.push_back("error:" + s.error().code);
+    results["d1"] = "error:" + s.error().code;
   });
   posts.settle(2);
-  REQUIRE(results.size() == 2);
-  CHECK(results[0] == "vadd");
-  CHECK(results[1] == "error:program_failed");
+  CHECK(results == std::map<std::string, std::string>{{"d0", "vadd"}, {"d1", "error:program_failed"}});
   CHECK(raw->programs == 1);
 
   host->release("d0", [&](Status s, std::string loaded) {
     CHECK(s.is_ok());
-    results.push_back("after-reset:" + loaded);
+    results["d0"] = "after-reset:" + loaded;
   });
   posts.settle(1);
-  CHECK(results.back() == "after-reset:");
+  CHECK(results["d0"] == "after-reset:");
   CHECK(raw->resets == 1);
 }
 
@@ -148,9 +163,9 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   CHECK(catalog->check("gpu", "nope").is_ok());  // no device of that kind takes registry images
 
   std::vector<std::string> results;
-  auto record = [&](Status s, std::string loaded) { results.push_back(s ? loaded : "error:" + s.error().code); };
-  (*host)->prepare("d0", "img", false, "vm1", record);
-  (*host)->prepare("d0", "nope", false, "vm1", record);
+  auto record = [&](Status s, host::PrepareResult r) { results.push_back(s ? r.loaded : "error:" + s.error().code); };
+  (*host)->prepare(request("d0", "img", false), record);
+  (*host)->prepare(request("d0", "nope", false), record);
   posts.settle(2);
   REQUIRE(results.size() == 2);
   CHECK(results[0] == "img");
@@ -164,7 +179,7 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.error().code == "checksum_mismatch");
   CHECK(refused.error().message.find("img.bin") != std::string::npos);
-  (*host)->prepare("d0", "img", true, "vm1", record);
+  (*host)->prepare(request("d0", "img", true), record);
   posts.settle(1);
   CHECK(results.back() == "error:checksum_mismatch");
   CHECK(raw->programs == 1);

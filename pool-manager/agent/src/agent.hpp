@@ -2,9 +2,10 @@
 // and carries out the manager's device.prepare / device.release / device.reset (docs/agent-protocol.md).
 //
 // Threads: the connection thread (run()) owns the socket: it connects, registers, heartbeats, reads requests and
-// writes replies. Device operations run one at a time on a worker thread (backends are single-threaded and
-// programming or a detach can take seconds; the heartbeat keeps going meanwhile). libvirt events arrive on the
-// attacher's event thread and only queue notifications.
+// writes replies. Device operations run in the host runtime (accelpool/host/runtime.hpp): in order per device,
+// different devices in parallel, on the runtime's threads, whose completions only queue replies (programming or a
+// detach can take seconds; the heartbeat keeps going meanwhile). libvirt events arrive on the attacher's event
+// thread and only queue notifications.
 #pragma once
 
 #include "agent_config.hpp"

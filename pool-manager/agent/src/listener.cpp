@@ -77,18 +77,16 @@ Result<std::vector<manager::HostDevice>> RemoteHost::devices() {
   return out;
 }
 
-void RemoteHost::prepare(const std::string& local_id, const std::string& bitstream, bool reprogram,
-                         const std::string& guest, Done done) {
-  prepare_lease(local_id, bitstream, "", reprogram, guest, "", std::move(done));
-}
-
-void RemoteHost::prepare_lease(const std::string& local_id, const std::string& bitstream, const std::string& sha256,
-                               bool reprogram, const std::string& vm, const std::string& lease, Done done) {
-  json::object p{{"device", local_id}, {"bitstream", bitstream}, {"reprogram", reprogram}};
-  if (!sha256.empty()) p["sha256"] = sha256;
-  if (!vm.empty()) p["vm"] = vm;
-  if (!lease.empty()) p["lease"] = lease;
-  call(*link_, "device.prepare", std::move(p), std::move(done));
+void RemoteHost::prepare(const host::PrepareRequest& request, PrepareDone done) {
+  json::object p{{"device", request.device}, {"bitstream", request.bitstream}, {"reprogram", request.reprogram}};
+  if (!request.sha256.empty()) p["sha256"] = request.sha256;
+  if (!request.vm.empty()) p["vm"] = request.vm;
+  if (!request.lease.empty()) p["lease"] = request.lease;
+  call(*link_, "device.prepare", std::move(p), [done = std::move(done)](Status s, std::string loaded) {
+    host::PrepareResult result;
+    result.loaded = std::move(loaded);
+    done(std::move(s), std::move(result));
+  });
 }
 
 void RemoteHost::release(const std::string& local_id, Done done) {

@@ -265,4 +265,40 @@ bool read_some(int fd, LineBuffer& in) {
   }
 }
 
+Result<host::PrepareRequest> parse_prepare_request(const json::object& params, std::string_view where) {
+  if (auto s = only_fields(params, "device,bitstream,sha256,reprogram,vm,lease", where); !s) return s.error();
+  auto device = get_string(params, "device", where, true);
+  auto bitstream = get_string(params, "bitstream", where, false);
+  auto sha256 = get_string(params, "sha256", where, false);
+  auto reprogram = get_bool(params, "reprogram", where, false);
+  auto vm = get_string(params, "vm", where, false);
+  auto lease = get_string(params, "lease", where, false);
+  for (const Status& s : {device.status(), bitstream.status(), sha256.status(), reprogram.status(), vm.status(),
+                          lease.status()})
+    if (!s) return s.error();
+  host::PrepareRequest r;
+  r.device = *device;
+  r.lease = *lease;
+  r.vm = *vm;
+  r.bitstream = *bitstream;
+  r.sha256 = *sha256;
+  r.reprogram = *reprogram;
+  return r;
+}
+
+json::object prepare_result_json(const host::PrepareResult& result) {
+  const auto& d = result.details;
+  return json::object{{"loaded", result.loaded},
+                      {"attach", std::string(host::to_string(result.attach))},
+                      {"guest_pci", result.guest_pci},
+                      {"endpoint", result.endpoint},
+                      {"details", json::object{{"kind", d.kind},
+                                               {"model", d.model},
+                                               {"vendor", d.vendor},
+                                               {"pci_vendor_id", d.pci_vendor_id},
+                                               {"pci_device_id", d.pci_device_id},
+                                               {"memory_bytes", d.memory_bytes},
+                                               {"host_pci", d.host_pci}}}};
+}
+
 }  // namespace accelpool::agent

@@ -252,21 +252,19 @@ class LibvirtAttacher final : public Attacher {
     return Status::ok();
   }
 
-  Status attach(std::string_view vm, const DeviceSpec& spec) override {
+  Result<std::string> attach(std::string_view vm, const DeviceSpec& spec) override {
     auto xml = device_xml(spec, options_.shmem_size_mib);
     if (!xml) return xml.error();
-    auto conn = connection();
-    if (!conn) return conn.error();
-    auto dom = lookup(conn->get(), vm);
-    if (!dom) return dom.error();
-    virDomainPtr d = dom->get();
-    if (Status s = require_running(conn->get(), d, vm, "devices are attached to running VMs only"); !s) return s;
+    auto running = running_vm(vm, "devices are attached to running VMs only");
+    if (!running) return running.error();
+    virConnectPtr c = running->conn.get();
+    virDomainPtr d = running->dom.get();
     const std::string uuid = domain_uuid(d);
     const std::string label = describe_vm(vm);
     const std::string alias = device_alias(spec.device_id);
 
     std::lock_guard meta(meta_mutex_);
-    auto records = read_records(conn->get(), d, label);
+    auto records = read_records(c, d, label);
     if (!records) return records.error();
     for (const auto& r : *records) {
       if (r.device_id == spec.device_id) {
@@ -278,7 +276,7 @@ class LibvirtAttacher final : public Attacher {
     if (auto other = recorded_elsewhere(uuid, spec.device_id)) {
       return make_error("already_attached", "device '" + spec.device_id + "' is recorded in VM '" + *other + "'");
     }
-    auto aliases = live_aliases(conn->get(), d, label);
+    auto aliases = live_aliases(c, d, label);
     if (!aliases) return aliases.error();
     if (std::find(aliases->begin(), aliases->end(), alias) != aliases->end()) {
       return make_error("already_attached", label + " already has a device with alias '" + alias +
@@ -294,11 +292,11 @@ class LibvirtAttacher final : public Attacher {
     rec.state = AttachState::attaching;
     auto updated = *records;
     updated.push_back(rec);
-    if (Status s = write_records(conn->get(), d, label, updated); !s) return s;
+    if (Status s = write_records(c, d, label, updated); !s) return s.error();
 
     if (virDomainAttachDeviceFlags(d, xml->c_str(), VIR_DOMAIN_AFFECT_LIVE) < 0) {
-      Error e = libvirt_error(conn->get(), "attaching device '" + spec.device_id + "' to " + label);
-      if (Status s = write_records(conn->get(), d, label, *records); !s) {
+      Error e = libvirt_error(c, "attaching device '" + spec.device_id + "' to " + label);
+      if (Status s = write_records(c, d, label, *records); !s) {
         e.message += "; also failed to remove its record: " + s.error().message;
       } else {
         remember(uuid, domain_name(d), *records);
@@ -306,29 +304,27 @@ class LibvirtAttacher final : public Attacher {
       return e;
     }
     updated.back().state = AttachState::attached;
-    if (Status s = write_records(conn->get(), d, label, updated); !s) {
+    if (Status s = write_records(c, d, label, updated); !s) {
       updated.back().state = AttachState::attaching;  // as the VM's metadata still says: never free
       remember(uuid, domain_name(d), updated);
       return make_error(s.error().code, "device '" + spec.device_id + "' is in " + label +
                                             " but its record could not be updated: " + s.error().message);
     }
     remember(uuid, domain_name(d), updated);
-    return Status::ok();
+    return guest_address(d, alias);
   }
 
   Result<DetachFuture> detach(std::string_view vm, std::string_view device_id) override {
     if (Status s = validate_device_id(device_id); !s) return s.error();
-    auto conn = connection();
-    if (!conn) return conn.error();
-    auto dom = lookup(conn->get(), vm);
-    if (!dom) return dom.error();
-    virDomainPtr d = dom->get();
-    if (Status s = require_running(conn->get(), d, vm, "its devices left with it"); !s) return s.error();
+    auto running = running_vm(vm, "its devices left with it");
+    if (!running) return running.error();
+    virConnectPtr c = running->conn.get();
+    virDomainPtr d = running->dom.get();
     const std::string uuid = domain_uuid(d);
     const std::string label = describe_vm(vm);
 
     std::lock_guard meta(meta_mutex_);
-    auto records = read_records(conn->get(), d, label);
+    auto records = read_records(c, d, label);
     if (!records) return records.error();
     auto it = std::find_if(records->begin(), records->end(),
                            [&](const AttachedDevice& r) { return r.device_id == device_id; });
@@ -341,7 +337,7 @@ class LibvirtAttacher final : public Attacher {
       std::lock_guard lock(mutex_);
       if (auto p = pending_.find(key); p != pending_.end()) return p->second->future;
     }
-    auto aliases = live_aliases(conn->get(), d, label);
+    auto aliases = live_aliases(c, d, label);
     if (!aliases) return aliases.error();
     auto pending = std::make_shared<Pending>();
     pending->uuid = uuid;
@@ -355,7 +351,7 @@ class LibvirtAttacher final : public Attacher {
     if (std::find(aliases->begin(), aliases->end(), it->alias) == aliases->end()) {
       auto remaining = *records;
       remaining.erase(remaining.begin() + (it - records->begin()));
-      if (Status s = write_records(conn->get(), d, label, remaining); !s) return s.error();
+      if (Status s = write_records(c, d, label, remaining); !s) return s.error();
       remember(uuid, domain_name(d), remaining);
       finish(*pending, DetachOutcome::removed, "the device was no longer in the VM");
       return pending->future;
@@ -365,18 +361,18 @@ class LibvirtAttacher final : public Attacher {
     AttachedDevice& rec = updated[static_cast<std::size_t>(it - records->begin())];
     rec.state = AttachState::detaching;
     rec.note.clear();
-    if (Status s = write_records(conn->get(), d, label, updated); !s) return s.error();
+    if (Status s = write_records(c, d, label, updated); !s) return s.error();
     {
       std::lock_guard lock(mutex_);
       pending_[key] = pending;
     }
     if (virDomainDetachDeviceAlias(d, it->alias.c_str(), VIR_DOMAIN_AFFECT_LIVE) < 0) {
-      Error e = libvirt_error(conn->get(), "asking " + label + " to release device '" + std::string(device_id) + "'");
+      Error e = libvirt_error(c, "asking " + label + " to release device '" + std::string(device_id) + "'");
       {
         std::lock_guard lock(mutex_);
         pending_.erase(key);
       }
-      if (Status s = write_records(conn->get(), d, label, *records); !s) {
+      if (Status s = write_records(c, d, label, *records); !s) {
         e.message += "; also failed to restore its record: " + s.error().message;
         remember(uuid, domain_name(d), updated);
       } else {
@@ -390,17 +386,15 @@ class LibvirtAttacher final : public Attacher {
   }
 
   Result<std::vector<AttachedDevice>> list_attached(std::string_view vm) override {
-    auto conn = connection();
-    if (!conn) return conn.error();
-    auto dom = lookup(conn->get(), vm);
-    if (!dom) return dom.error();
-    virDomainPtr d = dom->get();
-    if (Status s = require_running(conn->get(), d, vm, "its devices left with it"); !s) return s.error();
+    auto running = running_vm(vm, "its devices left with it");
+    if (!running) return running.error();
+    virConnectPtr c = running->conn.get();
+    virDomainPtr d = running->dom.get();
     const std::string label = describe_vm(vm);
     std::lock_guard meta(meta_mutex_);
-    auto records = read_records(conn->get(), d, label);
+    auto records = read_records(c, d, label);
     if (!records) return records.error();
-    auto aliases = live_aliases(conn->get(), d, label);
+    auto aliases = live_aliases(c, d, label);
     if (!aliases) return aliases.error();
     for (auto& r : *records) r.present = std::find(aliases->begin(), aliases->end(), r.alias) != aliases->end();
     remember(domain_uuid(d), domain_name(d), *records);
@@ -486,6 +480,21 @@ class LibvirtAttacher final : public Attacher {
 
   static std::string describe_vm(std::string_view vm) { return "VM '" + std::string(vm) + "'"; }
 
+  // A running VM as attach, detach and list_attached need it: a connection and the domain (freed first).
+  struct RunningVm {
+    ConnRef conn;
+    DomainRef dom;
+  };
+  // Errors: connection()'s, lookup()'s, and require_running()'s ("vm_not_running" saying `why_running`).
+  Result<RunningVm> running_vm(std::string_view vm, const char* why_running) {
+    auto conn = connection();
+    if (!conn) return conn.error();
+    auto dom = lookup(conn->get(), vm);
+    if (!dom) return dom.error();
+    if (Status s = require_running(conn->get(), dom->get(), vm, why_running); !s) return s.error();
+    return RunningVm{std::move(*conn), std::move(*dom)};
+  }
+
   Result<DomainRef> lookup(virConnectPtr c, std::string_view vm) const {
     if (vm.empty()) return make_error("invalid_argument", "VM name is empty");
     const std::string v(vm);
@@ -532,6 +541,17 @@ class LibvirtAttacher final : public Attacher {
                                         records.empty() ? nullptr : key.c_str(), ns.c_str(), VIR_DOMAIN_AFFECT_LIVE);
     if (rc < 0) return libvirt_error(c, "writing accelpool metadata of " + label);
     return Status::ok();
+  }
+
+  // Where the guest sees the device with `alias`, from the live definition; "" when it cannot be read (the
+  // device is in the VM either way).
+  static std::string guest_address(virDomainPtr d, const std::string& alias) {
+    char* xml = virDomainGetXMLDesc(d, 0);
+    if (xml == nullptr) return "";
+    std::string text(xml);
+    std::free(xml);
+    auto address = guest_pci_address(text, alias);
+    return address ? *address : "";
   }
 
   Result<std::vector<std::string>> live_aliases(virConnectPtr c, virDomainPtr d, const std::string& label) const {

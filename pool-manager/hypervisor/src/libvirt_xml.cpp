@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -78,60 +80,6 @@ std::optional<AttachMethod> parse_method(std::string_view s) {
 }
 
 }  // namespace
-
-std::string_view to_string(AttachMethod method) {
-  switch (method) {
-    case AttachMethod::pci_hostdev:
-      return "pci_hostdev";
-    case AttachMethod::emulated:
-      return "emulated";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(AttachState state) {
-  switch (state) {
-    case AttachState::attaching:
-      return "attaching";
-    case AttachState::attached:
-      return "attached";
-    case AttachState::detaching:
-      return "detaching";
-    case AttachState::quarantined:
-      return "quarantined";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(DetachOutcome outcome) {
-  switch (outcome) {
-    case DetachOutcome::removed:
-      return "removed";
-    case DetachOutcome::vm_stopped:
-      return "vm_stopped";
-    case DetachOutcome::timed_out:
-      return "timed_out";
-    case DetachOutcome::rejected:
-      return "rejected";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(EventKind kind) {
-  switch (kind) {
-    case EventKind::vm_shutdown:
-      return "vm_shutdown";
-    case EventKind::vm_destroyed:
-      return "vm_destroyed";
-    case EventKind::vm_crashed:
-      return "vm_crashed";
-    case EventKind::vm_stopped:
-      return "vm_stopped";
-    case EventKind::device_removed:
-      return "device_removed";
-  }
-  return "unknown";
-}
 
 Status validate_device_id(std::string_view device_id) {
   if (device_id.empty()) return make_error("invalid_argument", "device id is empty");
@@ -330,25 +278,89 @@ Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml) {
   return out;
 }
 
-Result<std::vector<std::string>> device_aliases(std::string_view domain_xml) {
+namespace {
+
+// Calls `visit` with every device element under <devices> of a domain definition and that device's alias ("" for
+// none). Errors: "invalid_argument" on malformed XML or a root that is not <domain>.
+Status for_each_device(std::string_view domain_xml,
+                       const std::function<void(const xmlNode* device, const std::string& alias)>& visit) {
   auto doc = parse_document(domain_xml, "domain definition");
   if (!doc) return doc.error();
   const xmlNode* root = xmlDocGetRootElement(doc->get());
   if (root == nullptr || !named(root, "domain")) {
     return make_error("invalid_argument", "domain definition: root element is not <domain>");
   }
-  std::vector<std::string> out;
   for (const xmlNode* n = root->children; n != nullptr; n = n->next) {
     if (!named(n, "devices")) continue;
     for (const xmlNode* dev = n->children; dev != nullptr; dev = dev->next) {
       if (dev->type != XML_ELEMENT_NODE) continue;
+      std::string alias;
       for (const xmlNode* c = dev->children; c != nullptr; c = c->next) {
         if (!named(c, "alias")) continue;
-        if (auto name = attribute(c, "name")) out.push_back(*name);
+        if (auto name = attribute(c, "name")) alias = *name;
       }
+      visit(dev, alias);
     }
   }
+  return Status::ok();
+}
+
+// "0x0000" -> 0 (hex, with or without the 0x prefix); false when it is not a number below `limit`.
+bool parse_hex(const std::string& text, unsigned limit, unsigned& out) {
+  std::string digits = text.rfind("0x", 0) == 0 || text.rfind("0X", 0) == 0 ? text.substr(2) : text;
+  if (digits.empty() || digits.size() > 8) return false;
+  unsigned value = 0;
+  for (char ch : digits) {
+    int v = std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0'
+            : (ch >= 'a' && ch <= 'f')                    ? ch - 'a' + 10
+            : (ch >= 'A' && ch <= 'F')                    ? ch - 'A' + 10
+                                                          : -1;
+    if (v < 0) return false;
+    value = value * 16 + static_cast<unsigned>(v);
+  }
+  if (value >= limit) return false;
+  out = value;
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> device_aliases(std::string_view domain_xml) {
+  std::vector<std::string> out;
+  auto s = for_each_device(domain_xml, [&](const xmlNode*, const std::string& alias) {
+    if (!alias.empty()) out.push_back(alias);
+  });
+  if (!s) return s.error();
   return out;
+}
+
+Result<std::string> guest_pci_address(std::string_view domain_xml, std::string_view alias) {
+  bool found = false;
+  std::string address;
+  Status bad = Status::ok();
+  auto s = for_each_device(domain_xml, [&](const xmlNode* dev, const std::string& a) {
+    if (a != alias || found) return;
+    found = true;
+    // The device's own <address> (a direct child); a hostdev's host address sits inside <source> instead.
+    for (const xmlNode* c = dev->children; c != nullptr; c = c->next) {
+      if (!named(c, "address") || attribute(c, "type").value_or("") != "pci") continue;
+      unsigned domain = 0, bus = 0, slot = 0, function = 0;
+      if (!parse_hex(attribute(c, "domain").value_or("0"), 0x10000, domain) ||
+          !parse_hex(attribute(c, "bus").value_or(""), 0x100, bus) ||
+          !parse_hex(attribute(c, "slot").value_or(""), 0x20, slot) ||
+          !parse_hex(attribute(c, "function").value_or(""), 0x8, function)) {
+        bad = make_error("invalid_argument", "domain definition: device '" + a + "' has a malformed PCI address");
+        return;
+      }
+      char text[16];
+      std::snprintf(text, sizeof(text), "%04x:%02x:%02x.%x", domain, bus, slot, function);
+      address = text;
+    }
+  });
+  if (!s) return s.error();
+  if (!bad) return bad.error();
+  if (!found) return make_error("not_found", "domain definition: no device with alias '" + std::string(alias) + "'");
+  return address;
 }
 
 }  // namespace accelpool::hypervisor

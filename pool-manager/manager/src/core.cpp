@@ -255,10 +255,17 @@ struct PoolCore::Impl {
     for (const auto& name : l.devices) {
       auto& d = devices.at(name);
       bool reprogram = !l.bitstream.empty() && d.loaded != l.bitstream;
-      host_call(d.host, [this, id = l.id, ep, name, local = d.local_id, bs = l.bitstream, reprogram,
-                         guest = l.guest](HostDriver& h) {
-        h.prepare(local, bs, reprogram, guest,
-                  [this, id, ep, name](Status s, std::string loaded) { on_prepared(id, ep, name, s, std::move(loaded)); });
+      host::PrepareRequest request;
+      request.device = d.local_id;
+      request.lease = std::to_string(l.id);
+      request.vm = l.guest;
+      request.bitstream = l.bitstream;
+      if (!l.bitstream.empty() && options.image_sha256) request.sha256 = options.image_sha256(l.bitstream);
+      request.reprogram = reprogram;
+      host_call(d.host, [this, id = l.id, ep, name, request = std::move(request)](HostDriver& h) {
+        h.prepare(request, [this, id, ep, name](Status s, host::PrepareResult result) {
+          on_prepared(id, ep, name, s, std::move(result.loaded));
+        });
       });
     }
   }

@@ -55,8 +55,19 @@ Status write_endpoints(const std::filesystem::path& dir, const std::string& admi
   return Status::ok();
 }
 
+// A host reported a device's health (an agent, or the in-process host's runtime): a failed device is not granted.
+void device_health(PoolCore& core, const std::string& host, const std::string& device, const std::string& health,
+                   const std::string& detail) {
+  std::string name = host + "/" + device;
+  bool usable = health != "failed";
+  if (!usable) std::fprintf(stderr, "accelpool-manager: device %s failed: %s\n", name.c_str(), detail.c_str());
+  if (auto s = core.set_device_usable(name, usable); !s) {
+    std::fprintf(stderr, "accelpool-manager: device health of %s: %s\n", name.c_str(), s.error().message.c_str());
+  }
+}
+
 Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::shared_ptr<ImageCatalog>& catalog,
-                                               Poster post) {
+                                               Poster post, DeviceHealth on_health) {
   if (h.backend == "static") {
     std::vector<HostDevice> devs;
     std::map<std::string, int> next;
@@ -75,11 +86,12 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
     if (!backend) return make_error("config", "host " + h.name + ": " + backend.error().message);
     made.push_back(std::move(*backend));
   }
-  auto host = make_local_host(h.name, std::move(made), catalog, std::move(post));
+  auto host = make_local_host(h.name, std::move(made), catalog, std::move(post), std::move(on_health));
   if (!host) return make_error("config", host.error().message);
   return std::move(*host);
 #else
   (void)catalog;
+  (void)on_health;
   return make_error("config", "host " + h.name + ": this build has no device backends; use backend = \"static\"");
 #endif
 }
@@ -130,6 +142,8 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto catalog = std::make_shared<ImageCatalog>(*registry);
   CoreOptions core_options = config.core;
   core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
+  // Hosts check (agents also fetch) the manager's image by its sha256.
+  core_options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
 
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, **store);
@@ -152,9 +166,18 @@ int run_daemon(const Config& given, std::ostream& out) {
     hosts.push_back(h);
   }
   for (const auto& h : hosts) {
-    auto driver = make_host(h, catalog, post);
+    auto driver = make_host(h, catalog, post, [&core, host = h.name](const std::string& device, const std::string& health,
+                                                                     const std::string& detail) {
+      device_health(*core, host, device, health, detail);
+    });
     if (!driver) return fail(driver.error().message);
-    if (auto s = core->attach_host(std::move(*driver)); !s) return fail("host " + h.name + ": " + s.error().message);
+    // Devices the host found failed (its first health check) join unusable: never granted while so.
+    PoolCore::HostReport report;
+    auto listed = (*driver)->devices();
+    if (!listed) return fail("host " + h.name + ": " + listed.error().message);
+    for (const auto& d : *listed)
+      if (!d.usable) report.unusable.insert(d.local_id);
+    if (auto s = core->attach_host(std::move(*driver), report); !s) return fail("host " + h.name + ": " + s.error().message);
   }
 
   // Tenants and tokens: created ones print their token once; only hashes are kept.
@@ -183,7 +206,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   std::string agents_text;
   if (!config.agents.listen.empty()) {
     agent::ListenerEvents ev;
-    ev.host_joined = [&core, catalog](std::unique_ptr<agent::RemoteHost> h) -> Status {
+    ev.host_joined = [&core](std::unique_ptr<agent::RemoteHost> h) -> Status {
       std::string name = h->name();
       PoolCore::HostReport report;
       for (const auto& d : h->registered_devices()) {
@@ -192,16 +215,7 @@ int run_daemon(const Config& given, std::ostream& out) {
       }
       auto known = core->hosts();
       bool returning = !core->host_live(name) && std::find(known.begin(), known.end(), name) != known.end();
-      // Agents check (or fetch) the manager's image by its sha256.
-      agent::RemoteHost* remote = h.get();
-      auto driver = with_catalog_images(std::move(h), catalog,
-                                        [remote](const std::string& local_id, const std::string& bitstream,
-                                                 const std::string& sha256, bool reprogram, const std::string& guest,
-                                                 HostDriver::Done done) {
-                                          remote->prepare_lease(local_id, bitstream, sha256, reprogram, guest, "",
-                                                                std::move(done));
-                                        });
-      if (auto s = core->attach_host(std::move(driver), report); !s) {
+      if (auto s = core->attach_host(std::move(h), report); !s) {
         Error why = s.error();
         if (why.code == "conflict")
           why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "
@@ -228,16 +242,7 @@ int run_daemon(const Config& given, std::ostream& out) {
       std::fprintf(stderr, "accelpool-manager: %s: %zu leases ended\n", reason.c_str(), n);
     };
     ev.device_health = [&core](const std::string& host, const std::string& device, const std::string& health,
-                               const std::string& detail) {
-      std::string name = host + "/" + device;
-      bool usable = health != "failed";
-      if (!usable) {
-        std::fprintf(stderr, "accelpool-manager: device %s failed: %s\n", name.c_str(), detail.c_str());
-      }
-      if (auto s = core->set_device_usable(name, usable); !s) {
-        std::fprintf(stderr, "accelpool-manager: device health of %s: %s\n", name.c_str(), s.error().message.c_str());
-      }
-    };
+                               const std::string& detail) { device_health(*core, host, device, health, detail); };
     agent::ListenerOptions lo;
     lo.listen = config.agents.listen;
     lo.token = config.agents.token;

@@ -1,220 +1,78 @@
-// An in-process host: a DeviceBackend driven from a worker thread of its own.
+// The in-process host (a HostRuntime whose completions are posted to the owner thread), the static host, and
+// the manager's image catalog.
 #include <accelpool/backends/device_backend.hpp>
-#include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
-#include <accelpool/manager/auth.hpp>
+#include <accelpool/bitstreams/verified_images.hpp>
+#include <accelpool/host/runtime.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <condition_variable>
-#include <optional>
-#include <deque>
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 
 namespace accelpool::manager {
 
 namespace {
 
+// How often the in-process host checks its devices' health (an agent does so every heartbeat).
+constexpr std::chrono::milliseconds kLocalHealthInterval{5000};
+
 class LocalHost final : public HostDriver {
  public:
-  // `catalog` null: bitstream names stand for images whose identity is the hash of the name.
-  LocalHost(std::string name, std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
-            std::shared_ptr<ImageCatalog> catalog, Poster post)
-      : name_(std::move(name)), backends_(std::move(backends)), catalog_(std::move(catalog)), post_(std::move(post)),
-        worker_([this] { run(); }) {}
+  LocalHost(std::string name, std::shared_ptr<ImageCatalog> catalog, Poster post)
+      : name_(std::move(name)), catalog_(std::move(catalog)), post_(std::move(post)) {}
 
-  ~LocalHost() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
+  Status start(std::vector<std::unique_ptr<backends::DeviceBackend>> backends, DeviceHealth on_health) {
+    host::RuntimeOptions o;
+    o.host = name_;
+    o.health_interval = kLocalHealthInterval;
+    o.unattached = host::AttachMode::in_process;  // the guest shares the host's process space
+    host::RuntimeEvents ev;
+    if (on_health) {
+      ev.health_changed = [post = post_, on_health](const std::string& id, const std::string& health,
+                                                    const std::string& detail) {
+        post([on_health, id, health, detail] { on_health(id, health, detail); });
+      };
     }
-    cv_.notify_one();
-    worker_.join();
-  }
-
-  // Maps every device id to its backend. Errors: "invalid_argument" (an id two backends report).
-  Status index_devices() {
-    std::lock_guard backend_lock(backend_mu_);
-    for (std::size_t i = 0; i < backends_.size(); ++i) {
-      auto found = backends_[i]->enumerate();
-      if (!found) return found.error();
-      for (const auto& d : *found) {
-        if (!owner_.emplace(d.local_id, i).second)
-          return make_error("invalid_argument", "host " + name_ + ": device id '" + d.local_id +
-                                                    "' is reported by two backends");
-      }
-    }
+    auto images = catalog_ ? host::registry_images(catalog_->registry()) : nullptr;
+    auto rt = host::HostRuntime::create(std::move(o), std::move(backends), std::move(images), nullptr, std::move(ev));
+    if (!rt) return rt.error();
+    runtime_ = std::move(*rt);
     return Status::ok();
   }
 
   const std::string& name() const override { return name_; }
 
   Result<std::vector<HostDevice>> devices() override {
-    std::lock_guard backend_lock(backend_mu_);
     std::vector<HostDevice> out;
-    for (const auto& backend : backends_) {
-      auto found = backend->enumerate();
-      if (!found) return found.error();
-      for (const auto& d : *found) {
-        HostDevice hd;
-        hd.local_id = d.local_id;
-        hd.kind = d.kind;
-        hd.model = d.model;
-        hd.passthrough = d.passthrough;
-        if (auto loaded = backend->loaded(d.local_id); loaded) hd.loaded = name_of(*loaded);
-        out.push_back(std::move(hd));
-      }
+    for (const auto& d : runtime_->devices()) {
+      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed"});
     }
     if (catalog_) catalog_->add_devices(out);
     return out;
   }
 
-  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& /*guest*/,
-               Done done) override {
-    enqueue([this, local_id, bitstream, reprogram, done = std::move(done)]() mutable {
-      Status s = Status::ok();
-      backends::DeviceBackend* backend = backend_of(local_id);
-      if (!backend) {
-        s = make_error("not_found", "host " + name_ + ": no device '" + local_id + "'");
-      } else if (!bitstream.empty()) {
-        // A device that already holds the image is not programmed, so its file is not read (hashing a large
-        // image takes seconds); one that must be programmed gets the image verified on disk now.
-        auto held = backend->loaded(local_id);
-        const std::string expected = expected_sha256(bitstream);  // "" when the registry lacks it
-        if (reprogram || !held || expected.empty() || *held != expected) {
-          auto image = image_of(bitstream);
-          if (!image) {
-            s = make_error(image.error().code, "host " + name_ + ", device " + local_id + ": " + image.error().message);
-          } else {
-            s = backend->program(local_id, *image);
-          }
-        }
-      }
-      finish(local_id, std::move(s), std::move(done));
+  void prepare(const host::PrepareRequest& request, PrepareDone done) override {
+    runtime_->prepare(request, [post = post_, done = std::move(done)](Status s, host::PrepareResult result) {
+      post([done, s = std::move(s), result = std::move(result)]() mutable { done(std::move(s), std::move(result)); });
     });
   }
 
-  void release(const std::string& local_id, Done done) override { reset(local_id, std::move(done)); }
+  void release(const std::string& local_id, Done done) override {
+    runtime_->release(local_id, [post = post_, done = std::move(done)](Status s, host::ReleaseResult result) {
+      post([done, s = std::move(s), loaded = std::move(result.loaded)]() mutable { done(std::move(s), std::move(loaded)); });
+    });
+  }
 
   void reset(const std::string& local_id, Done done) override {
-    enqueue([this, local_id, done = std::move(done)]() mutable {
-      backends::DeviceBackend* backend = backend_of(local_id);
-      Status s = backend ? backend->reset(local_id)
-                         : Status(make_error("not_found", "host " + name_ + ": no device '" + local_id + "'"));
-      finish(local_id, std::move(s), std::move(done));
+    runtime_->reset(local_id, [post = post_, done = std::move(done)](Status s, std::string loaded) {
+      post([done, s = std::move(s), loaded = std::move(loaded)]() mutable { done(std::move(s), std::move(loaded)); });
     });
   }
 
  private:
-  backends::DeviceBackend* backend_of(const std::string& local_id) {
-    if (backends_.size() == 1) return backends_.front().get();
-    auto it = owner_.find(local_id);
-    return it == owner_.end() ? nullptr : backends_[it->second].get();
-  }
-
-  // The sha256 the registry records for `bitstream` (no file read), or the name-only image's.
-  std::string expected_sha256(const std::string& bitstream) const {
-    return catalog_ ? catalog_->sha256_of(bitstream) : sha256_hex("accelpool-bitstream:" + bitstream);
-  }
-
-  // The image to program: with a catalog, the registry's image verified on disk now; else a name-only image.
-  Result<backends::Image> image_of(const std::string& bitstream) {
-    if (catalog_) {
-      auto verified = catalog_->registry()->verify(bitstream);
-      if (!verified) return verified.error();
-      return backends::make_image(*verified);
-    }
-    backends::Image img;
-    img.name = bitstream;
-    img.sha256 = expected_sha256(bitstream);
-    std::lock_guard lock(names_mu_);
-    names_[img.sha256] = bitstream;
-    return img;
-  }
-
-  std::string name_of(const std::string& sha) {
-    if (sha.empty()) return "";
-    if (catalog_) {
-      if (auto b = catalog_->registry()->find_by_sha256(sha); b) return b->manifest.name;
-    } else {
-      std::lock_guard lock(names_mu_);
-      if (auto it = names_.find(sha); it != names_.end()) return it->second;
-    }
-    return "sha256:" + sha.substr(0, 16);
-  }
-
-  void finish(const std::string& local_id, Status s, Done done) {
-    std::string loaded;
-    if (auto* backend = backend_of(local_id)) {
-      if (auto l = backend->loaded(local_id); l) loaded = name_of(*l);
-    }
-    post_([s = std::move(s), loaded = std::move(loaded), done = std::move(done)]() mutable {
-      done(std::move(s), std::move(loaded));
-    });
-  }
-
-  void enqueue(std::function<void()> job) {
-    {
-      std::lock_guard lock(mu_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stopping, and every queued job has run
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      std::lock_guard backend_lock(backend_mu_);
-      job();
-    }
-  }
-
   std::string name_;
-  std::vector<std::unique_ptr<backends::DeviceBackend>> backends_;
-  std::unordered_map<std::string, std::size_t> owner_;  // device id -> backend index (filled before use)
   std::shared_ptr<ImageCatalog> catalog_;
   Poster post_;
-  std::mutex backend_mu_;  // the backends are used from one thread at a time
-  std::mutex names_mu_;
-  std::unordered_map<std::string, std::string> names_;  // without a catalog: sha256 -> name
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::thread worker_;  // last: starts after every other member exists
-};
-
-// A host whose prepare passes the manager image's sha256 on.
-class CatalogImagesHost final : public HostDriver {
- public:
-  CatalogImagesHost(std::unique_ptr<HostDriver> inner, std::shared_ptr<const ImageCatalog> catalog,
-                    PrepareWithImage prepare)
-      : inner_(std::move(inner)), catalog_(std::move(catalog)), prepare_(std::move(prepare)) {}
-  const std::string& name() const override { return inner_->name(); }
-  Result<std::vector<HostDevice>> devices() override { return inner_->devices(); }
-  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& guest,
-               Done done) override {
-    std::string sha = bitstream.empty() ? std::string() : catalog_->sha256_of(bitstream);
-    prepare_(local_id, bitstream, sha, reprogram, guest, std::move(done));
-  }
-  void release(const std::string& local_id, Done done) override { inner_->release(local_id, std::move(done)); }
-  void reset(const std::string& local_id, Done done) override { inner_->reset(local_id, std::move(done)); }
-
- private:
-  std::unique_ptr<HostDriver> inner_;
-  std::shared_ptr<const ImageCatalog> catalog_;
-  PrepareWithImage prepare_;
+  std::unique_ptr<host::HostRuntime> runtime_;  // last: destroyed first, finishing (and posting) queued operations
 };
 
 // Devices declared by configuration; a bitstream "load" is a record in memory.
@@ -226,9 +84,13 @@ class StaticHost final : public HostDriver {
   }
   const std::string& name() const override { return name_; }
   Result<std::vector<HostDevice>> devices() override { return devices_; }
-  void prepare(const std::string& local_id, const std::string& bitstream, bool /*reprogram*/,
-               const std::string& /*guest*/, Done done) override {
-    complete(local_id, bitstream.empty() ? nullptr : &bitstream, std::move(done));
+  void prepare(const host::PrepareRequest& request, PrepareDone done) override {
+    complete(request.device, request.bitstream.empty() ? nullptr : &request.bitstream,
+             [done = std::move(done)](Status s, std::string loaded) {
+               host::PrepareResult result;
+               result.loaded = std::move(loaded);
+               done(std::move(s), std::move(result));
+             });
   }
   void release(const std::string& local_id, Done done) override { complete(local_id, nullptr, std::move(done)); }
   void reset(const std::string& local_id, Done done) override {
@@ -260,35 +122,24 @@ std::unique_ptr<HostDriver> make_static_host(std::string name, std::vector<HostD
   return std::make_unique<StaticHost>(std::move(name), std::move(devices), std::move(post));
 }
 
-std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
-                                            Poster post) {
-  std::vector<std::unique_ptr<backends::DeviceBackend>> list;
-  list.push_back(std::move(backend));
-  return std::make_unique<LocalHost>(std::move(name), std::move(list), nullptr, std::move(post));
-}
-
 Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
                                                     std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
-                                                    std::shared_ptr<ImageCatalog> catalog, Poster post) {
-  if (backends.empty()) return make_error("invalid_argument", "host " + name + ": no device backend");
-  for (const auto& b : backends) {
-    if (!b) return make_error("invalid_argument", "host " + name + ": a device backend is missing");
-  }
-  auto host = std::make_unique<LocalHost>(std::move(name), std::move(backends), std::move(catalog), std::move(post));
-  if (auto s = host->index_devices(); !s) return s.error();
+                                                    std::shared_ptr<ImageCatalog> catalog, Poster post,
+                                                    DeviceHealth on_health) {
+  auto host = std::make_unique<LocalHost>(std::move(name), std::move(catalog), std::move(post));
+  if (auto s = host->start(std::move(backends), std::move(on_health)); !s) return s.error();
   return std::unique_ptr<HostDriver>(std::move(host));
-}
-
-std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host,
-                                                std::shared_ptr<const ImageCatalog> catalog,
-                                                PrepareWithImage prepare_with_image) {
-  return std::make_unique<CatalogImagesHost>(std::move(host), std::move(catalog), std::move(prepare_with_image));
 }
 
 // --- ImageCatalog ---------------------------------------------------------------------------------------------
 
 ImageCatalog::ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry, std::shared_ptr<const Clock> clock)
-    : registry_(std::move(registry)), clock_(std::move(clock)) {}
+    : registry_(std::move(registry)),
+      clock_(std::move(clock)),
+      verified_(std::make_unique<bitstreams::VerifiedImages>(
+          [c = clock_] { return static_cast<std::int64_t>(c->now() * 1e9); })) {}
+
+ImageCatalog::~ImageCatalog() = default;
 
 void ImageCatalog::add_devices(const std::vector<HostDevice>& devices) {
   std::lock_guard lock(mu_);
@@ -332,28 +183,8 @@ Status ImageCatalog::check(const std::string& kind, const std::string& bitstream
     return make_error("incompatible", "bitstream " + b->id() + " fits device models " + patterns +
                                           ", but the devices of kind '" + kind + "' are " + listed);
   }
-  // The file as it is now; if it still looks as it did when it last verified, its bytes are the same.
-  std::optional<FileStamp> stamp;
-  struct stat st {};
-  if (::stat(b->file_path.c_str(), &st) == 0) {
-    stamp = FileStamp{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
-                      static_cast<std::uint64_t>(st.st_size),
-                      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
-                      std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec};
-  }
-  {
-    std::lock_guard lock(mu_);
-    auto it = verified_.find(b->id());
-    if (stamp && it != verified_.end() && it->second == *stamp) return Status::ok();
-  }
-  auto verified = registry_->verify(b->manifest.name, b->manifest.version);
-  std::lock_guard lock(mu_);
-  verified_.erase(b->id());
+  auto verified = verified_->verify(*b);
   if (!verified) return verified.error();
-  // File times tick coarsely: a write in the same tick as the stamp could leave it unchanged. Trust only a
-  // stamp whose file has not been written for a second.
-  const auto now_ns = static_cast<std::int64_t>(clock_->now() * 1e9);
-  if (stamp && std::max(stamp->mtime_ns, stamp->ctime_ns) < now_ns - 1'000'000'000) verified_[b->id()] = *stamp;
   return Status::ok();
 }
 

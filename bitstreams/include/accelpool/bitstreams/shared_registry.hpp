@@ -1,5 +1,5 @@
 // A bitstream registry shared by threads. The manager's owner thread registers and removes images (admin API)
-// and checks acquires, in-process hosts verify images on their device workers right before programming, and the
+// and checks acquires, the in-process host locates images to program, and the
 // agent listener serves image bytes to agents that fetch them by sha256.
 //
 // Threading: every call takes one lock; calls that hash or copy files (verify, add, read_image) hold it while

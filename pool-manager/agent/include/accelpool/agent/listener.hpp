@@ -51,16 +51,11 @@ class RemoteHost final : public manager::HostDriver {
   // The devices with PCI address and the health reported at registration.
   const std::vector<AgentDevice>& registered_devices() const { return devices_; }
 
-  // HostDriver::prepare with `guest` as the VM (libvirt domain name or UUID) the device is attached to; an empty
-  // guest programs without attaching. Errors reported to `done`: the agent's error (e.g. "not_found",
+  // HostDriver::prepare: sends device.prepare with every field of `request` (the agent checks, or fetches, the
+  // image by its sha256 when not empty, attaches the device to `request.vm` when not empty, and records the lease
+  // id in the VM's metadata for reconciliation). Errors reported to `done`: the agent's error (e.g. "not_found",
   // "incompatible", "program_failed", "attach_failed"), or "host_lost".
-  void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram, const std::string& guest,
-               Done done) override;
-
-  // Like prepare, with the image's sha256 (checked by the agent against its registry when not empty) and the
-  // lease id the agent records in the VM's metadata for reconciliation.
-  void prepare_lease(const std::string& local_id, const std::string& bitstream, const std::string& sha256,
-                     bool reprogram, const std::string& vm, const std::string& lease, Done done);
+  void prepare(const host::PrepareRequest& request, PrepareDone done) override;
 
   // Detaches the device from its VM (waits for the guest's acknowledgement) and resets it. Error "quarantined"
   // when the guest never acknowledged: the device must not be granted again (its health is "failed").

@@ -5,6 +5,7 @@
 
 #include <accelpool/common/json_lines.hpp>
 #include <accelpool/common/result.hpp>
+#include <accelpool/host/contract.hpp>
 
 #include <boost/json.hpp>
 
@@ -50,6 +51,14 @@ Result<std::string> get_string(const boost::json::object& obj, std::string_view 
 Result<bool> get_bool(const boost::json::object& obj, std::string_view key, std::string_view where, bool fallback);
 // Refuses fields of `obj` not listed in `allowed` (comma-separated): "invalid_argument" naming the first one.
 Status only_fields(const boost::json::object& obj, std::string_view allowed, std::string_view where);
+
+// The prepare contract on the wire (docs/agent-protocol.md, device.prepare).
+// device.prepare's params {device, lease, vm, bitstream, sha256, reprogram}: only `device` is required. Errors:
+// "invalid_argument" naming the field and `where` (an unknown field, a wrong type, a missing device).
+Result<host::PrepareRequest> parse_prepare_request(const boost::json::object& params, std::string_view where);
+// device.prepare's result {loaded, attach, guest_pci, endpoint, details: {kind, model, vendor, pci_vendor_id,
+// pci_device_id, memory_bytes, host_pci}}.
+boost::json::object prepare_result_json(const host::PrepareResult& result);
 
 // Socket helpers. Addresses are "HOST:PORT" (TCP, numeric IPv4) or "unix:PATH".
 // Creates a non-blocking listening socket (an existing Unix socket file is replaced). Errors: "invalid_argument"

@@ -2,7 +2,8 @@
 // sub-devices), and the simulated backend. Each backend lives in its own folder and CMake target beside
 // this header; vendor SDKs are touched only there.
 //
-// Threading: a backend object is used from one thread at a time (the host's device worker). Calls may block
+// Threading: a backend object is used from one thread at a time (the host runtime serialises its calls), unless
+// it declares parallel_devices(): then calls on different devices may run at the same time. Calls may block
 // (programming an FPGA takes seconds), so the pool manager's state owner never calls them directly.
 // Errors: every call returns a Status/Result; vendor exceptions never escape a backend.
 #pragma once
@@ -56,6 +57,9 @@ class DeviceBackend {
 
   // "xrt", "opencl", "sim".
   virtual std::string_view name() const = 0;
+
+  // True when calls on different devices may run concurrently (calls on one device still come one at a time).
+  virtual bool parallel_devices() const { return false; }
 
   // Lists the devices present now. Absent hardware is not an error: it is an empty list.
   virtual Result<std::vector<DeviceInfo>> enumerate() = 0;

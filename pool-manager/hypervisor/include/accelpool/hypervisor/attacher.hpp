@@ -106,13 +106,14 @@ class Attacher {
   virtual ~Attacher() = default;
 
   // Puts the device into the running VM now and records it in the VM's metadata; returns once the hypervisor
-  // has plugged it (tens of milliseconds for an emulated device). Blocks; call from the host's device worker,
-  // never from the pool state owner or from an event handler.
+  // has plugged it (tens of milliseconds for an emulated device), with the PCI address at which the guest sees
+  // it ("DDDD:BB:SS.F", as the hypervisor assigned it; "" when the hypervisor does not say). Blocks; call from a
+  // host's device strand, never from the pool state owner or from an event handler.
   // Errors (nothing is changed on any of them): "invalid_argument" (empty or malformed id, lease or BDF),
   // "not_found" (no such VM), "vm_not_running", "already_attached" (the device is recorded in this VM in any
   // state, or in another VM this attacher knows of, or the VM already has a device with its alias),
   // "hypervisor" (the hypervisor refused; its message is included), "unavailable" (no connection).
-  virtual Status attach(std::string_view vm, const DeviceSpec& spec) = 0;
+  virtual Result<std::string> attach(std::string_view vm, const DeviceSpec& spec) = 0;
 
   // Asks the VM to release the device and returns at once with a future for the outcome (see DetachOutcome);
   // the record says `detaching` meanwhile. A second detach of a device that is already detaching returns the

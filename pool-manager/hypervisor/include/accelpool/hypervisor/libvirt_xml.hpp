@@ -61,6 +61,11 @@ Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml);
 // Errors: "invalid_argument" on malformed XML.
 Result<std::vector<std::string>> device_aliases(std::string_view domain_xml);
 
+// The PCI address at which the guest sees the device with `alias` in a live domain definition: the device's own
+// <address type='pci' .../> as "DDDD:BB:SS.F" (lower-case hex), "" when libvirt gave it no PCI address.
+// Errors: "not_found" (no device has that alias), "invalid_argument" (malformed XML or address).
+Result<std::string> guest_pci_address(std::string_view domain_xml, std::string_view alias);
+
 // Escapes text for use inside an XML attribute value or element.
 std::string xml_escape(std::string_view text);
 

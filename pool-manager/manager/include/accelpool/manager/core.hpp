@@ -41,6 +41,10 @@ struct CoreOptions {
   // ImageCatalog::check); an error refuses the acquire with that error and changes nothing. Called on the owner
   // thread; must not call into the core. Empty: no check.
   std::function<Status(const AcquireParams&)> acquire_check;
+  // The sha256 of a bitstream in the manager's registry (ImageCatalog::sha256_of), "" when it has none: the core
+  // puts it in every PrepareRequest, so a host checks (or fetches) the manager's image by its identity. Called on
+  // the owner thread; must not call into the core. Empty: requests carry no sha256.
+  std::function<std::string(const std::string& bitstream)> image_sha256;
 };
 
 enum class LeaseEvent : std::uint8_t {

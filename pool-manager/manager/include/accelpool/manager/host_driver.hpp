@@ -4,6 +4,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/host/contract.hpp>
 #include <accelpool/manager/clock.hpp>
 
 #include <cstdint>
@@ -20,6 +21,7 @@ class DeviceBackend;
 }
 namespace accelpool::bitstreams {
 class SharedRegistry;
+class VerifiedImages;
 }
 
 namespace accelpool::manager {
@@ -30,6 +32,7 @@ struct HostDevice {
   std::string model;
   bool passthrough = true;
   std::string loaded;  // bitstream name the device holds now, "" for none or unknown
+  bool usable = true;  // false: the host reports it failed (attach_host's caller lists it in HostReport::unusable)
 };
 
 // Runs a completion on the pool's owner thread. Must not run it inline: it queues it.
@@ -37,8 +40,11 @@ using Poster = std::function<void(std::function<void()>)>;
 
 class HostDriver {
  public:
-  // Called with the outcome of a prepare or release; `loaded` is the bitstream the device holds afterwards.
+  // Called with the outcome of a release or reset; `loaded` is the bitstream the device holds afterwards.
   using Done = std::function<void(Status status, std::string loaded)>;
+  // Called with the outcome of a prepare: what the host did (on failure, result.loaded still says what the
+  // device holds afterwards; the other fields are unset).
+  using PrepareDone = std::function<void(Status status, host::PrepareResult result)>;
 
   virtual ~HostDriver() = default;
 
@@ -48,11 +54,12 @@ class HostDriver {
   // The devices present now. Called on the owner thread at start; may block briefly (enumeration).
   virtual Result<std::vector<HostDevice>> devices() = 0;
 
-  // Makes the device ready for a lease of `guest`: programs `bitstream` when `reprogram` is set (or when the
-  // device does not hold it), then attaches the device to the guest. Returns at once; `done` runs later on the
-  // owner thread (through the Poster). Operations on one device run in the order they were asked.
-  virtual void prepare(const std::string& local_id, const std::string& bitstream, bool reprogram,
-                       const std::string& guest, Done done) = 0;
+  // Makes `request.device` ready for lease `request.lease`: programs `request.bitstream` when `request.reprogram`
+  // is set (or when the device does not hold it; `request.sha256`, when not empty, is the image's identity in the
+  // manager's registry), then attaches the device to `request.vm` when the host can. Returns at once; `done`
+  // runs later on the owner thread (through the Poster) with what the host did. Operations on one device run in
+  // the order they were asked.
+  virtual void prepare(const host::PrepareRequest& request, PrepareDone done) = 0;
 
   // Takes the device back after a lease: detaches it from the guest and resets it. Same threading as prepare.
   virtual void release(const std::string& local_id, Done done) = 0;
@@ -69,6 +76,7 @@ class ImageCatalog {
   // check, so it must be safe to read from any thread (wall time by default; tests move a ManualClock by hand).
   explicit ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry,
                         std::shared_ptr<const Clock> clock = std::make_shared<SystemClock>());
+  ~ImageCatalog();
 
   const std::shared_ptr<bitstreams::SharedRegistry>& registry() const { return registry_; }
 
@@ -96,44 +104,26 @@ class ImageCatalog {
   std::shared_ptr<const Clock> clock_;
   mutable std::mutex mu_;
   std::map<std::string, std::set<std::string>> models_;  // kind -> models of devices that take registry images
-  // What an image file looked like when it last verified, by bitstream id.
-  struct FileStamp {
-    std::uint64_t device = 0, inode = 0, size = 0;
-    std::int64_t mtime_ns = 0, ctime_ns = 0;
-    bool operator==(const FileStamp&) const = default;
-  };
-  mutable std::map<std::string, FileStamp> verified_;
+  std::unique_ptr<bitstreams::VerifiedImages> verified_;  // images verified once per file version
 };
 
-// An in-process host over device backends: operations run one at a time on a worker thread of its own, and
-// completions are posted to the owner thread. Device ids must be unique over the backends. Bitstream names are
-// resolved in `catalog`'s registry: the image is verified on disk right before programming (Registry::verify),
-// so a changed or corrupt file is never programmed (the prepare fails with the registry's error and the device
-// is not touched). A device that already holds the image (by sha256) is neither programmed nor is its file read. Every device is recorded in the catalog as taking registry images. Attach is a no-op: the
-// guest shares the host's process space in the embedded default. Errors: "invalid_argument" (no backend, or a
-// device id two backends report).
+// A device's health changed on an in-process host: "ok", "degraded" or "failed", and why. Runs on the owner thread.
+using DeviceHealth =
+    std::function<void(const std::string& local_id, const std::string& health, const std::string& detail)>;
+
+// An in-process host: a host::HostRuntime (pool-manager/host) over the backends, whose completions are posted to
+// the owner thread. Operations on one device run in order, different devices in parallel. Bitstream names are
+// resolved in `catalog`'s registry (null: a name stands for an image whose identity is the hash of the name,
+// which only the simulated backend programs); an image is verified on disk before programming, once per version
+// of its file, so a changed or corrupt file is never programmed, and a device that already holds the image (by
+// sha256) is neither programmed nor is its file read. Every device is recorded in the catalog as taking registry
+// images. Nothing is attached (AttachMode::in_process: the guest shares the host's process space). Health is
+// checked at creation (devices() reports failed ones as not usable) and every 5 s after; changes go to
+// `on_health`. Errors: "invalid_argument" (no backend, or a device id two backends report), an enumeration error.
 Result<std::unique_ptr<HostDriver>> make_local_host(std::string name,
                                                     std::vector<std::unique_ptr<backends::DeviceBackend>> backends,
-                                                    std::shared_ptr<ImageCatalog> catalog, Poster post);
-
-// An in-process host over one backend with no registry: a bitstream name stands for an image whose identity is
-// the hash of the name (only the simulated backend can "program" such images). For tests of the manager's own
-// logic.
-std::unique_ptr<HostDriver> make_local_host(std::string name, std::unique_ptr<backends::DeviceBackend> backend,
-                                            Poster post);
-
-// What a host needs to prepare a device with the manager's image: prepare's arguments plus the image's sha256
-// ("" when the registry has no image of that name). E.g. a host agent's RemoteHost::prepare_lease.
-using PrepareWithImage = std::function<void(const std::string& local_id, const std::string& bitstream,
-                                            const std::string& sha256, bool reprogram, const std::string& guest,
-                                            HostDriver::Done done)>;
-
-// Wraps `host` so that prepare resolves the bitstream's sha256 in `catalog` and calls `prepare_with_image`
-// (which must act as `host`'s prepare, e.g. a host agent then checks or fetches the image by its sha256);
-// everything else goes straight to `host`.
-std::unique_ptr<HostDriver> with_catalog_images(std::unique_ptr<HostDriver> host,
-                                                std::shared_ptr<const ImageCatalog> catalog,
-                                                PrepareWithImage prepare_with_image);
+                                                    std::shared_ptr<ImageCatalog> catalog, Poster post,
+                                                    DeviceHealth on_health = {});
 
 // A host whose devices are declared in the configuration and driven by nothing: programming and reset only
 // record what the device holds; completions are posted at once. For running the manager with no device backend

@@ -3,7 +3,7 @@
 // a device binary) for the device and keeps it, so kernels of the loaded image can be run (run_kernel); health
 // is a tiny kernel run. No OpenCL type appears in this header.
 //
-// Threading: one thread at a time per backend object (the agent's device worker), as DeviceBackend says.
+// Threading: one thread at a time per backend object (the host runtime serialises it), as DeviceBackend says.
 #pragma once
 
 #include <accelpool/backends/config.hpp>

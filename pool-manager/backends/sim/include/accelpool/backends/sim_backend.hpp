@@ -52,6 +52,7 @@ class SimBackend final : public DeviceBackend {
   explicit SimBackend(SimConfig config, Sleeper sleeper = {});
 
   std::string_view name() const override { return "sim"; }
+  bool parallel_devices() const override { return true; }  // devices wait outside the lock
   Result<std::vector<DeviceInfo>> enumerate() override;
   Status program(std::string_view local_id, const Image& image) override;
   Result<std::string> loaded(std::string_view local_id) override;
