@@ -190,8 +190,7 @@ int run_daemon(const Config& given, std::ostream& out) {
         if (d.health == "failed" || d.attach_state == "quarantined") report.unusable.insert(d.device.local_id);
         if (!d.vm.empty()) report.serving[d.device.local_id] = d.vm;
       }
-      auto known = core->hosts();
-      bool returning = !core->host_live(name) && std::find(known.begin(), known.end(), name) != known.end();
+      bool returning = !core->host_live(name) && core->host_known(name);
       // Agents check (or fetch) the manager's image by its sha256.
       agent::RemoteHost* remote = h.get();
       auto driver = with_catalog_images(std::move(h), catalog,
@@ -333,7 +332,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   }
   guests.start();
 
-  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->devices().empty(); }, [&] { commit_all(); });
+  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_all(); });
   api.set_catalog(catalog);
   api.set_agent_token(config.agents.token);
   auto admin_ep = parse_endpoint(config.admin_listen);
