@@ -1,5 +1,5 @@
 // Host agents on loopback: real accelpool-agent processes against the manager-side AgentListener + RemoteHost.
-#include <accelpool/agent/listener.hpp>
+#include <accelpool/manager/agent_listener.hpp>
 #include <accelpool/agent/wire.hpp>
 
 #ifdef ACCELPOOL_AGENT_TEST_LIBVIRT

@@ -18,7 +18,7 @@
 #include <accelpool/backends/factory.hpp>
 #endif
 #ifdef ACCELPOOL_HAVE_AGENT_LINK
-#include <accelpool/agent/listener.hpp>
+#include <accelpool/manager/agent_listener.hpp>
 #endif
 
 #include <boost/asio.hpp>
