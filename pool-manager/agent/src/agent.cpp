@@ -34,6 +34,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr std::int64_t kRegisterId = 1;
+// Every this many heartbeats one lists every device's health (docs/agent-protocol.md, "Heartbeats").
+constexpr std::uint64_t kHeartbeatFullEvery = 10;
 
 struct Device {
   std::size_t backend = 0;
@@ -283,7 +285,10 @@ class AgentImpl final : public Agent {
 
   json::object register_params() {  // mu_ held
     json::array devs;
+    heartbeat_told_.clear();
+    beats_ = 0;
     for (const auto& [id, d] : devices_) {
+      heartbeat_told_[id] = d.health + "\n" + d.detail;
       json::object o{{"id", id},
                      {"kind", d.info.kind},
                      {"model", d.info.model},
@@ -306,10 +311,21 @@ class AgentImpl final : public Agent {
                         {"devices", std::move(devs)}};
   }
 
+  // A heartbeat carries the devices whose health changed since the last heartbeat (or the registration), and
+  // every device on each kHeartbeatFullEvery-th beat ("full": true), so a manager that missed a change learns it.
   json::object heartbeat_params() {  // mu_ held
+    const bool full = ++beats_ % kHeartbeatFullEvery == 0;
     json::array devs;
-    for (const auto& [id, d] : devices_) devs.push_back(json::object{{"id", id}, {"health", d.health}, {"detail", d.detail}});
-    return json::object{{"devices", std::move(devs)}};
+    for (const auto& [id, d] : devices_) {
+      std::string said = d.health + "\n" + d.detail;
+      std::string& told = heartbeat_told_[id];
+      if (!full && told == said) continue;
+      told = std::move(said);
+      devs.push_back(json::object{{"id", id}, {"health", d.health}, {"detail", d.detail}});
+    }
+    json::object p{{"devices", std::move(devs)}};
+    if (full) p["full"] = true;
+    return p;
   }
 
   // --- the device worker --------------------------------------------------------------------------------------
@@ -678,6 +694,8 @@ class AgentImpl final : public Agent {
   std::map<std::string, std::string> names_;  // sha256 -> bitstream name
   std::uint64_t gen_ = 0;                     // connection generation: replies to an old connection are dropped
   bool registered_ = false;
+  std::map<std::string, std::string> heartbeat_told_;  // device -> "health\ndetail" last sent to the manager
+  std::uint64_t beats_ = 0;                            // heartbeats since the registration
   std::string out_;
   std::deque<std::string> notes_;
 
