@@ -7,6 +7,7 @@
 #include "admin_http.hpp"
 #include "guest_protocol.hpp"
 #include "guest_server.hpp"
+#include "host_event_queue.hpp"
 #include "metrics.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
@@ -107,14 +108,11 @@ int run_daemon(const Config& given, std::ostream& out) {
   if (fec) return fail("cannot create data folder " + config.data_dir.string() + ": " + fec.message());
 
   asio::io_context ioc(1);
-  // Host completions run on the owner thread and their changes join the next group commit.
+  // Host completions run on the owner thread, a slice at a time (HostEventQueue), and their changes join the next
+  // group commit.
   std::function<void()> request_commit = [] {};
-  Poster post = [&ioc, &request_commit](std::function<void()> f) {
-    asio::post(ioc, [f = std::move(f), &request_commit] {
-      f();
-      request_commit();
-    });
-  };
+  HostEventQueue host_events(ioc, [&request_commit] { request_commit(); });
+  Poster post = [&host_events](std::function<void()> f) { host_events.post(std::move(f)); };
 
   // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created.
   auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync,
