@@ -18,7 +18,8 @@ std::string host_name(int i) { return "hv" + std::to_string(100 + i); }
 struct ManyHosts : Pool {
   ManyHosts() {
     for (int i = 0; i < kHosts; ++i) {
-      REQUIRE(core->attach_host(make_static_host(host_name(i), make_devices("fpga", kPerHost), posts.poster())).is_ok());
+      REQUIRE(
+          core->attach_host(make_static_host(host_name(i), make_devices("fpga", kPerHost), posts.poster())).is_ok());
     }
   }
   std::uint64_t visits() const { return core->host_device_visits(); }

@@ -74,7 +74,8 @@ struct AgentSwarm::Impl {
                         {"protocol", 1},
                         {"agent", "accelpool-scale-bench"},
                         {"devices", std::move(devs)}};
-    return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "agent.register"}, {"params", params}}) +
+    return json::serialize(
+               json::object{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "agent.register"}, {"params", params}}) +
            "\n";
   }
 
@@ -144,7 +145,8 @@ struct AgentSwarm::Impl {
       std::string& held = a.loaded[device];
       if (*m == "device.prepare") held = std::string(p.at("bitstream").as_string());
       if (*m == "device.reset") held.clear();
-      a.out += json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", o.at("id")}, {"result", json::object{{"loaded", held}}}}) +
+      a.out += json::serialize(
+                   json::object{{"jsonrpc", "2.0"}, {"id", o.at("id")}, {"result", json::object{{"loaded", held}}}}) +
                "\n";
       ++answered;
       return;
@@ -184,8 +186,8 @@ struct AgentSwarm::Impl {
     const bool full = options.full_heartbeats || ++a.beats % kFullEvery == 0;
     std::string params = full ? "{\"devices\":" + full_health + (options.full_heartbeats ? "}" : ",\"full\":true}")
                               : std::string("{\"devices\":[]}");
-    a.out += "{\"jsonrpc\":\"2.0\",\"id\":" + std::to_string(a.next_id++) + ",\"method\":\"agent.heartbeat\",\"params\":" +
-             params + "}\n";
+    a.out += "{\"jsonrpc\":\"2.0\",\"id\":" + std::to_string(a.next_id++) +
+             ",\"method\":\"agent.heartbeat\",\"params\":" + params + "}\n";
   }
 
   void run() {

@@ -13,9 +13,9 @@
 namespace accelpool::bench {
 
 struct SwarmOptions {
-  int port = 0;           // the manager's agent listener on 127.0.0.1
-  std::string token;      // the agent token
-  int agents = 10;        // hosts "emu0000".. each with `devices` fpgas "fpga0".. (kind fpga, network attach)
+  int port = 0;       // the manager's agent listener on 127.0.0.1
+  std::string token;  // the agent token
+  int agents = 10;    // hosts "emu0000".. each with `devices` fpgas "fpga0".. (kind fpga, network attach)
   int devices = 100;
   std::chrono::milliseconds heartbeat{2000};
   // true: every heartbeat lists every device (as agents did before heartbeat deltas; a manager of that time

@@ -64,7 +64,8 @@ std::optional<Error> check_drain_deadline(bool draining, std::optional<double> d
 }
 
 // A page of the entries of `map` (keyed by name) after spec.after: at most spec.limit of those match(name, value)
-// accepts, each given to add(name, value). Returns the cursor of the next page: the last name added, when another match follows.
+// accepts, each given to add(name, value). Returns the cursor of the next page: the last name added, when another
+// match follows.
 template <class Map, class Match, class Add>
 std::optional<std::string> page_of(const Map& map, const PageSpec& spec, Match match, Add add) {
   std::size_t taken = 0;

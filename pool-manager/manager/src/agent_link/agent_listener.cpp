@@ -36,7 +36,9 @@ bool valid_health(std::string_view h) { return h == "ok" || h == "degraded" || h
 // epoll user data: a connection's serial (upper 32 bits, never 0) and descriptor, so an event that was queued for
 // a connection closed in the same wake-up is not taken for a new one that reuses the descriptor. Listening
 // sockets and the wake descriptor carry serial 0.
-std::uint64_t tag(std::uint32_t serial, int fd) { return (std::uint64_t{serial} << 32) | static_cast<std::uint32_t>(fd); }
+std::uint64_t tag(std::uint32_t serial, int fd) {
+  return (std::uint64_t{serial} << 32) | static_cast<std::uint32_t>(fd);
+}
 int tag_fd(std::uint64_t t) { return static_cast<int>(t & 0xffffffffu); }
 std::uint32_t tag_serial(std::uint64_t t) { return static_cast<std::uint32_t>(t >> 32); }
 

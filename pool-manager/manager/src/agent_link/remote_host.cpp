@@ -46,7 +46,8 @@ bool complete(Link& link, const json::value& id, const std::optional<json::value
   if (error) {
     s = *error;
   } else if (result && result->is_object()) {
-    if (auto* l = result->get_object().if_contains("loaded"); l && l->is_string()) loaded = std::string(l->get_string());
+    if (auto* l = result->get_object().if_contains("loaded"); l && l->is_string())
+      loaded = std::string(l->get_string());
   }
   link.post([done = std::move(done), s = std::move(s), loaded = std::move(loaded)]() mutable {
     done(std::move(s), std::move(loaded));
