@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,7 +32,9 @@ token comes from --token or $ACCELPOOL_TOKEN.
 
 commands:
   hosts                              hosts and their device counts
-  devices                            every device with its state, bitstream and lease
+  devices [--host H] [--kind K] [--state S]
+                                     every device (or those of a host, kind, state: free, leased, draining,
+                                     unavailable) with its state, bitstream and lease
   drain TARGET [--deadline SECONDS]  stop granting a device (HOST/LOCAL_ID) or every device of a HOST; with
                                      --deadline, leases still on them then are revoked (with grace)
   undrain TARGET                     resume granting a device or a host
@@ -90,6 +93,38 @@ json::value call(const Options& o, const std::string& method, const std::string&
   }
   if (ec) die(1, "the manager sent a reply that is not JSON");
   return v;
+}
+
+// The query-string form of `s` (RFC 3986 unreserved characters stay as they are).
+std::string url_encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// Every item of a paged listing (GET path?query, items under `key`), following next_cursor page by page until
+// the listing ends or `want` items came.
+json::array fetch_pages(const Options& o, const std::string& path, const std::string& key, const std::string& query,
+                        std::size_t want = SIZE_MAX) {
+  json::array items;
+  std::string cursor;
+  while (items.size() < want) {
+    const std::size_t page = std::min<std::size_t>(want - items.size(), 1000);
+    auto v = call(o, "GET", path + "?limit=" + std::to_string(page) + query + cursor);
+    for (auto& item : v.at(key).as_array()) items.push_back(item);
+    const auto& next = v.at("next_cursor");
+    if (next.is_null()) break;
+    cursor = "&cursor=" + url_encode(next.is_string() ? std::string(next.as_string()) : json::serialize(next));
+  }
+  return items;
 }
 
 std::string str(const json::value& v) {
@@ -222,7 +257,7 @@ int main(int argc, char** argv) {
     } else if (a == "--all") flags["all"] = "true";
     else if (a == "--newest") flags["order"] = "desc";
     else if (a == "--state" || a == "--tenant" || a == "--reason" || a == "--weight" || a == "--max-devices" ||
-             a == "--window" || a == "--deadline" || a == "--file" || a == "--limit") flags[a.substr(2)] = value();
+             a == "--window" || a == "--deadline" || a == "--file" || a == "--limit" || a == "--host" || a == "--kind") flags[a.substr(2)] = value();
     else if (a.rfind("--", 0) == 0) die(2, "unknown option " + a + "\n" + kUsage);
     else args.push_back(a);
   }
@@ -250,20 +285,28 @@ int main(int argc, char** argv) {
     return json::serialize(b);
   };
 
+  auto query_of = [&](std::initializer_list<const char*> keys) {
+    std::string q;
+    for (const char* k : keys) {
+      if (flags.count(k)) q += "&" + std::string(k) + "=" + url_encode(flags[k]);
+    }
+    return q;
+  };
   if (cmd == "hosts") {
-    auto v = call(o, "GET", "/v1/hosts");
-    if (out(v)) return 0;
+    // The API answers in pages; every page is fetched.
+    auto hosts = fetch_pages(o, "/v1/hosts", "hosts", "");
+    if (out(json::object{{"hosts", hosts}})) return 0;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& h : v.at("hosts").as_array()) {
-      rows.push_back({str(h.at("name")), std::to_string(h.at("devices").as_array().size()),
-                      h.at("connected").as_bool() ? "yes" : "no", h.at("draining").as_bool() ? "yes" : "no"});
+    for (const auto& h : hosts) {
+      rows.push_back({str(h.at("name")), str(h.at("device_count")), h.at("connected").as_bool() ? "yes" : "no",
+                      h.at("draining").as_bool() ? "yes" : "no"});
     }
     table({"HOST", "DEVICES", "CONNECTED", "DRAINING"}, rows);
   } else if (cmd == "devices") {
-    auto v = call(o, "GET", "/v1/devices");
-    if (out(v)) return 0;
+    auto devices = fetch_pages(o, "/v1/devices", "devices", query_of({"host", "kind", "state"}));
+    if (out(json::object{{"devices", devices}})) return 0;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& d : v.at("devices").as_array()) {
+    for (const auto& d : devices) {
       rows.push_back({str(d.at("name")), str(d.at("kind")), str(d.at("model")), str(d.at("attach")), str(d.at("state")),
                       str(d.at("loaded")), str(d.at("lease"))});
     }
@@ -292,10 +335,7 @@ int main(int argc, char** argv) {
     if (out(v)) return 0;
     std::cout << "device " << args[1] << ": " << str(v.at("state")) << " (reset started)\n";
   } else if (cmd == "leases") {
-    std::string q;
-    for (const char* k : {"state", "tenant", "all", "order"}) {
-      if (flags.count(k)) q += "&" + std::string(k) + "=" + flags[k];
-    }
+    std::string q = query_of({"state", "tenant", "all", "order"});
     std::size_t want = SIZE_MAX;
     if (flags.count("limit")) {
       char* end = nullptr;
@@ -304,16 +344,7 @@ int main(int argc, char** argv) {
       want = n;
     }
     // The API answers in pages; follow next_cursor until the listing or the limit ends.
-    json::array leases;
-    std::string cursor;
-    while (leases.size() < want) {
-      const std::size_t page = std::min<std::size_t>(want - leases.size(), 1000);
-      auto v = call(o, "GET", "/v1/leases?limit=" + std::to_string(page) + q + cursor);
-      for (auto& l : v.at("leases").as_array()) leases.push_back(l);
-      const auto& next = v.at("next_cursor");
-      if (next.is_null()) break;
-      cursor = "&cursor=" + std::to_string(next.to_number<std::uint64_t>());
-    }
+    json::array leases = fetch_pages(o, "/v1/leases", "leases", q, want);
     json::value v = json::object{{"leases", leases}};
     if (out(v)) return 0;
     print_leases(leases);

@@ -1,5 +1,5 @@
 // Host agents on loopback: real accelpool-agent processes against the manager-side AgentListener + RemoteHost.
-#include <accelpool/agent/listener.hpp>
+#include <accelpool/manager/agent_listener.hpp>
 #include <accelpool/agent/wire.hpp>
 
 #ifdef ACCELPOOL_AGENT_TEST_LIBVIRT
@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -262,10 +263,18 @@ class RawClient {
     REQUIRE(fd);
     fd_ = *fd;
   }
-  ~RawClient() { ::close(fd_); }
+  // Adopts a connected non-blocking socket (e.g. one a test accepted, playing the manager).
+  static RawClient adopt(int fd) { return RawClient(fd, 0); }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   agent::Message call(const std::string& line) {
-    std::string out = line + "\n";
-    REQUIRE(agent::write_some(fd_, out));
+    send(line + "\n");
+    return next();
+  }
+  void send(std::string out) { REQUIRE(agent::write_some(fd_, out)); }
+  // The next message the peer sends.
+  agent::Message next() {
     auto until = Clock::now() + testing::kHungAfter;
     while (Clock::now() < until) {
       if (auto l = in_.next_line()) {
@@ -277,11 +286,12 @@ class RawClient {
       ::poll(&p, 1, 100);
       agent::read_some(fd_, in_);
     }
-    FAIL("no reply to " << line);
+    FAIL("nothing came from the peer");
     return {};
   }
 
  private:
+  RawClient(int fd, int) : fd_(fd) {}
   int fd_ = -1;
   agent::LineBuffer in_{agent::kMaxLine};
 };
@@ -483,6 +493,22 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     m = raw.call(R"({"jsonrpc":"2.0","id":8,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"ok"}]}})");
     REQUIRE(m.result);
     f.owner.sync([&] { CHECK(f.owner.health.empty()); });
+    // Heartbeat deltas: an empty heartbeat is a sign of life; a change is reported once; a full list that repeats
+    // the known health reports nothing; a `full` that is not a boolean is refused.
+    m = raw.call(R"({"jsonrpc":"2.0","id":10,"method":"agent.heartbeat","params":{"devices":[]}})");
+    REQUIRE(m.result);
+    m = raw.call(R"({"jsonrpc":"2.0","id":11,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"degraded","detail":"hot"}]}})");
+    REQUIRE(m.result);
+    m = raw.call(R"({"jsonrpc":"2.0","id":12,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"degraded","detail":"hot"}],"full":true}})");
+    REQUIRE(m.result);
+    m = raw.call(R"({"jsonrpc":"2.0","id":13,"method":"agent.heartbeat","params":{"devices":[],"full":"yes"}})");
+    REQUIRE(m.error);
+    CHECK(m.error->code == "invalid_argument");
+    CHECK(m.error->message.find("'full'") != std::string::npos);
+    f.owner.sync([&] {
+      REQUIRE(f.owner.health.size() == 1);
+      CHECK(f.owner.health[0].health == "degraded");
+    });
     m = raw.call(R"({"jsonrpc":"2.0","id":9,"method":"agent.frobnicate","params":{}})");
     REQUIRE(m.error);
     CHECK(m.error->code == "method_not_found");
@@ -703,4 +729,38 @@ TEST_CASE("device.prepare's params and result go through the wire codec", "[agen
   CHECK(o.at("details").at("pci_vendor_id").to_number<std::uint64_t>() == 0x10ee);
   CHECK(o.at("details").at("memory_bytes").to_number<std::uint64_t>() == (1ull << 34));
   CHECK(o.at("details").at("host_pci") == "0000:65:00.1");
+}
+
+TEST_CASE("the agent's heartbeats carry only changes, and every 10th lists every device") {
+  // A manager of the test's own: it reads what the real agent sends on the wire.
+  auto lfd = agent::listen_on("127.0.0.1:0");
+  REQUIRE(lfd);
+  AgentProcess a("host-d", agent::bound_port(*lfd), sim_pool("fpga:sim-u250:3"));
+  pollfd lp{*lfd, POLLIN, 0};
+  REQUIRE(::poll(&lp, 1, static_cast<int>(testing::kHungAfter.count())) == 1);
+  int fd = ::accept4(*lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  REQUIRE(fd >= 0);
+  RawClient manager = RawClient::adopt(fd);
+  auto next = [&] { return manager.next(); };
+  auto answer = [&](const agent::Message& m, boost::json::value result) {
+    manager.send(agent::result_line(m.id, std::move(result)));
+  };
+  auto reg = next();
+  REQUIRE(reg.method == "agent.register");
+  CHECK(reg.params.at("devices").as_array().size() == 3);  // registration lists every device
+  answer(reg, boost::json::object{{"protocol", 1}, {"host", "host-d"}, {"heartbeat_timeout_ms", 15000}});
+  std::vector<agent::Message> beats;
+  while (beats.size() < 12) {
+    auto m = next();
+    if (m.method != "agent.heartbeat") continue;  // e.g. device.health notifications
+    answer(m, boost::json::object{});
+    beats.push_back(std::move(m));
+  }
+  for (std::size_t i = 0; i < beats.size(); ++i) {
+    INFO("heartbeat " << i + 1);
+    const bool full = i + 1 == 10;
+    CHECK(beats[i].params.at("devices").as_array().size() == (full ? 3u : 0u));
+    CHECK(beats[i].params.contains("full") == full);
+  }
+  ::close(*lfd);
 }

@@ -689,3 +689,99 @@ TEST_CASE("a device the in-process host finds failed is never granted", "[integr
   CHECK_FALSE(dev.json().at("available").as_bool());
   CHECK(m.get("/v1/queue").json().at("queue").as_array().size() == 1);
 }
+
+TEST_CASE("the admin API lists devices and hosts in filtered pages, and accelpoolctl follows them",
+          "[integration][paging]") {
+  // hv-a has more devices than one page of accelpoolctl holds.
+  std::string hosts;
+  for (auto [h, n] : {std::pair{"hv-a", 1100}, {"hv-b", 5}, {"hv-c", 5}}) {
+    hosts += std::string("[[hosts]]\nname = \"") + h + "\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = " +
+             std::to_string(n) + "\n";
+  }
+  hosts += "[[hosts.devices]]\nkind = \"gpu\"\ncount = 2\n";  // hv-c has gpus too
+  std::string cfg = config(2, 30, 1);
+  cfg.insert(cfg.find("[[tenants]]"), hosts);
+  Running m(cfg);
+  REQUIRE(m.post("/v1/hosts/hv-b/drain").status == 200);
+
+  // Every device once, by name, in pages of 400: 2 local + 1100 + 5 + 5 fpgas + 2 gpus.
+  const std::size_t total = 2 + 1100 + 5 + 5 + 2;
+  std::vector<std::string> names;
+  std::string cursor;
+  int pages = 0;
+  for (;;) {
+    auto r = m.get("/v1/devices?limit=400" + cursor);
+    REQUIRE(r.status == 200);
+    auto v = r.json();
+    ++pages;
+    auto devs = v.at("devices").as_array();
+    REQUIRE(devs.size() <= 400);
+    for (const auto& d : devs) names.emplace_back(d.at("name").as_string());
+    if (v.at("next_cursor").is_null()) break;
+    CHECK(v.at("next_cursor").as_string() == devs.back().at("name").as_string());
+    cursor = "&cursor=" + std::string(v.at("next_cursor").as_string());
+    cursor.replace(cursor.find('/'), 1, "%2F");
+  }
+  CHECK(names.size() == total);
+  CHECK(pages == 3);
+  CHECK(std::is_sorted(names.begin(), names.end()));
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
+
+  // Filters.
+  auto count = [&](const std::string& q) { return m.get("/v1/devices?" + q).json().at("devices").as_array().size(); };
+  CHECK(count("host=hv-c") == 7);
+  CHECK(count("host=hv-c&kind=gpu") == 2);
+  CHECK(count("state=draining") == 5);
+  CHECK(count("state=draining&host=hv-a") == 0);
+  CHECK(count("host=nowhere") == 0);
+  auto drained = m.get("/v1/devices?state=draining").json().at("devices").as_array();
+  for (const auto& d : drained) CHECK(d.at("host").as_string() == "hv-b");
+  // The default page is bounded (1,000) and says that more follow.
+  auto first = m.get("/v1/devices").json();
+  CHECK(first.at("devices").as_array().size() == 1000);
+  CHECK_FALSE(first.at("next_cursor").is_null());
+
+  // Hosts: summaries with device counts, in pages; one host with its devices.
+  auto page1 = m.get("/v1/hosts?limit=3").json();
+  REQUIRE(page1.at("hosts").as_array().size() == 3);
+  CHECK(page1.at("hosts").at(0).at("name").as_string() == "hv-a");
+  CHECK(page1.at("hosts").at(0).at("device_count").to_number<int>() == 1100);
+  CHECK(page1.at("hosts").at(2).at("device_count").to_number<int>() == 7);
+  REQUIRE(page1.at("next_cursor").as_string() == "hv-c");
+  auto page2 = m.get("/v1/hosts?limit=3&cursor=hv-c").json();
+  REQUIRE(page2.at("hosts").as_array().size() == 1);
+  CHECK(page2.at("hosts").at(0).at("name").as_string() == "local");
+  CHECK(page2.at("next_cursor").is_null());
+  auto draining = m.get("/v1/hosts?draining=true").json().at("hosts").as_array();
+  REQUIRE(draining.size() == 1);
+  CHECK(draining[0].at("name").as_string() == "hv-b");
+  CHECK(m.get("/v1/hosts?connected=false").json().at("hosts").as_array().empty());
+  auto one = m.get("/v1/hosts/hv-c").json();
+  CHECK(one.at("devices").as_array().size() == 7);
+  CHECK(one.at("device_count").to_number<int>() == 7);
+  CHECK(m.get("/v1/hosts/nowhere").status == 404);
+
+  // Bad paging and filter input is refused with the parameter named.
+  for (const std::string bad : {"/v1/devices?limit=0", "/v1/devices?limit=10001", "/v1/devices?cursor=",
+                                "/v1/devices?state=busy", "/v1/devices?colour=red", "/v1/hosts?limit=x",
+                                "/v1/hosts?connected=maybe", "/v1/hosts?kind=fpga"}) {
+    auto r = m.get(bad);
+    INFO(bad << ": " << r.body);
+    CHECK(r.status == 400);
+    std::string param = bad.substr(bad.find('?') + 1);
+    CHECK(r.body.find(param.substr(0, param.find('='))) != std::string::npos);
+  }
+
+  // accelpoolctl reads every page.
+  const std::string url = "http://127.0.0.1:" + std::to_string(m.daemon.endpoints().admin_port);
+  auto [rc, js] = ctl(url, m.admin, "-o json devices");
+  REQUIRE(rc == 0);
+  CHECK(boost::json::parse(js).at("devices").as_array().size() == total);
+  auto [rc_h, js_h] = ctl(url, m.admin, "-o json devices --host hv-c --kind gpu");
+  REQUIRE(rc_h == 0);
+  CHECK(boost::json::parse(js_h).at("devices").as_array().size() == 2);
+  auto [rc_t, table] = ctl(url, m.admin, "hosts");
+  REQUIRE(rc_t == 0);
+  CHECK(table.find("hv-c") != std::string::npos);
+  CHECK(table.find(" 7 ") != std::string::npos);
+}

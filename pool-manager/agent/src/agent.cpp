@@ -25,6 +25,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr std::int64_t kRegisterId = 1;
+// Every this many heartbeats one lists every device's health (docs/agent-protocol.md, "Heartbeats").
+constexpr std::uint64_t kHeartbeatFullEvery = 10;
 
 class AgentImpl final : public Agent {
  public:
@@ -287,9 +289,12 @@ class AgentImpl final : public Agent {
     return get_string(params, "device", where, true);
   }
 
-  json::object register_params() {
+  json::object register_params() {  // mu_ held
     json::array devs;
+    heartbeat_told_.clear();
+    beats_ = 0;
     for (const auto& d : runtime_->devices()) {
+      heartbeat_told_[d.info.local_id] = d.health + "\n" + d.detail;
       json::object o{{"id", d.info.local_id},
                      {"kind", d.info.kind},
                      {"model", d.info.model},
@@ -312,11 +317,22 @@ class AgentImpl final : public Agent {
                         {"devices", std::move(devs)}};
   }
 
-  json::object heartbeat_params() {
+  // A heartbeat carries the devices whose health changed since the last heartbeat (or the registration), and
+  // every device on each kHeartbeatFullEvery-th beat ("full": true), so a manager that missed a change learns it.
+  json::object heartbeat_params() {  // mu_ held
+    const bool full = ++beats_ % kHeartbeatFullEvery == 0;
     json::array devs;
-    for (const auto& d : runtime_->devices())
-      devs.push_back(json::object{{"id", d.info.local_id}, {"health", d.health}, {"detail", d.detail}});
-    return json::object{{"devices", std::move(devs)}};
+    for (const auto& d : runtime_->devices()) {
+      const std::string& id = d.info.local_id;
+      std::string said = d.health + "\n" + d.detail;
+      std::string& told = heartbeat_told_[id];
+      if (!full && told == said) continue;
+      told = std::move(said);
+      devs.push_back(json::object{{"id", id}, {"health", d.health}, {"detail", d.detail}});
+    }
+    json::object p{{"devices", std::move(devs)}};
+    if (full) p["full"] = true;
+    return p;
   }
 
   // --- hypervisor ---------------------------------------------------------------------------------------------
@@ -375,6 +391,8 @@ class AgentImpl final : public Agent {
   std::mutex mu_;  // the connection state below
   std::uint64_t gen_ = 0;  // connection generation: replies to an old connection are dropped
   bool registered_ = false;
+  std::map<std::string, std::string> heartbeat_told_;  // device -> "health\ndetail" last sent to the manager
+  std::uint64_t beats_ = 0;                            // heartbeats since the registration
   std::string out_;
   std::deque<std::string> notes_;
 };

@@ -200,7 +200,7 @@ Result<int> listen_on(std::string_view address) {
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     rc = ::bind(fd, reinterpret_cast<sockaddr*>(&p->in), sizeof(p->in));
   }
-  if (rc != 0 || ::listen(fd, 64) != 0) {
+  if (rc != 0 || ::listen(fd, SOMAXCONN) != 0) {
     auto e = make_error("io_error", "cannot listen on '" + std::string(address) + "': " + errno_text());
     ::close(fd);
     return e;

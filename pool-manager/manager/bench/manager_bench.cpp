@@ -20,8 +20,20 @@
 // leases by state (from /metrics), and the store's files. The last line compares the end with the first sample.
 // --hold-ms H makes each guest hold its ready lease H ms before releasing it.
 //
+// Scale: --agents N serves the guests from N emulated host agents of --devices-per-agent M devices each
+// (bench/agent_swarm.hpp: one thread of this process, speaking the agent protocol). It reports the join storm
+// (all N connect at once: until every registration is accepted and the manager lists every device free), then
+// runs the guest load, and with --storms 1 the drop storm (every agent closes at once: until every device is
+// unavailable), the return storm, and a manager crash (SIGKILL) and restart with every agent reconnecting. During
+// each storm a separate guest asks `list` again and again; the slowest of those calls is reported, as well as
+// the manager's CPU time and resident memory. --full-heartbeats 1 makes the agents list every device in every
+// heartbeat (as agents did before heartbeat deltas; what a manager of that time accepts).
+//
 // usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--rate R] [--unix 1]
 //                                [--network-thread 1] [--agent-devices N [--agent PATH]] [--sample S] [--hold-ms H]
+//                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1]]
+#include "agent_swarm.hpp"
+
 #include <boost/json.hpp>
 
 #include <arpa/inet.h>
@@ -46,12 +58,17 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace json = boost::json;
+namespace bench = accelpool::bench;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -121,11 +138,13 @@ ProcSample proc_sample(pid_t pid) {
   return out;
 }
 
-// GET `target` from the admin listener at 127.0.0.1:`port`; the body, or "" on any failure.
-std::string http_get(int port, const std::string& target) {
+// GET `target` from the admin listener at 127.0.0.1:`port` (with the admin `token` when given); the body, or ""
+// on any failure.
+std::string http_get(int port, const std::string& target, const std::string& token = "") {
   int fd = connect_tcp(port);
   if (fd < 0) return "";
-  const std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                          (token.empty() ? "" : "Authorization: Bearer " + token + "\r\n") + "\r\n";
   std::string resp;
   if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
     char buf[16384];
@@ -185,6 +204,174 @@ void print_sample(const SoakSample& s) {
   std::fflush(stdout);
 }
 
+// An accelpool_devices{state=...} gauge of /metrics (-1 when unreadable).
+long device_gauge(int admin_port, const std::string& state) {
+  const std::string text = http_get(admin_port, "/metrics");
+  const std::string key = "accelpool_devices{state=\"" + state + "\"} ";
+  auto at = text.find(key);
+  return at == std::string::npos ? -1 : std::strtol(text.c_str() + at + key.size(), nullptr, 10);
+}
+
+long free_devices(int admin_port) { return device_gauge(admin_port, "free"); }
+
+bool wait_free_devices(int admin_port, long count, double timeout_s) {
+  const auto until = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (Clock::now() < until) {
+    if (free_devices(admin_port) == count) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// CPU seconds (user + system) a process has used so far.
+double proc_cpu_s(pid_t pid) {
+  std::ifstream in(std::filesystem::path("/proc") / std::to_string(pid) / "stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; rest >> field; ++i) {  // fields 14 and 15: utime, stime in clock ticks
+    if (i == 14) utime = std::strtod(field.c_str(), nullptr);
+    if (i == 15) {
+      stime = std::strtod(field.c_str(), nullptr);
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// A guest that asks `list` again and again on a thread of its own, so a stalled owner thread shows as a slow
+// reply. Each round trip is recorded with the time it started.
+class Prober {
+ public:
+  Prober(int port, std::string token) : port_(port), token_(std::move(token)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Prober() {
+    stop_ = true;
+    thread_.join();
+  }
+  // The longest round trip among those that started in [from, to], and the number of them.
+  std::pair<double, std::size_t> longest(Clock::time_point from, Clock::time_point to) {
+    std::lock_guard lock(mu_);
+    double worst = 0;
+    std::size_t n = 0;
+    for (const auto& [at, s] : trips_) {
+      if (at < from || at > to) continue;
+      worst = std::max(worst, s);
+      ++n;
+    }
+    // A call still waiting counts for as long as it has waited.
+    if (in_flight_since_ && *in_flight_since_ <= to) {
+      worst = std::max(worst, std::chrono::duration<double>(Clock::now() - *in_flight_since_).count());
+      ++n;
+    }
+    return {worst, n};
+  }
+
+ private:
+  void run() {
+    int fd = -1;
+    std::string in;
+    std::uint64_t id = 0;
+    while (!stop_) {
+      if (fd < 0) {  // (re)connect: the manager may be restarting
+        fd = connect_tcp(port_);
+        if (fd < 0 || !send_line(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token_ +
+                                           R"(","guest":"prober"}})") ||
+            !read_line(fd, in)) {
+          if (fd >= 0) ::close(fd);
+          fd = -1;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          continue;
+        }
+      }
+      auto start = Clock::now();
+      {
+        std::lock_guard lock(mu_);
+        in_flight_since_ = start;
+      }
+      bool ok = send_line(fd, R"({"jsonrpc":"2.0","id":)" + std::to_string(++id) + R"(,"method":"list","params":{}})") &&
+                read_line(fd, in);
+      {
+        std::lock_guard lock(mu_);
+        in_flight_since_.reset();
+        if (ok) trips_.emplace_back(start, std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      if (!ok) {
+        ::close(fd);
+        fd = -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  static bool send_line(int fd, const std::string& line) {
+    std::string l = line + "\n";
+    return ::send(fd, l.data(), l.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(l.size());
+  }
+  // Reads up to the next reply line (notifications skipped); false when the connection ends or stop is asked.
+  bool read_line(int fd, std::string& in) {
+    char buf[65536];
+    for (;;) {
+      auto nl = in.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = in.substr(0, nl);
+        in.erase(0, nl + 1);
+        if (line.find("\"method\"") == std::string::npos) return true;
+        continue;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 0) {
+        if (stop_) return false;
+        continue;
+      }
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  int port_;
+  std::string token_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::pair<Clock::time_point, double>> trips_;
+  std::optional<Clock::time_point> in_flight_since_;
+  std::thread thread_;
+};
+
+struct Storm {
+  bool settled = false;
+  double seconds = 0;          // until `done` held
+  double longest_guest_s = 0;  // the slowest guest call that started meanwhile
+  std::size_t guest_calls = 0;
+};
+
+// Waits (up to 120 s) until `done` holds, asking every `poll`, and reads the prober's view of the wait. `done`
+// reads /metrics, whose device gauges cost the manager a walk over every device: at 100,000 devices it is asked
+// every 100 ms, so the measurement itself takes little of the owner thread.
+template <class Done>
+Storm settle(Clock::time_point started, Prober& probe, std::chrono::milliseconds poll, Done done) {
+  Storm s;
+  const auto until = started + std::chrono::seconds(120);
+  while (Clock::now() < until && !(s.settled = done())) std::this_thread::sleep_for(poll);
+  auto end = Clock::now();
+  s.seconds = std::chrono::duration<double>(end - started).count();
+  std::tie(s.longest_guest_s, s.guest_calls) = probe.longest(started, end);
+  return s;
+}
+
+void report_storm(const char* what, int agents, int devices_per_agent, const Storm& s, double cpu_s, const ProcSample& after) {
+  std::printf("storm     %-8s agents=%d devices/agent=%d  %s in %.3f s  longest guest call %.3f s (%zu calls)  "
+              "manager cpu %.2f s  rss %.0f MiB\n",
+              what, agents, devices_per_agent, s.settled ? "settled" : "NOT settled", s.seconds, s.longest_guest_s,
+              s.guest_calls, cpu_s, static_cast<double>(after.rss_kb) / 1024);
+  std::fflush(stdout);
+}
+
 // One guest connection of the load generator: a small state machine driven by the lines the daemon sends.
 struct Client {
   enum class Phase { hello, acquiring, holding, releasing, idle };
@@ -225,6 +412,10 @@ struct BenchOptions {
   int agent_devices = 0;  // > 0: the devices come from an accelpool-agent, not an in-process host
   double sample_s = 0;    // > 0: soak samples this often
   int hold_ms = 0;        // how long a guest holds a ready lease before it releases
+  int agents = 0;         // > 0: the devices come from this many emulated agents (AgentSwarm)
+  int devices_per_agent = 100;
+  bool full_heartbeats = false;  // emulated agents list every device in every heartbeat (as before deltas)
+  bool storms = false;           // after the guest load: all agents drop, return, and the manager restarts
 };
 
 constexpr const char* kSoakAgentToken = "soak-agent-token-0123456789";
@@ -245,6 +436,60 @@ pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& l
   return pid;
 }
 
+// A free TCP port on 127.0.0.1 (bound and released: the manager binds it again at once).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The daemon as the benchmark started it.
+struct Daemon {
+  pid_t pid = 0;
+  int port = 0, admin_port = 0;
+  std::string agents_endpoint, token, admin_token;
+};
+
+// Starts the manager on `dir` (its config there) and waits for its endpoints and guest token; pid 0 on failure.
+Daemon start_daemon(const BenchOptions& o, const std::filesystem::path& dir) {
+  Daemon d;
+  std::filesystem::remove(dir / "endpoints.json");
+  // With emulated agents its log (a line per host joining, leaving, returning) goes to output.log too.
+  d.pid = spawn({o.manager, "--config", (dir / "manager.toml").string(), "--data-dir", dir.string()}, dir / "output.log",
+                o.agents > 0);
+  for (int i = 0; i < 3000 && d.port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::ifstream in(dir / "endpoints.json");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    if (text.empty()) continue;
+    auto v = json::parse(text).as_object();
+    std::string tcp(v.at("guest_tcp").as_string()), admin(v.at("admin").as_string());
+    d.port = std::stoi(tcp.substr(tcp.rfind(':') + 1));
+    d.admin_port = std::stoi(admin.substr(admin.rfind(':') + 1));
+    d.agents_endpoint = std::string(v.at("agents").as_string());
+  }
+  // The token is printed once, at the first start (kept in first_output.log); a restart keeps it.
+  for (const char* log : {"output.log", "first_output.log"}) {
+    std::ifstream in(dir / log);
+    for (std::string l; std::getline(in, l);) {
+      if (d.token.empty() && l.rfind("guest token for tenant default", 0) == 0) d.token = l.substr(l.rfind(' ') + 1);
+      if (d.admin_token.empty() && l.rfind("admin token", 0) == 0) d.admin_token = l.substr(l.rfind(' ') + 1);
+    }
+  }
+  if (d.port == 0 || d.token.empty()) {
+    std::fprintf(stderr, "the manager did not start (see %s)\n", (dir / "output.log").c_str());
+    ::kill(d.pid, SIGKILL);
+    d.pid = 0;
+  }
+  return d;
+}
+
 void bench_daemon(const BenchOptions& o) {
   const int clients = o.clients, devices = o.devices;
   const double seconds = o.seconds, rate = o.rate;
@@ -253,43 +498,32 @@ void bench_daemon(const BenchOptions& o) {
   auto dir = std::filesystem::temp_directory_path() / ("apm-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "") << "\"\nnetwork_thread = "
+  const int agent_port = o.agents > 0 ? free_port() : 0;
+  std::string agents_config;
+  if (o.agent_devices > 0) agents_config = "listen = [\"127.0.0.1:0\"]\n";
+  if (o.agents > 0) {
+    agents_config = "listen = [\"127.0.0.1:" + std::to_string(agent_port) + "\"]\nmax_connections = " +
+                    std::to_string(o.agents + 16) + "\n";
+  }
+  // With emulated agents the manager restarts: its guest port stays the same.
+  const std::string guest_tcp = "127.0.0.1:" + std::to_string(o.agents > 0 ? free_port() : 0);
+  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"" << guest_tcp << "\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "") << "\"\nnetwork_thread = "
                                       << (network_thread ? "true" : "false") << "\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-                                      << (o.agent_devices > 0
-                                              ? std::string("[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"") + kSoakAgentToken + "\"\n" +
-                                                    // the in-process host holds no fpga: the agent serves them all
+                                      << (!agents_config.empty()
+                                              ? "[agents]\n" + agents_config + "token = \"" + kSoakAgentToken + "\"\n" +
+                                                    // the in-process host holds no fpga: the agents serve them all
                                                     "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"spare\"\ncount = 1\n"
                                               : "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
                                                 "count = " + std::to_string(devices) + "\n");
   std::fflush(stdout);
-  const pid_t pid = spawn({o.manager, "--config", (dir / "manager.toml").string(), "--data-dir", dir.string()},
-                          dir / "output.log", false);
-  int port = 0, admin_port = 0;
-  std::string agents_endpoint;
-  std::string token, unix_path = (dir / "guest.sock").string();
-  for (int i = 0; i < 500 && port == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::ifstream in(dir / "endpoints.json");
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    if (text.empty()) continue;
-    auto v = json::parse(text).as_object();
-    std::string tcp(v.at("guest_tcp").as_string()), admin(v.at("admin").as_string());
-    port = std::stoi(tcp.substr(tcp.rfind(':') + 1));
-    admin_port = std::stoi(admin.substr(admin.rfind(':') + 1));
-    agents_endpoint = std::string(v.at("agents").as_string());
-  }
-  {
-    std::ifstream in(dir / "output.log");
-    std::string l;
-    while (std::getline(in, l)) {
-      if (l.rfind("guest token for tenant default", 0) == 0) token = l.substr(l.rfind(' ') + 1);
-    }
-  }
-  if (port == 0 || token.empty()) {
-    std::fprintf(stderr, "the manager did not start (see %s)\n", (dir / "output.log").c_str());
-    ::kill(pid, SIGKILL);
-    return;
-  }
+  Daemon daemon = start_daemon(o, dir);
+  std::filesystem::copy_file(dir / "output.log", dir / "first_output.log", std::filesystem::copy_options::overwrite_existing);
+  if (daemon.pid == 0) return;
+  pid_t pid = daemon.pid;
+  const int port = daemon.port;
+  int admin_port = daemon.admin_port;
+  const std::string token = daemon.token, agents_endpoint = daemon.agents_endpoint;
+  const std::string unix_path = (dir / "guest.sock").string();
   pid_t agent = 0;
   if (o.agent_devices > 0) {
     std::ofstream(dir / "agent.toml") << "[agent]\nmanager = \"" << agents_endpoint << "\"\ntoken = \"" << kSoakAgentToken
@@ -297,18 +531,47 @@ void bench_daemon(const BenchOptions& o) {
                                       << "\"\nprogram_base_ms = 5\nattach = \"network\"\n";
     agent = spawn({o.agent, "--config", (dir / "agent.toml").string()}, dir / "agent.log", true);
     // Ready when the manager lists the agent's devices (and the one spare) as free.
-    bool joined = false;
-    for (int i = 0; i < 3000 && !joined; ++i) {
-      joined = http_get(admin_port, "/metrics").find("accelpool_devices{state=\"free\"} " + std::to_string(o.agent_devices + 1)) !=
-               std::string::npos;
-      if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!joined) {
+    if (!wait_free_devices(admin_port, o.agent_devices + 1, 30.0)) {
       std::fprintf(stderr, "the agent's devices did not join (see %s)\n", (dir / "agent.log").c_str());
       ::kill(agent, SIGKILL);
       ::kill(pid, SIGKILL);
       return;
     }
+  }
+  std::unique_ptr<bench::AgentSwarm> swarm;
+  const long agent_devices_total = static_cast<long>(o.agents) * o.devices_per_agent;
+  const auto poll = std::chrono::milliseconds(agent_devices_total > 20000 ? 100 : 10);
+  if (o.agents > 0) {
+    bench::SwarmOptions so;
+    so.port = agent_port;
+    so.token = kSoakAgentToken;
+    so.agents = o.agents;
+    so.devices = o.devices_per_agent;
+    so.full_heartbeats = o.full_heartbeats;
+    swarm = std::make_unique<bench::AgentSwarm>(so);
+    Prober probe(port, token);
+    auto cpu0 = proc_cpu_s(pid);
+    auto t = Clock::now();
+    swarm->connect_all();
+    Storm join = settle(t, probe, poll, [&] {
+      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
+    });
+    report_storm("join", o.agents, o.devices_per_agent, join, proc_cpu_s(pid) - cpu0, proc_sample(pid));
+    if (!join.settled) {
+      ::kill(pid, SIGKILL);
+      return;
+    }
+    // The admin device listing, one page of 500 as an operator's tool asks (a manager without paging answers
+    // every device).
+    std::vector<double> list_ms;
+    std::size_t list_bytes = 0;
+    for (int i = 0; i < 20; ++i) {
+      auto start = Clock::now();
+      list_bytes = http_get(admin_port, "/v1/devices?limit=500", daemon.admin_token).size();
+      list_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    }
+    std::printf("admin     GET /v1/devices?limit=500 at %ld devices: p50 %.1f ms, max %.1f ms, %zu bytes\n",
+                agent_devices_total + 1, pct(list_ms, 0.5), *std::max_element(list_ms.begin(), list_ms.end()), list_bytes);
   }
   std::vector<SoakSample> samples;
   auto sample = [&](double t, long cycles) {
@@ -335,6 +598,7 @@ void bench_daemon(const BenchOptions& o) {
   }
   std::vector<double> grant_us;
   grant_us.reserve(1 << 20);
+  const double guest_cpu0 = proc_cpu_s(pid);
   long cycles = 0;
   bool failed = false;
   const auto t0 = Clock::now();
@@ -453,8 +717,50 @@ void bench_daemon(const BenchOptions& o) {
                 b.agent.fds - a.agent.fds, b.agent.threads - a.agent.threads,
                 (static_cast<double>(b.db_bytes + b.wal_bytes) - static_cast<double>(a.db_bytes + a.wal_bytes)) / (1 << 20));
   }
+  const double guest_cpu_s = proc_cpu_s(pid) - guest_cpu0;
+  const ProcSample guest_end = proc_sample(pid);
   for (auto& k : conns) ::close(k.fd);
   ::close(ep);
+  if (swarm && o.storms && !failed) {
+    Prober probe(port, token);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the prober says hello
+    auto cpu0 = proc_cpu_s(pid);
+    auto t = Clock::now();
+    swarm->drop_all();
+    Storm drop = settle(t, probe, poll, [&] { return device_gauge(admin_port, "unavailable") == agent_devices_total; });
+    report_storm("drop", o.agents, o.devices_per_agent, drop, proc_cpu_s(pid) - cpu0, proc_sample(pid));
+    cpu0 = proc_cpu_s(pid);
+    t = Clock::now();
+    swarm->connect_all();
+    Storm back = settle(t, probe, poll, [&] {
+      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
+    });
+    report_storm("return", o.agents, o.devices_per_agent, back, proc_cpu_s(pid) - cpu0, proc_sample(pid));
+    // A crash and restart: the agents reconnect as soon as the manager listens again.
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    t = Clock::now();
+    daemon = start_daemon(o, dir);
+    pid = daemon.pid;
+    if (pid == 0) return;
+    admin_port = daemon.admin_port;
+    const double up_s = std::chrono::duration<double>(Clock::now() - t).count();
+    cpu0 = proc_cpu_s(pid);
+    Storm restart = settle(t, probe, poll, [&] {
+      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
+    });
+    report_storm("restart", o.agents, o.devices_per_agent, restart, proc_cpu_s(pid) - cpu0, proc_sample(pid));
+    std::printf("          restart: guest and agent ports listening after %.3f s\n", up_s);
+  }
+  if (swarm) {
+    std::printf("agents    %d x %d devices (%s heartbeats): guest phase manager cpu %.2f s (%.0f%% of one core), rss %.0f MiB, "
+                "%llu agent requests answered, %llu registrations refused\n",
+                o.agents, o.devices_per_agent, o.full_heartbeats ? "full" : "delta", guest_cpu_s,
+                100 * guest_cpu_s / std::max(1e-9, elapsed),
+                static_cast<double>(guest_end.rss_kb) / 1024, static_cast<unsigned long long>(swarm->answered()),
+                static_cast<unsigned long long>(swarm->refused()));
+    swarm.reset();
+  }
   if (agent > 0) {
     ::kill(agent, SIGTERM);
     ::waitpid(agent, nullptr, 0);
@@ -468,8 +774,8 @@ void bench_daemon(const BenchOptions& o) {
     return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
   };
   if (failed) std::printf("the run failed; numbers up to the failure:\n");
-  std::printf("daemon    %s%s clients=%d devices=%d%s  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
-              use_unix ? "unix" : "tcp", network_thread ? " network-thread" : "", clients, o.agent_devices > 0 ? o.agent_devices : devices, rate > 0 ? (" rate=" + std::to_string(static_cast<long>(rate))).c_str() : "", static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
+  std::printf("daemon    %s%s clients=%d devices=%ld%s  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
+              use_unix ? "unix" : "tcp", network_thread ? " network-thread" : "", clients, o.agents > 0 ? agent_devices_total : o.agent_devices > 0 ? o.agent_devices : devices, rate > 0 ? (" rate=" + std::to_string(static_cast<long>(rate))).c_str() : "", static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
               grant_us.size());
   std::printf("          grant latency p90=%.0f us p99.9=%.0f us max=%.0f us\n", pct(grant_us, 0.9), pct(grant_us, 0.999),
               grant_us.empty() ? 0.0 : *std::max_element(grant_us.begin(), grant_us.end()));
@@ -498,6 +804,10 @@ int main(int argc, char** argv) {
     else if (a == "--agent-devices") o.agent_devices = std::stoi(v);
     else if (a == "--sample") o.sample_s = std::stod(v);
     else if (a == "--hold-ms") o.hold_ms = std::stoi(v);
+    else if (a == "--agents") o.agents = std::stoi(v);
+    else if (a == "--devices-per-agent") o.devices_per_agent = std::stoi(v);
+    else if (a == "--full-heartbeats") o.full_heartbeats = v == "1";
+    else if (a == "--storms") o.storms = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;

@@ -122,6 +122,33 @@ std::optional<std::uint64_t> parse_id(const std::string& s) {
   return v;
 }
 
+// The `limit` query parameter of a paged listing: 1..max.
+Result<std::size_t> parse_limit(const std::string& v, std::size_t max) {
+  auto n = parse_id(v);
+  if (!n || *n < 1 || *n > max) {
+    return make_error("invalid_argument", "query 'limit' must be a whole number from 1 to " + std::to_string(max));
+  }
+  return static_cast<std::size_t>(*n);
+}
+
+// Reads `limit` or `cursor` (a name) into `spec` of a listing by name. Returns whether `key` was one of them.
+Result<bool> read_page_param(const std::string& key, const std::string& v, PageSpec& spec) {
+  if (key == "limit") {
+    auto n = parse_limit(v, PageSpec::kMaxLimit);
+    if (!n) return n.error();
+    spec.limit = *n;
+    return true;
+  }
+  if (key == "cursor") {
+    if (v.empty()) return make_error("invalid_argument", "query 'cursor' is empty (pass the next_cursor of a page)");
+    spec.after = v;
+    return true;
+  }
+  return false;
+}
+
+json::value cursor_json(const std::optional<std::string>& next) { return next ? json::value(*next) : json::value(nullptr); }
+
 ApiResponse method_not_allowed(const std::string& method, const std::string& path) {
   return AdminApi::error(405, "method_not_allowed", method + " is not allowed on " + path);
 }
@@ -199,34 +226,58 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     } else if (m != "GET") {
       return method_not_allowed(m, path);
     }
-    auto hosts = core_.hosts();
-    auto devices = core_.devices();
-    auto host_json = [&](const std::string& h) {
-      json::array devs;
-      for (const auto& d : devices) {
-        if (d.record.host == h) devs.emplace_back(to_json(d));
-      }
-      return json::object{{"name", h},
-                          {"connected", core_.host_live(h)},
-                          {"draining", core_.host_draining(h)},
-                          {"devices", std::move(devs)}};
-    };
     if (seg.size() == 2) {
+      HostFilter f;
+      PageSpec spec;
+      for (const auto& [k, v] : query) {
+        if (k == "connected" || k == "draining") {
+          if (v != "true" && v != "false") return error(400, "invalid_argument", "query '" + k + "' must be true or false");
+          (k == "connected" ? f.connected : f.draining) = v == "true";
+        } else if (auto e = read_page_param(k, v, spec); !e) {
+          return from_error(e.error());
+        } else if (!*e) {
+          return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+        }
+      }
+      auto page = core_.host_page(f, spec);
       json::array a;
-      for (const auto& h : hosts) a.emplace_back(host_json(h));
-      return ok(json::object{{"hosts", std::move(a)}});
+      a.reserve(page.hosts.size());
+      for (const auto& h : page.hosts) a.emplace_back(to_json(h));
+      return ok(json::object{{"hosts", std::move(a)}, {"next_cursor", cursor_json(page.next)}});
     }
     if (seg.size() == 3 || seg.size() == 4) {
-      if (std::find(hosts.begin(), hosts.end(), seg[2]) == hosts.end()) return error(404, "not_found", "no host " + seg[2]);
-      return ok(host_json(seg[2]));
+      auto h = core_.host(seg[2]);
+      if (!h) return from_error(h.error());
+      json::object o = to_json(*h);
+      json::array devs;
+      for (const auto& d : core_.host_devices(seg[2])) devs.emplace_back(to_json(d));
+      o["devices"] = std::move(devs);
+      return ok(std::move(o));
     }
   }
   if (r1 == "devices") {
     if (seg.size() == 2) {
       if (m != "GET") return method_not_allowed(m, path);
+      DeviceFilter f;
+      PageSpec spec;
+      for (const auto& [k, v] : query) {
+        if (k == "host") f.host = v;
+        else if (k == "kind") f.kind = v;
+        else if (k == "state") {
+          if (v != "free" && v != "leased" && v != "draining" && v != "unavailable")
+            return error(400, "invalid_argument", "query 'state' must be free, leased, draining or unavailable");
+          f.state = v;
+        } else if (auto e = read_page_param(k, v, spec); !e) {
+          return from_error(e.error());
+        } else if (!*e) {
+          return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+        }
+      }
+      auto page = core_.device_page(f, spec);
       json::array a;
-      for (const auto& d : core_.devices()) a.emplace_back(to_json(d));
-      return ok(json::object{{"devices", std::move(a)}});
+      a.reserve(page.devices.size());
+      for (const auto& d : page.devices) a.emplace_back(to_json(d));
+      return ok(json::object{{"devices", std::move(a)}, {"next_cursor", cursor_json(page.next)}});
     }
     if (seg.size() == 4 || seg.size() == 5) {
       std::string name = seg[2] + "/" + seg[3];
@@ -265,12 +316,9 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
           if (v != "true" && v != "false") return error(400, "invalid_argument", "query 'all' must be true or false");
           f.include_ended = v == "true";
         } else if (k == "limit") {
-          auto n = parse_id(v);
-          if (!n || *n < 1 || *n > LeasePageSpec::kMaxLimit) {
-            return error(400, "invalid_argument",
-                         "query 'limit' must be a whole number from 1 to " + std::to_string(LeasePageSpec::kMaxLimit));
-          }
-          spec.limit = static_cast<std::size_t>(*n);
+          auto n = parse_limit(v, LeasePageSpec::kMaxLimit);
+          if (!n) return from_error(n.error());
+          spec.limit = *n;
         } else if (k == "cursor") {
           spec.after = parse_id(v);
           if (!spec.after) return error(400, "invalid_argument", "query 'cursor' must be a lease id (a next_cursor)");

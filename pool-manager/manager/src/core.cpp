@@ -63,6 +63,23 @@ std::optional<Error> check_drain_deadline(bool draining, std::optional<double> d
   return std::nullopt;
 }
 
+// A page of the entries of `map` (keyed by name) after spec.after: at most spec.limit of those match(name, value)
+// accepts, each given to add(name, value). Returns the cursor of the next page: the last name added, when another
+// match follows.
+template <class Map, class Match, class Add>
+std::optional<std::string> page_of(const Map& map, const PageSpec& spec, Match match, Add add) {
+  std::size_t taken = 0;
+  std::optional<std::string> last;
+  for (auto it = spec.after ? map.upper_bound(*spec.after) : map.begin(); it != map.end(); ++it) {
+    if (!match(it->first, it->second)) continue;
+    if (taken == spec.limit) return last;
+    add(it->first, it->second);
+    last = it->first;
+    ++taken;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 
@@ -94,6 +111,14 @@ struct PoolCore::Impl {
   std::map<std::string, std::unique_ptr<HostDriver>> hosts;
   std::set<std::string> lost_hosts;  // attached, but their connection is gone: nothing is sent to them
   std::vector<std::string> host_order;
+  // The host table: every host the pool knows (attached, or holding devices restored from the store), with its
+  // devices by name. A host's join, loss, return and drain go through its entry only, never over the whole pool.
+  // The records live in `devices` (a std::map, so the pointers stay valid; devices are never erased).
+  struct HostEntry {
+    std::map<std::string, DeviceRecord*> devices;  // by device name
+  };
+  std::map<std::string, HostEntry> host_table;
+  std::uint64_t device_visits = 0;  // device records host operations visited (PoolCore::host_device_visits)
   std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
 
   std::map<LeaseId, Lease> live;
@@ -149,6 +174,20 @@ struct PoolCore::Impl {
     auto it = by_sched_id.find(id);
     if (it == by_sched_id.end()) return nullptr;
     return &devices.at(it->second);
+  }
+
+  // Adds a record of `devices` to its host's entry.
+  void index_device(DeviceRecord& d) { host_table[d.host].devices[d.name] = &d; }
+
+  // Calls f(DeviceRecord&) for every device of `host` (none for an unknown host), counting the visits.
+  template <class F>
+  void each_device_of(const std::string& host, F&& f) {
+    auto it = host_table.find(host);
+    if (it == host_table.end()) return;
+    for (auto& [_, d] : it->second.devices) {
+      ++device_visits;
+      f(*d);
+    }
   }
 
   // --- durability -----------------------------------------------------------------------------------------
@@ -538,7 +577,7 @@ struct PoolCore::Impl {
     for (auto& d : snap.devices) {
       next_sched_id = std::max(next_sched_id, d.sched_id + 1);
       by_sched_id[d.sched_id] = d.name;
-      devices[d.name] = d;
+      index_device(devices[d.name] = d);
     }
     last_id = snap.max_lease_id;
 
@@ -676,12 +715,14 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   double t = m.now();
   sched::Decisions out;
   std::set<std::string> present;
+  auto& entry = m.host_table[name];  // an attached host is listed even when it has no device
   for (const auto& hd : *found) {
     std::string dev_name = name + "/" + hd.local_id;
     bool usable = !report.unusable.count(hd.local_id);
     present.insert(dev_name);
-    auto it = m.devices.find(dev_name);
-    if (it == m.devices.end()) {
+    ++m.device_visits;
+    auto known = entry.devices.find(dev_name);
+    if (known == entry.devices.end()) {
       DeviceRecord d;
       d.name = dev_name;
       d.host = name;
@@ -693,6 +734,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       d.sched_id = m.next_sched_id++;
       m.by_sched_id[d.sched_id] = dev_name;
       auto& rec = m.devices[dev_name] = d;
+      entry.devices[dev_name] = &rec;
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
       }
@@ -702,19 +744,19 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       }
       if (m.draining_hosts.count(name)) (void)m.drain(rec, true, std::nullopt, t, out);
       m.touch(rec);
-    } else if (it->second.available != usable) {
-      it->second.available = usable;
-      (void)m.scheduler->set_available(it->second.sched_id, usable, t, out);
-      m.touch(it->second);
+    } else if (DeviceRecord& d = *known->second; d.available != usable) {
+      d.available = usable;
+      (void)m.scheduler->set_available(d.sched_id, usable, t, out);
+      m.touch(d);
     }
   }
-  for (auto& [dev_name, d] : m.devices) {
-    if (d.host == name && !present.count(dev_name) && d.available) {
+  m.each_device_of(name, [&](DeviceRecord& d) {
+    if (!present.count(d.name) && d.available) {
       d.available = false;
       (void)m.scheduler->set_available(d.sched_id, false, t, out);
       m.touch(d);
     }
-  }
+  });
   if (!returning) m.host_order.push_back(name);
   m.lost_hosts.erase(name);
   HostDriver& h = *(m.hosts[name] = std::move(host));
@@ -743,13 +785,13 @@ Status PoolCore::host_lost(const std::string& host) {
   m.lost_hosts.insert(host);
   double t = m.now();
   sched::Decisions out;
-  for (auto& [_, d] : m.devices) {
-    if (d.host != host || !d.available) continue;
+  m.each_device_of(host, [&](DeviceRecord& d) {
+    if (!d.available) return;
     d.available = false;
     // The scheduler preempts the leases holding it (device_failed); apply() requeues them.
     (void)m.scheduler->set_available(d.sched_id, false, t, out);
     m.touch(d);
-  }
+  });
   m.apply(out, t);
   m.flush();
   return Status::ok();
@@ -1114,11 +1156,61 @@ Result<DeviceView> PoolCore::device(const std::string& name) const {
   return v;
 }
 
-std::vector<std::string> PoolCore::hosts() const {
-  std::set<std::string> names(impl_->host_order.begin(), impl_->host_order.end());
-  for (const auto& [_, d] : impl_->devices) names.insert(d.host);
-  return {names.begin(), names.end()};
+DevicePage PoolCore::device_page(const DeviceFilter& filter, const PageSpec& spec) const {
+  auto& m = *impl_;
+  DevicePage page;
+  auto match = [&](const std::string&, const DeviceRecord& d) {
+    if (filter.kind && d.kind != *filter.kind) return false;
+    return !filter.state || device_state_name(m.scheduler->device_state(d.sched_id)) == *filter.state;
+  };
+  auto add = [&](const std::string& name, const auto&) { page.devices.push_back(*device(name)); };
+  if (!filter.host) {
+    page.next = page_of(m.devices, spec, match, add);
+    return page;
+  }
+  auto it = m.host_table.find(*filter.host);
+  if (it == m.host_table.end()) return page;
+  auto match_indexed = [&](const std::string& name, const DeviceRecord* d) {
+    ++m.device_visits;
+    return match(name, *d);
+  };
+  page.next = page_of(it->second.devices, spec, match_indexed, add);
+  return page;
 }
+
+Result<HostView> PoolCore::host(const std::string& host) const {
+  auto it = impl_->host_table.find(host);
+  if (it == impl_->host_table.end()) return make_error("not_found", "no host " + host);
+  return HostView{host, host_live(host), host_draining(host), it->second.devices.size()};
+}
+
+HostPage PoolCore::host_page(const HostFilter& filter, const PageSpec& spec) const {
+  HostPage page;
+  auto match = [&](const std::string& name, const auto&) {
+    return (!filter.connected || host_live(name) == *filter.connected) &&
+           (!filter.draining || host_draining(name) == *filter.draining);
+  };
+  auto add = [&](const std::string& name, const auto&) { page.hosts.push_back(*host(name)); };
+  page.next = page_of(impl_->host_table, spec, match, add);
+  return page;
+}
+
+std::vector<DeviceView> PoolCore::host_devices(const std::string& host) const {
+  std::vector<DeviceView> out;
+  impl_->each_device_of(host, [&](const DeviceRecord& d) { out.push_back(*device(d.name)); });
+  return out;
+}
+
+std::vector<std::string> PoolCore::hosts() const {
+  std::vector<std::string> names;
+  names.reserve(impl_->host_table.size());
+  for (const auto& [name, _] : impl_->host_table) names.push_back(name);
+  return names;
+}
+
+bool PoolCore::host_known(const std::string& host) const { return impl_->host_table.count(host) > 0; }
+
+std::uint64_t PoolCore::host_device_visits() const { return impl_->device_visits; }
 
 Status PoolCore::set_draining(const std::string& name, bool draining, std::optional<double> deadline_s) {
   auto& m = *impl_;
@@ -1138,17 +1230,17 @@ Status PoolCore::set_draining(const std::string& name, bool draining, std::optio
 
 Status PoolCore::set_host_draining(const std::string& host, bool draining, std::optional<double> deadline_s) {
   auto& m = *impl_;
-  auto names = hosts();
-  if (std::find(names.begin(), names.end(), host) == names.end()) return make_error("not_found", "no host " + host);
+  if (!host_known(host)) return make_error("not_found", "no host " + host);
   if (auto e = check_drain_deadline(draining, deadline_s)) return *e;
   double t = m.now();
   sched::Decisions out;
   std::optional<double> at;
   if (deadline_s) at = t + *deadline_s;
-  for (auto& [_, d] : m.devices) {
-    if (d.host != host) continue;
-    if (auto s = m.drain(d, draining, at, t, out); !s) return s;
-  }
+  Status drained = Status::ok();
+  m.each_device_of(host, [&](DeviceRecord& d) {
+    if (drained) drained = m.drain(d, draining, at, t, out);
+  });
+  if (!drained) return drained;
   if (draining) m.draining_hosts.insert(host);
   else m.draining_hosts.erase(host);
   m.batch.meta.emplace_back(Impl::host_draining_key(host), draining ? "1" : "");

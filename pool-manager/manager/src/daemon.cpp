@@ -7,6 +7,7 @@
 #include "admin_http.hpp"
 #include "guest_protocol.hpp"
 #include "guest_server.hpp"
+#include "host_event_queue.hpp"
 #include "metrics.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
@@ -18,7 +19,7 @@
 #include <accelpool/backends/factory.hpp>
 #endif
 #ifdef ACCELPOOL_HAVE_AGENT_LINK
-#include <accelpool/agent/listener.hpp>
+#include <accelpool/manager/agent_listener.hpp>
 #endif
 
 #include <boost/asio.hpp>
@@ -119,14 +120,11 @@ int run_daemon(const Config& given, std::ostream& out) {
   if (fec) return fail("cannot create data folder " + config.data_dir.string() + ": " + fec.message());
 
   asio::io_context ioc(1);
-  // Host completions run on the owner thread and their changes join the next group commit.
+  // Host completions run on the owner thread, a slice at a time (HostEventQueue), and their changes join the next
+  // group commit.
   std::function<void()> request_commit = [] {};
-  Poster post = [&ioc, &request_commit](std::function<void()> f) {
-    asio::post(ioc, [f = std::move(f), &request_commit] {
-      f();
-      request_commit();
-    });
-  };
+  HostEventQueue host_events(ioc, [&request_commit] { request_commit(); });
+  Poster post = [&host_events](std::function<void()> f) { host_events.post(std::move(f)); };
 
   // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created.
   auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync,
@@ -213,8 +211,7 @@ int run_daemon(const Config& given, std::ostream& out) {
         if (d.health == "failed" || d.attach_state == "quarantined") report.unusable.insert(d.device.local_id);
         if (!d.vm.empty()) report.serving[d.device.local_id] = d.vm;
       }
-      auto known = core->hosts();
-      bool returning = !core->host_live(name) && std::find(known.begin(), known.end(), name) != known.end();
+      bool returning = !core->host_live(name) && core->host_known(name);
       if (auto s = core->attach_host(std::move(h), report); !s) {
         Error why = s.error();
         if (why.code == "conflict")
@@ -338,7 +335,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   }
   guests.start();
 
-  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->devices().empty(); }, [&] { commit_all(); });
+  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_all(); });
   api.set_catalog(catalog);
   api.set_agent_token(config.agents.token);
   auto admin_ep = parse_endpoint(config.admin_listen);

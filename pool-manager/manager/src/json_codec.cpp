@@ -59,6 +59,10 @@ json::object to_json(const DeviceView& d) {
   return o;
 }
 
+json::object to_json(const HostView& h) {
+  return {{"name", h.name}, {"connected", h.connected}, {"draining", h.draining}, {"device_count", h.device_count}};
+}
+
 json::object to_json(const TenantRecord& t) {
   json::object o;
   o["name"] = t.name;

@@ -15,6 +15,7 @@ namespace accelpool::manager {
 // `sp`: where the values live (a scratch resource when the caller serializes them at once).
 boost::json::object to_json(const Lease& l, boost::json::storage_ptr sp = {});
 boost::json::object to_json(const DeviceView& d);
+boost::json::object to_json(const HostView& h);  // without its devices
 boost::json::object to_json(const TenantRecord& t);  // never the hash
 boost::json::object to_json(const Stats& s);
 boost::json::array to_json(const std::vector<Lease>& leases, boost::json::storage_ptr sp = {});

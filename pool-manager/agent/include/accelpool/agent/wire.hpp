@@ -61,7 +61,8 @@ Result<host::PrepareRequest> parse_prepare_request(const boost::json::object& pa
 boost::json::object prepare_result_json(const host::PrepareResult& result);
 
 // Socket helpers. Addresses are "HOST:PORT" (TCP, numeric IPv4) or "unix:PATH".
-// Creates a non-blocking listening socket (an existing Unix socket file is replaced). Errors: "invalid_argument"
+// Creates a non-blocking listening socket with a backlog of SOMAXCONN, so a storm of hosts connecting at once is
+// not turned away (an existing Unix socket file is replaced). Errors: "invalid_argument"
 // (bad address), "io_error" (bind/listen failed; names the address and errno text).
 Result<int> listen_on(std::string_view address);
 // The port a TCP listening socket is bound to (useful with port 0).

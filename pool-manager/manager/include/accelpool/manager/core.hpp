@@ -84,6 +84,45 @@ struct DeviceView {
   std::optional<double> drain_deadline;  // when the lease still on this drained device is revoked
 };
 
+// Which devices a listing wants. Every field set must match; `state` is free, leased, draining or unavailable.
+struct DeviceFilter {
+  std::optional<std::string> host;
+  std::optional<std::string> kind;
+  std::optional<std::string> state;
+};
+
+// A page of a listing by name: the items after the one named `after`, at most `limit` of them. The name of the
+// last item of a page is the `after` of the next.
+struct PageSpec {
+  static constexpr std::size_t kDefaultLimit = 1000;
+  static constexpr std::size_t kMaxLimit = 10000;
+  std::optional<std::string> after;
+  std::size_t limit = kDefaultLimit;
+};
+
+struct DevicePage {
+  std::vector<DeviceView> devices;
+  std::optional<std::string> next;  // the `after` of the next page; empty on the last page
+};
+
+struct HostView {
+  std::string name;
+  bool connected = false;  // attached and not lost
+  bool draining = false;
+  std::size_t device_count = 0;
+};
+
+// Which hosts a listing wants. Every field set must match.
+struct HostFilter {
+  std::optional<bool> connected;
+  std::optional<bool> draining;
+};
+
+struct HostPage {
+  std::vector<HostView> hosts;
+  std::optional<std::string> next;  // the `after` of the next page; empty on the last page
+};
+
 struct Percentiles {
   std::size_t count = 0;
   double avg = 0, p50 = 0, p95 = 0, p99 = 0;
@@ -199,9 +238,26 @@ class PoolCore {
   std::vector<Lease> queue() const;
 
   // --- devices and hosts ----------------------------------------------------------------------------------
+  // Every device, by name. Proportional to the pool: a reply to a client takes a page (device_page).
   std::vector<DeviceView> devices() const;
   Result<DeviceView> device(const std::string& name) const;
+  // A page of the devices that match `filter`, by name, after the device named `spec.after`. Filtered by host, it
+  // visits that host's devices only; otherwise it walks the pool from the cursor until the page is full.
+  DevicePage device_page(const DeviceFilter& filter, const PageSpec& spec) const;
+  // Every host the pool knows (attached, or holding devices known from the store), by name. Proportional to the
+  // hosts, not to the devices.
   std::vector<std::string> hosts() const;
+  bool host_known(const std::string& host) const;
+  // One host: whether it is connected and draining, and how many devices it has. Errors: "not_found".
+  Result<HostView> host(const std::string& host) const;
+  // A page of the matching hosts, by name, after the host named `spec.after`.
+  HostPage host_page(const HostFilter& filter, const PageSpec& spec) const;
+  // The devices of one host, by name (none for an unknown host).
+  std::vector<DeviceView> host_devices(const std::string& host) const;
+  // How many device records the host operations (attach_host, host_lost, set_host_draining, host listings) have
+  // visited since the core was created. Grows with the devices of the hosts concerned, never with the pool: tests
+  // assert a host's reach with it.
+  std::uint64_t host_device_visits() const;
   // Drains a device (no new grants; its lease runs on) or undrains it. With `deadline_s` (drain only), a lease
   // still on the device that many seconds from now is revoked with the usual grace. Errors: "not_found",
   // "invalid_argument" (bad deadline).

@@ -1,10 +1,14 @@
-// The manager's side of the agent protocol (docs/agent-protocol.md): AgentListener accepts host agents,
-// authenticates them, watches their heartbeats, and hands each registered host to the manager as a RemoteHost,
-// a manager::HostDriver that forwards prepare/release/reset to the agent.
+// The manager's side of the agent protocol (docs/agent-protocol.md), the agent link: AgentListener accepts host
+// agents, authenticates them, watches their heartbeats, and hands each registered host to the manager as a
+// RemoteHost, a manager::HostDriver that forwards prepare/release/reset to the agent. The agent executable shares
+// only the wire library (accelpool/agent/wire.hpp) with it.
 //
-// Threads: the listener runs one I/O thread of its own (poll over its sockets). Everything it reports (hosts
-// joined and lost, VM ends, device health, operation completions) reaches the owner through the Poster, so
-// callbacks run on the pool's owner thread and never inline inside a listener or RemoteHost call.
+// Threads: the listener runs one I/O thread of its own, driven by readiness (epoll): each socket is registered
+// once, and a wake-up touches only the connections that are readable, writable with output waiting, or were
+// given output by the owner thread; heartbeat deadlines sit in a min-heap, so the work per event does not grow
+// with the number of agents. Everything it reports (hosts joined and lost, VM ends, device health, operation
+// completions) reaches the owner through the Poster, so callbacks run on the pool's owner thread and never
+// inline inside a listener or RemoteHost call.
 #pragma once
 
 #include <accelpool/common/result.hpp>

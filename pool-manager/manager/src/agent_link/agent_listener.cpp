@@ -1,18 +1,27 @@
-// AgentListener and RemoteHost: one poll loop on a thread of its own serves every agent connection.
-#include <accelpool/agent/listener.hpp>
+// AgentListener: one epoll loop on a thread of its own serves every agent connection. Each socket is registered
+// once; a wake-up touches only the connections epoll reports ready and those the owner thread gave output (a
+// request, a settled registration), never all of them. Heartbeat deadlines wait in a min-heap.
+#include "link.hpp"
+
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/common/listener_limits.hpp>
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <tuple>
+#include <cstdio>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <queue>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 namespace accelpool::agent {
@@ -20,96 +29,39 @@ namespace accelpool::agent {
 namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
 
-// Where a connection's agent.register stands. The I/O thread checks it and sets `pending`; the owner thread
-// settles it (host_joined): `admitted`, or back to `none` when the pool refuses the host.
-enum class Registration { none, pending, admitted };
-
-// Shared by a connection (I/O thread) and its RemoteHost (owner thread).
-struct Link {
-  std::mutex mu;
-  std::string host;
-  Registration registration = Registration::none;
-  std::string out;  // bytes waiting to be sent
-  bool alive = true;
-  std::int64_t next_id = 1;
-  std::map<std::int64_t, manager::HostDriver::Done> pending;
-  manager::Poster post;
-  std::function<void()> wake;
-};
-
 namespace {
-
-Error host_lost(const std::string& host, const std::string& why) {
-  return make_error("host_lost", "host '" + host + "' lost: " + why);
-}
-
-// Sends a request for `done`, or fails it at once when the connection is gone.
-void call(Link& link, std::string_view method, json::object params, manager::HostDriver::Done done) {
-  {
-    std::lock_guard lock(link.mu);
-    if (link.alive) {
-      std::int64_t id = link.next_id++;
-      link.pending.emplace(id, std::move(done));
-      link.out += request_line(id, method, std::move(params));
-      done = nullptr;
-    }
-  }
-  if (done) {
-    auto err = host_lost(link.host, "the agent is not connected");
-    link.post([done = std::move(done), err] { done(err, ""); });
-    return;
-  }
-  link.wake();
-}
 
 bool valid_health(std::string_view h) { return h == "ok" || h == "degraded" || h == "failed"; }
 
+// epoll user data: a connection's serial (upper 32 bits, never 0) and descriptor, so an event that was queued for
+// a connection closed in the same wake-up is not taken for a new one that reuses the descriptor. Listening
+// sockets and the wake descriptor carry serial 0.
+std::uint64_t tag(std::uint32_t serial, int fd) {
+  return (std::uint64_t{serial} << 32) | static_cast<std::uint32_t>(fd);
+}
+int tag_fd(std::uint64_t t) { return static_cast<int>(t & 0xffffffffu); }
+std::uint32_t tag_serial(std::uint64_t t) { return static_cast<std::uint32_t>(t >> 32); }
+
 }  // namespace
-
-RemoteHost::RemoteHost(std::shared_ptr<Link> link, std::vector<AgentDevice> devices)
-    : link_(std::move(link)), name_(link_->host), devices_(std::move(devices)) {}
-
-RemoteHost::~RemoteHost() = default;
-
-Result<std::vector<manager::HostDevice>> RemoteHost::devices() {
-  std::vector<manager::HostDevice> out;
-  for (const auto& d : devices_) out.push_back(d.device);
-  return out;
-}
-
-void RemoteHost::prepare(const host::PrepareRequest& request, PrepareDone done) {
-  json::object p{{"device", request.device}, {"bitstream", request.bitstream}, {"reprogram", request.reprogram}};
-  if (!request.sha256.empty()) p["sha256"] = request.sha256;
-  if (!request.vm.empty()) p["vm"] = request.vm;
-  if (!request.lease.empty()) p["lease"] = request.lease;
-  call(*link_, "device.prepare", std::move(p), [done = std::move(done)](Status s, std::string loaded) {
-    host::PrepareResult result;
-    result.loaded = std::move(loaded);
-    done(std::move(s), std::move(result));
-  });
-}
-
-void RemoteHost::release(const std::string& local_id, Done done) {
-  call(*link_, "device.release", json::object{{"device", local_id}}, std::move(done));
-}
-
-void RemoteHost::reset(const std::string& local_id, Done done) {
-  call(*link_, "device.reset", json::object{{"device", local_id}}, std::move(done));
-}
-
-bool RemoteHost::connected() const {
-  std::lock_guard lock(link_->mu);
-  return link_->alive;
-}
 
 struct AgentListener::Impl {
   struct Conn {
     int fd = -1;
+    std::uint32_t serial = 0;
     LineBuffer in{kMaxLine};
     std::shared_ptr<Link> link;
     std::string reserved;  // the host name this connection holds in `live` (pending or admitted)
     Clock::time_point last_seen;
+    bool watching_out = false;  // EPOLLOUT is registered: output waits for the socket to take it
     std::map<std::string, std::string> health;  // device -> "health\ndetail"
+  };
+  // When a connection's silence ends it. One entry per connection: an entry that comes due for a connection
+  // heard from since is pushed again with its new deadline (lazy), so reading a line costs no heap operation.
+  struct Deadline {
+    Clock::time_point at;
+    int fd;
+    std::uint32_t serial;
+    bool operator>(const Deadline& o) const { return at > o.at; }
   };
 
   ListenerOptions options;
@@ -117,17 +69,23 @@ struct AgentListener::Impl {
   manager::Poster post;
   std::vector<int> listen_fds;
   int wake_fd = -1;
+  int epoll_fd = -1;
   std::atomic<bool> stop{false};
   mutable std::mutex hosts_mu;
   std::map<std::string, std::shared_ptr<Link>> live;  // host names held by a pending or admitted registration
   std::unordered_map<int, Conn> conns;
+  std::uint32_t next_serial = 1;
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines;
+  std::mutex marked_mu;
+  std::vector<std::pair<int, std::uint32_t>> marked;  // connections the owner thread gave something to send
   std::thread thread;
   common::AcceptBackoff backoff{"agent listener"};
-  Clock::time_point accept_after;  // accepting waits out a back-off until then
+  std::optional<Clock::time_point> accept_after;  // accepting is paused (out of descriptors) until then
 
   ~Impl() {
     for (int fd : listen_fds) ::close(fd);
     if (wake_fd >= 0) ::close(wake_fd);
+    if (epoll_fd >= 0) ::close(epoll_fd);
   }
 
   void wake() const {
@@ -135,74 +93,149 @@ struct AgentListener::Impl {
     [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof(one));
   }
 
+  // Any thread: the connection (fd, serial) has output or a settled registration. One eventfd write per batch.
+  void mark(int fd, std::uint32_t serial) {
+    bool first;
+    {
+      std::lock_guard lock(marked_mu);
+      first = marked.empty();
+      marked.emplace_back(fd, serial);
+    }
+    if (first) wake();
+  }
+
+  bool watch(int fd, std::uint32_t events, std::uint64_t data, int op = EPOLL_CTL_ADD) const {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = data;
+    return ::epoll_ctl(epoll_fd, op, fd, &ev) == 0;
+  }
+
+  Conn* find(int fd, std::uint32_t serial) {
+    auto it = conns.find(fd);
+    return it == conns.end() || it->second.serial != serial ? nullptr : &it->second;
+  }
+
   void run() {
+    std::vector<epoll_event> ready(256);
     while (!stop) {
-      std::vector<pollfd> fds;
-      fds.push_back({wake_fd, POLLIN, 0});
-      const bool accepting = Clock::now() >= accept_after;
-      for (int fd : listen_fds) fds.push_back({fd, static_cast<short>(accepting ? POLLIN : 0), 0});
-      for (auto& [fd, c] : conns) {
-        short ev = POLLIN;
-        std::lock_guard lock(c.link->mu);
-        if (!c.link->out.empty() && c.link->registration != Registration::pending) ev |= POLLOUT;
-        fds.push_back({fd, ev, 0});
+      int n = ::epoll_wait(epoll_fd, ready.data(), static_cast<int>(ready.size()), wait_ms());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        std::fprintf(stderr, "accelpool-manager: agent listener: epoll_wait: %s\n", std::strerror(errno));
+        break;
       }
-      ::poll(fds.data(), fds.size(), 50);
-      if (fds[0].revents & POLLIN) {
-        std::uint64_t n;
-        [[maybe_unused]] auto r = ::read(wake_fd, &n, sizeof(n));
+      for (int i = 0; i < n && !stop; ++i) {
+        const std::uint64_t t = ready[static_cast<std::size_t>(i)].data.u64;
+        const std::uint32_t what = ready[static_cast<std::size_t>(i)].events;
+        const int fd = tag_fd(t);
+        if (tag_serial(t) != 0) {
+          if (Conn* c = find(fd, tag_serial(t))) serve(*c, (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0);
+        } else if (fd == wake_fd) {
+          std::uint64_t count;
+          [[maybe_unused]] auto r = ::read(wake_fd, &count, sizeof(count));
+          serve_marked();
+        } else {
+          accept_all(fd);
+        }
       }
-      for (std::size_t i = 1; i <= listen_fds.size(); ++i)
-        if (fds[i].revents & POLLIN) accept_all(fds[i].fd);
-      auto now = Clock::now();
-      std::vector<std::pair<int, std::string>> dead;
-      for (auto& [fd, c] : conns) {
-        if (!flush(c)) {
-          dead.emplace_back(fd, "connection broken");
-          continue;
-        }
-        release_if_refused(c);
-        // Reading is attempted on every pass; it costs one non-blocking recv.
-        bool open = read_some(fd, c.in);
-        while (auto line = c.in.next_line()) {
-          c.last_seen = now;
-          handle(c, *line);
-        }
-        if (c.in.overflow()) {
-          std::lock_guard lock(c.link->mu);
-          c.link->out += error_line(nullptr, make_error("invalid_request", "line longer than 1 MiB"));
-        }
-        if (!flush(c) || !open || c.in.overflow()) {
-          dead.emplace_back(fd, c.in.overflow() ? "line too long" : "connection closed by the agent");
-          continue;
-        }
-        // A connection that never registers is closed after the same silence (quietly: it was no host).
-        if (now - c.last_seen > options.heartbeat_timeout)
-          dead.emplace_back(fd, "no heartbeat for " + std::to_string(options.heartbeat_timeout.count()) + " ms");
-      }
-      for (auto& [fd, why] : dead) drop(fd, why);
+      expire(Clock::now());
+      resume_accepting();
     }
     std::vector<int> all;
     for (auto& [fd, c] : conns) all.push_back(fd);
     for (int fd : all) drop(fd, "the manager's agent listener stopped");
   }
 
+  // Until the next heartbeat deadline or the end of an accept pause; -1 (no limit) when there is neither.
+  int wait_ms() const {
+    std::optional<Clock::time_point> until;
+    if (!deadlines.empty()) until = deadlines.top().at;
+    if (accept_after && (!until || *accept_after < *until)) until = accept_after;
+    if (!until) return -1;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now()).count() + 1;
+    return static_cast<int>(std::clamp<std::int64_t>(ms, 0, 60'000));
+  }
+
+  // The connections whose silence lasted the heartbeat timeout end. A connection that never registers is closed
+  // after the same silence (quietly: it was no host).
+  void expire(Clock::time_point now) {
+    while (!deadlines.empty() && deadlines.top().at <= now) {
+      Deadline d = deadlines.top();
+      deadlines.pop();
+      Conn* c = find(d.fd, d.serial);
+      if (!c) continue;
+      auto due = c->last_seen + options.heartbeat_timeout;
+      if (due > now) {
+        deadlines.push({due, d.fd, d.serial});
+      } else {
+        drop(d.fd, "no heartbeat for " + std::to_string(options.heartbeat_timeout.count()) + " ms");
+      }
+    }
+  }
+
+  void serve_marked() {
+    std::vector<std::pair<int, std::uint32_t>> now_marked;
+    {
+      std::lock_guard lock(marked_mu);
+      now_marked.swap(marked);
+    }
+    for (auto [fd, serial] : now_marked) {
+      if (Conn* c = find(fd, serial)) serve(*c, false);
+    }
+  }
+
+  // One connection's turn: reads what arrived (when `readable`), answers it, settles a refused registration, and
+  // sends what waits; EPOLLOUT is watched only while output is left over. Drops the connection when it ended.
+  void serve(Conn& c, bool readable) {
+    bool open = true;
+    if (readable) {
+      open = read_some(c.fd, c.in);
+      auto now = Clock::now();
+      while (auto line = c.in.next_line()) {
+        c.last_seen = now;
+        handle(c, *line);
+      }
+      if (c.in.overflow()) {
+        std::lock_guard lock(c.link->mu);
+        c.link->out += error_line(nullptr, make_error("invalid_request", "line longer than 1 MiB"));
+      }
+    }
+    release_if_refused(c);
+    bool written = flush(c);
+    if (!written || !open || c.in.overflow()) {
+      drop(c.fd, !written         ? "connection broken"
+                 : c.in.overflow() ? "line too long"
+                                   : "connection closed by the agent");
+      return;
+    }
+    bool left_over;
+    {
+      std::lock_guard lock(c.link->mu);
+      left_over = !c.link->out.empty() && c.link->registration != Registration::pending;
+    }
+    if (left_over != c.watching_out) {
+      c.watching_out = left_over;
+      watch(c.fd, EPOLLIN | EPOLLRDHUP | (left_over ? EPOLLOUT : 0u), tag(c.serial, c.fd), EPOLL_CTL_MOD);
+    }
+  }
+
   // Nothing is sent while a registration is pending: the pool may already send requests to the host it takes
   // (grants to a returning host), and the agent must read its registration reply first.
   bool flush(Conn& c) {
     std::lock_guard lock(c.link->mu);
-    if (c.link->registration == Registration::pending) return true;
+    if (c.link->registration == Registration::pending || c.link->out.empty()) return true;
     return write_some(c.fd, c.link->out).is_ok();
   }
 
   // Accepts what waits on `lfd`. Over max_connections a new connection is closed at once; out of descriptors,
-  // accepting waits out the back-off (the poll timeout wakes the loop to try again).
+  // accepting pauses for the back-off (the listening sockets are not watched meanwhile).
   void accept_all(int lfd) {
     for (;;) {
       int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) accept_after = Clock::now() + backoff.failed(errno);
+        if (errno != EAGAIN && errno != EWOULDBLOCK) pause_accepting(backoff.failed(errno));
         return;
       }
       backoff.accepted();
@@ -210,14 +243,33 @@ struct AgentListener::Impl {
         ::close(fd);
         continue;
       }
+      std::uint32_t serial = next_serial++;
+      if (next_serial == 0) next_serial = 1;
+      if (!watch(fd, EPOLLIN | EPOLLRDHUP, tag(serial, fd))) {
+        ::close(fd);
+        continue;
+      }
       Conn c;
       c.fd = fd;
+      c.serial = serial;
       c.link = std::make_shared<Link>();
       c.link->post = post;
-      c.link->wake = [this] { wake(); };
+      c.link->wake = [this, fd, serial] { mark(fd, serial); };
       c.last_seen = Clock::now();
+      deadlines.push({c.last_seen + options.heartbeat_timeout, fd, serial});
       conns.emplace(fd, std::move(c));
     }
+  }
+
+  void pause_accepting(std::chrono::milliseconds for_how_long) {
+    accept_after = Clock::now() + for_how_long;
+    for (int fd : listen_fds) watch(fd, 0, tag(0, fd), EPOLL_CTL_MOD);
+  }
+
+  void resume_accepting() {
+    if (!accept_after || Clock::now() < *accept_after) return;
+    accept_after.reset();
+    for (int fd : listen_fds) watch(fd, EPOLLIN, tag(0, fd), EPOLL_CTL_MOD);
   }
 
   void drop(int fd, const std::string& why) {
@@ -225,7 +277,7 @@ struct AgentListener::Impl {
     if (it == conns.end()) return;
     Conn c = std::move(it->second);
     conns.erase(it);
-    ::close(fd);
+    ::close(fd);  // leaves the epoll set with it
     std::map<std::int64_t, manager::HostDriver::Done> pending;
     Registration was;
     {
@@ -237,7 +289,7 @@ struct AgentListener::Impl {
     }
     release(c);
     if (was == Registration::none) return;
-    Error err = host_lost(c.link->host, why);
+    Error err = host_lost_error(c.link->host, why);
     for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, ""); });
     // Only a host the pool took is lost. Checked on the owner thread, where registrations are settled: one still
     // pending here was settled by now, or never will be (its connection is gone), so a host refused or never
@@ -287,28 +339,8 @@ struct AgentListener::Impl {
       return;
     }
     Message& m = *parsed;
-    if (m.method.empty()) {  // a reply to one of our requests
-      if (registration(c) != Registration::admitted) return;
-      manager::HostDriver::Done done;
-      {
-        std::lock_guard lock(c.link->mu);
-        if (!m.id.is_int64()) return;
-        auto it = c.link->pending.find(m.id.get_int64());
-        if (it == c.link->pending.end()) return;
-        done = std::move(it->second);
-        c.link->pending.erase(it);
-      }
-      Status s = Status::ok();
-      std::string loaded;
-      if (m.error) {
-        s = *m.error;
-      } else if (m.result->is_object()) {
-        if (auto* l = m.result->get_object().if_contains("loaded"); l && l->is_string())
-          loaded = std::string(l->get_string());
-      }
-      post([done = std::move(done), s = std::move(s), loaded = std::move(loaded)]() mutable {
-        done(std::move(s), std::move(loaded));
-      });
+    if (m.method.empty()) {  // a reply to one of our requests (RemoteHost reads it)
+      if (registration(c) == Registration::admitted) complete(*c.link, m.id, m.result, m.error);
       return;
     }
     if (m.method == "agent.register") return reply_register(c, m);
@@ -429,8 +461,10 @@ struct AgentListener::Impl {
     });
   }
 
-  // agent.heartbeat {"devices":[{"id","health","detail"}]} or device.health {"device","health","detail"}: every
-  // entry is checked before any is applied.
+  // agent.heartbeat {"devices":[{"id","health","detail"}], "full": bool} or device.health {"device","health",
+  // "detail"}: every entry is checked before any is applied. A heartbeat lists the devices whose health changed
+  // since the agent's last one, and every device when `full` (a periodic full state); either way only changes
+  // against what the listener knows are reported, so a full list that repeats the known health reports nothing.
   Status health_update(Conn& c, const Message& m, const std::string& where) {
     std::vector<std::tuple<std::string, std::string, std::string>> updates;
     auto read_one = [&](const json::object& o, const std::string& w, const char* id_key) -> Status {
@@ -449,7 +483,8 @@ struct AgentListener::Impl {
       if (auto s = only_fields(m.params, "device,health,detail", where); !s) return s;
       if (auto s = read_one(m.params, where, "device"); !s) return s;
     } else {
-      if (auto s = only_fields(m.params, "devices", where); !s) return s;
+      if (auto s = only_fields(m.params, "devices,full", where); !s) return s;
+      if (auto full = get_bool(m.params, "full", where, false); !full) return full.status();
       if (auto* devs = m.params.if_contains("devices")) {
         if (!devs->is_array()) return make_error("invalid_argument", where + ": field 'devices' must be an array");
         for (std::size_t i = 0; i < devs->get_array().size(); ++i) {
@@ -515,6 +550,11 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
   }
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake_fd < 0) return make_error("io_error", "agent listener: eventfd failed");
+  impl->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (impl->epoll_fd < 0) return make_error("io_error", "agent listener: epoll_create1 failed");
+  bool watched = impl->watch(impl->wake_fd, EPOLLIN, tag(0, impl->wake_fd));
+  for (int fd : impl->listen_fds) watched = watched && impl->watch(fd, EPOLLIN, tag(0, fd));
+  if (!watched) return make_error("io_error", "agent listener: epoll_ctl failed");
   impl->options = std::move(options);
   impl->events = std::move(events);
   impl->post = std::move(post);

@@ -1,0 +1,47 @@
+// One agent connection as both threads see it: the listener's I/O thread reads and writes its socket, the owner
+// thread queues requests through RemoteHost. Internal to the agent link.
+#pragma once
+
+#include <accelpool/manager/agent_listener.hpp>
+
+#include <boost/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace accelpool::agent {
+
+// Where a connection's agent.register stands. The I/O thread checks it and sets `pending`; the owner thread
+// settles it (host_joined): `admitted`, or back to `none` when the pool refuses the host.
+enum class Registration { none, pending, admitted };
+
+// Shared by a connection (I/O thread) and its RemoteHost (owner thread).
+struct Link {
+  std::mutex mu;
+  std::string host;
+  Registration registration = Registration::none;
+  std::string out;  // bytes waiting to be sent
+  bool alive = true;
+  std::int64_t next_id = 1;
+  std::map<std::int64_t, manager::HostDriver::Done> pending;
+  manager::Poster post;
+  // Tells the I/O thread that this connection has output (or a settled registration) to look at. Any thread.
+  std::function<void()> wake;
+};
+
+// The error of an operation whose host is gone.
+Error host_lost_error(const std::string& host, const std::string& why);
+
+// Sends a request for `done`, or fails it at once (through the Poster) when the connection is gone. Owner thread.
+void call(Link& link, std::string_view method, boost::json::object params, manager::HostDriver::Done done);
+
+// Settles the pending request a reply answers (`result` or `error`), posting its completion. False when the id
+// is no pending request (a late or unknown reply: ignored). I/O thread.
+bool complete(Link& link, const boost::json::value& id, const std::optional<boost::json::value>& result,
+              const std::optional<Error>& error);
+
+}  // namespace accelpool::agent

@@ -1,0 +1,94 @@
+// RemoteHost: a HostDriver whose operations are requests over the agent's connection. The requests and the
+// reading of their replies are all here; the listener only moves bytes.
+#include "link.hpp"
+
+#include <accelpool/agent/wire.hpp>
+
+namespace accelpool::agent {
+
+namespace json = boost::json;
+
+Error host_lost_error(const std::string& host, const std::string& why) {
+  return make_error("host_lost", "host '" + host + "' lost: " + why);
+}
+
+void call(Link& link, std::string_view method, json::object params, manager::HostDriver::Done done) {
+  {
+    std::lock_guard lock(link.mu);
+    if (link.alive) {
+      std::int64_t id = link.next_id++;
+      link.pending.emplace(id, std::move(done));
+      link.out += request_line(id, method, std::move(params));
+      done = nullptr;
+    }
+  }
+  if (done) {
+    auto err = host_lost_error(link.host, "the agent is not connected");
+    link.post([done = std::move(done), err] { done(err, ""); });
+    return;
+  }
+  link.wake();
+}
+
+bool complete(Link& link, const json::value& id, const std::optional<json::value>& result,
+              const std::optional<Error>& error) {
+  manager::HostDriver::Done done;
+  {
+    std::lock_guard lock(link.mu);
+    if (!id.is_int64()) return false;
+    auto it = link.pending.find(id.get_int64());
+    if (it == link.pending.end()) return false;
+    done = std::move(it->second);
+    link.pending.erase(it);
+  }
+  Status s = Status::ok();
+  std::string loaded;
+  if (error) {
+    s = *error;
+  } else if (result && result->is_object()) {
+    if (auto* l = result->get_object().if_contains("loaded"); l && l->is_string())
+      loaded = std::string(l->get_string());
+  }
+  link.post([done = std::move(done), s = std::move(s), loaded = std::move(loaded)]() mutable {
+    done(std::move(s), std::move(loaded));
+  });
+  return true;
+}
+
+RemoteHost::RemoteHost(std::shared_ptr<Link> link, std::vector<AgentDevice> devices)
+    : link_(std::move(link)), name_(link_->host), devices_(std::move(devices)) {}
+
+RemoteHost::~RemoteHost() = default;
+
+Result<std::vector<manager::HostDevice>> RemoteHost::devices() {
+  std::vector<manager::HostDevice> out;
+  for (const auto& d : devices_) out.push_back(d.device);
+  return out;
+}
+
+void RemoteHost::prepare(const host::PrepareRequest& request, PrepareDone done) {
+  json::object p{{"device", request.device}, {"bitstream", request.bitstream}, {"reprogram", request.reprogram}};
+  if (!request.sha256.empty()) p["sha256"] = request.sha256;
+  if (!request.vm.empty()) p["vm"] = request.vm;
+  if (!request.lease.empty()) p["lease"] = request.lease;
+  call(*link_, "device.prepare", std::move(p), [done = std::move(done)](Status s, std::string loaded) {
+    host::PrepareResult result;
+    result.loaded = std::move(loaded);
+    done(std::move(s), std::move(result));
+  });
+}
+
+void RemoteHost::release(const std::string& local_id, Done done) {
+  call(*link_, "device.release", json::object{{"device", local_id}}, std::move(done));
+}
+
+void RemoteHost::reset(const std::string& local_id, Done done) {
+  call(*link_, "device.reset", json::object{{"device", local_id}}, std::move(done));
+}
+
+bool RemoteHost::connected() const {
+  std::lock_guard lock(link_->mu);
+  return link_->alive;
+}
+
+}  // namespace accelpool::agent

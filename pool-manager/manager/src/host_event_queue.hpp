@@ -1,0 +1,65 @@
+// HostEventQueue: how host events (operation completions, agents joining, leaving, reporting health) reach the
+// owner thread. They wait in one queue, in the order they were posted, and the owner thread runs at most
+// kPerTurn of them per turn of its io_context before it goes back to its other work (guest and admin calls). A
+// storm of a thousand hosts joining or leaving at once is then worked through in slices, and a guest's call that
+// arrives meanwhile waits for one slice, not for the whole storm.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <utility>
+
+namespace accelpool::manager {
+
+class HostEventQueue {
+ public:
+  static constexpr std::size_t kPerTurn = 8;
+
+  // `after_slice` runs on the owner thread after each slice (the daemon requests a group commit there). Both
+  // must outlive the queue's last slice.
+  HostEventQueue(boost::asio::io_context& owner, std::function<void()> after_slice)
+      : owner_(owner), after_slice_(std::move(after_slice)) {}
+
+  // Any thread. `event` runs on the owner thread, after every event posted before it.
+  void post(std::function<void()> event) {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(event));
+    if (scheduled_) return;
+    scheduled_ = true;
+    boost::asio::post(owner_, [this] { run_slice(); });
+  }
+
+ private:
+  void run_slice() {
+    for (std::size_t n = 0; n < kPerTurn; ++n) {
+      std::function<void()> event;
+      {
+        std::lock_guard lock(mu_);
+        if (events_.empty()) break;
+        event = std::move(events_.front());
+        events_.pop_front();
+      }
+      event();
+    }
+    if (after_slice_) after_slice_();
+    std::lock_guard lock(mu_);
+    if (events_.empty()) {
+      scheduled_ = false;
+    } else {  // behind whatever the owner thread was given meanwhile
+      boost::asio::post(owner_, [this] { run_slice(); });
+    }
+  }
+
+  boost::asio::io_context& owner_;
+  std::function<void()> after_slice_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> events_;
+  bool scheduled_ = false;
+};
+
+}  // namespace accelpool::manager
