@@ -33,6 +33,9 @@ std::string id_text(std::uint64_t id) { return std::to_string(id); }
 // gather enough devices.
 constexpr std::size_t kMaxLeasesExamined = 1024;
 
+// Requests examined per bucket when backfilling behind a reservation (see backfill_candidate).
+constexpr std::size_t kMaxBackfillExamined = 32;
+
 }  // namespace
 
 // --- PolicySpec ----------------------------------------------------------------------------------------------
@@ -232,6 +235,7 @@ Scheduler::Entry& Scheduler::add_entry(const Request& request) {
   e = Entry{};
   e.devices = std::move(devices);
   e.request = request;
+  e.estimate_s = request.estimate_s;
   e.live = true;
   entry_of_.insert(request.id, index);
   return e;
@@ -273,15 +277,20 @@ Scheduler::BucketKey Scheduler::bucket_key(const Request& r) const {
 void Scheduler::enqueue(Entry& e, Time now) {
   e.phase = RequestPhase::waiting;
   e.key = ordering_->waiting_key(e.view(), now);
-  buckets_[bucket_key(e.request)].insert(e.key);
-  if (spec_.tail_guard_s) arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
+  Bucket& bucket = buckets_[bucket_key(e.request)];
+  bucket.by_key.insert(e.key);
+  if (spec_.tail_guard_s) {
+    arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
+    if (e.estimate_s) bucket.by_remaining.insert({remaining_estimate(e), e.key});
+  }
   ++waiting_count_;
 }
 
 void Scheduler::dequeue(Entry& e) {
   auto bucket = buckets_.find(bucket_key(e.request));
-  bucket->second.erase(e.key);
-  if (bucket->second.empty()) buckets_.erase(bucket);
+  bucket->second.by_key.erase(e.key);
+  if (e.estimate_s) bucket->second.by_remaining.erase({remaining_estimate(e), e.key});
+  if (bucket->second.by_key.empty()) buckets_.erase(bucket);
   if (spec_.tail_guard_s) {
     auto& arrivals = arrivals_[e.request.kind];
     arrivals.erase({e.request.arrival, e.request.id});
@@ -538,8 +547,26 @@ Scheduler::Window Scheduler::reservation_window(const Request& r, std::size_t fr
 }
 
 std::optional<Time> Scheduler::estimated_finish(const Entry& e) const {
-  if (!e.request.estimate_s) return std::nullopt;
-  return e.granted_at + std::max(0.0, *e.request.estimate_s - e.attained_s);
+  if (!e.estimate_s) return std::nullopt;
+  return e.granted_at + remaining_estimate(e);
+}
+
+// Full EASY backfilling inside one bucket: its requests all take the same number of devices, so either all
+// of them fit in the devices the reservation will not need (then the head, the best, goes) or only those
+// estimated to end by the shadow time may start. Those are a prefix of `by_remaining`; the best key among
+// the first kMaxBackfillExamined of them is chosen, so the cost is O(kMaxBackfillExamined) per bucket
+// whatever the queue length, and exact whenever fewer than that many requests of the bucket end in time.
+const PriorityKey* Scheduler::backfill_candidate(const BucketKey& bk, const Bucket& bucket, const Window& window,
+                                                 Time now) const {
+  if (bk.count <= window.extra) return &*bucket.by_key.begin();
+  const double time_left = window.shadow - now;
+  const PriorityKey* best = nullptr;
+  std::size_t examined = 0;
+  for (auto it = bucket.by_remaining.begin(); it != bucket.by_remaining.end() && it->first <= time_left; ++it) {
+    if (!best || it->second < *best) best = &it->second;
+    if (++examined == kMaxBackfillExamined) break;
+  }
+  return best;
 }
 
 // Devices given back by preempted leases belong to the request they were preempted for: until it fits, no
@@ -590,14 +617,15 @@ void Scheduler::dispatch(Time now, Decisions& out) {
         continue;
       }
       if (free_.eligible(bk.kind, bk.host).free() >= bk.count) {
-        const PriorityKey& head = *it->second.begin();
-        if (auto w = windows.find(bk.kind); w != windows.end() && !w->second.admits(entry(head.id), now)) {
+        const PriorityKey* head = &*it->second.by_key.begin();
+        if (auto w = windows.find(bk.kind); w != windows.end()) head = backfill_candidate(bk, it->second, w->second, now);
+        if (!head) {
           ++it;
           continue;
         }
         const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
-        if (!best || rank < best_rank || (rank == best_rank && head < *best)) {
-          best = &head;
+        if (!best || rank < best_rank || (rank == best_rank && *head < *best)) {
+          best = head;
           best_rank = rank;
         }
       }
@@ -620,7 +648,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
   for (const auto& [bk, bucket] : buckets_) {
     if (blocked.count(bk.kind)) continue;
     const PriorityKey*& best = best_per_kind[bk.kind];
-    if (!best || *bucket.begin() < *best) best = &*bucket.begin();
+    if (!best || *bucket.by_key.begin() < *best) best = &*bucket.by_key.begin();
   }
   for (const auto& [kind, candidate_key] : best_per_kind) {
     if (auto r = revoking_devices_.find(kind); r != revoking_devices_.end() && r->second > 0) continue;
@@ -717,7 +745,7 @@ std::vector<RequestId> Scheduler::queue_order(Time now) const {
   const bool per_tenant = ordering_->per_tenant();
   for (const auto& [bk, bucket] : buckets_) {
     const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
-    for (const PriorityKey& k : bucket) items.push_back({rank, k});
+    for (const PriorityKey& k : bucket.by_key) items.push_back({rank, k});
   }
   std::sort(items.begin(), items.end());
   if (spec_.tail_guard_s) {

@@ -14,6 +14,7 @@
 #include <accelpool/scheduler/ordering.hpp>
 #include <accelpool/scheduler/placement.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -118,6 +119,7 @@ class Scheduler {
     double attained_device_s = 0;
     double attained_s = 0;
     Time granted_at = 0;
+    std::optional<double> estimate_s;   // run time the scheduler goes by: the request's own estimate
     std::vector<DeviceId> devices;      // running or revoking: the lease's devices
     std::optional<Time> key_change_at;  // running leases: next LAS demotion
     PriorityKey key;                    // waiting key
@@ -137,7 +139,9 @@ class Scheduler {
   };
   static_assert(sizeof(Slot) == 32);
   // Waiting requests that compete for the same devices in the same way form a bucket; inside a bucket
-  // they are ordered by key, so the bucket's head is its best request.
+  // they are ordered by key, so the bucket's head is its best request. With a tail guard a bucket also
+  // orders its requests that have an estimate by estimated remaining run time, so that backfilling behind a
+  // reservation finds the requests that end in time without scanning the bucket.
   struct BucketKey {
     KindId kind;
     HostId host;
@@ -145,7 +149,10 @@ class Scheduler {
     TenantId tenant;  // 0 unless the ordering is per tenant
     auto operator<=>(const BucketKey&) const = default;
   };
-  using Bucket = std::set<PriorityKey>;
+  struct Bucket {
+    std::set<PriorityKey> by_key;
+    std::set<std::pair<double, PriorityKey>> by_remaining;  // (estimated remaining s, key); tail guard only
+  };
 
   Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering, std::unique_ptr<PlacementPolicy> placement);
 
@@ -178,13 +185,17 @@ class Scheduler {
     Time shadow;
     std::size_t extra;
     bool ends_in_time(const Entry& e, Time now) const {
-      return e.request.estimate_s && now + (*e.request.estimate_s - e.attained_s) <= shadow;
+      return e.estimate_s && now + remaining_estimate(e) <= shadow;
     }
-    bool admits(const Entry& e, Time now) const { return ends_in_time(e, now) || e.request.count <= extra; }
     void take(const Entry& e, Time now) {
       if (!ends_in_time(e, now)) extra -= std::min(extra, std::size_t{e.request.count});
     }
   };
+  // Estimated run time still to go of a request with an estimate, from the service it has received.
+  static double remaining_estimate(const Entry& e) { return std::max(0.0, *e.estimate_s - e.attained_s); }
+  // The best request of `bucket` that `window` admits now, or nullptr (EASY backfilling, see dispatch()).
+  const PriorityKey* backfill_candidate(const BucketKey& bk, const Bucket& bucket, const Window& window,
+                                        Time now) const;
   void serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows);
   Window reservation_window(const Request& r, std::size_t free_now, Time now) const;
   std::optional<Time> estimated_finish(const Entry& e) const;
