@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Reproduces docs/results.md: every scheduling policy replayed on the real Philly trace (82,247 jobs) with
-# 374 devices and arrivals rescaled to offered load 0.85, plus the estimate-based policies with noisy
-# estimates. Writes the tables to docs/results.md, JSON and SVG plots to docs/results/.
+# Reproduces docs/results.md: every scheduling policy replayed on the real Philly trace (82,247 jobs) on 440
+# devices with the trace's own arrival times (offered load 0.85), first with no run-time estimates at all
+# (the scheduler knows only what it learns from finished jobs), then with exact estimates for reference.
+# Writes the tables to docs/results.md, JSON and SVG plots to docs/results/.
 # Usage: scripts/results.sh            (builds into build/ first; set BUILD=dir to use another build folder)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,34 +14,56 @@ cmake --build "$BUILD" --target accelpool-sim
 SIM="$BUILD/bin/accelpool-sim"
 
 TRACE=scheduler/sim/traces/philly.csv
-COMMON=(--trace "$TRACE" --format philly --devices 374 --load 0.85 --seed 1 --deterministic)
-POLICIES=fifo,sjf,srpt,las,djsf,fair,fifo+pack,las+guard=86400,srpt+guard=86400
-NOISY=sjf,srpt,djsf
+COMMON=(--trace "$TRACE" --format philly --devices 440 --seed 1 --deterministic --quiet)
+POLICIES=fifo,sjf,srpt,las,djsf,fair,gittins,fifo+guard=86400,gittins+guard=86400
+ORACLE=sjf,srpt,djsf
 
-mkdir -p docs/results docs/results/noisy
-"$SIM" "${COMMON[@]}" --policy "$POLICIES" \
-  --json docs/results/philly.json --plot docs/results | tee docs/results/philly.txt
-"$SIM" "${COMMON[@]}" --policy "$NOISY" --estimates noisy:1 \
-  --json docs/results/philly-noisy.json --plot docs/results/noisy | tee docs/results/philly-noisy.txt
+mkdir -p docs/results docs/results/oracle
+"$SIM" "${COMMON[@]}" --policy "$POLICIES" --estimates none \
+  --json docs/results/philly.json --plot docs/results > docs/results/philly.txt
+"$SIM" "${COMMON[@]}" --policy "$ORACLE" --estimates oracle \
+  --json docs/results/philly-oracle.json --plot docs/results/oracle > docs/results/philly-oracle.txt
+
+# The summary table: each row against the first (fifo) and the lower bound, from the simulator's text table.
+summary() {
+  awk -v reads="$1" '
+    BEGIN { n = split(reads, r, ";"); for (i = 1; i <= n; i++) { split(r[i], kv, "="); what[kv[1]] = kv[2] } }
+    /^policy/ { table = 1; next }
+    table && NF > 5 {
+      name = $1; avg = $2; bound = $3; p99 = $5
+      if (!fifo_avg) { fifo_avg = avg; fifo_p99 = p99 }
+      base = name; sub(/\+.*/, "", base); if (name ~ /guard=/) base = base "+guard"
+      printf "| %s | %s | %.2fx | %.2fx | %.2f |\n", name, what[base], fifo_avg / avg, fifo_p99 / p99, bound
+    }'
+}
+READS="fifo=arrival time;sjf=learned estimate;srpt=learned estimate, service received;las=service received;djsf=learned estimate x gang size;fair=tenant usage;gittins=service received, learned distribution;fifo+guard=arrival time, learned estimate (reservations);gittins+guard=service received, learned distribution, learned estimate (reservations)"
 
 {
   cat <<'HEAD'
 # Results: policies on the Philly trace
 
 Produced by `scripts/results.sh` (do not edit by hand). Every policy replays the same 82,247 jobs of
-Microsoft's Philly GPU cluster (`scheduler/sim/traces/philly.csv`, see its README) on 374 network-attached
-devices, with arrival times compressed so that the offered load is 0.85. Run times and gang sizes are the
-trace's; there is one bitstream and no reprogramming or attach cost, so placement matters only for gangs.
-`/bound` is the average JCT over the clairvoyant lower bound (see `docs/simulator.md`); JCTs are in
-seconds; `wall s` is this machine's time for the run.
+Microsoft's Philly GPU cluster (`scheduler/sim/traces/philly.csv`, see its README) on 440 network-attached
+devices with the trace's own arrival times (offered load 0.85). Run times and gang sizes are the trace's; there
+is one bitstream and no reprogramming or attach cost, so placement matters only for gangs. `/bound` is the
+average JCT over the clairvoyant lower bound (see `docs/simulator.md`); JCTs are in seconds; `wall s` is this
+machine's time for the run.
 
-## Exact estimates (oracle)
+## No estimates: only what the pool learns
 
-The trace carries no run-time estimates, so sjf, srpt and djsf see the exact run time here: read them as
-what perfect estimates would buy. fifo, las and fair need no estimate.
+`--estimates none`: no request says how long it runs, and no policy reads the true run time. sjf, srpt, djsf
+and the guard's reservations go by the run times the scheduler learned from jobs that finished before
+(grouped by tenant and gang size here: the trace has no bitstreams or labels); gittins by the learned
+distribution (see docs/policies.md). "better" is fifo's value over the policy's (higher is better).
+
+| policy | reads | avg JCT better than fifo | p99 JCT better than fifo | avg / lower bound |
+|---|---|---|---|---|
+HEAD
+  summary "$READS" < docs/results/philly.txt
+  cat <<'MID'
 
 ```text
-HEAD
+MID
   cat docs/results/philly.txt
   cat <<'MID'
 ```
@@ -49,32 +72,19 @@ HEAD
 
 ![Waiting requests over time](results/queue.svg)
 
-What the table says. With exact estimates srpt comes closest to the bound, and las, which needs no
-estimate at all, matches sjf and djsf on the average with the shortest waits. fifo pays for head-of-line
-blocking behind multi-day jobs. The tail guard (`guard=86400`: serve any request that waited a day next,
-with EASY-style reservations) is a poor fit for this trace at this load: under fifo the median wait is already
-several days, so nearly every request ages, the guard turns the policy into first-come-first-served with
-reservations, and the devices held idle for aged wide gangs push the pool past saturation. The guard is
-meant for pools where long waits are the exception; pick its bound well above the typical wait.
+## Exact estimates (oracle), for reference
 
-## Noisy estimates
-
-The same trace with each estimate off by a lognormal factor (sigma 1: within a factor of e for two jobs in
-three), as a real guest's guess would be.
+`--estimates oracle`: every request brings its exact run time as its estimate, what perfect estimates would buy.
 
 ```text
 MID
-  cat docs/results/philly-noisy.txt
+  cat docs/results/philly-oracle.txt
   cat <<'TAIL'
 ```
 
-![JCT CDF, noisy estimates](results/noisy/jct_cdf.svg)
-
-![Waiting requests over time, noisy estimates](results/noisy/queue.svg)
-
-Raw numbers: `docs/results/philly.json`, `docs/results/philly-noisy.json`.
+Raw numbers: `docs/results/philly.json`, `docs/results/philly-oracle.json`.
 TAIL
 } > docs/results.md
-rm docs/results/philly.txt docs/results/philly-noisy.txt
+rm docs/results/philly.txt docs/results/philly-oracle.txt
 
 echo "docs/results.md written in $(( $(date +%s) - start )) s"

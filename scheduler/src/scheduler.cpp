@@ -235,10 +235,18 @@ Scheduler::Entry& Scheduler::add_entry(const Request& request) {
   e = Entry{};
   e.devices = std::move(devices);
   e.request = request;
-  e.estimate_s = request.estimate_s;
+  take_estimate(e);
   e.live = true;
   entry_of_.insert(request.id, index);
   return e;
+}
+
+RequestView Scheduler::view(const Entry& e) const {
+  return {e.request, e.attained_device_s, e.attained_s, e.granted_at, e.estimate_s, estimator_.distribution(e.request)};
+}
+
+void Scheduler::take_estimate(Entry& e) const {
+  e.estimate_s = e.request.estimate_s ? e.request.estimate_s : estimator_.estimate_s(e.request);
 }
 
 void Scheduler::remove_entry(Entry& e) {
@@ -276,7 +284,8 @@ Scheduler::BucketKey Scheduler::bucket_key(const Request& r) const {
 
 void Scheduler::enqueue(Entry& e, Time now) {
   e.phase = RequestPhase::waiting;
-  e.key = ordering_->waiting_key(e.view(), now);
+  take_estimate(e);
+  e.key = ordering_->waiting_key(view(e), now);
   Bucket& bucket = buckets_[bucket_key(e.request)];
   bucket.by_key.insert(e.key);
   if (spec_.tail_guard_s) {
@@ -395,9 +404,9 @@ void Scheduler::track_running(Entry& e, Time now) {
     if (auto finish = estimated_finish(e)) finishes_[e.request.kind].insert({*finish, e.request.id});
   }
   if (ordering_->preemptive() && !e.protected_) {
-    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    e.victim_rank = ordering_->victim_rank(view(e), now);
     victims_[e.request.kind].insert(e.victim_rank);
-    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    e.key_change_at = ordering_->next_key_change(view(e), now);
     if (e.key_change_at) key_changes_.insert({*e.key_change_at, e.request.id});
   }
 }
@@ -430,13 +439,33 @@ void Scheduler::stop_running(Entry& e, Time now) {
   --running_count_;
 }
 
+void Scheduler::forget(Entry& e, Time now) {
+  if (e.phase == RequestPhase::running) {
+    estimator_.observe(e.request, e.attained_device_s + e.request.count * std::max(0.0, now - e.granted_at));
+  }
+  if (e.phase == RequestPhase::waiting) dequeue(e);
+  else stop_running(e, now);
+  remove_entry(e);
+}
+
 std::optional<Rejection> Scheduler::release(RequestId id, Time now, Decisions& out) {
   last_now_ = std::max(last_now_, now);
   Entry* e = find(id);
   if (!e) return Rejection{"no request " + id_text(id)};
-  if (e->phase == RequestPhase::waiting) dequeue(*e);
-  else stop_running(*e, now);
-  remove_entry(*e);
+  forget(*e, now);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::release(std::span<const RequestId> ids, Time now, Decisions& out) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!find(ids[i])) return Rejection{"no request " + id_text(ids[i])};
+    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) != ids.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return Rejection{"request " + id_text(ids[i]) + " is listed twice"};
+    }
+  }
+  last_now_ = std::max(last_now_, now);
+  for (RequestId id : ids) forget(entry(id), now);
   dispatch(now, out);
   return std::nullopt;
 }
@@ -471,9 +500,9 @@ void Scheduler::apply_key_changes(Time now) {
     Entry& e = entry(id);
     auto& victims = victims_[e.request.kind];
     victims.erase(e.victim_rank);
-    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    e.victim_rank = ordering_->victim_rank(view(e), now);
     victims.insert(e.victim_rank);
-    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    e.key_change_at = ordering_->next_key_change(view(e), now);
     // A change due exactly now was just applied; the next one must lie in the future.
     if (e.key_change_at && *e.key_change_at <= now) e.key_change_at = std::nextafter(now, now + 1);
     if (e.key_change_at) key_changes_.insert({*e.key_change_at, id});
@@ -664,7 +693,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     for (auto it = v->second.rbegin(); it != v->second.rend() && gathered < c.count; ++it) {
       if (++examined > kMaxLeasesExamined) break;
       Entry& victim = entry(it->id);
-      if (!(candidate_key->primary < ordering_->running_key(victim.view(), now).primary)) break;
+      if (!(candidate_key->primary < ordering_->running_key(view(victim), now).primary)) break;
       const std::size_t usable = usable_by(victim, c.guest_host);
       if (usable == 0) continue;
       gathered += usable;

@@ -371,6 +371,27 @@ TEST_CASE("behind a reservation, a request that takes only devices the reservati
   CHECK(granted(release(*s, 1, 1000)) == V{3});
 }
 
+TEST_CASE("releasing several requests at once decides once over all the devices they free", "[scheduler][ties]") {
+  auto s = make_scheduler("fifo", "fpga:2");
+  submit(*s, req(1, 0), 0);
+  submit(*s, req(2, 0), 0);
+  submit(*s, req(3, 1, 2), 1);  // the gang, first in line
+  submit(*s, req(4, 2), 2);
+  Decisions out;
+  const std::vector<RequestId> done{1, 2};
+  REQUIRE_FALSE(s->release(done, 10, out));
+  CHECK(granted(out) == V{3});
+  out = {};
+  const std::vector<RequestId> twice{3, 3};
+  auto rejected = s->release(twice, 11, out);
+  REQUIRE(rejected);
+  CHECK_THAT(rejected->error, Catch::Contains("listed twice"));
+  CHECK(s->phase(3) == RequestPhase::running);
+  const std::vector<RequestId> unknown{3, 99};
+  CHECK(s->release(unknown, 11, out));
+  CHECK(s->phase(3) == RequestPhase::running);
+}
+
 TEST_CASE("next_wakeup never names a past time", "[scheduler][guard]") {
   auto s = make_scheduler("fifo+first-fit+guard=10", "fpga:1");
   submit(*s, req(1, 0), 0);

@@ -9,6 +9,7 @@
 // attained service) or release() (it is gone).
 #pragma once
 
+#include <accelpool/scheduler/estimator.hpp>
 #include <accelpool/scheduler/id_map.hpp>
 #include <accelpool/scheduler/model.hpp>
 #include <accelpool/scheduler/ordering.hpp>
@@ -69,12 +70,26 @@ class Scheduler {
   // --- tenants -------------------------------------------------------------------------------------
   void set_tenant_weight(TenantId tenant, double weight);
 
+  // --- learned run times (estimator.hpp) ------------------------------------------------------------
+  // Every lease that ends by release() while running teaches the estimator its service. A request without
+  // an estimate of its own goes by the learned one (taken when it enters the queue, and fixed while it waits
+  // or runs); the gittins ordering reads the learned distribution.
+  const RuntimeEstimator& estimator() const { return estimator_; }
+  // Replaces what was learned (e.g. with RuntimeEstimator::from_state after a restart, or new options).
+  // Requests already queued or running keep the estimate they have.
+  void set_estimator(RuntimeEstimator estimator) { estimator_ = std::move(estimator); }
+
   // --- requests ------------------------------------------------------------------------------------
   // A request arrives. Rejected if its id is live, count is 0, or it can never be served with the devices
   // that exist (not enough of its kind reachable from its host).
   std::optional<Rejection> submit(const Request& request, Time now, Decisions& out);
   // The request is gone: a running or revoking lease frees its devices; a waiting request leaves the queue.
+  // A running lease counts as finished: its service teaches the estimator.
   std::optional<Rejection> release(RequestId id, Time now, Decisions& out);
+  // Several requests gone at the same instant, then one decision over all the devices they free (so that
+  // devices freed together can go together to a waiting gang). Rejected, changing nothing, if an id is not
+  // live or is listed twice.
+  std::optional<Rejection> release(std::span<const RequestId> ids, Time now, Decisions& out);
   // A running or revoking lease gives its devices back and waits again, keeping its attained service.
   std::optional<Rejection> requeue(RequestId id, Time now, Decisions& out);
 
@@ -119,12 +134,11 @@ class Scheduler {
     double attained_device_s = 0;
     double attained_s = 0;
     Time granted_at = 0;
-    std::optional<double> estimate_s;   // run time the scheduler goes by: the request's own estimate
+    std::optional<double> estimate_s;   // run time the scheduler goes by: the request's own, else learned
     std::vector<DeviceId> devices;      // running or revoking: the lease's devices
     std::optional<Time> key_change_at;  // running leases: next LAS demotion
     PriorityKey key;                    // waiting key
     PriorityKey victim_rank;            // running leases of preemptive policies
-    RequestView view() const { return {request, attained_device_s, attained_s, granted_at}; }
   };
   // One device. Packed into 32 bytes: a grant or release touches the slots of its devices in no
   // particular order, so each should cost one cache line.
@@ -165,6 +179,10 @@ class Scheduler {
   const Entry& entry(RequestId id) const;
   // A fresh entry for a request whose id is not live. Invalidates references to other entries.
   Entry& add_entry(const Request& request);
+  // What the ordering may read of a request.
+  RequestView view(const Entry& e) const;
+  // Sets e.estimate_s: the request's own estimate, else what the estimator has learned by now.
+  void take_estimate(Entry& e) const;
   void remove_entry(Entry& e);
   BucketKey bucket_key(const Request& r) const;
   void enqueue(Entry& e, Time now);
@@ -173,6 +191,8 @@ class Scheduler {
   void place(Entry& e, const FreeIndex::Eligible& eligible);
   Grant start(Entry& e, Time granted_at, bool protect);
   void stop_running(Entry& e, Time now);
+  // release() without the decision that follows: the request must be live.
+  void forget(Entry& e, Time now);
   void make_free(Slot& s);
   void make_unfree(Slot& s);
   void refresh_slot(Slot& s);
@@ -210,6 +230,7 @@ class Scheduler {
   std::unique_ptr<OrderingPolicy> ordering_;
   std::unique_ptr<PlacementPolicy> placement_;
   TenantLedger ledger_;
+  RuntimeEstimator estimator_;
 
   std::vector<Slot> slots_;
   FreeIndex free_;
