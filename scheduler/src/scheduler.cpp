@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 namespace accelpool::scheduler {
 
@@ -50,7 +51,7 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
   while (true) {
     const auto plus = text.find('+');
     const auto part = text.substr(0, plus);
-    if (part.empty()) return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+nopreempt])");
+    if (part.empty()) return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+age=SLOWDOWN][+nopreempt])");
     if (index == 0) {
       spec.ordering = std::string(part);
     } else if (part.starts_with("guard=")) {
@@ -61,6 +62,16 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
         return fail("guard needs a positive number of seconds, got '" + std::string(value) + "'");
       }
       spec.tail_guard_s = s;
+    } else if (part == "age") {
+      spec.age_slowdown = kDefaultAgeSlowdown;
+    } else if (part.starts_with("age=")) {
+      const auto value = part.substr(4);
+      double s = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), s);
+      if (ec != std::errc{} || ptr != value.data() + value.size() || !(s > 0) || !std::isfinite(s)) {
+        return fail("age needs a positive slowdown, got '" + std::string(value) + "'");
+      }
+      spec.age_slowdown = s;
     } else if (part == "nopreempt") {
       spec.preemption = false;
     } else if (index == 1) {
@@ -81,6 +92,7 @@ std::string PolicySpec::to_string() const {
   std::ostringstream out;
   out << ordering << '+' << placement;
   if (tail_guard_s) out << "+guard=" << *tail_guard_s;
+  if (age_slowdown) out << "+age=" << *age_slowdown;
   if (!preemption) out << "+nopreempt";
   return out.str();
 }
@@ -94,6 +106,10 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
   if (!placement) return nullptr;
   if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) {
     if (error) *error = "tail guard must be a positive number of seconds";
+    return nullptr;
+  }
+  if (spec.age_slowdown && !(*spec.age_slowdown > 0)) {
+    if (error) *error = "age must be a positive slowdown";
     return nullptr;
   }
   return std::unique_ptr<Scheduler>(new Scheduler(spec, std::move(ordering), std::move(placement)));
@@ -288,8 +304,9 @@ void Scheduler::enqueue(Entry& e, Time now) {
   e.key = ordering_->waiting_key(view(e), now);
   Bucket& bucket = buckets_[bucket_key(e.request)];
   bucket.by_key.insert(e.key);
-  if (spec_.tail_guard_s) {
-    arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
+  if (spec_.ages()) {
+    e.ages_at = ages_at(e);
+    aging_[e.request.kind].insert({e.ages_at, e.request.arrival, e.request.id});
     if (e.estimate_s) bucket.by_remaining.insert({remaining_estimate(e), e.key});
   }
   ++waiting_count_;
@@ -300,10 +317,10 @@ void Scheduler::dequeue(Entry& e) {
   bucket->second.by_key.erase(e.key);
   if (e.estimate_s) bucket->second.by_remaining.erase({remaining_estimate(e), e.key});
   if (bucket->second.by_key.empty()) buckets_.erase(bucket);
-  if (spec_.tail_guard_s) {
-    auto& arrivals = arrivals_[e.request.kind];
-    arrivals.erase({e.request.arrival, e.request.id});
-    if (arrivals.empty()) arrivals_.erase(e.request.kind);
+  if (spec_.ages()) {
+    auto& aging = aging_[e.request.kind];
+    aging.erase({e.ages_at, e.request.arrival, e.request.id});
+    if (aging.empty()) aging_.erase(e.request.kind);
   }
   --waiting_count_;
 }
@@ -321,8 +338,7 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
   // the only candidate, so it is granted at once without passing through the buckets.
   apply_key_changes(now);
-  const bool aged = spec_.tail_guard_s && now - request.arrival >= *spec_.tail_guard_s;
-  if (waiting_count_ == 0 && reservations_.empty() && !aged) {
+  if (waiting_count_ == 0 && reservations_.empty() && !(spec_.ages() && aged(e, now))) {
     const auto eligible = free_.eligible(request.kind, request.guest_host);
     if (eligible.free() >= request.count) {
       place(e, eligible);
@@ -400,7 +416,7 @@ std::optional<Rejection> Scheduler::restore(const Request& request, std::span<co
 // Indexes a running lease under the current policy: by estimated finish (tail guard reservations), by victim
 // rank and next key change (preemption).
 void Scheduler::track_running(Entry& e, Time now) {
-  if (spec_.tail_guard_s) {
+  if (spec_.ages()) {
     if (auto finish = estimated_finish(e)) finishes_[e.request.kind].insert({*finish, e.request.id});
   }
   if (ordering_->preemptive() && !e.protected_) {
@@ -413,7 +429,7 @@ void Scheduler::track_running(Entry& e, Time now) {
 
 // Undoes track_running: the lease stops, is being revoked, or the policy changes.
 void Scheduler::untrack_running(Entry& e) {
-  if (spec_.tail_guard_s) {
+  if (spec_.ages()) {
     auto finish = estimated_finish(e);
     auto f = finishes_.find(e.request.kind);
     if (finish && f != finishes_.end()) f->second.erase({*finish, e.request.id});
@@ -520,12 +536,11 @@ std::optional<Time> Scheduler::next_wakeup() const {
     if (!next || t < *next) next = t;
   };
   if (!key_changes_.empty()) consider(key_changes_.begin()->first);
-  if (spec_.tail_guard_s) {
-    // The next request to age past the guard: the oldest one that has not aged yet, per kind.
-    const double guard = *spec_.tail_guard_s;
-    for (const auto& [kind, arrivals] : arrivals_) {
-      auto it = arrivals.upper_bound({last_now_ - guard, std::numeric_limits<RequestId>::max()});
-      if (it != arrivals.end()) consider(std::max(it->first + guard, std::nextafter(last_now_, last_now_ + 1)));
+  if (spec_.ages()) {
+    // The next request to age: the first one per kind that has not aged yet.
+    for (const auto& [kind, aging] : aging_) {
+      auto it = aging.upper_bound({last_now_, std::numeric_limits<Time>::infinity(), 0});
+      if (it != aging.end()) consider(std::max(std::get<0>(*it), std::nextafter(last_now_, last_now_ + 1)));
     }
   }
   return next;
@@ -538,19 +553,32 @@ std::optional<Time> Scheduler::next_wakeup() const {
 // finish times, the "shadow" time at which enough devices will be free for it; until then others of the kind
 // may start only if they are estimated to end by the shadow time, or if they use devices it will not need
 // then. Without estimates nothing passes it.
+bool Scheduler::aged(const Entry& e, Time now) const {
+  const double waited = now - e.request.arrival;
+  if (spec_.tail_guard_s && waited >= *spec_.tail_guard_s) return true;
+  return spec_.age_slowdown && e.estimate_s && waited >= *spec_.age_slowdown * std::max(1.0, *e.estimate_s);
+}
+
+Time Scheduler::ages_at(const Entry& e) const {
+  Time at = std::numeric_limits<Time>::infinity();
+  if (spec_.tail_guard_s) at = e.request.arrival + *spec_.tail_guard_s;
+  if (spec_.age_slowdown && e.estimate_s) {
+    at = std::min(at, e.request.arrival + *spec_.age_slowdown * std::max(1.0, *e.estimate_s));
+  }
+  return at;
+}
+
 void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows) {
-  const double guard = *spec_.tail_guard_s;
   std::vector<KindId> kinds;
-  kinds.reserve(arrivals_.size());
-  for (const auto& [kind, arrivals] : arrivals_) kinds.push_back(kind);
+  kinds.reserve(aging_.size());
+  for (const auto& [kind, aging] : aging_) kinds.push_back(kind);
   std::sort(kinds.begin(), kinds.end());  // deterministic order regardless of hashing
   for (KindId kind : kinds) {
     while (true) {
-      auto it = arrivals_.find(kind);
-      if (it == arrivals_.end() || it->second.empty()) break;
-      const auto [arrival, id] = *it->second.begin();
-      if (now - arrival < guard) break;
-      Entry& e = entry(id);
+      auto it = aging_.find(kind);
+      if (it == aging_.end() || it->second.empty()) break;
+      Entry& e = entry(std::get<2>(*it->second.begin()));
+      if (!aged(e, now)) break;
       const auto eligible = free_.eligible(kind, e.request.guest_host);
       if (eligible.free() < e.request.count) {
         windows[kind] = reservation_window(e.request, eligible.free(), now);
@@ -627,7 +655,7 @@ void Scheduler::dispatch(Time now, Decisions& out) {
   apply_key_changes(now);
   std::set<KindId> blocked;          // kinds whose free devices are held for a preempting request
   std::map<KindId, Window> windows;  // kinds with an aged request waiting: only backfill that keeps its place
-  if (spec_.tail_guard_s) serve_aged(now, out, windows);
+  if (spec_.ages()) serve_aged(now, out, windows);
   if (!reservations_.empty()) serve_reserved(now, out, blocked);
   const bool per_tenant = ordering_->per_tenant();
   while (free_count_ > 0 && !buckets_.empty()) {
@@ -715,6 +743,7 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
   auto placement = make_placement(spec.placement, &error);
   if (!placement) return Rejection{error};
   if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) return Rejection{"tail guard must be positive"};
+  if (spec.age_slowdown && !(*spec.age_slowdown > 0)) return Rejection{"age must be a positive slowdown"};
 
   std::vector<Entry*> waiting;
   std::vector<Entry*> running;
@@ -777,19 +806,16 @@ std::vector<RequestId> Scheduler::queue_order(Time now) const {
     for (const PriorityKey& k : bucket.by_key) items.push_back({rank, k});
   }
   std::sort(items.begin(), items.end());
-  if (spec_.tail_guard_s) {
-    // Aged requests come first, oldest first, as serve_aged would take them.
-    const double guard = *spec_.tail_guard_s;
-    std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
-      return now - entry(i.key.id).request.arrival >= guard;
-    });
-    auto aged_end = std::find_if(items.begin(), items.end(), [&](const Item& i) {
-      return now - entry(i.key.id).request.arrival < guard;
+  if (spec_.ages()) {
+    // Aged requests come first, in the order they aged, as serve_aged would take them.
+    auto aged_end = std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
+      return aged(entry(i.key.id), now);
     });
     std::sort(items.begin(), aged_end, [&](const Item& a, const Item& b) {
-      const auto& ra = entry(a.key.id).request;
-      const auto& rb = entry(b.key.id).request;
-      return std::pair{ra.arrival, ra.id} < std::pair{rb.arrival, rb.id};
+      const Entry& ea = entry(a.key.id);
+      const Entry& eb = entry(b.key.id);
+      return std::tuple{ea.ages_at, ea.request.arrival, ea.request.id} <
+             std::tuple{eb.ages_at, eb.request.arrival, eb.request.id};
     });
   }
   std::vector<RequestId> ids;

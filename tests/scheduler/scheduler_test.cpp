@@ -392,6 +392,29 @@ TEST_CASE("releasing several requests at once decides once over all the devices 
   CHECK(s->phase(3) == RequestPhase::running);
 }
 
+TEST_CASE("slowdown aging serves a short job that waited many times its length before a long one",
+          "[scheduler][age]") {
+  for (const bool aging : {false, true}) {
+    auto s = make_scheduler(aging ? "fifo+first-fit+age=2" : "fifo", "fpga:1");
+    CHECK(granted(submit(*s, req(1, 0, 1, 100), 0)) == V{1});  // the device until 100
+    submit(*s, req(2, 1, 1, 1000), 1);   // ages at 1 + 2 x 1000 = 2001
+    submit(*s, req(3, 2, 1, 10), 2);     // ages at 2 + 2 x 10 = 22
+    submit(*s, req(4, 3), 3);            // no estimate: never ages by slowdown
+    if (aging) {
+      REQUIRE(s->next_wakeup());
+      CHECK(*s->next_wakeup() == Approx(22));
+      CHECK(s->queue_order(50) == V{3, 2, 4});
+    }
+    // At 100 fifo would serve request 2; with aging, request 3 (waited 98 s, 9.8 times its 10 s) goes first.
+    CHECK(granted(release(*s, 1, 100)) == (aging ? V{3} : V{2}));
+  }
+  std::string error;
+  CHECK_FALSE(PolicySpec::parse("fifo+age=0", &error));
+  CHECK_THAT(error, Catch::Contains("age needs a positive slowdown"));
+  CHECK(PolicySpec::parse("gittins+age=50", &error)->to_string() == "gittins+first-fit+age=50");
+  CHECK(PolicySpec::parse("fifo+age", &error)->age_slowdown == Approx(kDefaultAgeSlowdown));
+}
+
 TEST_CASE("next_wakeup never names a past time", "[scheduler][guard]") {
   auto s = make_scheduler("fifo+first-fit+guard=10", "fpga:1");
   submit(*s, req(1, 0), 0);

@@ -23,19 +23,31 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 namespace accelpool::scheduler {
 
-// A full policy: ordering + placement + tail guard, written "las+affinity" or "sjf+pack+guard=3600".
+// Slowdown at which `+age` (without a value) ages a request: on the Philly trace it betters fifo's average and
+// p99 JCT (docs/results.md).
+inline constexpr double kDefaultAgeSlowdown = 10;
+
+// A full policy: ordering + placement + tail rules, written "las+affinity" or "sjf+pack+guard=3600+age=10".
 struct PolicySpec {
   std::string ordering = "fifo";
   std::string placement = "first-fit";
   std::optional<double> tail_guard_s;  // a request waiting longer than this is served next
+  // Slowdown aging: a request that has waited `age_slowdown` times its estimated run time (at least 1 s) is
+  // served next, as if it had passed the tail guard. Requests without an estimate (own or learned) age
+  // only by the guard.
+  std::optional<double> age_slowdown;
   bool preemption = true;              // allow preemption when the ordering is preemptive
 
-  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+nopreempt]". Returns nullopt and sets `error` if malformed.
+  // Whether requests can age (a tail guard or slowdown aging).
+  bool ages() const { return tail_guard_s || age_slowdown; }
+  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+age[=SLOWDOWN]][+nopreempt]" (`+age` alone:
+  // kDefaultAgeSlowdown). Returns nullopt and sets `error` if malformed.
   static std::optional<PolicySpec> parse(std::string_view text, std::string* error);
   std::string to_string() const;
 };
@@ -135,6 +147,7 @@ class Scheduler {
     double attained_s = 0;
     Time granted_at = 0;
     std::optional<double> estimate_s;   // run time the scheduler goes by: the request's own, else learned
+    Time ages_at = 0;                   // waiting, with a guard or aging: when it is served first
     std::vector<DeviceId> devices;      // running or revoking: the lease's devices
     std::optional<Time> key_change_at;  // running leases: next LAS demotion
     PriorityKey key;                    // waiting key
@@ -217,6 +230,9 @@ class Scheduler {
   const PriorityKey* backfill_candidate(const BucketKey& bk, const Bucket& bucket, const Window& window,
                                         Time now) const;
   void serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows);
+  // Whether a waiting request has passed the guard or aged by slowdown at `now`; when it will (ages_at).
+  bool aged(const Entry& e, Time now) const;
+  Time ages_at(const Entry& e) const;
   Window reservation_window(const Request& r, std::size_t free_now, Time now) const;
   std::optional<Time> estimated_finish(const Entry& e) const;
   void track_running(Entry& e, Time now);
@@ -241,8 +257,8 @@ class Scheduler {
   std::vector<std::uint32_t> unused_entries_;
   IdMap entry_of_;
   std::map<BucketKey, Bucket> buckets_;
-  // Waiting requests per kind, oldest first; kept only with a tail guard.
-  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> arrivals_;
+  // Waiting requests per kind by (ages_at, arrival, id); kept only with a tail guard or aging.
+  std::unordered_map<KindId, std::set<std::tuple<Time, Time, RequestId>>> aging_;
   std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
   std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
   std::unordered_map<KindId, std::size_t> revoking_devices_;
