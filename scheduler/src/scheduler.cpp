@@ -30,6 +30,14 @@ namespace {
 
 std::string id_text(std::uint64_t id) { return std::to_string(id); }
 
+// The whole of `text` as a positive finite number, or nullopt.
+std::optional<double> positive_number(std::string_view text) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || ptr != text.data() + text.size() || !(v > 0) || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
 // Running leases examined per preemption attempt or reservation: bounds the work when a wide gang cannot
 // gather enough devices.
 constexpr std::size_t kMaxLeasesExamined = 1024;
@@ -55,23 +63,13 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
     if (index == 0) {
       spec.ordering = std::string(part);
     } else if (part.starts_with("guard=")) {
-      const auto value = part.substr(6);
-      double s = 0;
-      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), s);
-      if (ec != std::errc{} || ptr != value.data() + value.size() || !(s > 0) || !std::isfinite(s)) {
-        return fail("guard needs a positive number of seconds, got '" + std::string(value) + "'");
-      }
-      spec.tail_guard_s = s;
+      spec.tail_guard_s = positive_number(part.substr(6));
+      if (!spec.tail_guard_s) return fail("guard needs a positive number of seconds, got '" + std::string(part.substr(6)) + "'");
     } else if (part == "age") {
       spec.age_slowdown = kDefaultAgeSlowdown;
     } else if (part.starts_with("age=")) {
-      const auto value = part.substr(4);
-      double s = 0;
-      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), s);
-      if (ec != std::errc{} || ptr != value.data() + value.size() || !(s > 0) || !std::isfinite(s)) {
-        return fail("age needs a positive slowdown, got '" + std::string(value) + "'");
-      }
-      spec.age_slowdown = s;
+      spec.age_slowdown = positive_number(part.substr(4));
+      if (!spec.age_slowdown) return fail("age needs a positive slowdown, got '" + std::string(part.substr(4)) + "'");
     } else if (part == "nopreempt") {
       spec.preemption = false;
     } else if (index == 1) {
