@@ -11,7 +11,7 @@ namespace accelpool::scheduler {
 // --- RuntimeHistogram ----------------------------------------------------------------------------------------
 
 double RuntimeHistogram::lower_edge(std::size_t bin) {
-  return bin == 0 ? 0.0 : std::exp2(static_cast<double>(bin - 1) / 2);
+  return bin == 0 ? 0.0 : std::exp2(static_cast<double>(bin - 1) / kBinsPerOctave);
 }
 
 double RuntimeHistogram::upper_edge(std::size_t bin) {
@@ -21,7 +21,7 @@ double RuntimeHistogram::upper_edge(std::size_t bin) {
 std::size_t RuntimeHistogram::bin_of(double device_s) {
   const double x = device_s + 1e-9 * std::max(1.0, device_s);
   if (!(x >= 1)) return 0;
-  const auto bin = static_cast<std::size_t>(1 + std::floor(2 * std::log2(x)));
+  const auto bin = static_cast<std::size_t>(1 + std::floor(kBinsPerOctave * std::log2(x)));
   return std::min(bin, kBins - 1);
 }
 

@@ -111,7 +111,7 @@ class Djsf final : public OrderingPolicy {
 // count), the order that minimizes the mean response time in a single-server queue among policies that do
 // not know run times (Gittins 1989; Scully et al., "The Gittins Policy in the M/G/1 Queue", 2021). A request
 // with more index goes first: it is the one whose next quantum of service is most likely to complete a job
-// per device-second spent. Discretized to the estimator's half-octave bins (RuntimeHistogram::gittins_index),
+// per device-second spent. Discretized to the estimator's octave bins (RuntimeHistogram::gittins_index),
 // so the index of a running lease changes only when its attained service crosses a bin edge, a timed event
 // like a LAS demotion. Without a warm distribution for a request, 1 / (upper edge of its attained bin): least
 // attained service first. Preemptive (on a strictly higher index); ties by arrival.

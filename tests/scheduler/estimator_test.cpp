@@ -20,13 +20,14 @@ Request of(TenantId tenant, std::uint32_t count = 1, LabelId label = kNoLabel) {
 
 }  // namespace
 
-TEST_CASE("histogram bins are half an octave wide", "[estimator]") {
+TEST_CASE("histogram bins are an octave wide", "[estimator]") {
   CHECK(RuntimeHistogram::bin_of(0.5) == 0);
   CHECK(RuntimeHistogram::bin_of(1) == 1);
-  CHECK(RuntimeHistogram::bin_of(10) == 7);  // [8, 11.31)
-  CHECK(RuntimeHistogram::lower_edge(7) == Approx(8));
-  CHECK(RuntimeHistogram::upper_edge(7) == Approx(11.3137085));
-  CHECK(RuntimeHistogram::bin_of(11.3137084990) == 8);  // an edge computed a hair short still counts as reached
+  CHECK(RuntimeHistogram::bin_of(10) == 4);  // [8, 16)
+  CHECK(RuntimeHistogram::lower_edge(4) == Approx(8));
+  CHECK(RuntimeHistogram::upper_edge(4) == Approx(16));
+  CHECK(RuntimeHistogram::bin_of(15.9999999999) == 5);  // an edge computed a hair short still counts as reached
+  CHECK(RuntimeHistogram::bin_of(15.99) == 4);
 }
 
 TEST_CASE("a group is trusted only after its warm-up observations", "[estimator]") {
@@ -90,11 +91,13 @@ TEST_CASE("the estimator's state round-trips through a plain struct, and bad sta
 TEST_CASE("Gittins index of a learned distribution, by hand", "[estimator][gittins]") {
   RuntimeHistogram bimodal;  // half the jobs take 10 device-seconds, half 1000
   for (double x : {10.0, 1000.0, 10.0, 1000.0}) bimodal.observe(x, 1);
-  // At 0: a quantum up to 11.31 (the edge above 10) finishes half the jobs for 0.5 x 10 + 0.5 x 11.31 of
-  // service: 1 / 21.31; a quantum to the end finishes all for 505: 1 / 505. The best is 1 / 21.31.
-  CHECK(bimodal.gittins_index(0) == Approx(1 / 21.3137085));
-  // Past 11.31 only the long jobs remain: 1 / (1000 - 11.31).
-  CHECK(bimodal.gittins_index(11.4) == Approx(1 / (1000 - 11.3137085)));
+  // At 0: a quantum up to 16 (the edge above 10) finishes half the jobs for 0.5 x 10 + 0.5 x 16 of service:
+  // 1 / 26; a quantum to the end finishes all for 505: 1 / 505. The best is 1 / 26.
+  CHECK(bimodal.gittins_index(0) == Approx(1.0 / 26));
+  // At 8 (the bin of 10 starts there), up to 16: half finish for 0.5 x 2 + 0.5 x 8 = 5 more: 1 / 10.
+  CHECK(bimodal.gittins_index(9) == Approx(1.0 / 10));
+  // Past 16 only the long jobs remain: 1 / (1000 - 16).
+  CHECK(bimodal.gittins_index(16.5) == Approx(1.0 / 984));
   RuntimeHistogram hundred;
   for (int i = 0; i < 4; ++i) hundred.observe(100, 1);
   CHECK(hundred.gittins_index(0) == Approx(0.01));
@@ -120,14 +123,14 @@ TEST_CASE("gittins serves the group likely to finish soon, then demotes it once 
   CHECK(granted(submit(*s, b, t)) == V{2});  // the device is free
   Request a = req(1, t);
   a.tenant = 1;
-  // Index of a: 1/21.31 > index of b: 1/100: a preempts b.
+  // Index of a: 1/26 > index of b: 1/100: a preempts b.
   Decisions out = submit(*s, a, t);
   CHECK(preempted(out) == V{2});
   out = {};
   REQUIRE_FALSE(s->requeue(2, t, out));
   CHECK(granted(out) == V{1});
-  // a's index changes when its service crosses a bin edge; at 11.31 s it has outlived its short mode and
-  // drops to 1/988.7 < 1/100: b, waiting, preempts it.
+  // a's index changes when its service crosses a bin edge (1, 2, 4, 8 s: it rises to 1/10 at 8); at 16 s it
+  // has outlived its short mode and drops to 1/984 < 1/100: b, waiting, preempts it.
   Time wake = t;
   for (int i = 0; i < 20 && s->phase(1) == RequestPhase::running; ++i) {
     REQUIRE(s->next_wakeup());
@@ -140,7 +143,7 @@ TEST_CASE("gittins serves the group likely to finish soon, then demotes it once 
       CHECK(granted(out) == V{2});
     }
   }
-  CHECK(wake - t == Approx(11.3137085));
+  CHECK(wake - t == Approx(16));
 }
 
 TEST_CASE("sjf goes by the learned run time when a request brings none", "[scheduler][estimator]") {
