@@ -93,10 +93,10 @@ MID
 
 ![Waiting requests over time](results/queue.svg)
 
-What the table says. Without any estimate, `gittins` is the best policy: 8.7x fifo's average JCT and 4.9x
-its p99, at 2.02 times the lower bound with the estimator's defaults; with a slower decay (half-life 300 or
-3,000 observations, table below) it reaches 1.99, but the landscape is noisy (1.99-2.09 across settings), so
-read "about twice the bound" (the clairvoyant srpt below reaches 1.76). It needs no estimate: it learns each group's
+What the table says. Without any estimate, `gittins` is the best policy: 8.8x fifo's average JCT and 4.9x
+its p99, at 2.00 times the lower bound (1.9992) with the estimator's defaults. Across the estimator's settings
+(table below) it ranges from 1.99 to 2.07, so read "about twice the bound" rather than a margin (the
+clairvoyant srpt below reaches 1.76). It needs no estimate: it learns each group's
 distribution of service and serves first the requests most likely to finish soon per device-second, so short
 jobs finish early as under las, but a job that outlived its group's short mode sinks only as far as its
 group's distribution says, which keeps long jobs from starving behind one another (las' p99 is hardly better

@@ -117,13 +117,16 @@ class Djsf final : public OrderingPolicy {
 // attained service first. Preemptive (on a strictly higher index); ties by arrival.
 class Gittins final : public OrderingPolicy {
  public:
+  static constexpr double kPreemptRatio = 2;
   std::string_view name() const override { return "gittins"; }
   PriorityKey waiting_key(const RequestView& r, Time) const override {
     return {-index(r, r.attained_device_s), r.request.arrival, r.request.id};
   }
   bool preemptive() const override { return true; }
+  // A running lease counts kPreemptRatio times its index: a waiting request preempts it only with a clearly
+  // higher index, which keeps leases that cross bin edges together from being swapped back and forth.
   PriorityKey running_key(const RequestView& r, Time now) const override {
-    return {-index(r, attained_at(r, now)), r.request.arrival, r.request.id};
+    return {-kPreemptRatio * index(r, attained_at(r, now)), r.request.arrival, r.request.id};
   }
   std::optional<Time> next_key_change(const RequestView& r, Time now) const override {
     const double edge = RuntimeHistogram::upper_edge(RuntimeHistogram::bin_of(attained_at(r, now)));
