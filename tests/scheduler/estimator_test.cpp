@@ -167,3 +167,23 @@ TEST_CASE("sjf goes by the learned run time when a request brings none", "[sched
   // Without learning sjf would serve them in arrival order (a first); learned: b (10 s) before a (500 s).
   CHECK(granted(release(*s, 1, 520)) == V{3});
 }
+
+TEST_CASE("gittins preempts a running lease only for twice its index", "[scheduler][gittins]") {
+  auto gittins = make_ordering("gittins", nullptr);
+  REQUIRE(gittins);
+  auto learned = [](double run) {
+    RuntimeHistogram h;
+    for (int i = 0; i < 3; ++i) h.observe(run, 1);
+    return h;
+  };
+  const RuntimeHistogram hundred = learned(100), sixty = learned(60), thirty = learned(30);
+  const Request r = req(1, 0);
+  const RequestView running{r, 0, 0, 0, std::nullopt, &hundred};  // index 1/100, counts 2/100
+  const auto victim = gittins->running_key(running, 0).primary;
+  // Index 1/60 is higher than 1/100 but not twice as high: no preemption; 1/30 is: preemption.
+  CHECK_FALSE(gittins->waiting_key({r, 0, 0, 0, std::nullopt, &sixty}, 0).primary < victim);
+  CHECK(gittins->waiting_key({r, 0, 0, 0, std::nullopt, &thirty}, 0).primary < victim);
+  // Waiting requests compare by their plain index.
+  CHECK(gittins->waiting_key({r, 0, 0, 0, std::nullopt, &sixty}, 0).primary <
+        gittins->waiting_key({r, 0, 0, 0, std::nullopt, &hundred}, 0).primary);
+}
