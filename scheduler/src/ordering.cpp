@@ -12,9 +12,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Run time still expected of a request that has received `done_s` seconds of service; +inf if the guest
-// gave no estimate. An overrun estimate counts as "almost done" (0) rather than negative.
-double remaining_s(const Request& r, double done_s) {
+// Run time still expected of a request that has received `done_s` seconds of service; +inf without an
+// estimate. An overrun estimate counts as "almost done" (0) rather than negative.
+double remaining_s(const RequestView& r, double done_s) {
   if (!r.estimate_s) return kInf;
   return std::max(0.0, *r.estimate_s - done_s);
 }
@@ -35,7 +35,7 @@ class Sjf final : public OrderingPolicy {
  public:
   std::string_view name() const override { return "sjf"; }
   PriorityKey waiting_key(const RequestView& r, Time) const override {
-    return {r.request.estimate_s.value_or(kInf), r.request.arrival, r.request.id};
+    return {r.estimate_s.value_or(kInf), r.request.arrival, r.request.id};
   }
 };
 
@@ -46,15 +46,15 @@ class Srpt final : public OrderingPolicy {
  public:
   std::string_view name() const override { return "srpt"; }
   PriorityKey waiting_key(const RequestView& r, Time) const override {
-    return {remaining_s(r.request, r.attained_s), r.request.arrival, r.request.id};
+    return {remaining_s(r, r.attained_s), r.request.arrival, r.request.id};
   }
   bool preemptive() const override { return true; }
   PriorityKey running_key(const RequestView& r, Time now) const override {
-    return {remaining_s(r.request, r.attained_s + (now - r.granted_at)), r.request.arrival, r.request.id};
+    return {remaining_s(r, r.attained_s + (now - r.granted_at)), r.request.arrival, r.request.id};
   }
   PriorityKey victim_rank(const RequestView& r, Time) const override {
     // Estimated finish time: later finish = more remaining = preempted first.
-    return {r.granted_at + remaining_s(r.request, r.attained_s), r.request.arrival, r.request.id};
+    return {r.granted_at + remaining_s(r, r.attained_s), r.request.arrival, r.request.id};
   }
 };
 
@@ -102,8 +102,44 @@ class Djsf final : public OrderingPolicy {
  public:
   std::string_view name() const override { return "djsf"; }
   PriorityKey waiting_key(const RequestView& r, Time) const override {
-    const double work = r.request.estimate_s ? *r.request.estimate_s * r.request.count : kInf;
+    const double work = r.estimate_s ? *r.estimate_s * r.request.count : kInf;
     return {work, r.request.arrival, r.request.id};
+  }
+};
+
+// gittins: the Gittins index over the learned distribution of attained service (device-seconds, so gangs
+// count), the order that minimizes the mean response time in a single-server queue among policies that do
+// not know run times (Gittins 1989; Scully et al., "The Gittins Policy in the M/G/1 Queue", 2021). A request
+// with more index goes first: it is the one whose next quantum of service is most likely to complete a job
+// per device-second spent. Discretized to the estimator's octave bins (RuntimeHistogram::gittins_index),
+// so the index of a running lease changes only when its attained service crosses a bin edge, a timed event
+// like a LAS demotion. Without a warm distribution for a request, 1 / (upper edge of its attained bin): least
+// attained service first. Preemptive (on a strictly higher index); ties by arrival.
+class Gittins final : public OrderingPolicy {
+ public:
+  static constexpr double kPreemptRatio = 2;
+  std::string_view name() const override { return "gittins"; }
+  PriorityKey waiting_key(const RequestView& r, Time) const override {
+    return {-index(r, r.attained_device_s), r.request.arrival, r.request.id};
+  }
+  bool preemptive() const override { return true; }
+  // A running lease counts kPreemptRatio times its index: a waiting request preempts it only with a clearly
+  // higher index, which keeps leases that cross bin edges together from being swapped back and forth.
+  PriorityKey running_key(const RequestView& r, Time now) const override {
+    return {-kPreemptRatio * index(r, attained_at(r, now)), r.request.arrival, r.request.id};
+  }
+  std::optional<Time> next_key_change(const RequestView& r, Time now) const override {
+    const double edge = RuntimeHistogram::upper_edge(RuntimeHistogram::bin_of(attained_at(r, now)));
+    if (!std::isfinite(edge)) return std::nullopt;
+    return r.granted_at + (edge - r.attained_device_s) / r.request.count;
+  }
+
+ private:
+  static double attained_at(const RequestView& r, Time now) {
+    return r.attained_device_s + r.request.count * (now - r.granted_at);
+  }
+  static double index(const RequestView& r, double attained) {
+    return r.learned ? r.learned->gittins_index(attained) : RuntimeHistogram::unknown_index(attained);
   }
 };
 
@@ -145,7 +181,7 @@ std::optional<std::vector<double>> parse_thresholds(std::string_view text, std::
   return out;
 }
 
-constexpr std::array<std::string_view, 6> kNames{"fifo", "sjf", "srpt", "las", "djsf", "fair"};
+constexpr std::array<std::string_view, 7> kNames{"fifo", "sjf", "srpt", "las", "djsf", "fair", "gittins"};
 
 }  // namespace
 
@@ -196,6 +232,7 @@ std::unique_ptr<OrderingPolicy> make_ordering(std::string_view spec, std::string
   if (name == "srpt") return no_options(std::make_unique<Srpt>());
   if (name == "djsf") return no_options(std::make_unique<Djsf>());
   if (name == "fair") return no_options(std::make_unique<Fair>());
+  if (name == "gittins") return no_options(std::make_unique<Gittins>());
   if (name == "las") {
     if (colon == std::string_view::npos) return std::make_unique<Las>(std::vector<double>{3600, 36000, 360000});
     auto thresholds = parse_thresholds(options, error);

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 namespace accelpool::scheduler {
 
@@ -29,9 +30,20 @@ namespace {
 
 std::string id_text(std::uint64_t id) { return std::to_string(id); }
 
+// The whole of `text` as a positive finite number, or nullopt.
+std::optional<double> positive_number(std::string_view text) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || ptr != text.data() + text.size() || !(v > 0) || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
 // Running leases examined per preemption attempt or reservation: bounds the work when a wide gang cannot
 // gather enough devices.
 constexpr std::size_t kMaxLeasesExamined = 1024;
+
+// Requests examined per bucket when backfilling behind a reservation (see backfill_candidate).
+constexpr std::size_t kMaxBackfillExamined = 32;
 
 }  // namespace
 
@@ -47,17 +59,17 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
   while (true) {
     const auto plus = text.find('+');
     const auto part = text.substr(0, plus);
-    if (part.empty()) return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+nopreempt])");
+    if (part.empty()) return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+age=SLOWDOWN][+nopreempt])");
     if (index == 0) {
       spec.ordering = std::string(part);
     } else if (part.starts_with("guard=")) {
-      const auto value = part.substr(6);
-      double s = 0;
-      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), s);
-      if (ec != std::errc{} || ptr != value.data() + value.size() || !(s > 0) || !std::isfinite(s)) {
-        return fail("guard needs a positive number of seconds, got '" + std::string(value) + "'");
-      }
-      spec.tail_guard_s = s;
+      spec.tail_guard_s = positive_number(part.substr(6));
+      if (!spec.tail_guard_s) return fail("guard needs a positive number of seconds, got '" + std::string(part.substr(6)) + "'");
+    } else if (part == "age") {
+      spec.age_slowdown = kDefaultAgeSlowdown;
+    } else if (part.starts_with("age=")) {
+      spec.age_slowdown = positive_number(part.substr(4));
+      if (!spec.age_slowdown) return fail("age needs a positive slowdown, got '" + std::string(part.substr(4)) + "'");
     } else if (part == "nopreempt") {
       spec.preemption = false;
     } else if (index == 1) {
@@ -78,6 +90,7 @@ std::string PolicySpec::to_string() const {
   std::ostringstream out;
   out << ordering << '+' << placement;
   if (tail_guard_s) out << "+guard=" << *tail_guard_s;
+  if (age_slowdown) out << "+age=" << *age_slowdown;
   if (!preemption) out << "+nopreempt";
   return out.str();
 }
@@ -91,6 +104,10 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
   if (!placement) return nullptr;
   if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) {
     if (error) *error = "tail guard must be a positive number of seconds";
+    return nullptr;
+  }
+  if (spec.age_slowdown && !(*spec.age_slowdown > 0)) {
+    if (error) *error = "age must be a positive slowdown";
     return nullptr;
   }
   return std::unique_ptr<Scheduler>(new Scheduler(spec, std::move(ordering), std::move(placement)));
@@ -232,9 +249,18 @@ Scheduler::Entry& Scheduler::add_entry(const Request& request) {
   e = Entry{};
   e.devices = std::move(devices);
   e.request = request;
+  take_estimate(e);
   e.live = true;
   entry_of_.insert(request.id, index);
   return e;
+}
+
+RequestView Scheduler::view(const Entry& e) const {
+  return {e.request, e.attained_device_s, e.attained_s, e.granted_at, e.estimate_s, estimator_.distribution(e.request)};
+}
+
+void Scheduler::take_estimate(Entry& e) const {
+  e.estimate_s = e.request.estimate_s ? e.request.estimate_s : estimator_.estimate_s(e.request);
 }
 
 void Scheduler::remove_entry(Entry& e) {
@@ -272,20 +298,27 @@ Scheduler::BucketKey Scheduler::bucket_key(const Request& r) const {
 
 void Scheduler::enqueue(Entry& e, Time now) {
   e.phase = RequestPhase::waiting;
-  e.key = ordering_->waiting_key(e.view(), now);
-  buckets_[bucket_key(e.request)].insert(e.key);
-  if (spec_.tail_guard_s) arrivals_[e.request.kind].insert({e.request.arrival, e.request.id});
+  take_estimate(e);
+  e.key = ordering_->waiting_key(view(e), now);
+  Bucket& bucket = buckets_[bucket_key(e.request)];
+  bucket.by_key.insert(e.key);
+  if (spec_.ages()) {
+    e.ages_at = ages_at(e);
+    aging_[e.request.kind].insert({e.ages_at, e.request.arrival, e.request.id});
+    if (e.estimate_s) bucket.by_remaining.insert({remaining_estimate(e), e.key});
+  }
   ++waiting_count_;
 }
 
 void Scheduler::dequeue(Entry& e) {
   auto bucket = buckets_.find(bucket_key(e.request));
-  bucket->second.erase(e.key);
-  if (bucket->second.empty()) buckets_.erase(bucket);
-  if (spec_.tail_guard_s) {
-    auto& arrivals = arrivals_[e.request.kind];
-    arrivals.erase({e.request.arrival, e.request.id});
-    if (arrivals.empty()) arrivals_.erase(e.request.kind);
+  bucket->second.by_key.erase(e.key);
+  if (e.estimate_s) bucket->second.by_remaining.erase({remaining_estimate(e), e.key});
+  if (bucket->second.by_key.empty()) buckets_.erase(bucket);
+  if (spec_.ages()) {
+    auto& aging = aging_[e.request.kind];
+    aging.erase({e.ages_at, e.request.arrival, e.request.id});
+    if (aging.empty()) aging_.erase(e.request.kind);
   }
   --waiting_count_;
 }
@@ -303,8 +336,7 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
   // the only candidate, so it is granted at once without passing through the buckets.
   apply_key_changes(now);
-  const bool aged = spec_.tail_guard_s && now - request.arrival >= *spec_.tail_guard_s;
-  if (waiting_count_ == 0 && reservations_.empty() && !aged) {
+  if (waiting_count_ == 0 && reservations_.empty() && !(spec_.ages() && aged(e, now))) {
     const auto eligible = free_.eligible(request.kind, request.guest_host);
     if (eligible.free() >= request.count) {
       place(e, eligible);
@@ -382,20 +414,20 @@ std::optional<Rejection> Scheduler::restore(const Request& request, std::span<co
 // Indexes a running lease under the current policy: by estimated finish (tail guard reservations), by victim
 // rank and next key change (preemption).
 void Scheduler::track_running(Entry& e, Time now) {
-  if (spec_.tail_guard_s) {
+  if (spec_.ages()) {
     if (auto finish = estimated_finish(e)) finishes_[e.request.kind].insert({*finish, e.request.id});
   }
   if (ordering_->preemptive() && !e.protected_) {
-    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    e.victim_rank = ordering_->victim_rank(view(e), now);
     victims_[e.request.kind].insert(e.victim_rank);
-    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    e.key_change_at = ordering_->next_key_change(view(e), now);
     if (e.key_change_at) key_changes_.insert({*e.key_change_at, e.request.id});
   }
 }
 
 // Undoes track_running: the lease stops, is being revoked, or the policy changes.
 void Scheduler::untrack_running(Entry& e) {
-  if (spec_.tail_guard_s) {
+  if (spec_.ages()) {
     auto finish = estimated_finish(e);
     auto f = finishes_.find(e.request.kind);
     if (finish && f != finishes_.end()) f->second.erase({*finish, e.request.id});
@@ -421,13 +453,33 @@ void Scheduler::stop_running(Entry& e, Time now) {
   --running_count_;
 }
 
+void Scheduler::forget(Entry& e, Time now) {
+  if (e.phase == RequestPhase::running) {
+    estimator_.observe(e.request, e.attained_device_s + e.request.count * std::max(0.0, now - e.granted_at));
+  }
+  if (e.phase == RequestPhase::waiting) dequeue(e);
+  else stop_running(e, now);
+  remove_entry(e);
+}
+
 std::optional<Rejection> Scheduler::release(RequestId id, Time now, Decisions& out) {
   last_now_ = std::max(last_now_, now);
   Entry* e = find(id);
   if (!e) return Rejection{"no request " + id_text(id)};
-  if (e->phase == RequestPhase::waiting) dequeue(*e);
-  else stop_running(*e, now);
-  remove_entry(*e);
+  forget(*e, now);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::release(std::span<const RequestId> ids, Time now, Decisions& out) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!find(ids[i])) return Rejection{"no request " + id_text(ids[i])};
+    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) != ids.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return Rejection{"request " + id_text(ids[i]) + " is listed twice"};
+    }
+  }
+  last_now_ = std::max(last_now_, now);
+  for (RequestId id : ids) forget(entry(id), now);
   dispatch(now, out);
   return std::nullopt;
 }
@@ -462,9 +514,9 @@ void Scheduler::apply_key_changes(Time now) {
     Entry& e = entry(id);
     auto& victims = victims_[e.request.kind];
     victims.erase(e.victim_rank);
-    e.victim_rank = ordering_->victim_rank(e.view(), now);
+    e.victim_rank = ordering_->victim_rank(view(e), now);
     victims.insert(e.victim_rank);
-    e.key_change_at = ordering_->next_key_change(e.view(), now);
+    e.key_change_at = ordering_->next_key_change(view(e), now);
     // A change due exactly now was just applied; the next one must lie in the future.
     if (e.key_change_at && *e.key_change_at <= now) e.key_change_at = std::nextafter(now, now + 1);
     if (e.key_change_at) key_changes_.insert({*e.key_change_at, id});
@@ -482,12 +534,11 @@ std::optional<Time> Scheduler::next_wakeup() const {
     if (!next || t < *next) next = t;
   };
   if (!key_changes_.empty()) consider(key_changes_.begin()->first);
-  if (spec_.tail_guard_s) {
-    // The next request to age past the guard: the oldest one that has not aged yet, per kind.
-    const double guard = *spec_.tail_guard_s;
-    for (const auto& [kind, arrivals] : arrivals_) {
-      auto it = arrivals.upper_bound({last_now_ - guard, std::numeric_limits<RequestId>::max()});
-      if (it != arrivals.end()) consider(std::max(it->first + guard, std::nextafter(last_now_, last_now_ + 1)));
+  if (spec_.ages()) {
+    // The next request to age: the first one per kind that has not aged yet.
+    for (const auto& [kind, aging] : aging_) {
+      auto it = aging.upper_bound({last_now_, std::numeric_limits<Time>::infinity(), 0});
+      if (it != aging.end()) consider(std::max(std::get<0>(*it), std::nextafter(last_now_, last_now_ + 1)));
     }
   }
   return next;
@@ -500,19 +551,32 @@ std::optional<Time> Scheduler::next_wakeup() const {
 // finish times, the "shadow" time at which enough devices will be free for it; until then others of the kind
 // may start only if they are estimated to end by the shadow time, or if they use devices it will not need
 // then. Without estimates nothing passes it.
+bool Scheduler::aged(const Entry& e, Time now) const {
+  const double waited = now - e.request.arrival;
+  if (spec_.tail_guard_s && waited >= *spec_.tail_guard_s) return true;
+  return spec_.age_slowdown && e.estimate_s && waited >= *spec_.age_slowdown * std::max(1.0, *e.estimate_s);
+}
+
+Time Scheduler::ages_at(const Entry& e) const {
+  Time at = std::numeric_limits<Time>::infinity();
+  if (spec_.tail_guard_s) at = e.request.arrival + *spec_.tail_guard_s;
+  if (spec_.age_slowdown && e.estimate_s) {
+    at = std::min(at, e.request.arrival + *spec_.age_slowdown * std::max(1.0, *e.estimate_s));
+  }
+  return at;
+}
+
 void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows) {
-  const double guard = *spec_.tail_guard_s;
   std::vector<KindId> kinds;
-  kinds.reserve(arrivals_.size());
-  for (const auto& [kind, arrivals] : arrivals_) kinds.push_back(kind);
+  kinds.reserve(aging_.size());
+  for (const auto& [kind, aging] : aging_) kinds.push_back(kind);
   std::sort(kinds.begin(), kinds.end());  // deterministic order regardless of hashing
   for (KindId kind : kinds) {
     while (true) {
-      auto it = arrivals_.find(kind);
-      if (it == arrivals_.end() || it->second.empty()) break;
-      const auto [arrival, id] = *it->second.begin();
-      if (now - arrival < guard) break;
-      Entry& e = entry(id);
+      auto it = aging_.find(kind);
+      if (it == aging_.end() || it->second.empty()) break;
+      Entry& e = entry(std::get<2>(*it->second.begin()));
+      if (!aged(e, now)) break;
       const auto eligible = free_.eligible(kind, e.request.guest_host);
       if (eligible.free() < e.request.count) {
         windows[kind] = reservation_window(e.request, eligible.free(), now);
@@ -538,8 +602,26 @@ Scheduler::Window Scheduler::reservation_window(const Request& r, std::size_t fr
 }
 
 std::optional<Time> Scheduler::estimated_finish(const Entry& e) const {
-  if (!e.request.estimate_s) return std::nullopt;
-  return e.granted_at + std::max(0.0, *e.request.estimate_s - e.attained_s);
+  if (!e.estimate_s) return std::nullopt;
+  return e.granted_at + remaining_estimate(e);
+}
+
+// Full EASY backfilling inside one bucket: its requests all take the same number of devices, so either all
+// of them fit in the devices the reservation will not need (then the head, the best, goes) or only those
+// estimated to end by the shadow time may start. Those are a prefix of `by_remaining`; the best key among
+// the first kMaxBackfillExamined of them is chosen, so the cost is O(kMaxBackfillExamined) per bucket
+// whatever the queue length, and exact whenever fewer than that many requests of the bucket end in time.
+const PriorityKey* Scheduler::backfill_candidate(const BucketKey& bk, const Bucket& bucket, const Window& window,
+                                                 Time now) const {
+  if (bk.count <= window.extra) return &*bucket.by_key.begin();
+  const double time_left = window.shadow - now;
+  const PriorityKey* best = nullptr;
+  std::size_t examined = 0;
+  for (auto it = bucket.by_remaining.begin(); it != bucket.by_remaining.end() && it->first <= time_left; ++it) {
+    if (!best || it->second < *best) best = &it->second;
+    if (++examined == kMaxBackfillExamined) break;
+  }
+  return best;
 }
 
 // Devices given back by preempted leases belong to the request they were preempted for: until it fits, no
@@ -571,7 +653,7 @@ void Scheduler::dispatch(Time now, Decisions& out) {
   apply_key_changes(now);
   std::set<KindId> blocked;          // kinds whose free devices are held for a preempting request
   std::map<KindId, Window> windows;  // kinds with an aged request waiting: only backfill that keeps its place
-  if (spec_.tail_guard_s) serve_aged(now, out, windows);
+  if (spec_.ages()) serve_aged(now, out, windows);
   if (!reservations_.empty()) serve_reserved(now, out, blocked);
   const bool per_tenant = ordering_->per_tenant();
   while (free_count_ > 0 && !buckets_.empty()) {
@@ -590,14 +672,15 @@ void Scheduler::dispatch(Time now, Decisions& out) {
         continue;
       }
       if (free_.eligible(bk.kind, bk.host).free() >= bk.count) {
-        const PriorityKey& head = *it->second.begin();
-        if (auto w = windows.find(bk.kind); w != windows.end() && !w->second.admits(entry(head.id), now)) {
+        const PriorityKey* head = &*it->second.by_key.begin();
+        if (auto w = windows.find(bk.kind); w != windows.end()) head = backfill_candidate(bk, it->second, w->second, now);
+        if (!head) {
           ++it;
           continue;
         }
         const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
-        if (!best || rank < best_rank || (rank == best_rank && head < *best)) {
-          best = &head;
+        if (!best || rank < best_rank || (rank == best_rank && *head < *best)) {
+          best = head;
           best_rank = rank;
         }
       }
@@ -620,7 +703,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
   for (const auto& [bk, bucket] : buckets_) {
     if (blocked.count(bk.kind)) continue;
     const PriorityKey*& best = best_per_kind[bk.kind];
-    if (!best || *bucket.begin() < *best) best = &*bucket.begin();
+    if (!best || *bucket.by_key.begin() < *best) best = &*bucket.by_key.begin();
   }
   for (const auto& [kind, candidate_key] : best_per_kind) {
     if (auto r = revoking_devices_.find(kind); r != revoking_devices_.end() && r->second > 0) continue;
@@ -636,7 +719,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     for (auto it = v->second.rbegin(); it != v->second.rend() && gathered < c.count; ++it) {
       if (++examined > kMaxLeasesExamined) break;
       Entry& victim = entry(it->id);
-      if (!(candidate_key->primary < ordering_->running_key(victim.view(), now).primary)) break;
+      if (!(candidate_key->primary < ordering_->running_key(view(victim), now).primary)) break;
       const std::size_t usable = usable_by(victim, c.guest_host);
       if (usable == 0) continue;
       gathered += usable;
@@ -658,6 +741,7 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
   auto placement = make_placement(spec.placement, &error);
   if (!placement) return Rejection{error};
   if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) return Rejection{"tail guard must be positive"};
+  if (spec.age_slowdown && !(*spec.age_slowdown > 0)) return Rejection{"age must be a positive slowdown"};
 
   std::vector<Entry*> waiting;
   std::vector<Entry*> running;
@@ -717,22 +801,19 @@ std::vector<RequestId> Scheduler::queue_order(Time now) const {
   const bool per_tenant = ordering_->per_tenant();
   for (const auto& [bk, bucket] : buckets_) {
     const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
-    for (const PriorityKey& k : bucket) items.push_back({rank, k});
+    for (const PriorityKey& k : bucket.by_key) items.push_back({rank, k});
   }
   std::sort(items.begin(), items.end());
-  if (spec_.tail_guard_s) {
-    // Aged requests come first, oldest first, as serve_aged would take them.
-    const double guard = *spec_.tail_guard_s;
-    std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
-      return now - entry(i.key.id).request.arrival >= guard;
-    });
-    auto aged_end = std::find_if(items.begin(), items.end(), [&](const Item& i) {
-      return now - entry(i.key.id).request.arrival < guard;
+  if (spec_.ages()) {
+    // Aged requests come first, in the order they aged, as serve_aged would take them.
+    auto aged_end = std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
+      return aged(entry(i.key.id), now);
     });
     std::sort(items.begin(), aged_end, [&](const Item& a, const Item& b) {
-      const auto& ra = entry(a.key.id).request;
-      const auto& rb = entry(b.key.id).request;
-      return std::pair{ra.arrival, ra.id} < std::pair{rb.arrival, rb.id};
+      const Entry& ea = entry(a.key.id);
+      const Entry& eb = entry(b.key.id);
+      return std::tuple{ea.ages_at, ea.request.arrival, ea.request.id} <
+             std::tuple{eb.ages_at, eb.request.arrival, eb.request.id};
     });
   }
   std::vector<RequestId> ids;

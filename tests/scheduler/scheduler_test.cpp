@@ -339,6 +339,82 @@ TEST_CASE("behind an aged gang, only jobs that end before its reservation start 
   CHECK(s->phase(6) == RequestPhase::waiting);
 }
 
+TEST_CASE("behind a reservation, any waiting request that ends in time starts, not only a bucket's head (full EASY)",
+          "[scheduler][guard][easy]") {
+  auto s = make_scheduler("fifo+first-fit+guard=50", "fpga:3");
+  CHECK(granted(submit(*s, req(1, 0, 2, 1000), 0)) == V{1});  // devices 0 and 1 until 1000
+  CHECK(granted(submit(*s, req(2, 0, 1, 100), 0)) == V{2});   // device 2 until 100
+  submit(*s, req(3, 0, 3, 50), 0);     // a gang of the whole pool
+  submit(*s, req(4, 60, 1, 5000), 60);  // one device for 5,000 s
+  submit(*s, req(5, 70, 1, 10), 70);    // one device for 10 s, same bucket as request 4, behind it
+  // At 100 device 2 frees. The gang (waited 100 s) is aged and does not fit: its reservation starts at 1000,
+  // when request 1 ends, and leaves no spare device. Request 4 would end at 5100: it may not start. Request
+  // 5 ends at 110 <= 1000: it starts although request 4, first in its bucket, may not.
+  CHECK(granted(release(*s, 2, 100)) == V{5});
+  CHECK(s->phase(4) == RequestPhase::waiting);
+  CHECK(granted(release(*s, 5, 110)).empty());    // device 2 is kept for the gang: request 4 would overrun
+  CHECK(granted(release(*s, 1, 1000)) == V{3});   // the reservation is kept
+  CHECK(granted(release(*s, 3, 1050)) == V{4});
+}
+
+TEST_CASE("behind a reservation, a request that takes only devices the reservation does not need starts",
+          "[scheduler][guard][easy]") {
+  auto s = make_scheduler("fifo+first-fit+guard=50", "fpga:4");
+  CHECK(granted(submit(*s, req(1, 0, 3, 1000), 0)) == V{1});  // devices 0-2 until 1000
+  CHECK(granted(submit(*s, req(2, 0, 1, 100), 0)) == V{2});   // device 3 until 100
+  submit(*s, req(3, 0, 2, 50), 0);        // the gang: needs 2 of the 4 at 1000, leaving 2 spare
+  submit(*s, req(4, 60, 2, 5000), 60);    // would overrun the reservation and takes 2 devices: not spare now
+  submit(*s, req(5, 70, 1, 5000), 70);    // overruns too, but one device fits in the spare ones
+  // At 100 one device is free and the gang needs two: reservation at 1000 with 4 - 2 = 2 spare devices.
+  CHECK(granted(release(*s, 2, 100)) == V{5});
+  CHECK(s->phase(4) == RequestPhase::waiting);
+  CHECK(granted(release(*s, 1, 1000)) == V{3});
+}
+
+TEST_CASE("releasing several requests at once decides once over all the devices they free", "[scheduler][ties]") {
+  auto s = make_scheduler("fifo", "fpga:2");
+  submit(*s, req(1, 0), 0);
+  submit(*s, req(2, 0), 0);
+  submit(*s, req(3, 1, 2), 1);  // the gang, first in line
+  submit(*s, req(4, 2), 2);
+  Decisions out;
+  const std::vector<RequestId> done{1, 2};
+  REQUIRE_FALSE(s->release(done, 10, out));
+  CHECK(granted(out) == V{3});
+  out = {};
+  const std::vector<RequestId> twice{3, 3};
+  auto rejected = s->release(twice, 11, out);
+  REQUIRE(rejected);
+  CHECK_THAT(rejected->error, Catch::Contains("listed twice"));
+  CHECK(s->phase(3) == RequestPhase::running);
+  const std::vector<RequestId> unknown{3, 99};
+  CHECK(s->release(unknown, 11, out));
+  CHECK(s->phase(3) == RequestPhase::running);
+}
+
+TEST_CASE("slowdown aging serves a short job that waited many times its length before a long one",
+          "[scheduler][age]") {
+  for (const bool aging : {false, true}) {
+    auto s = make_scheduler(aging ? "fifo+first-fit+age=2" : "fifo", "fpga:1");
+    CHECK(granted(submit(*s, req(1, 0, 1, 100), 0)) == V{1});  // the device until 100
+    submit(*s, req(2, 1, 1, 1000), 1);   // ages at 1 + 2 x 1000 = 2001
+    submit(*s, req(3, 2, 1, 10), 2);     // ages at 2 + 2 x 10 = 22
+    submit(*s, req(4, 3), 3);            // no estimate: never ages by slowdown
+    if (aging) {
+      REQUIRE(s->next_wakeup());
+      CHECK(*s->next_wakeup() == Approx(22));
+      CHECK(s->queue_order(50) == V{3, 2, 4});
+    }
+    // At 100 fifo would serve request 2; with aging, request 3 (waited 98 s, 9.8 times its 10 s) goes first.
+    CHECK(granted(release(*s, 1, 100)) == (aging ? V{3} : V{2}));
+  }
+  std::string error;
+  CHECK_FALSE(PolicySpec::parse("fifo+age=0", &error));
+  CHECK_THAT(error, Catch::Contains("age needs a positive slowdown"));
+  CHECK(PolicySpec::parse("gittins+age=50", &error)->to_string() == "gittins+first-fit+age=50");
+  CHECK(PolicySpec::parse("fifo+age", &error)->age_slowdown == Approx(kDefaultAgeSlowdown));
+}
+
 TEST_CASE("next_wakeup never names a past time", "[scheduler][guard]") {
   auto s = make_scheduler("fifo+first-fit+guard=10", "fpga:1");
   submit(*s, req(1, 0), 0);

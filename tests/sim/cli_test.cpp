@@ -142,7 +142,7 @@ TEST_CASE("cli: bad input exits non-zero with a clear message and writes nothing
 
   r = run_sim("--synthetic 10 --devices 2 --estimates magic");
   CHECK(r.code == 1);
-  CHECK(r.text.find("estimates: expected trace, oracle, none or noisy:SIGMA") != std::string::npos);
+  CHECK(r.text.find("estimates: expected trace, oracle, none, learned or noisy:SIGMA") != std::string::npos);
 
   r = run_sim("--trace x.csv --synthetic 10 --devices 2");
   CHECK(r.code != 0);

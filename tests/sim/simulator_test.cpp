@@ -104,6 +104,44 @@ TEST_CASE("sim: gangs are placed all-or-nothing", "[sim][engine]") {
   CHECK(j[1].finish_s == Approx(14));
 }
 
+TEST_CASE("sim: completions at the same instant: one at a time by default, together with batch_completions",
+          "[sim][engine][ties]") {
+  // Jobs 0 and 1 each hold one of two devices until 10. The gang (job 2) arrived first, a long single job
+  // (job 3) after it.
+  Trace t;
+  t.jobs = {make_job(0, 0, 10, 1), make_job(1, 0, 10, 1), make_job(2, 1, 5, 2), make_job(3, 2, 100, 1)};
+  // One at a time: job 0's device is free alone, the gang does not fit, job 3 backfills it until 110; job 1's
+  // device then is not enough for the gang, which waits until 110.
+  auto one = by_id(run(t, PoolSpec::homogeneous(2), "fifo"));
+  CHECK(one[3].first_start_s == Approx(10));
+  CHECK(one[2].first_start_s == Approx(110));
+  // Together: both devices are free at once and go to the gang first; job 3 follows at 15.
+  SimOptions o;
+  o.batch_completions = true;
+  auto together = by_id(run(t, PoolSpec::homogeneous(2), "fifo", o));
+  CHECK(together[2].first_start_s == Approx(10));
+  CHECK(together[2].finish_s == Approx(15));
+  CHECK(together[3].first_start_s == Approx(15));
+}
+
+TEST_CASE("sim: with --estimates none the schedule does not depend on the run time of a job still running",
+          "[sim][estimates]") {
+  // A guard policy with reservations on one device. Job 0's true run time differs between the two traces;
+  // without estimates nothing the scheduler decides before job 0 ends may depend on it.
+  for (const char* policy : {"fifo+first-fit+guard=5", "sjf+first-fit+guard=5", "gittins", "srpt"}) {
+    Trace a;
+    a.jobs = {make_job(0, 0, 50, 1), make_job(1, 1, 5, 2), make_job(2, 2, 3, 1), make_job(3, 3, 3, 1)};
+    Trace b = a;
+    b.jobs[0].runtime_s = 60;
+    auto ra = by_id(run(a, PoolSpec::homogeneous(2), policy));
+    auto rb = by_id(run(b, PoolSpec::homogeneous(2), policy));
+    INFO(policy);
+    for (std::uint64_t j = 1; j < 4; ++j) {
+      if (ra[j].first_start_s < 50) CHECK(rb[j].first_start_s == Approx(ra[j].first_start_s));
+    }
+  }
+}
+
 TEST_CASE("sim: invariants hold for every ordering x placement on random traces", "[sim][invariants]") {
   // A mixed pool: two hosts with passthrough devices and a network-attached group, two models with
   // different programming costs.

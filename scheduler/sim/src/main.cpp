@@ -100,16 +100,17 @@ int main(int argc, char** argv) {
   std::string estimates;
   sim::SimOptions options;
   app.add_option("--policy", policies,
-                 "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+nopreempt], each run on the same trace. "
+                 "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+age[=SLOWDOWN]][+nopreempt], each run on the same trace. "
                  "Orderings: " + join(sch::ordering_names()) + ". Placements: " + join(sch::placement_names()) +
-                     ". Default: every ordering with first-fit")
+                     ". Default: fifo, sjf, srpt, las, djsf and fair with first-fit")
       ->type_name("LIST")
       ->group("Experiment");
   app.add_option("--load", load, "Rescale arrival times so the offered load is X (device-seconds asked / available)")
       ->check(CLI::PositiveNumber)
       ->group("Experiment");
   app.add_option("--estimates", estimates,
-                 "Run-time estimates the scheduler sees: trace, oracle, none, noisy:SIGMA "
+                 "Run-time estimates the requests carry: trace, oracle, none (alias learned: the scheduler knows only "
+                 "what it learns from finished jobs), noisy:SIGMA "
                  "(default: trace if the trace has estimate_s, else oracle)")
       ->type_name("MODE")
       ->group("Experiment");
@@ -117,6 +118,17 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->group("Experiment");
   app.add_option("--seed", options.seed, "Seed of the generator and of noisy estimates")->group("Experiment");
+  app.add_option("--learn-warmup", options.learning.warmup,
+                 "Finished jobs of a group before its learned run time is trusted")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000}))
+      ->group("Experiment");
+  app.add_option("--learn-half-life", options.learning.half_life,
+                 "Finished jobs of a group after which an observation weighs half (drift)")
+      ->check(CLI::PositiveNumber)
+      ->group("Experiment");
+  app.add_flag("--batch-completions", options.batch_completions,
+               "Report completions at the same instant together and decide once (default: one at a time)")
+      ->group("Experiment");
   bool self_check = false;
   app.add_flag("--self-check", self_check, "Check invariants after every event (slow)")->group("Experiment");
   bool check_wc = false;
@@ -157,7 +169,7 @@ int main(int argc, char** argv) {
   {
     std::vector<std::string> names;
     if (policies.empty()) {
-      for (auto n : sch::ordering_names()) names.emplace_back(n);
+      for (auto n : {"fifo", "sjf", "srpt", "las", "djsf", "fair"}) names.emplace_back(n);
     } else {
       std::stringstream ss(policies);
       std::string item;

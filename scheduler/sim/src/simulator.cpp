@@ -142,6 +142,11 @@ class Engine {
   Status grant(const sch::Grant& g, double now);
   Status preempt(const sch::Preemption& p, double now, sch::Decisions& out);
   Status complete(std::uint32_t j, double now, sch::Decisions& out);
+  // complete() for every job of `jobs` at once: one decision after all their devices are free.
+  Status complete_together(const std::vector<std::uint32_t>& jobs, double now, sch::Decisions& out);
+  // The engine's side of a completion: the job is done and its devices free.
+  void finish_job(std::uint32_t j, double now);
+  Status check_forgotten(std::uint32_t j);
   Status arrive(std::uint32_t j, double now, sch::Decisions& out);
   Status self_check(double now);
   void schedule_tick(double now);
@@ -204,6 +209,10 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   std::string error;
   sched_ = sch::Scheduler::create(policy, &error);
   if (!sched_) return make_error("invalid_argument", "policy " + policy.to_string() + ": " + error);
+  if (options_.learning.warmup < 1 || !(options_.learning.half_life > 0)) {
+    return make_error("invalid_argument", "learning: warmup must be >= 1 and half_life > 0");
+  }
+  sched_->set_estimator(sch::RuntimeEstimator(options_.learning));
 
   // Pool: hosts and devices in declaration order get dense ids.
   if (pool_.hosts.empty()) return make_error("invalid_argument", "the pool has no hosts");
@@ -499,6 +508,28 @@ Status Engine::arrive(std::uint32_t j, double now, sch::Decisions& out) {
 }
 
 Status Engine::complete(std::uint32_t j, double now, sch::Decisions& out) {
+  finish_job(j, now);
+  if (auto rej = sched_->release(j, now, out)) {
+    return internal("scheduler rejected release of " + job_name(j) + ": " + rej->error);
+  }
+  return check_forgotten(j);
+}
+
+Status Engine::complete_together(const std::vector<std::uint32_t>& jobs, double now, sch::Decisions& out) {
+  std::vector<sch::RequestId> ids;
+  ids.reserve(jobs.size());
+  for (std::uint32_t j : jobs) {
+    finish_job(j, now);
+    ids.push_back(j);
+  }
+  if (auto rej = sched_->release(ids, now, out)) return internal("scheduler rejected a batch release: " + rej->error);
+  for (std::uint32_t j : jobs) {
+    if (auto st = check_forgotten(j); !st) return st;
+  }
+  return Status::ok();
+}
+
+void Engine::finish_job(std::uint32_t j, double now) {
   JobState& s = state_[j];
   const auto count = static_cast<double>(s.count);
   useful_device_s_ += count * s.remaining;
@@ -509,9 +540,9 @@ Status Engine::complete(std::uint32_t j, double now, sch::Decisions& out) {
   s.done = true;
   s.finish = now;
   ++done_;
-  if (auto rej = sched_->release(j, now, out)) {
-    return internal("scheduler rejected release of " + job_name(j) + ": " + rej->error);
-  }
+}
+
+Status Engine::check_forgotten(std::uint32_t j) {
   if (options_.self_check) {
     if (sched_->phase(j)) return internal("invariant: the scheduler still knows finished " + job_name(j));
     const std::uint32_t pos = active_pos_[j];
@@ -629,7 +660,19 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
         if (!s.running || s.gen != e.gen) continue;  // stale: the lease was preempted
         ticked_at_.reset();
         sample_queue(now);
-        if (auto st = complete(e.job, now, out); !st) return st.error();
+        if (options_.batch_completions) {
+          // Every completion due now, in job order as the heap gives them, then one decision.
+          std::vector<std::uint32_t> together{e.job};
+          while (!heap_.empty() && heap_.top().t == now && heap_.top().type == EventType::completion) {
+            const Event more = heap_.top();
+            heap_.pop();
+            const JobState& m = state_[more.job];
+            if (m.running && m.gen == more.gen) together.push_back(more.job);
+          }
+          if (auto st = complete_together(together, now, out); !st) return st.error();
+        } else if (auto st = complete(e.job, now, out); !st) {
+          return st.error();
+        }
       } else {
         if (pending_tick_ && *pending_tick_ == e.t) pending_tick_.reset();
         auto w = sched_->next_wakeup();

@@ -292,6 +292,8 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
     spec.mode = Mode::oracle;
   } else if (text == "none") {
     spec.mode = Mode::none;
+  } else if (text == "learned") {
+    spec.mode = Mode::learned;
   } else if (text.rfind("noisy:", 0) == 0) {
     auto sigma = parse_seconds(std::string_view(text).substr(6));
     if (!sigma) return make_error("invalid_argument", "estimates: noisy:SIGMA needs a number >= 0, got \"" + text + "\"");
@@ -299,7 +301,7 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
     spec.sigma = *sigma;
   } else {
     return make_error("invalid_argument",
-                      "estimates: expected trace, oracle, none or noisy:SIGMA, got \"" + text + "\"");
+                      "estimates: expected trace, oracle, none, learned or noisy:SIGMA, got \"" + text + "\"");
   }
   return spec;
 }
@@ -309,6 +311,7 @@ std::string EstimateSpec::to_string() const {
     case Mode::trace: return "trace";
     case Mode::oracle: return "oracle";
     case Mode::none: return "none";
+    case Mode::learned: return "learned";
     case Mode::noisy: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "noisy:%g", sigma);
@@ -332,7 +335,8 @@ void apply_estimates(Trace& trace, const EstimateSpec& spec, std::uint64_t seed)
     switch (spec.mode) {
       case EstimateSpec::Mode::trace: break;
       case EstimateSpec::Mode::oracle: j.estimate_s = j.runtime_s; break;
-      case EstimateSpec::Mode::none: j.estimate_s.reset(); break;
+      case EstimateSpec::Mode::none:
+      case EstimateSpec::Mode::learned: j.estimate_s.reset(); break;
       case EstimateSpec::Mode::noisy: j.estimate_s = j.runtime_s * rng.lognormal(0, spec.sigma); break;
     }
   }

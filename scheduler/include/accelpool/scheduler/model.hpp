@@ -25,8 +25,10 @@ using HostId = std::uint32_t;
 using KindId = std::uint32_t;    // interchangeable class of device, e.g. "fpga" or "fpga-u250"
 using BitstreamId = std::uint32_t;
 using TenantId = std::uint32_t;
+using LabelId = std::uint32_t;   // a name the guest gives its job (e.g. its command), for learned run times
 
 inline constexpr BitstreamId kNoBitstream = std::numeric_limits<BitstreamId>::max();
+inline constexpr LabelId kNoLabel = std::numeric_limits<LabelId>::max();
 
 // How a guest reaches a device: a passthrough device serves only guests on its own host; a network-attached
 // device serves guests on any host.
@@ -49,6 +51,7 @@ struct Request {
   HostId guest_host = 0;                  // where the guest runs (matters for passthrough devices)
   std::optional<double> estimate_s;       // run time the guest expects, if it said
   Time arrival = 0;
+  LabelId label = kNoLabel;               // groups learned run times (see estimator.hpp), optional
 };
 
 struct DeviceGrant {

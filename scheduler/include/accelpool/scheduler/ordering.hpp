@@ -6,6 +6,7 @@
 // scheduler re-ranks that lease then.
 #pragma once
 
+#include <accelpool/scheduler/estimator.hpp>
 #include <accelpool/scheduler/model.hpp>
 
 #include <memory>
@@ -28,11 +29,16 @@ struct PriorityKey {
 
 // What a policy may read about a request. `attained_device_s` counts device-seconds of service received in
 // earlier leases (not the current one); the current lease started at `granted_at` on `request.count` devices.
+// `estimate_s` is the run time to go by: the request's own estimate, else the learned one (see
+// estimator.hpp), else none; `learned` is the learned distribution that speaks for the request, if any.
+// Policies read the run time only through these two, never `request.estimate_s` directly.
 struct RequestView {
   const Request& request;
   double attained_device_s = 0;
   double attained_s = 0;  // wall seconds of service in earlier leases (for remaining-time estimates)
   Time granted_at = 0;    // meaningful only while running
+  std::optional<double> estimate_s;
+  const RuntimeHistogram* learned = nullptr;
 };
 
 // Device-time used per tenant, for fairness. Maintained by the scheduler; read by policies.
@@ -93,7 +99,7 @@ class OrderingPolicy {
   }
 };
 
-// Builds an ordering policy by name: fifo, sjf, srpt, las, djsf, fair. Options after a colon, comma-free:
+// Builds an ordering policy by name: fifo, sjf, srpt, las, djsf, fair, gittins. Options after a colon, comma-free:
 // "las:3600/36000" sets LAS queue thresholds in device-seconds. Returns nullptr and sets `error` for an
 // unknown name or bad options.
 std::unique_ptr<OrderingPolicy> make_ordering(std::string_view spec, std::string* error);

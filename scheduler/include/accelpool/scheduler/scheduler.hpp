@@ -9,11 +9,13 @@
 // attained service) or release() (it is gone).
 #pragma once
 
+#include <accelpool/scheduler/estimator.hpp>
 #include <accelpool/scheduler/id_map.hpp>
 #include <accelpool/scheduler/model.hpp>
 #include <accelpool/scheduler/ordering.hpp>
 #include <accelpool/scheduler/placement.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,19 +23,31 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 namespace accelpool::scheduler {
 
-// A full policy: ordering + placement + tail guard, written "las+affinity" or "sjf+pack+guard=3600".
+// Slowdown at which `+age` (without a value) ages a request: on the Philly trace it betters fifo's average and
+// p99 JCT (docs/results.md).
+inline constexpr double kDefaultAgeSlowdown = 10;
+
+// A full policy: ordering + placement + tail rules, written "las+affinity" or "sjf+pack+guard=3600+age=10".
 struct PolicySpec {
   std::string ordering = "fifo";
   std::string placement = "first-fit";
   std::optional<double> tail_guard_s;  // a request waiting longer than this is served next
+  // Slowdown aging: a request that has waited `age_slowdown` times its estimated run time (at least 1 s) is
+  // served next, as if it had passed the tail guard. Requests without an estimate (own or learned) age
+  // only by the guard.
+  std::optional<double> age_slowdown;
   bool preemption = true;              // allow preemption when the ordering is preemptive
 
-  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+nopreempt]". Returns nullopt and sets `error` if malformed.
+  // Whether requests can age (a tail guard or slowdown aging).
+  bool ages() const { return tail_guard_s || age_slowdown; }
+  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+age[=SLOWDOWN]][+nopreempt]" (`+age` alone:
+  // kDefaultAgeSlowdown). Returns nullopt and sets `error` if malformed.
   static std::optional<PolicySpec> parse(std::string_view text, std::string* error);
   std::string to_string() const;
 };
@@ -68,12 +82,26 @@ class Scheduler {
   // --- tenants -------------------------------------------------------------------------------------
   void set_tenant_weight(TenantId tenant, double weight);
 
+  // --- learned run times (estimator.hpp) ------------------------------------------------------------
+  // Every lease that ends by release() while running teaches the estimator its service. A request without
+  // an estimate of its own goes by the learned one (taken when it enters the queue, and fixed while it waits
+  // or runs); the gittins ordering reads the learned distribution.
+  const RuntimeEstimator& estimator() const { return estimator_; }
+  // Replaces what was learned (e.g. with RuntimeEstimator::from_state after a restart, or new options).
+  // Requests already queued or running keep the estimate they have.
+  void set_estimator(RuntimeEstimator estimator) { estimator_ = std::move(estimator); }
+
   // --- requests ------------------------------------------------------------------------------------
   // A request arrives. Rejected if its id is live, count is 0, or it can never be served with the devices
   // that exist (not enough of its kind reachable from its host).
   std::optional<Rejection> submit(const Request& request, Time now, Decisions& out);
   // The request is gone: a running or revoking lease frees its devices; a waiting request leaves the queue.
+  // A running lease counts as finished: its service teaches the estimator.
   std::optional<Rejection> release(RequestId id, Time now, Decisions& out);
+  // Several requests gone at the same instant, then one decision over all the devices they free (so that
+  // devices freed together can go together to a waiting gang). Rejected, changing nothing, if an id is not
+  // live or is listed twice.
+  std::optional<Rejection> release(std::span<const RequestId> ids, Time now, Decisions& out);
   // A running or revoking lease gives its devices back and waits again, keeping its attained service.
   std::optional<Rejection> requeue(RequestId id, Time now, Decisions& out);
 
@@ -118,11 +146,12 @@ class Scheduler {
     double attained_device_s = 0;
     double attained_s = 0;
     Time granted_at = 0;
+    std::optional<double> estimate_s;   // run time the scheduler goes by: the request's own, else learned
+    Time ages_at = 0;                   // waiting, with a guard or aging: when it is served first
     std::vector<DeviceId> devices;      // running or revoking: the lease's devices
     std::optional<Time> key_change_at;  // running leases: next LAS demotion
     PriorityKey key;                    // waiting key
     PriorityKey victim_rank;            // running leases of preemptive policies
-    RequestView view() const { return {request, attained_device_s, attained_s, granted_at}; }
   };
   // One device. Packed into 32 bytes: a grant or release touches the slots of its devices in no
   // particular order, so each should cost one cache line.
@@ -137,7 +166,9 @@ class Scheduler {
   };
   static_assert(sizeof(Slot) == 32);
   // Waiting requests that compete for the same devices in the same way form a bucket; inside a bucket
-  // they are ordered by key, so the bucket's head is its best request.
+  // they are ordered by key, so the bucket's head is its best request. With a tail guard a bucket also
+  // orders its requests that have an estimate by estimated remaining run time, so that backfilling behind a
+  // reservation finds the requests that end in time without scanning the bucket.
   struct BucketKey {
     KindId kind;
     HostId host;
@@ -145,7 +176,10 @@ class Scheduler {
     TenantId tenant;  // 0 unless the ordering is per tenant
     auto operator<=>(const BucketKey&) const = default;
   };
-  using Bucket = std::set<PriorityKey>;
+  struct Bucket {
+    std::set<PriorityKey> by_key;
+    std::set<std::pair<double, PriorityKey>> by_remaining;  // (estimated remaining s, key); tail guard only
+  };
 
   Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering, std::unique_ptr<PlacementPolicy> placement);
 
@@ -158,6 +192,10 @@ class Scheduler {
   const Entry& entry(RequestId id) const;
   // A fresh entry for a request whose id is not live. Invalidates references to other entries.
   Entry& add_entry(const Request& request);
+  // What the ordering may read of a request.
+  RequestView view(const Entry& e) const;
+  // Sets e.estimate_s: the request's own estimate, else what the estimator has learned by now.
+  void take_estimate(Entry& e) const;
   void remove_entry(Entry& e);
   BucketKey bucket_key(const Request& r) const;
   void enqueue(Entry& e, Time now);
@@ -166,6 +204,8 @@ class Scheduler {
   void place(Entry& e, const FreeIndex::Eligible& eligible);
   Grant start(Entry& e, Time granted_at, bool protect);
   void stop_running(Entry& e, Time now);
+  // release() without the decision that follows: the request must be live.
+  void forget(Entry& e, Time now);
   void make_free(Slot& s);
   void make_unfree(Slot& s);
   void refresh_slot(Slot& s);
@@ -178,14 +218,21 @@ class Scheduler {
     Time shadow;
     std::size_t extra;
     bool ends_in_time(const Entry& e, Time now) const {
-      return e.request.estimate_s && now + (*e.request.estimate_s - e.attained_s) <= shadow;
+      return e.estimate_s && now + remaining_estimate(e) <= shadow;
     }
-    bool admits(const Entry& e, Time now) const { return ends_in_time(e, now) || e.request.count <= extra; }
     void take(const Entry& e, Time now) {
       if (!ends_in_time(e, now)) extra -= std::min(extra, std::size_t{e.request.count});
     }
   };
+  // Estimated run time still to go of a request with an estimate, from the service it has received.
+  static double remaining_estimate(const Entry& e) { return std::max(0.0, *e.estimate_s - e.attained_s); }
+  // The best request of `bucket` that `window` admits now, or nullptr (EASY backfilling, see dispatch()).
+  const PriorityKey* backfill_candidate(const BucketKey& bk, const Bucket& bucket, const Window& window,
+                                        Time now) const;
   void serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows);
+  // Whether a waiting request has passed the guard or aged by slowdown at `now`; when it will (ages_at).
+  bool aged(const Entry& e, Time now) const;
+  Time ages_at(const Entry& e) const;
   Window reservation_window(const Request& r, std::size_t free_now, Time now) const;
   std::optional<Time> estimated_finish(const Entry& e) const;
   void track_running(Entry& e, Time now);
@@ -199,6 +246,7 @@ class Scheduler {
   std::unique_ptr<OrderingPolicy> ordering_;
   std::unique_ptr<PlacementPolicy> placement_;
   TenantLedger ledger_;
+  RuntimeEstimator estimator_;
 
   std::vector<Slot> slots_;
   FreeIndex free_;
@@ -209,8 +257,8 @@ class Scheduler {
   std::vector<std::uint32_t> unused_entries_;
   IdMap entry_of_;
   std::map<BucketKey, Bucket> buckets_;
-  // Waiting requests per kind, oldest first; kept only with a tail guard.
-  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> arrivals_;
+  // Waiting requests per kind by (ages_at, arrival, id); kept only with a tail guard or aging.
+  std::unordered_map<KindId, std::set<std::tuple<Time, Time, RequestId>>> aging_;
   std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
   std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
   std::unordered_map<KindId, std::size_t> revoking_devices_;

@@ -85,6 +85,11 @@ struct SimOptions {
   // Fill RunResult::per_job. Needed for per-job rows (CSV) and JCT plots; without it a run of a million jobs
   // saves about 80 MB and the time to write them, and the summary statistics are the same.
   bool keep_per_job = true;
+  // How the scheduler learns run times from finished jobs (see scheduler/estimator.hpp).
+  scheduler::EstimatorOptions learning;
+  // Completions at the same instant: false (default) reports them to the scheduler one at a time, each
+  // followed by a decision, in job order; true reports them together and decides once (see docs/simulator.md).
+  bool batch_completions = false;
 };
 
 struct JobResult {

@@ -68,15 +68,17 @@ double offered_load(const Trace& trace, std::uint64_t pool_devices);
 // Errors: load <= 0, fewer than two distinct arrival times.
 Status rescale_load(Trace& trace, std::uint64_t pool_devices, double load);
 
-// What the scheduler is told about run times.
+// What the scheduler is told about run times. Whatever the mode, the scheduler also learns run times from
+// the leases that finish (scheduler/estimator.hpp) and goes by them for a request that brings no estimate.
 //   trace   : the trace's estimate_s column as is (jobs without one give no estimate)
 //   oracle  : the exact runtime
-//   none    : no estimate
+//   none    : no estimate: the scheduler knows only what it learned itself, never the true run time
+//   learned : the same as none, named for what the scheduler then goes by
 //   noisy   : runtime x lognormal(0, sigma), seeded
 struct EstimateSpec {
-  enum class Mode { trace, oracle, none, noisy } mode = Mode::trace;
+  enum class Mode { trace, oracle, none, learned, noisy } mode = Mode::trace;
   double sigma = 0;
-  static Result<EstimateSpec> parse(const std::string& text);  // "trace", "oracle", "none", "noisy:0.5"
+  static Result<EstimateSpec> parse(const std::string& text);  // "trace", "oracle", "none", "learned", "noisy:0.5"
   std::string to_string() const;
 };
 // Default when no --estimates is given: `trace` if any job carries an estimate, else `oracle`.
