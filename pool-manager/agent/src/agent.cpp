@@ -1,7 +1,9 @@
 #include "agent.hpp"
 #include "relay.hpp"
 
+#include <accelpool/agent/prepare_codec.hpp>
 #include <accelpool/agent/wire.hpp>
+#include <accelpool/backends/device_details.hpp>
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/image_fetch.hpp>
 #include <accelpool/bitstreams/registry.hpp>
@@ -414,62 +416,72 @@ class AgentImpl final : public Agent {
     return img;
   }
 
-  Status prepare(const json::object& p, json::object& result) {
+  Status prepare(const json::object& p, json::object& reply) {
     const std::string w = "device.prepare";
-    if (auto s = only_fields(p, "device,bitstream,sha256,reprogram,vm,lease", w); !s) return s;
-    auto id = get_string(p, "device", w, true);
-    auto bitstream = get_string(p, "bitstream", w, false);
-    auto sha = get_string(p, "sha256", w, false);
-    auto reprogram = get_bool(p, "reprogram", w, false);
-    auto vm = get_string(p, "vm", w, false);
-    auto lease = get_string(p, "lease", w, false);
-    for (const Status& s : {id.status(), bitstream.status(), sha.status(), reprogram.status(), vm.status(), lease.status()})
-      if (!s) return s;
+    auto request = parse_prepare_request(p, w);
+    if (!request) return request.error();
+    const std::string& id = request->device;
+    const std::string& vm = request->vm;
     Device d;
-    if (auto s = lookup(*id, w, d); !s) return s;
-    if (d.quarantined) return make_error("invalid_state", w + ": device '" + *id + "' is quarantined (" + d.detail + ")");
-    if (!d.vm.empty() && d.vm != *vm)
-      return make_error("invalid_state", w + ": device '" + *id + "' serves VM '" + d.vm + "'; release it first");
+    if (auto s = lookup(id, w, d); !s) return s;
+    if (d.quarantined) return make_error("invalid_state", w + ": device '" + id + "' is quarantined (" + d.detail + ")");
+    if (!d.vm.empty() && d.vm != vm)
+      return make_error("invalid_state", w + ": device '" + id + "' serves VM '" + d.vm + "'; release it first");
     auto& backend = *backends_[d.backend];
-    if (!bitstream->empty()) {
-      auto img = image_for(*bitstream, *sha);
+    if (!request->bitstream.empty()) {
+      auto img = image_for(request->bitstream, request->sha256);
       if (!img) return make_error(img.error().code, w + ": " + img.error().message);
-      auto held = backend.loaded(*id);
-      if (*reprogram || !held || *held != img->sha256) {
-        Status s = backend.program(*id, *img);
-        set_loaded(*id, loaded_name(d));
-        if (!s) return make_error(s.error().code, w + ": programming '" + *id + "': " + s.error().message);
+      auto held = backend.loaded(id);
+      if (request->reprogram || !held || *held != img->sha256) {
+        Status s = backend.program(id, *img);
+        set_loaded(id, loaded_name(d));
+        if (!s) return make_error(s.error().code, w + ": programming '" + id + "': " + s.error().message);
       }
     }
-    std::string loaded = loaded_name(d);
-    set_loaded(*id, loaded);
-    result["loaded"] = loaded;
-    if (vm->empty() || d.attached) return Status::ok();
+    host::PrepareResult result;
+    result.loaded = loaded_name(d);
+    result.details = backends::details_of(d.info);
+    set_loaded(id, result.loaded);
+    auto answer = [&] {
+      reply = to_json(result);
+      return Status::ok();
+    };
+    // A PCI function goes in as a VFIO hostdev; a device with a shared-memory window as an emulated ivshmem.
+    const bool pci = !d.info.pci_bdf.empty() && !d.info.attributes.count("shmem_name");
+    const auto attach_mode = pci ? host::AttachMode::pci_hostdev : host::AttachMode::emulated;
+    if (!d.info.passthrough) {  // the guest reaches it over the network, from any host: nothing to attach
+      result.attach = host::AttachMode::network;
+      if (auto e = d.info.attributes.find("endpoint"); e != d.info.attributes.end()) result.endpoint = e->second;
+    }
+    if (vm.empty()) return answer();
+    if (d.attached) {  // already in the VM (a retried prepare)
+      result.attach = attach_mode;
+      return answer();
+    }
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
     if (attacher_ && d.info.passthrough) {
       hypervisor::DeviceSpec spec;
-      spec.device_id = *id;
-      spec.lease_id = lease->empty() ? "unknown" : *lease;
-      bool pci = !d.info.pci_bdf.empty() && !d.info.attributes.count("shmem_name");
+      spec.device_id = id;
+      spec.lease_id = request->lease.empty() ? "unknown" : request->lease;
       spec.method = pci ? hypervisor::AttachMethod::pci_hostdev : hypervisor::AttachMethod::emulated;
       spec.pci_bdf = pci ? d.info.pci_bdf : "";
-      if (auto s = attacher_->attach(*vm, spec); !s)
-        return make_error("attach_failed", w + ": attaching '" + *id + "' to VM '" + *vm + "' (" + s.error().code +
+      if (auto s = attacher_->attach(vm, spec); !s)
+        return make_error("attach_failed", w + ": attaching '" + id + "' to VM '" + vm + "' (" + s.error().code +
                                                "): " + s.error().message);
-      result["attached"] = true;
+      result.attach = attach_mode;
       std::lock_guard lock(mu_);
-      auto& dd = devices_[*id];
-      dd.vm = *vm;
-      dd.lease = *lease;
+      auto& dd = devices_[id];
+      dd.vm = vm;
+      dd.lease = request->lease;
       dd.attached = true;
       save_state();
-      return Status::ok();
+      return answer();
     }
 #endif
     std::lock_guard lock(mu_);
-    devices_[*id].vm = *vm;
-    devices_[*id].lease = *lease;
-    return Status::ok();
+    devices_[id].vm = vm;
+    devices_[id].lease = request->lease;
+    return answer();
   }
 
   Status release(const json::object& p, json::object& result) {

@@ -1,5 +1,6 @@
 // AgentListener and RemoteHost: one poll loop on a thread of its own serves every agent connection.
 #include <accelpool/agent/listener.hpp>
+#include <accelpool/agent/prepare_codec.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/common/listener_limits.hpp>
 
@@ -24,6 +25,9 @@ using Clock = std::chrono::steady_clock;
 // settles it (host_joined): `admitted`, or back to `none` when the pool refuses the host.
 enum class Registration { none, pending, admitted };
 
+// Receives an agent's reply to a request on the owner thread: its error, or ok and its result (null on error).
+using ReplyDone = std::function<void(Status status, json::value result)>;
+
 // Shared by a connection (I/O thread) and its RemoteHost (owner thread).
 struct Link {
   std::mutex mu;
@@ -32,7 +36,7 @@ struct Link {
   std::string out;  // bytes waiting to be sent
   bool alive = true;
   std::int64_t next_id = 1;
-  std::map<std::int64_t, manager::HostDriver::Done> pending;
+  std::map<std::int64_t, ReplyDone> pending;
   manager::Poster post;
   std::function<void()> wake;
 };
@@ -44,7 +48,7 @@ Error host_lost(const std::string& host, const std::string& why) {
 }
 
 // Sends a request for `done`, or fails it at once when the connection is gone.
-void call(Link& link, std::string_view method, json::object params, manager::HostDriver::Done done) {
+void call(Link& link, std::string_view method, json::object params, ReplyDone done) {
   {
     std::lock_guard lock(link.mu);
     if (link.alive) {
@@ -56,10 +60,21 @@ void call(Link& link, std::string_view method, json::object params, manager::Hos
   }
   if (done) {
     auto err = host_lost(link.host, "the agent is not connected");
-    link.post([done = std::move(done), err] { done(err, ""); });
+    link.post([done = std::move(done), err] { done(err, nullptr); });
     return;
   }
   link.wake();
+}
+
+// A release or reset reply: what the device holds afterwards.
+ReplyDone loaded_reply(manager::HostDriver::Done done) {
+  return [done = std::move(done)](Status s, json::value result) {
+    std::string loaded;
+    if (result.is_object()) {
+      if (auto* l = result.get_object().if_contains("loaded"); l && l->is_string()) loaded = std::string(l->get_string());
+    }
+    done(std::move(s), std::move(loaded));
+  };
 }
 
 bool valid_health(std::string_view h) { return h == "ok" || h == "degraded" || h == "failed"; }
@@ -78,23 +93,20 @@ Result<std::vector<manager::HostDevice>> RemoteHost::devices() {
 }
 
 void RemoteHost::prepare(const host::PrepareRequest& request, PrepareDone done) {
-  json::object p{{"device", request.device}, {"bitstream", request.bitstream}, {"reprogram", request.reprogram}};
-  if (!request.sha256.empty()) p["sha256"] = request.sha256;
-  if (!request.vm.empty()) p["vm"] = request.vm;
-  if (!request.lease.empty()) p["lease"] = request.lease;
-  call(*link_, "device.prepare", std::move(p), [done = std::move(done)](Status s, std::string loaded) {
-    host::PrepareResult result;
-    result.loaded = std::move(loaded);
-    done(std::move(s), std::move(result));
+  call(*link_, "device.prepare", to_json(request), [done = std::move(done)](Status s, json::value result) {
+    if (!s) return done(std::move(s), host::PrepareResult{});
+    auto parsed = parse_prepare_result(result, "device.prepare result");
+    if (!parsed) return done(parsed.error(), host::PrepareResult{});
+    done(Status::ok(), std::move(*parsed));
   });
 }
 
 void RemoteHost::release(const std::string& local_id, Done done) {
-  call(*link_, "device.release", json::object{{"device", local_id}}, std::move(done));
+  call(*link_, "device.release", json::object{{"device", local_id}}, loaded_reply(std::move(done)));
 }
 
 void RemoteHost::reset(const std::string& local_id, Done done) {
-  call(*link_, "device.reset", json::object{{"device", local_id}}, std::move(done));
+  call(*link_, "device.reset", json::object{{"device", local_id}}, loaded_reply(std::move(done)));
 }
 
 bool RemoteHost::connected() const {
@@ -226,7 +238,7 @@ struct AgentListener::Impl {
     Conn c = std::move(it->second);
     conns.erase(it);
     ::close(fd);
-    std::map<std::int64_t, manager::HostDriver::Done> pending;
+    std::map<std::int64_t, ReplyDone> pending;
     Registration was;
     {
       std::lock_guard lock(c.link->mu);
@@ -238,7 +250,7 @@ struct AgentListener::Impl {
     release(c);
     if (was == Registration::none) return;
     Error err = host_lost(c.link->host, why);
-    for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, ""); });
+    for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, nullptr); });
     // Only a host the pool took is lost. Checked on the owner thread, where registrations are settled: one still
     // pending here was settled by now, or never will be (its connection is gone), so a host refused or never
     // seen is not reported.
@@ -289,7 +301,7 @@ struct AgentListener::Impl {
     Message& m = *parsed;
     if (m.method.empty()) {  // a reply to one of our requests
       if (registration(c) != Registration::admitted) return;
-      manager::HostDriver::Done done;
+      ReplyDone done;
       {
         std::lock_guard lock(c.link->mu);
         if (!m.id.is_int64()) return;
@@ -298,16 +310,10 @@ struct AgentListener::Impl {
         done = std::move(it->second);
         c.link->pending.erase(it);
       }
-      Status s = Status::ok();
-      std::string loaded;
-      if (m.error) {
-        s = *m.error;
-      } else if (m.result->is_object()) {
-        if (auto* l = m.result->get_object().if_contains("loaded"); l && l->is_string())
-          loaded = std::string(l->get_string());
-      }
-      post([done = std::move(done), s = std::move(s), loaded = std::move(loaded)]() mutable {
-        done(std::move(s), std::move(loaded));
+      Status s = m.error ? Status(*m.error) : Status::ok();
+      json::value result = m.error ? json::value(nullptr) : std::move(*m.result);
+      post([done = std::move(done), s = std::move(s), result = std::move(result)]() mutable {
+        done(std::move(s), std::move(result));
       });
       return;
     }

@@ -127,6 +127,25 @@ Result<bool> get_bool(const json::object& obj, std::string_view key, std::string
   return v->get_bool();
 }
 
+Result<std::uint64_t> get_uint(const json::object& obj, std::string_view key, std::string_view where,
+                               std::uint64_t max) {
+  auto* v = obj.if_contains(key);
+  if (!v) return std::uint64_t{0};
+  std::uint64_t n = 0;
+  if (v->is_uint64()) {
+    n = v->get_uint64();
+  } else if (v->is_int64() && v->get_int64() >= 0) {
+    n = static_cast<std::uint64_t>(v->get_int64());
+  } else {
+    return make_error("invalid_argument",
+                      std::string(where) + ": field '" + std::string(key) + "' must be a non-negative integer");
+  }
+  if (n > max)
+    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is above " +
+                                              std::to_string(max));
+  return n;
+}
+
 Status only_fields(const json::object& obj, std::string_view allowed, std::string_view where) {
   for (const auto& kv : obj) {
     std::string_view k = kv.key();

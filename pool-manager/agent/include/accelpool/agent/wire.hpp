@@ -48,6 +48,9 @@ Result<Message> parse_message(std::string_view line);
 Result<std::string> get_string(const boost::json::object& obj, std::string_view key, std::string_view where,
                                bool required);
 Result<bool> get_bool(const boost::json::object& obj, std::string_view key, std::string_view where, bool fallback);
+// An integer in [0, max]; absent: 0.
+Result<std::uint64_t> get_uint(const boost::json::object& obj, std::string_view key, std::string_view where,
+                               std::uint64_t max);
 // Refuses fields of `obj` not listed in `allowed` (comma-separated): "invalid_argument" naming the first one.
 Status only_fields(const boost::json::object& obj, std::string_view allowed, std::string_view where);
 
