@@ -1,7 +1,6 @@
 // The agent protocol's wire layer (docs/agent-protocol.md): a byte stream split into lines with kMaxLine, each
 // parsed as a JSON-RPC message; the strict field readers, the prepare codec and the reply builders run on what
 // parses.
-#include <accelpool/agent/prepare_codec.hpp>
 #include <accelpool/agent/wire.hpp>
 
 #include <cstddef>
@@ -20,10 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)agent::get_bool(params, "passthrough", "register", false);
     (void)agent::only_fields(params, "protocol,token,host,devices", "register");
     if (auto request = agent::parse_prepare_request(params, "device.prepare"))
-      (void)agent::parse_prepare_request(agent::to_json(*request), "device.prepare");
+      (void)agent::parse_prepare_request(agent::prepare_request_json(*request), "device.prepare");
     if (message->result) {
       if (auto result = agent::parse_prepare_result(*message->result, "device.prepare result"))
-        (void)agent::to_json(*result);
+        (void)agent::prepare_result_json(*result);
     }
     if (message->has_id) {
       (void)agent::result_line(message->id, message->result ? *message->result : boost::json::value(params));

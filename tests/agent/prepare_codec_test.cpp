@@ -1,6 +1,6 @@
 // device.prepare's params and result on the agent link: what one side writes, the other reads back whole, and a
 // malformed message is an error naming the field.
-#include <accelpool/agent/prepare_codec.hpp>
+#include <accelpool/agent/wire.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -32,7 +32,7 @@ std::string result_error(const std::string& text) {
 
 TEST_CASE("a prepare request and its result read back as they were written", "[agent][wire]") {
   host::PrepareRequest req{"sim:0", "42", "web-1", "vadd", std::string(64, 'a'), true};
-  auto params = agent::to_json(req);
+  auto params = agent::prepare_request_json(req);
   auto back = agent::parse_prepare_request(json::parse(json::serialize(params)).as_object(), "device.prepare");
   REQUIRE(back);
   CHECK(back->device == "sim:0");
@@ -43,7 +43,7 @@ TEST_CASE("a prepare request and its result read back as they were written", "[a
   CHECK(back->reprogram);
 
   const auto sent = full_result();
-  auto result = agent::parse_prepare_result(json::parse(json::serialize(agent::to_json(sent))), "r");
+  auto result = agent::parse_prepare_result(json::parse(json::serialize(agent::prepare_result_json(sent))), "r");
   REQUIRE(result);
   CHECK(result->loaded == "vadd");
   CHECK(result->attach == host::AttachMode::pci_hostdev);

@@ -1,7 +1,6 @@
 #include "agent.hpp"
 #include "relay.hpp"
 
-#include <accelpool/agent/prepare_codec.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/backends/device_details.hpp>
 #include <accelpool/backends/factory.hpp>
@@ -443,7 +442,7 @@ class AgentImpl final : public Agent {
     result.details = backends::details_of(d.info);
     set_loaded(id, result.loaded);
     auto answer = [&] {
-      reply = to_json(result);
+      reply = prepare_result_json(result);
       return Status::ok();
     };
     // A PCI function goes in as a VFIO hostdev; a device with a shared-memory window as an emulated ivshmem.

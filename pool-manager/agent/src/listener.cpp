@@ -1,6 +1,5 @@
 // AgentListener and RemoteHost: one poll loop on a thread of its own serves every agent connection.
 #include <accelpool/agent/listener.hpp>
-#include <accelpool/agent/prepare_codec.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/common/listener_limits.hpp>
 
@@ -93,7 +92,7 @@ Result<std::vector<manager::HostDevice>> RemoteHost::devices() {
 }
 
 void RemoteHost::prepare(const host::PrepareRequest& request, PrepareDone done) {
-  call(*link_, "device.prepare", to_json(request), [done = std::move(done)](Status s, json::value result) {
+  call(*link_, "device.prepare", prepare_request_json(request), [done = std::move(done)](Status s, json::value result) {
     if (!s) return done(std::move(s), host::PrepareResult{});
     auto parsed = parse_prepare_result(result, "device.prepare result");
     if (!parsed) return done(parsed.error(), host::PrepareResult{});

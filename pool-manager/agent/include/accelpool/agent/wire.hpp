@@ -5,6 +5,7 @@
 
 #include <accelpool/common/json_lines.hpp>
 #include <accelpool/common/result.hpp>
+#include <accelpool/host/contract.hpp>
 
 #include <boost/json.hpp>
 
@@ -54,6 +55,14 @@ Result<std::uint64_t> get_uint(const boost::json::object& obj, std::string_view 
 // Refuses fields of `obj` not listed in `allowed` (comma-separated): "invalid_argument" naming the first one.
 Status only_fields(const boost::json::object& obj, std::string_view allowed, std::string_view where);
 
+// The prepare contract on the wire (docs/agent-protocol.md, device.prepare).
+// device.prepare's params {device, lease, vm, bitstream, sha256, reprogram}: only `device` is required. Errors:
+// "invalid_argument" naming the field and `where` (an unknown field, a wrong type, a missing device).
+Result<host::PrepareRequest> parse_prepare_request(const boost::json::object& params, std::string_view where);
+// device.prepare's result {loaded, attach, guest_pci, endpoint, details: {kind, model, vendor, pci_vendor_id,
+// pci_device_id, memory_bytes, host_pci}}.
+boost::json::object prepare_result_json(const host::PrepareResult& result);
+
 // Socket helpers. Addresses are "HOST:PORT" (TCP, numeric IPv4) or "unix:PATH".
 // Creates a non-blocking listening socket (an existing Unix socket file is replaced). Errors: "invalid_argument"
 // (bad address), "io_error" (bind/listen failed; names the address and errno text).
@@ -66,5 +75,15 @@ Result<int> connect_to(std::string_view address);
 Status write_some(int fd, std::string& out);
 // Reads what is available into `in`. Returns false on end of stream or error.
 bool read_some(int fd, LineBuffer& in);
+
+// The manager's side of the prepare contract (with parse_prepare_request and prepare_result_json above: one
+// codec for both sides).
+// device.prepare's params: device, bitstream and reprogram always; sha256, vm and lease when not empty.
+boost::json::object prepare_request_json(const host::PrepareRequest& request);
+// Reads a device.prepare result strictly: it must be an object; every field is optional (absent: the default),
+// but a field of the wrong type or range, an unknown attach mode or an unknown field is an "invalid_argument"
+// error naming the field and `where` (e.g. "device.prepare result: field 'details': field 'memory_bytes' must be
+// a non-negative integer").
+Result<host::PrepareResult> parse_prepare_result(const boost::json::value& result, std::string_view where);
 
 }  // namespace accelpool::agent
