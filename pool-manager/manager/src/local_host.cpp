@@ -1,5 +1,6 @@
 // An in-process host: a DeviceBackend driven from a worker thread of its own.
 #include <accelpool/backends/device_backend.hpp>
+#include <accelpool/backends/device_details.hpp>
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/manager/auth.hpp>
@@ -65,6 +66,7 @@ class LocalHost final : public HostDriver {
         hd.kind = d.kind;
         hd.model = d.model;
         hd.passthrough = d.passthrough;
+        details_[d.local_id] = backends::details_of(d);
         if (auto loaded = backend->loaded(d.local_id); loaded) hd.loaded = name_of(*loaded);
         out.push_back(std::move(hd));
       }
@@ -97,6 +99,7 @@ class LocalHost final : public HostDriver {
       }
       host::PrepareResult result;
       result.loaded = loaded_name(local_id);
+      if (auto d = details_.find(local_id); d != details_.end()) result.details = d->second;
       // The guest shares the host's process space: nothing to attach.
       if (s) result.attach = host::AttachMode::in_process;
       post_([s = std::move(s), result = std::move(result), done = std::move(done)]() mutable {
@@ -195,6 +198,7 @@ class LocalHost final : public HostDriver {
   std::string name_;
   std::vector<std::unique_ptr<backends::DeviceBackend>> backends_;
   std::unordered_map<std::string, std::size_t> owner_;  // device id -> backend index (filled before use)
+  std::unordered_map<std::string, host::DeviceDetails> details_;  // as devices() last enumerated (backend_mu_)
   std::shared_ptr<ImageCatalog> catalog_;
   Poster post_;
   std::mutex backend_mu_;  // the backends are used from one thread at a time
