@@ -1,5 +1,6 @@
 // The agent protocol's wire layer (docs/agent-protocol.md): a byte stream split into lines with kMaxLine, each
-// parsed as a JSON-RPC message; the strict field readers and the reply builders run on what parses.
+// parsed as a JSON-RPC message; the strict field readers, the prepare codec and the reply builders run on what
+// parses.
 #include <accelpool/agent/wire.hpp>
 
 #include <cstddef>
@@ -17,6 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)agent::get_string(params, "token", "register", false);
     (void)agent::get_bool(params, "passthrough", "register", false);
     (void)agent::only_fields(params, "protocol,token,host,devices", "register");
+    if (auto request = agent::parse_prepare_request(params, "device.prepare"))
+      (void)agent::parse_prepare_request(agent::prepare_request_json(*request), "device.prepare");
+    if (message->result) {
+      if (auto result = agent::parse_prepare_result(*message->result, "device.prepare result"))
+        (void)agent::prepare_result_json(*result);
+    }
     if (message->has_id) {
       (void)agent::result_line(message->id, message->result ? *message->result : boost::json::value(params));
       if (message->error) (void)agent::error_line(message->id, *message->error);

@@ -32,6 +32,7 @@
 namespace fs = std::filesystem;
 using namespace accelpool;
 using namespace std::chrono_literals;
+namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -350,6 +351,12 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   auto r = f.owner.prepare(*a, prepare_request("sim:1", "vadd", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "vadd");
+  // The result tells what the device is; without a VM nothing is attached.
+  CHECK(r.result.loaded == "vadd");
+  CHECK(r.result.attach == host::AttachMode::none);
+  CHECK(r.result.details.kind == "fpga");
+  CHECK(r.result.details.model == "sim-u250");
+  CHECK(r.result.details.vendor == "accelpool simulator");
   r = f.owner.prepare(*b, prepare_request("sim:0", "mmul", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "mmul");
@@ -363,6 +370,8 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   r = f.owner.prepare(*c, prepare_request("sim:0", "gemm", false, ""));
   REQUIRE(r.status);
   CHECK(r.loaded == "gemm");
+  CHECK(r.result.attach == host::AttachMode::network);  // reached over the network from any host
+  CHECK(r.result.details.kind == "gpu");
 
   // Several operations in flight on one host complete in order, each with its own outcome.
   std::vector<Owner::Outcome> outs(4);
@@ -555,6 +564,56 @@ TEST_CASE("a failed device reports failed health and failed programming is an er
   CHECK(r.loaded == "vadd");
 }
 
+TEST_CASE("RemoteHost sends every field of a prepare and reads the whole result, and a malformed one is an error") {
+  Fixture f;
+  RawClient raw(f.port());
+  auto m = raw.call(R"({"jsonrpc":"2.0","id":1,"method":"agent.register","params":{"token":")" + kToken +
+                    R"(","host":"host-r","protocol":1,"devices":[{"id":"d0","kind":"fpga","model":"m"}]}})");
+  REQUIRE(m.result);
+  REQUIRE(f.wait_joined(1));
+  auto r = f.host("host-r");
+
+  // Asks for a prepare and answers it with `result` (the JSON text of the agent's result).
+  auto prepare_answered = [&](const std::string& result) {
+    Owner::Outcome out;
+    f.owner.sync([&] {
+      r->prepare(prepare_request("d0", "vadd", true, "web-1", std::string(64, 'c'), "42"), f.owner.record_prepare(out));
+    });
+    auto request = raw.next();
+    CHECK(request.method == "device.prepare");
+    CHECK(json::serialize(request.params) ==
+          R"({"device":"d0","bitstream":"vadd","reprogram":true,"sha256":")" + std::string(64, 'c') +
+              R"(","vm":"web-1","lease":"42"})");
+    raw.send(R"({"jsonrpc":"2.0","id":)" + json::serialize(request.id) + R"(,"result":)" + result + "}\n");
+    REQUIRE(f.owner.wait([&] { return out.done; }));
+    return out;
+  };
+  auto out = prepare_answered(
+      R"({"loaded":"vadd","attach":"pci_hostdev","guest_pci":"0000:00:0a.0","endpoint":"","details":{"kind":"fpga",)"
+      R"("model":"m","vendor":"Xilinx","pci_vendor_id":4334,"pci_device_id":20485,"memory_bytes":1024,)"
+      R"("host_pci":"0000:65:00.1"}})");
+  REQUIRE(out.status);
+  CHECK(out.result.loaded == "vadd");
+  CHECK(out.result.attach == host::AttachMode::pci_hostdev);
+  CHECK(out.result.guest_pci == "0000:00:0a.0");
+  CHECK(out.result.details.vendor == "Xilinx");
+  CHECK(out.result.details.pci_vendor_id == 0x10ee);
+  CHECK(out.result.details.pci_device_id == 0x5005);
+  CHECK(out.result.details.memory_bytes == 1024);
+  CHECK(out.result.details.host_pci == "0000:65:00.1");
+
+  out = prepare_answered(R"({"loaded":"vadd","attach":"teleport"})");
+  REQUIRE_FALSE(out.status);
+  CHECK(out.status.error().code == "invalid_argument");
+  CHECK(out.status.error().message == "device.prepare result: field 'attach' has unknown mode 'teleport'");
+  out = prepare_answered(R"({"loaded":"vadd","details":{"memory_bytes":"1 GiB"}})");
+  REQUIRE_FALSE(out.status);
+  CHECK(out.status.error().message.find("field 'memory_bytes' must be a non-negative integer") != std::string::npos);
+  // The link stays up: the next answer is read as usual.
+  out = prepare_answered(R"({"loaded":"vadd"})");
+  CHECK(out.status);
+}
+
 TEST_CASE("with a bitstream registry prepare programs verified images and refuses wrong ones") {
   Fixture f;
   AgentProcess a1("host-a", f.port(),
@@ -652,6 +711,7 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   INFO(a1.log());
   REQUIRE(r.status);
   CHECK(r.loaded == "vadd");
+  CHECK(r.result.attach == host::AttachMode::emulated);  // the simulated device's memory as an ivshmem device
   auto xml = daemon->live_xml(vm);
   REQUIRE(xml);
   CHECK(xml->find("<shmem") != std::string::npos);

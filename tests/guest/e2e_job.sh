@@ -27,7 +27,8 @@ while [ ! -S /run/accelpool/guest.sock ] && [ $tries -lt 100 ]; do sleep 0.05; t
 [ -S /run/accelpool/guest.sock ] || { say "job: accelpool-guestd did not start"; exit 3; }
 sleep "$delay"
 
-# The command: waits for the hot-plugged ivshmem device (vendor 0x1af4, device 0x1110) and holds it. A PCIe hot-plug
+# The command: waits for the hot-plugged ivshmem device (vendor 0x1af4, device 0x1110) and holds it; it reports
+# where it found the device and where its grant said the device is (ACCELPOOL_DEVICE_0_PCI, _ATTACH). A PCIe hot-plug
 # reaches the guest's kernel only after its attention-button delay (about 5 s) and a loaded host slows that
 # further: the job waits up to 120 s of guest uptime; the test's own deadline fails a hung run sooner.
 job='
@@ -39,7 +40,7 @@ while :; do
   for d in /sys/bus/pci/devices/*; do
     read -r v <"$d/vendor"; read -r p <"$d/device"
     if [ "$v" = 0x1af4 ] && [ "$p" = 0x1110 ]; then
-      echo "accelpool-guest: job lease $ACCELPOOL_LEASE devices $ACCELPOOL_DEVICES sees pci ${d##*/} vendor $v device $p"
+      echo "accelpool-guest: job lease $ACCELPOOL_LEASE devices $ACCELPOOL_DEVICES sees pci ${d##*/} vendor $v device $p granted pci [$ACCELPOOL_DEVICE_0_PCI] attach $ACCELPOOL_DEVICE_0_ATTACH"
       sleep "$HOLD"
       exit 0
     fi

@@ -218,11 +218,21 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
     }
   } cleanup{daemon, {g1, g2}};
 
+  // The PCI address the grant gave the guest (accelpool-run's ACCELPOOL_DEVICE_0_PCI, from the lease's
+  // device_info) is the one at which the device appears in the guest's /sys/bus/pci/devices.
+  auto check_granted_pci = [](const std::string& line) {
+    std::smatch m;
+    REQUIRE(std::regex_search(line, m, std::regex(R"(sees pci (\S+) .* granted pci \[(\S*)\] attach (\S*))")));
+    CHECK(m[2].str() == m[1].str());
+    CHECK(m[3].str() == "emulated");
+  };
+
   // Guest 1: granted, the device hot-plugged and seen by the kernel and by the command.
   auto sees1 = console_line(c1, "job lease", 90s);
   REQUIRE(sees1);
   INFO("guest 1: " << *sees1);
   CHECK(sees1->find("devices " + device + " sees pci") != std::string::npos);
+  check_granted_pci(*sees1);
   CHECK(console_line(c1, "pci added", 1s));
   const double granted1_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // Guest 2 is booted and waiting while guest 1 holds the device.
@@ -234,6 +244,7 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   REQUIRE(sees2);
   INFO("guest 2: " << *sees2);
   CHECK(sees2->find("devices " + device + " sees pci") != std::string::npos);
+  check_granted_pci(*sees2);
   auto done2 = console_line(c2, "job: " + g2 + " done", 30s);
   REQUIRE(done2);
   CHECK(done2->find("status 0") != std::string::npos);

@@ -176,7 +176,20 @@ TEST_CASE("remote agents join, a SIGKILLed agent's devices become unavailable an
   // Guest g1 holds both of A's FPGAs; w1 holds B's GPU and w2 waits for a GPU.
   auto g1 = p.guest("vm-g1");
   auto l1 = lease_id(g1.call("acquire", {{"kind", "fpga"}, {"count", 2}, {"bitstream", "vadd"}}));
-  REQUIRE(g1.wait_notification("lease.granted", l1));
+  auto granted = g1.wait_notification("lease.granted", l1);
+  REQUIRE(granted);
+  // The grant says what the agent did with each device: programmed vadd; the guest reaches these simulated
+  // devices over the network.
+  const auto& info = granted->at("params").at("lease").at("device_info").as_array();
+  REQUIRE(info.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& d = info[i].as_object();
+    CHECK(d.at("name") == granted->at("params").at("lease").at("devices").at(i));
+    CHECK(d.at("model") == "sim-u250");
+    CHECK(d.at("vendor") == "accelpool simulator");
+    CHECK(d.at("loaded") == "vadd");
+    CHECK(d.at("attach") == "network");
+  }
   auto w1 = p.guest("vm-w1");
   auto lw1 = lease_id(w1.call("acquire", {{"kind", "gpu"}}));
   REQUIRE(w1.wait_notification("lease.granted", lw1));

@@ -350,21 +350,35 @@ TEST_CASE("a preemption becomes a revocation with grace, then the lease waits ag
 }
 
 namespace {
-// A host that records what the core asks of it and completes through the poster.
+// A host that records what the core asks of it and completes through the poster. A prepare answers that the
+// device was hot-plugged into the VM at a guest PCI address of its own, with the device's kind and model.
 struct RecordingHost : HostDriver {
   std::string name_;
   std::vector<HostDevice> devices_;
   Poster post_;
   std::vector<std::string>* calls_;
+  std::vector<accelpool::host::PrepareRequest> requests;
   RecordingHost(std::string n, std::vector<HostDevice> d, Poster p, std::vector<std::string>* calls)
       : name_(std::move(n)), devices_(std::move(d)), post_(std::move(p)), calls_(calls) {}
   const std::string& name() const override { return name_; }
   accelpool::Result<std::vector<HostDevice>> devices() override { return devices_; }
   void prepare(const accelpool::host::PrepareRequest& request, PrepareDone done) override {
     calls_->push_back(name_ + " prepare " + request.device + " " + request.vm);
+    requests.push_back(request);
     accelpool::host::PrepareResult result;
     result.loaded = request.bitstream;
+    result.attach = accelpool::host::AttachMode::pci_hostdev;
+    result.guest_pci = guest_pci_of(request.device);
+    for (const auto& d : devices_) {
+      if (d.local_id == request.device) result.details = {d.kind, d.model, "test vendor", 0x10ee, 0x5005, 4096, ""};
+    }
     post_([done, result] { done(accelpool::Status::ok(), result); });
+  }
+  // The address at which the guest sees `local` ("0000:00:1f.<n>" for the n-th device).
+  std::string guest_pci_of(const std::string& local) const {
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      if (devices_[i].local_id == local) return "0000:00:1f." + std::to_string(i);
+    return "";
   }
   void release(const std::string& local, Done done) override {
     calls_->push_back(name_ + " release " + local);
@@ -504,4 +518,54 @@ TEST_CASE("one guest holds at most max_live_per_guest live leases, so hello and 
   CHECK(pool.core->acquire(p).error().code == "quota_exceeded");
   REQUIRE(pool.core->release(Pool::owner(*first), first->id));
   CHECK(pool.core->acquire(p));
+}
+
+TEST_CASE("a grant keeps what each device's host did: a restart keeps it, a requeue forgets it", "[core][hosts]") {
+  CoreOptions options;
+  options.image_sha256 = [](const std::string& bitstream) { return "sha-of-" + bitstream; };
+  Pool pool(make_devices("gpu", 1), options);
+  std::vector<std::string> calls;
+  auto remote = std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls);
+  RecordingHost* host = remote.get();
+  REQUIRE(pool.core->attach_host(std::move(remote)).is_ok());
+  Lease a = pool.acquire("a", "vm1", 2, "vadd");
+  REQUIRE(a.state == LeaseState::granted);
+  REQUIRE(pool.get(a.id).grants.size() == 2);
+  for (const auto& g : pool.get(a.id).grants) CHECK(g.details.kind.empty());  // nothing answered yet
+  pool.posts.drain();
+
+  // The core asked with the lease, the guest and the image's identity.
+  REQUIRE(host->requests.size() == 2);
+  for (const auto& r : host->requests) {
+    CHECK(r.lease == std::to_string(a.id));
+    CHECK(r.vm == "vm1");
+    CHECK(r.bitstream == "vadd");
+    CHECK(r.sha256 == "sha-of-vadd");
+  }
+  // Each device's answer sits beside it.
+  auto check_grants = [&](const Lease& l) {
+    REQUIRE(l.ready);
+    REQUIRE(l.grants.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      INFO(l.devices[i]);
+      CHECK(l.grants[i].guest_pci == host->guest_pci_of(l.devices[i].substr(l.devices[i].find('/') + 1)));
+      CHECK(l.grants[i].attach == accelpool::host::AttachMode::pci_hostdev);
+      CHECK(l.grants[i].loaded == "vadd");
+      CHECK(l.grants[i].details.model == "test-fpga");
+      CHECK(l.grants[i].details.vendor == "test vendor");
+      CHECK(l.grants[i].details.memory_bytes == 4096);
+    }
+  };
+  check_grants(pool.get(a.id));
+
+  pool.restart(make_devices("gpu", 1));
+  auto fresh = std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls);
+  host = fresh.get();
+  REQUIRE(pool.core->attach_host(std::move(fresh)).is_ok());
+  check_grants(pool.get(a.id));
+  CHECK(host->requests.empty());  // a ready lease is not prepared again
+
+  REQUIRE(pool.core->host_lost("remote").is_ok());
+  CHECK(pool.get(a.id).state == LeaseState::queued);
+  CHECK(pool.get(a.id).grants.empty());
 }

@@ -88,6 +88,37 @@ struct Running {
 
 }  // namespace
 
+TEST_CASE("a grant tells the guest what each device of the in-process sim host is, and the admin API too",
+          "[integration]") {
+  Running m("[leases]\nttl_s = 30\nrevoke_grace_s = 1\n[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
+            "[admin]\nlisten = \"127.0.0.1:0\"\n[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n"
+            "[hosts.settings]\ndevices = \"fpga:sim-u250:2\"\nprogram_base_ms = 1\n"
+            "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
+  auto g = m.guest(m.token_a, "vm1");
+  auto id = lease_id(g.call("acquire", {{"kind", "fpga"}, {"count", 2}}));
+  auto granted = g.wait_notification("lease.granted", id);
+  REQUIRE(granted);
+  auto check_info = [&](const boost::json::object& lease) {
+    const auto& devices = lease.at("devices").as_array();
+    const auto& info = lease.at("device_info").as_array();
+    REQUIRE(info.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      const auto& d = info[i].as_object();
+      CHECK(d.at("name") == devices[i]);  // aligned with devices
+      CHECK(d.at("kind") == "fpga");
+      CHECK(d.at("model") == "sim-u250");
+      CHECK(d.at("vendor") == "accelpool simulator");
+      CHECK(d.at("attach") == "in_process");  // the guest shares the manager's host
+      CHECK(d.at("pci") == "");
+      CHECK(d.at("loaded") == "");
+    }
+  };
+  check_info(granted->at("params").at("lease").as_object());
+  auto admin = m.get("/v1/leases/" + std::to_string(id));
+  REQUIRE(admin.status == 200);
+  check_info(admin.json().as_object());
+}
+
 TEST_CASE("full lease lifecycle over TCP: grant, queue when full, gang, release, notifications", "[integration]") {
   Running m(config(2, 30, 1));
   auto g1 = m.guest(m.token_a, "vm1");

@@ -102,6 +102,8 @@ TEST_CASE("the local host programs and then resets a device through its backend"
   host->prepare(request("d0", "vadd", true), [&](Status s, host::PrepareResult result) {
     CHECK(s.is_ok());
     CHECK(result.attach == host::AttachMode::in_process);
+    CHECK(result.details.kind == "fpga");  // what the backend enumerated
+    CHECK(result.details.model == "mem");
     results["d0"] = result.loaded;
   });
   host->prepare(request("d1", "broken", true), [&](Status s, host::PrepareResult) {

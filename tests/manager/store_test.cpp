@@ -26,6 +26,15 @@ Lease stored_lease(LeaseId id, LeaseState state, double ended_at) {
   return l;
 }
 
+// Makes a store file at `file` holding `leases`, and closes it.
+void write_leases(const std::filesystem::path& file, std::vector<Lease> leases) {
+  auto opened = open_sqlite_store(file, false);
+  REQUIRE(opened.is_ok());
+  Batch b;
+  b.leases = std::move(leases);
+  REQUIRE((*opened)->apply(b).is_ok());
+}
+
 }  // namespace
 
 TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
@@ -37,6 +46,13 @@ TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   Lease l = stored_lease(7, LeaseState::granted, 0);
   l.devices = {"h/d0", "h/d1"};
   l.estimate_s = 3.5;
+  l.grants.resize(2);
+  l.grants[0].loaded = "vadd";
+  l.grants[0].attach = accelpool::host::AttachMode::pci_hostdev;
+  l.grants[0].guest_pci = "0000:00:0a.0";
+  l.grants[0].details = {"fpga", "m", "Xilinx", 0x10ee, 0x5005, 1ull << 36, "0000:65:00.1"};
+  l.grants[1].attach = accelpool::host::AttachMode::network;
+  l.grants[1].endpoint = "10.0.0.7:5000";
   b.leases.push_back(l);
   b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "vadd", false, true, 0});
   b.tenants.push_back({"t", 2.0, 4, "abc"});
@@ -48,6 +64,19 @@ TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   CHECK(snap->leases[0].devices == l.devices);
   CHECK(snap->leases[0].estimate_s == 3.5);
   CHECK(snap->leases[0].state == LeaseState::granted);
+  // What the hosts did comes back whole, aligned with the devices.
+  const auto& grants = snap->leases[0].grants;
+  REQUIRE(grants.size() == 2);
+  CHECK(grants[0].loaded == "vadd");
+  CHECK(grants[0].attach == accelpool::host::AttachMode::pci_hostdev);
+  CHECK(grants[0].guest_pci == "0000:00:0a.0");
+  CHECK(grants[0].details.vendor == "Xilinx");
+  CHECK(grants[0].details.pci_vendor_id == 0x10ee);
+  CHECK(grants[0].details.pci_device_id == 0x5005);
+  CHECK(grants[0].details.memory_bytes == (1ull << 36));
+  CHECK(grants[0].details.host_pci == "0000:65:00.1");
+  CHECK(grants[1].attach == accelpool::host::AttachMode::network);
+  CHECK(grants[1].endpoint == "10.0.0.7:5000");
   CHECK(snap->devices.at(0).loaded == "vadd");
   CHECK(snap->tenants.at(0).weight == 2.0);
   CHECK(snap->meta.at("k") == "v");
@@ -142,22 +171,16 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
 TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   TempDir dir;
   auto file = dir.path / "v1.db";
-  // Version 1 had the same tables with full indexes and no `relayed` column: make one from a store of today,
-  // with two leases in it.
-  {
-    auto opened = open_sqlite_store(file, false);
-    REQUIRE(opened.is_ok());
-    Batch b;
-    b.leases.push_back(stored_lease(5, LeaseState::granted, 0));
-    b.leases.push_back(stored_lease(6, LeaseState::released, 3));
-    REQUIRE((*opened)->apply(b).is_ok());
-  }
+  // Version 1 had the same tables with full indexes and no `relayed` or `grants` column: make one from a store of
+  // today, with two leases in it.
+  write_leases(file, {stored_lease(5, LeaseState::granted, 0), stored_lease(6, LeaseState::released, 3)});
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
     const char* to_v1 =
         "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
-        "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; PRAGMA user_version=1;";
+        "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
+        "ALTER TABLE leases DROP COLUMN grants; PRAGMA user_version=1;";
     char* err = nullptr;
     int rc = sqlite3_exec(db, to_v1, nullptr, nullptr, &err);
     INFO((err ? err : ""));
@@ -175,6 +198,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     CHECK(snap->leases[0].id == 5);
     CHECK(snap->leases[0].state == LeaseState::granted);
     CHECK_FALSE(snap->leases[0].relayed);
+    CHECK(snap->leases[0].grants.empty());
     CHECK(snap->leases[1].state == LeaseState::released);
     CHECK(snap->max_lease_id == 6);
   }
@@ -192,5 +216,22 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   sqlite3_finalize(st);
   sqlite3_close(db);
   CHECK(indexes == std::vector<std::string>{"leases_ended_by_time", "leases_live_by_id"});
-  CHECK(version == 3);
+  CHECK(version == 4);
+}
+
+TEST_CASE("a lease whose stored grants are not what the store writes is reported corrupt", "[store]") {
+  TempDir dir;
+  auto file = dir.path / "s.db";
+  write_leases(file, {stored_lease(5, LeaseState::granted, 0)});
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, R"(UPDATE leases SET grants='[{"attach":"teleport"}]' WHERE id=5)", nullptr, nullptr,
+                       nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto opened = open_sqlite_store(file, false);
+  REQUIRE(opened.is_ok());
+  auto snap = (*opened)->load(10);
+  REQUIRE_FALSE(snap.is_ok());
+  CHECK(snap.error().code == "corrupt");
+  CHECK(snap.error().message == "lease 5 grants[0]: field 'attach' has unknown mode 'teleport'");
 }

@@ -58,6 +58,13 @@ int main(int argc, char** argv) {
     CHECK(pl == -2 && dv == -2);
     CHECK(accelpool_lease_device_opencl(lease, 5, &pl, &dv, &sub) == 0);
     CHECK(strcmp(accelpool_lease_device_pci(lease, 0), "") == 0);
+    /* What the (static) host said of it: its kind and model as configured, nothing attached. */
+    CHECK(strcmp(accelpool_lease_device_info(lease, 0, "kind"), "fpga") == 0);
+    CHECK(strcmp(accelpool_lease_device_info(lease, 0, "model"), "u250") == 0);
+    CHECK(strcmp(accelpool_lease_device_info(lease, 0, "attach"), "none") == 0);
+    CHECK(strcmp(accelpool_lease_device_info(lease, 0, "colour"), "") == 0);
+    CHECK(strcmp(accelpool_lease_device_info(lease, 9, "kind"), "") == 0);
+    CHECK(accelpool_lease_device_number(lease, 0, "memory_bytes") == 0);
     printf("lease %llu device %s\n", (unsigned long long)accelpool_lease_id(lease), accelpool_lease_device(lease, 0));
   }
 

@@ -97,6 +97,33 @@ TEST_CASE("lease objects and device names become descriptions", "[shim]") {
   CHECK(bad.error().code == "protocol");
 }
 
+TEST_CASE("what the server says of a device replaces what its name suggests", "[shim]") {
+  auto l = parse_lease(R"({"id":7,"state":"granted","ready":true,"kind":"fpga","count":2,
+    "devices":["hv-01/xrt:0000:65:00.1","hv-01/sim:0"],
+    "device_info":[{"name":"hv-01/xrt:0000:65:00.1","kind":"fpga","model":"xilinx_u250_gen3x16_xdma_4_1_202210_1",
+      "vendor":"Xilinx","pci_vendor_id":4334,"pci_device_id":20485,"memory_bytes":68719476736,
+      "attach":"pci_hostdev","pci":"0000:00:0a.0","endpoint":"","loaded":"vadd"},
+     {"name":"hv-01/sim:0","kind":"fpga","model":"sim-u250","attach":"network","pci":"","endpoint":"10.0.0.7:5000",
+      "pci_vendor_id":-1,"memory_bytes":"lots"}]})");
+  REQUIRE(l);
+  REQUIRE(l->devices.size() == 2);
+  const auto& x = l->devices[0];
+  CHECK(x.pci_address == "0000:00:0a.0");  // where the guest sees it, not the host's BDF in the name
+  CHECK(x.attach == "pci_hostdev");
+  CHECK(x.kind == "fpga");
+  CHECK(x.model == "xilinx_u250_gen3x16_xdma_4_1_202210_1");
+  CHECK(x.vendor == "Xilinx");
+  CHECK(x.pci_vendor_id == 0x10ee);
+  CHECK(x.pci_device_id == 0x5005);
+  CHECK(x.memory_bytes == 68719476736ull);
+  CHECK(x.loaded == "vadd");
+  const auto& s = l->devices[1];
+  CHECK(s.attach == "network");
+  CHECK(s.endpoint == "10.0.0.7:5000");
+  CHECK(s.pci_vendor_id == 0);  // not a valid id: unknown
+  CHECK(s.memory_bytes == 0);
+}
+
 namespace {
 
 // A JSON-lines server on 127.0.0.1 that answers hello and hands every other request to `on_request`, which returns

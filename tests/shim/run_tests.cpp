@@ -109,6 +109,13 @@ TEST_CASE("accelpool-run exports the grant, exits with the command's status and 
   CHECK(env["ACCELPOOL_GUEST"] == "vm-run");
   CHECK(env["ACCELPOOL_POOL"] == m.tcp_uri());
   CHECK(env["ACCELPOOL_LEASE_JSON"].find("\"granted\"") != std::string::npos);
+  // The device on its own, as the pool's host described it.
+  CHECK(env["ACCELPOOL_DEVICE_0_NAME"] == env["ACCELPOOL_DEVICES"]);
+  CHECK(env["ACCELPOOL_DEVICE_0_KIND"] == "fpga");
+  CHECK(env["ACCELPOOL_DEVICE_0_MODEL"] == "u250");
+  CHECK(env["ACCELPOOL_DEVICE_0_ATTACH"] == "none");  // the static host attaches nothing
+  CHECK(env.count("ACCELPOOL_DEVICE_0_PCI") == 1);
+  CHECK(env.count("ACCELPOOL_DEVICE_1_NAME") == 0);
   auto obs = observer(m, "vm-run");
   auto lease = obs->get(std::stoull(env["ACCELPOOL_LEASE"]));
   REQUIRE(lease);

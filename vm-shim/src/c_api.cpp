@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 using accelpool::Error;
 using namespace accelpool::shim;
@@ -212,6 +214,29 @@ int accelpool_lease_device_opencl(const accelpool_lease* lease, size_t index, in
   return 1;
 }
 
+const char* accelpool_lease_device_info(const accelpool_lease* lease, size_t index, const char* field) {
+  if (!lease || !field || index >= lease->snapshot.devices.size()) return "";
+  const DeviceInfo& d = lease->snapshot.devices[index];
+  const std::string_view f(field);
+  for (const auto& [name, value] : {std::pair<std::string_view, const std::string*>{"kind", &d.kind},
+                                    {"model", &d.model},
+                                    {"vendor", &d.vendor},
+                                    {"attach", &d.attach},
+                                    {"endpoint", &d.endpoint},
+                                    {"loaded", &d.loaded}}) {
+    if (f == name) return value->c_str();
+  }
+  return "";
+}
+uint64_t accelpool_lease_device_number(const accelpool_lease* lease, size_t index, const char* field) {
+  if (!lease || !field || index >= lease->snapshot.devices.size()) return 0;
+  const DeviceInfo& d = lease->snapshot.devices[index];
+  const std::string_view f(field);
+  if (f == "pci_vendor_id") return d.pci_vendor_id;
+  if (f == "pci_device_id") return d.pci_device_id;
+  if (f == "memory_bytes") return d.memory_bytes;
+  return 0;
+}
 const char* accelpool_lease_device_pci(const accelpool_lease* lease, size_t index) {
   if (!lease || index >= lease->snapshot.devices.size()) return "";
   return lease->snapshot.devices[index].pci_address.c_str();

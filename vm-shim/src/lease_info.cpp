@@ -53,6 +53,14 @@ std::string string_or_empty(const nlohmann::json& o, const char* key) {
   return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// An unsigned integer no larger than `max`, else 0.
+std::uint64_t unsigned_or_zero(const nlohmann::json& o, const char* key, std::uint64_t max) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_number_unsigned()) return 0;
+  auto v = it->get<std::uint64_t>();
+  return v <= max ? v : 0;
+}
+
 std::optional<int> int_or_none(const nlohmann::json& o, const char* key) {
   auto it = o.find(key);
   if (it == o.end() || !it->is_number_integer()) return std::nullopt;
@@ -114,17 +122,24 @@ Result<LeaseInfo> lease_from_json(const nlohmann::json& j) {
       if (d.is_string()) l.devices.push_back(describe_device(d.get<std::string>()));
     }
   }
-  // Optional richer descriptions, matched by device name: {"name":..., "model":..., "pci":..., "opencl_platform":
-  // ..., "opencl_device":..., "xrt_index":..., "endpoint":...}.
+  // What each device's host did, matched by device name (docs/guest-protocol.md, "The lease"). What the server
+  // says replaces what the name suggested; indexes it does not send stay as the name says.
   if (auto di = j.find("device_info"); di != j.end() && di->is_array()) {
     for (const auto& o : *di) {
       if (!o.is_object()) continue;
       std::string name = string_or_empty(o, "name");
       for (auto& d : l.devices) {
         if (d.name != name) continue;
-        if (auto m = string_or_empty(o, "model"); !m.empty()) d.model = m;
-        if (auto p = string_or_empty(o, "pci"); !p.empty()) d.pci_address = p;
-        if (auto e = string_or_empty(o, "endpoint"); !e.empty()) d.endpoint = e;
+        d.kind = string_or_empty(o, "kind");
+        d.model = string_or_empty(o, "model");
+        d.vendor = string_or_empty(o, "vendor");
+        d.pci_vendor_id = static_cast<std::uint32_t>(unsigned_or_zero(o, "pci_vendor_id", 0xffffffffu));
+        d.pci_device_id = static_cast<std::uint32_t>(unsigned_or_zero(o, "pci_device_id", 0xffffffffu));
+        d.memory_bytes = unsigned_or_zero(o, "memory_bytes", ~std::uint64_t{0});
+        d.attach = string_or_empty(o, "attach");
+        d.loaded = string_or_empty(o, "loaded");
+        d.pci_address = string_or_empty(o, "pci");
+        d.endpoint = string_or_empty(o, "endpoint");
         if (auto v = int_or_none(o, "opencl_platform")) d.opencl_platform = v;
         if (auto v = int_or_none(o, "opencl_device")) d.opencl_device = v;
         if (auto v = int_or_none(o, "opencl_subdevice")) d.opencl_subdevice = v;

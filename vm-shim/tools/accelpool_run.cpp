@@ -122,6 +122,27 @@ std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string
   }
   if (!xrt.empty()) add("ACCELPOOL_XRT_INDEX", xrt.substr(0, xrt.find(',')));
   if (!endpoints.empty()) add("ACCELPOOL_ENDPOINTS", endpoints);
+  // Each device on its own: ACCELPOOL_DEVICE_<i>_<FIELD>, i from 0 in the order of ACCELPOOL_DEVICES.
+  for (std::size_t i = 0; i < l.devices.size(); ++i) {
+    const DeviceInfo& d = l.devices[i];
+    const std::string p = "ACCELPOOL_DEVICE_" + std::to_string(i) + "_";
+    add(p + "NAME", d.name);
+    add(p + "KIND", d.kind);
+    add(p + "MODEL", d.model);
+    add(p + "VENDOR", d.vendor);
+    add(p + "ATTACH", d.attach);
+    add(p + "PCI", d.pci_address);
+    add(p + "ENDPOINT", d.endpoint);
+    add(p + "LOADED", d.loaded);
+    auto hex = [](std::uint32_t v) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "0x%04x", v);
+      return std::string(buf);
+    };
+    if (d.pci_vendor_id) add(p + "PCI_VENDOR_ID", hex(d.pci_vendor_id));
+    if (d.pci_device_id) add(p + "PCI_DEVICE_ID", hex(d.pci_device_id));
+    if (d.memory_bytes) add(p + "MEMORY_BYTES", std::to_string(d.memory_bytes));
+  }
   return env;
 }
 

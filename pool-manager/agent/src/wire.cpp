@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace accelpool::agent {
 
@@ -125,6 +126,87 @@ Result<bool> get_bool(const json::object& obj, std::string_view key, std::string
   if (!v->is_bool())
     return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' must be a boolean");
   return v->get_bool();
+}
+
+Result<std::uint64_t> get_uint(const json::object& obj, std::string_view key, std::string_view where,
+                               std::uint64_t max) {
+  auto* v = obj.if_contains(key);
+  if (!v) return std::uint64_t{0};
+  std::uint64_t n = 0;
+  if (v->is_uint64()) {
+    n = v->get_uint64();
+  } else if (v->is_int64() && v->get_int64() >= 0) {
+    n = static_cast<std::uint64_t>(v->get_int64());
+  } else {
+    return make_error("invalid_argument",
+                      std::string(where) + ": field '" + std::string(key) + "' must be a non-negative integer");
+  }
+  if (n > max)
+    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is above " +
+                                              std::to_string(max));
+  return n;
+}
+
+json::object prepare_request_json(const host::PrepareRequest& request) {
+  json::object p{{"device", request.device}, {"bitstream", request.bitstream}, {"reprogram", request.reprogram}};
+  if (!request.sha256.empty()) p["sha256"] = request.sha256;
+  if (!request.vm.empty()) p["vm"] = request.vm;
+  if (!request.lease.empty()) p["lease"] = request.lease;
+  return p;
+}
+
+namespace {
+
+Result<host::DeviceDetails> parse_details(const json::value& value, const std::string& where) {
+  if (!value.is_object()) return make_error("invalid_argument", where + ": must be an object");
+  const auto& o = value.get_object();
+  if (auto s = only_fields(o, "kind,model,vendor,pci_vendor_id,pci_device_id,memory_bytes,host_pci", where); !s)
+    return s.error();
+  constexpr auto kMax32 = std::numeric_limits<std::uint32_t>::max();
+  auto kind = get_string(o, "kind", where, false);
+  auto model = get_string(o, "model", where, false);
+  auto vendor = get_string(o, "vendor", where, false);
+  auto vendor_id = get_uint(o, "pci_vendor_id", where, kMax32);
+  auto device_id = get_uint(o, "pci_device_id", where, kMax32);
+  auto memory = get_uint(o, "memory_bytes", where, std::numeric_limits<std::uint64_t>::max());
+  auto host_pci = get_string(o, "host_pci", where, false);
+  for (const Status& s : {kind.status(), model.status(), vendor.status(), vendor_id.status(), device_id.status(),
+                          memory.status(), host_pci.status()})
+    if (!s) return s.error();
+  return host::DeviceDetails{*kind,
+                             *model,
+                             *vendor,
+                             static_cast<std::uint32_t>(*vendor_id),
+                             static_cast<std::uint32_t>(*device_id),
+                             *memory,
+                             *host_pci};
+}
+
+}  // namespace
+
+Result<host::PrepareResult> parse_prepare_result(const json::value& value, std::string_view where) {
+  const std::string w(where);
+  if (!value.is_object()) return make_error("invalid_argument", w + ": must be an object");
+  const auto& o = value.get_object();
+  if (auto s = only_fields(o, "loaded,attach,guest_pci,endpoint,details", w); !s) return s.error();
+  auto loaded = get_string(o, "loaded", w, false);
+  auto attach = get_string(o, "attach", w, false);
+  auto guest_pci = get_string(o, "guest_pci", w, false);
+  auto endpoint = get_string(o, "endpoint", w, false);
+  for (const Status& s : {loaded.status(), attach.status(), guest_pci.status(), endpoint.status()})
+    if (!s) return s.error();
+  host::PrepareResult result;
+  result.loaded = *loaded;
+  if (!attach->empty() && !host::parse_attach_mode(*attach, result.attach))
+    return make_error("invalid_argument", w + ": field 'attach' has unknown mode '" + *attach + "'");
+  result.guest_pci = *guest_pci;
+  result.endpoint = *endpoint;
+  if (auto* details = o.if_contains("details")) {
+    auto parsed = parse_details(*details, w + ": field 'details'");
+    if (!parsed) return parsed.error();
+    result.details = std::move(*parsed);
+  }
+  return result;
 }
 
 Status only_fields(const json::object& obj, std::string_view allowed, std::string_view where) {

@@ -116,6 +116,7 @@ SimBackend::SimBackend(SimConfig config, Sleeper sleeper) : config_(std::move(co
       d.info.attributes["attach"] = config_.attach;
       if (config_.attach == "shmem") d.info.attributes["shmem_name"] = "accelpool-sim-" + std::to_string(index);
       d.info.attributes["serial"] = "SIM" + std::to_string(100000 + index);
+      d.info.attributes["vendor"] = "accelpool simulator";
       devices_.push_back(std::move(d));
     }
   }

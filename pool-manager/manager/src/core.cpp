@@ -291,6 +291,7 @@ struct PoolCore::Impl {
   void prepare_devices(Lease& l) {
     std::uint64_t ep = epoch[l.id];
     pending_prepare[l.id] = l.devices.size();
+    l.grants.assign(l.devices.size(), host::PrepareResult{});
     for (const auto& name : l.devices) {
       auto& d = devices.at(name);
       bool reprogram = !l.bitstream.empty() && d.loaded != l.bitstream;
@@ -303,13 +304,15 @@ struct PoolCore::Impl {
       request.reprogram = reprogram;
       host_call(d.host, [this, id = l.id, ep, name, request = std::move(request)](HostDriver& h) {
         h.prepare(request, [this, id, ep, name](Status s, host::PrepareResult result) {
-          on_prepared(id, ep, name, s, std::move(result.loaded));
+          on_prepared(id, ep, name, s, std::move(result));
         });
       });
     }
   }
 
-  void on_prepared(LeaseId id, std::uint64_t ep, const std::string& name, const Status& s, std::string loaded) {
+  void on_prepared(LeaseId id, std::uint64_t ep, const std::string& name, const Status& s,
+                   host::PrepareResult result) {
+    const std::string& loaded = result.loaded;
     double t = now();
     sched::Decisions out;
     auto dit = devices.find(name);
@@ -334,6 +337,8 @@ struct PoolCore::Impl {
         (void)scheduler->set_available(dit->second.sched_id, false, t, out);
       }
     } else if (current) {
+      auto i = static_cast<std::size_t>(std::find(l->devices.begin(), l->devices.end(), name) - l->devices.begin());
+      if (i < l->grants.size()) l->grants[i] = std::move(result);
       if (--pending_prepare[id] == 0) {
         pending_prepare.erase(id);
         l->ready = true;
@@ -493,6 +498,7 @@ struct PoolCore::Impl {
     ++epoch[l.id];
     l.state = LeaseState::queued;
     l.devices.clear();
+    l.grants.clear();
     l.ready = false;
     touch(l);
     emit(l, LeaseEvent::requeued);

@@ -7,8 +7,38 @@ namespace accelpool::manager {
 
 namespace json = boost::json;
 
+namespace {
+
+// What the guest is told about each device of a lease (docs/guest-protocol.md, "The lease"), from what its host
+// answered when it prepared it; the fields of a device whose host has not answered yet are empty.
+json::array device_info(const Lease& l, const json::storage_ptr& sp) {
+  json::array out(sp);
+  out.reserve(l.devices.size());
+  for (std::size_t i = 0; i < l.devices.size(); ++i) {
+    static const host::PrepareResult kUnanswered;
+    const auto& g = i < l.grants.size() ? l.grants[i] : kUnanswered;
+    const bool in_guest = g.attach == host::AttachMode::pci_hostdev || g.attach == host::AttachMode::emulated;
+    json::object o(11, sp);
+    o["name"] = l.devices[i];
+    o["kind"] = g.details.kind;
+    o["model"] = g.details.model;
+    o["vendor"] = g.details.vendor;
+    o["pci_vendor_id"] = g.details.pci_vendor_id;
+    o["pci_device_id"] = g.details.pci_device_id;
+    o["memory_bytes"] = g.details.memory_bytes;
+    o["attach"] = host::to_string(g.attach);
+    o["pci"] = in_guest ? g.guest_pci : g.details.host_pci;  // where the caller finds it
+    o["endpoint"] = g.endpoint;
+    o["loaded"] = g.loaded;
+    out.emplace_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace
+
 json::object to_json(const Lease& l, json::storage_ptr sp) {
-  json::object o(20, sp);  // room for every member below: no rehash while it fills
+  json::object o(21, sp);  // room for every member below: no rehash while it fills
   o["id"] = l.id;
   o["state"] = to_string(l.state);
   o["ready"] = l.ready;
@@ -24,6 +54,7 @@ json::object to_json(const Lease& l, json::storage_ptr sp) {
   devs.reserve(l.devices.size());
   for (const auto& d : l.devices) devs.emplace_back(d);
   o["devices"] = std::move(devs);
+  o["device_info"] = device_info(l, sp);
   o["created_at"] = l.created_at;
   o["granted_at"] = l.granted_at > 0 ? json::value(l.granted_at) : json::value(nullptr);
   o["ended_at"] = l.ended_at > 0 ? json::value(l.ended_at) : json::value(nullptr);

@@ -85,9 +85,14 @@ class StaticHost final : public HostDriver {
   const std::string& name() const override { return name_; }
   Result<std::vector<HostDevice>> devices() override { return devices_; }
   void prepare(const host::PrepareRequest& request, PrepareDone done) override {
+    host::PrepareResult result;  // what the configuration declares; nothing is attached
+    for (const auto& d : devices_) {
+      if (d.local_id != request.device) continue;
+      result.details.kind = d.kind;
+      result.details.model = d.model;
+    }
     complete(request.device, request.bitstream.empty() ? nullptr : &request.bitstream,
-             [done = std::move(done)](Status s, std::string loaded) {
-               host::PrepareResult result;
+             [done = std::move(done), result = std::move(result)](Status s, std::string loaded) mutable {
                result.loaded = std::move(loaded);
                done(std::move(s), std::move(result));
              });

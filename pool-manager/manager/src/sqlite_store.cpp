@@ -1,6 +1,8 @@
 // The SQLite store: one connection, WAL journal, one transaction per Batch.
+#include <accelpool/agent/wire.hpp>
 #include <accelpool/manager/store.hpp>
 
+#include <boost/json.hpp>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -19,7 +21,9 @@ namespace {
 
 // 2: the lease indexes are partial (live leases by id, ended leases by end time), so a lease that changes
 // state touches only the index it enters or leaves.
-constexpr int kSchemaVersion = 3;
+// 3: leases record whether a relay vouched for their guest (`relayed`).
+// 4: leases record what each device's host did to prepare it (`grants`).
+constexpr int kSchemaVersion = 4;
 
 // A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
 // through a temporary table on every row it writes to a partial index with that predicate.
@@ -40,7 +44,7 @@ CREATE TABLE IF NOT EXISTS leases (
   ended_at REAL NOT NULL, expires_at REAL NOT NULL, revoke_deadline REAL NOT NULL,
   requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
   reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL,
-  relayed INTEGER NOT NULL DEFAULT 0);
+  relayed INTEGER NOT NULL DEFAULT 0, grants TEXT NOT NULL DEFAULT '');
 )sql"
     "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
     "CREATE INDEX IF NOT EXISTS leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n";
@@ -49,6 +53,8 @@ CREATE TABLE IF NOT EXISTS leases (
 constexpr const char* kMigrateFrom1 = "DROP INDEX IF EXISTS leases_live; DROP INDEX IF EXISTS leases_ended;";
 // From schema versions 1 and 2: leases learn whether a host agent's relay vouched for their guest.
 constexpr const char* kMigrateFrom2 = "ALTER TABLE leases ADD COLUMN relayed INTEGER NOT NULL DEFAULT 0;";
+// From schema versions 1 to 3: leases learn what each device's host did to prepare it.
+constexpr const char* kMigrateFrom3 = "ALTER TABLE leases ADD COLUMN grants TEXT NOT NULL DEFAULT '';";
 
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -107,7 +113,32 @@ std::vector<std::string> split_devices(const std::string& s) {
 constexpr const char* kLeaseColumns =
     "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
-    "preemptions, end_reason, relayed";
+    "preemptions, end_reason, relayed, grants";
+
+// A lease's grants as stored: a JSON array of device.prepare results (the agent protocol's form,
+// docs/agent-protocol.md), "" when there are none.
+std::string grants_text(const std::vector<host::PrepareResult>& grants) {
+  if (grants.empty()) return "";
+  boost::json::array a;
+  for (const auto& g : grants) a.emplace_back(agent::prepare_result_json(g));
+  return boost::json::serialize(a);
+}
+
+// The grants of lease `id` stored as `text`. Errors: "corrupt" naming the lease and what is wrong.
+Result<std::vector<host::PrepareResult>> grants_from_text(LeaseId id, const std::string& text) {
+  std::vector<host::PrepareResult> out;
+  if (text.empty()) return out;
+  const std::string where = "lease " + std::to_string(id) + " grants";
+  boost::system::error_code ec;
+  auto parsed = boost::json::parse(text, ec);
+  if (ec || !parsed.is_array()) return make_error("corrupt", where + ": not a JSON array");
+  for (const auto& v : parsed.get_array()) {
+    auto g = agent::parse_prepare_result(v, where + "[" + std::to_string(out.size()) + "]");
+    if (!g) return make_error("corrupt", g.error().message);
+    out.push_back(std::move(*g));
+  }
+  return out;
+}
 
 // The lease in the current row of a statement that selects kLeaseColumns. Errors: "corrupt".
 Result<Lease> lease_from_row(Stmt& s) {
@@ -136,6 +167,9 @@ Result<Lease> lease_from_row(Stmt& s) {
   l.preemptions = static_cast<std::uint32_t>(s.integer(19));
   l.end_reason = s.text(20);
   l.relayed = s.integer(21) != 0;
+  auto grants = grants_from_text(l.id, s.text(22));
+  if (!grants) return grants.error();
+  l.grants = std::move(*grants);
   return l;
 }
 
@@ -310,6 +344,9 @@ class SqliteStore final : public Store {
     }
     if (version == 1 || version == 2) {
       if (auto s = exec(kMigrateFrom2, "upgrading the schema from version 2"); !s) return s;
+    }
+    if (version >= 1 && version <= 3) {
+      if (auto s = exec(kMigrateFrom3, "upgrading the schema from version 3"); !s) return s;
     }
     if (auto s = exec(kSchema, "creating the schema"); !s) return s;
     if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
@@ -555,6 +592,7 @@ class SqliteStore final : public Store {
         s.bind(20, static_cast<std::int64_t>(l.preemptions));
         s.bind(21, l.end_reason);
         s.bind(22, static_cast<std::int64_t>(l.relayed));
+        s.bind(23, grants_text(l.grants));
         if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
       }
     }
@@ -583,7 +621,7 @@ class SqliteStore final : public Store {
     // An upsert, not INSERT OR REPLACE: an update in place leaves alone the index entries of columns that keep
     // their value.
     std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
-                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22) "
+                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23) "
                       "ON CONFLICT(id) DO UPDATE SET ";
     {
       std::string cols = kLeaseColumns;

@@ -90,8 +90,14 @@ const char* accelpool_lease_device(const accelpool_lease* lease, size_t index);
  * loader's order) and its sub-device index (-1 when the pool does not split it). 0 otherwise. */
 int accelpool_lease_device_opencl(const accelpool_lease* lease, size_t index, int* platform, int* device,
                                   int* subdevice);
-/* The PCI address of device `index` when known ("" otherwise). */
+/* The PCI address of device `index` when known ("" otherwise): in this VM when the device was attached to it. */
 const char* accelpool_lease_device_pci(const accelpool_lease* lease, size_t index);
+/* What the pool's host said of device `index` (docs/guest-protocol.md, "The lease", device_info): `field` is one of
+ * "kind", "model", "vendor", "attach" ("pci_hostdev", "emulated", "network", "in_process", "none"), "endpoint",
+ * "loaded". "" when the host did not say, and for an unknown field or an index out of range. */
+const char* accelpool_lease_device_info(const accelpool_lease* lease, size_t index, const char* field);
+/* The same for the numbers: `field` is "pci_vendor_id", "pci_device_id" or "memory_bytes". 0 when unknown. */
+uint64_t accelpool_lease_device_number(const accelpool_lease* lease, size_t index, const char* field);
 /* The lease object as the server last described it (JSON text). */
 const char* accelpool_lease_json(accelpool_lease* lease);
 /* 1 while the lease is in its revocation grace period. */

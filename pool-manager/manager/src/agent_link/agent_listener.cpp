@@ -278,7 +278,7 @@ struct AgentListener::Impl {
     Conn c = std::move(it->second);
     conns.erase(it);
     ::close(fd);  // leaves the epoll set with it
-    std::map<std::int64_t, manager::HostDriver::Done> pending;
+    std::map<std::int64_t, ReplyDone> pending;
     Registration was;
     {
       std::lock_guard lock(c.link->mu);
@@ -290,7 +290,7 @@ struct AgentListener::Impl {
     release(c);
     if (was == Registration::none) return;
     Error err = host_lost_error(c.link->host, why);
-    for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, ""); });
+    for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, nullptr); });
     // Only a host the pool took is lost. Checked on the owner thread, where registrations are settled: one still
     // pending here was settled by now, or never will be (its connection is gone), so a host refused or never
     // seen is not reported.

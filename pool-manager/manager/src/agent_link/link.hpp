@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,9 @@ namespace accelpool::agent {
 // settles it (host_joined): `admitted`, or back to `none` when the pool refuses the host.
 enum class Registration { none, pending, admitted };
 
+// Receives an agent's reply to a request on the owner thread: its error, or ok and its result (null on error).
+using ReplyDone = std::function<void(Status status, boost::json::value result)>;
+
 // Shared by a connection (I/O thread) and its RemoteHost (owner thread).
 struct Link {
   std::mutex mu;
@@ -27,7 +31,7 @@ struct Link {
   std::string out;  // bytes waiting to be sent
   bool alive = true;
   std::int64_t next_id = 1;
-  std::map<std::int64_t, manager::HostDriver::Done> pending;
+  std::map<std::int64_t, ReplyDone> pending;
   manager::Poster post;
   // Tells the I/O thread that this connection has output (or a settled registration) to look at. Any thread.
   std::function<void()> wake;
@@ -37,7 +41,7 @@ struct Link {
 Error host_lost_error(const std::string& host, const std::string& why);
 
 // Sends a request for `done`, or fails it at once (through the Poster) when the connection is gone. Owner thread.
-void call(Link& link, std::string_view method, boost::json::object params, manager::HostDriver::Done done);
+void call(Link& link, std::string_view method, boost::json::object params, ReplyDone done);
 
 // Settles the pending request a reply answers (`result` or `error`), posting its completion. False when the id
 // is no pending request (a late or unknown reply: ignored). I/O thread.

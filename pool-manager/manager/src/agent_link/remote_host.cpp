@@ -12,7 +12,7 @@ Error host_lost_error(const std::string& host, const std::string& why) {
   return make_error("host_lost", "host '" + host + "' lost: " + why);
 }
 
-void call(Link& link, std::string_view method, json::object params, manager::HostDriver::Done done) {
+void call(Link& link, std::string_view method, json::object params, ReplyDone done) {
   {
     std::lock_guard lock(link.mu);
     if (link.alive) {
@@ -24,7 +24,7 @@ void call(Link& link, std::string_view method, json::object params, manager::Hos
   }
   if (done) {
     auto err = host_lost_error(link.host, "the agent is not connected");
-    link.post([done = std::move(done), err] { done(err, ""); });
+    link.post([done = std::move(done), err] { done(err, nullptr); });
     return;
   }
   link.wake();
@@ -32,7 +32,7 @@ void call(Link& link, std::string_view method, json::object params, manager::Hos
 
 bool complete(Link& link, const json::value& id, const std::optional<json::value>& result,
               const std::optional<Error>& error) {
-  manager::HostDriver::Done done;
+  ReplyDone done;
   {
     std::lock_guard lock(link.mu);
     if (!id.is_int64()) return false;
@@ -41,19 +41,28 @@ bool complete(Link& link, const json::value& id, const std::optional<json::value
     done = std::move(it->second);
     link.pending.erase(it);
   }
-  Status s = Status::ok();
-  std::string loaded;
-  if (error) {
-    s = *error;
-  } else if (result && result->is_object()) {
-    if (auto* l = result->get_object().if_contains("loaded"); l && l->is_string())
-      loaded = std::string(l->get_string());
-  }
-  link.post([done = std::move(done), s = std::move(s), loaded = std::move(loaded)]() mutable {
-    done(std::move(s), std::move(loaded));
+  Status s = error ? Status(*error) : Status::ok();
+  json::value value = error || !result ? json::value(nullptr) : *result;
+  link.post([done = std::move(done), s = std::move(s), value = std::move(value)]() mutable {
+    done(std::move(s), std::move(value));
   });
   return true;
 }
+
+namespace {
+
+// A release or reset reply: what the device holds afterwards.
+ReplyDone loaded_reply(manager::HostDriver::Done done) {
+  return [done = std::move(done)](Status s, json::value result) {
+    std::string loaded;
+    if (result.is_object()) {
+      if (auto* l = result.get_object().if_contains("loaded"); l && l->is_string()) loaded = std::string(l->get_string());
+    }
+    done(std::move(s), std::move(loaded));
+  };
+}
+
+}  // namespace
 
 RemoteHost::RemoteHost(std::shared_ptr<Link> link, std::vector<AgentDevice> devices)
     : link_(std::move(link)), name_(link_->host), devices_(std::move(devices)) {}
@@ -67,23 +76,20 @@ Result<std::vector<manager::HostDevice>> RemoteHost::devices() {
 }
 
 void RemoteHost::prepare(const host::PrepareRequest& request, PrepareDone done) {
-  json::object p{{"device", request.device}, {"bitstream", request.bitstream}, {"reprogram", request.reprogram}};
-  if (!request.sha256.empty()) p["sha256"] = request.sha256;
-  if (!request.vm.empty()) p["vm"] = request.vm;
-  if (!request.lease.empty()) p["lease"] = request.lease;
-  call(*link_, "device.prepare", std::move(p), [done = std::move(done)](Status s, std::string loaded) {
-    host::PrepareResult result;
-    result.loaded = std::move(loaded);
-    done(std::move(s), std::move(result));
+  call(*link_, "device.prepare", prepare_request_json(request), [done = std::move(done)](Status s, json::value result) {
+    if (!s) return done(std::move(s), host::PrepareResult{});
+    auto parsed = parse_prepare_result(result, "device.prepare result");
+    if (!parsed) return done(parsed.error(), host::PrepareResult{});
+    done(Status::ok(), std::move(*parsed));
   });
 }
 
 void RemoteHost::release(const std::string& local_id, Done done) {
-  call(*link_, "device.release", json::object{{"device", local_id}}, std::move(done));
+  call(*link_, "device.release", json::object{{"device", local_id}}, loaded_reply(std::move(done)));
 }
 
 void RemoteHost::reset(const std::string& local_id, Done done) {
-  call(*link_, "device.reset", json::object{{"device", local_id}}, std::move(done));
+  call(*link_, "device.reset", json::object{{"device", local_id}}, loaded_reply(std::move(done)));
 }
 
 bool RemoteHost::connected() const {

@@ -53,15 +53,26 @@ struct ClientOptions {
   std::string serial_dev_dir = "/dev";                     // where the port's device node is
 };
 
-// One device of a grant. Fields other than `name` are filled from what the lease carries: the optional
-// per-device objects of the lease's "device_info" array when the server sends them, else what the documented
-// device id formats say (HOST/opencl:P:D[.N], HOST/xrt:BDF, HOST/sim:N).
+// One device of a grant. Fields other than `name` are filled from what the lease carries: the lease's
+// "device_info" entry for the device (docs/guest-protocol.md, "The lease": what its host did when it prepared it)
+// where the server sent one, which is taken as it is; the OpenCL and XRT indexes, which the server does not send,
+// from what the documented device id formats say (HOST/opencl:P:D[.N], HOST/xrt:BDF, HOST/sim:N), as is the PCI
+// address of an xrt device when the server sent no entry.
 struct DeviceInfo {
   std::string name;                          // pool device name, e.g. "local/sim:0"
   std::string host;                          // the part before '/', e.g. "local"
   std::string local_id;                      // the part after '/', e.g. "opencl:0:0.1"
   std::string backend;                       // "opencl", "xrt", "sim", ... (prefix of local_id)
+  std::string kind;                          // "fpga", "gpu", ... when the server reports it
   std::string model;                         // when the server reports it
+  std::string vendor;                        // when the server reports it
+  std::uint32_t pci_vendor_id = 0;           // PCI ids (0: unknown)
+  std::uint32_t pci_device_id = 0;
+  std::uint64_t memory_bytes = 0;            // device memory (0: unknown)
+  // How the guest reaches the device: "pci_hostdev" or "emulated" (a PCI device in this VM, at pci_address),
+  // "network" (at endpoint), "in_process" (the manager's own host), "none"; "" when the server did not say.
+  std::string attach;
+  std::string loaded;                        // bitstream the device held when it was prepared
   std::string pci_address;                   // PCI address (in the guest when attached, else the host's BDF)
   std::optional<int> opencl_platform;        // OpenCL platform index (device local to the caller)
   std::optional<int> opencl_device;          // OpenCL device index

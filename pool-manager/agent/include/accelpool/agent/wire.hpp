@@ -49,6 +49,9 @@ Result<Message> parse_message(std::string_view line);
 Result<std::string> get_string(const boost::json::object& obj, std::string_view key, std::string_view where,
                                bool required);
 Result<bool> get_bool(const boost::json::object& obj, std::string_view key, std::string_view where, bool fallback);
+// An integer in [0, max]; absent: 0.
+Result<std::uint64_t> get_uint(const boost::json::object& obj, std::string_view key, std::string_view where,
+                               std::uint64_t max);
 // Refuses fields of `obj` not listed in `allowed` (comma-separated): "invalid_argument" naming the first one.
 Status only_fields(const boost::json::object& obj, std::string_view allowed, std::string_view where);
 
@@ -73,5 +76,15 @@ Result<int> connect_to(std::string_view address);
 Status write_some(int fd, std::string& out);
 // Reads what is available into `in`. Returns false on end of stream or error.
 bool read_some(int fd, LineBuffer& in);
+
+// The manager's side of the prepare contract (with parse_prepare_request and prepare_result_json above: one
+// codec for both sides).
+// device.prepare's params: device, bitstream and reprogram always; sha256, vm and lease when not empty.
+boost::json::object prepare_request_json(const host::PrepareRequest& request);
+// Reads a device.prepare result strictly: it must be an object; every field is optional (absent: the default),
+// but a field of the wrong type or range, an unknown attach mode or an unknown field is an "invalid_argument"
+// error naming the field and `where` (e.g. "device.prepare result: field 'details': field 'memory_bytes' must be
+// a non-negative integer").
+Result<host::PrepareResult> parse_prepare_result(const boost::json::value& result, std::string_view where);
 
 }  // namespace accelpool::agent

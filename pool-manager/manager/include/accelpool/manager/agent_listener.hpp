@@ -57,8 +57,9 @@ class RemoteHost final : public manager::HostDriver {
 
   // HostDriver::prepare: sends device.prepare with every field of `request` (the agent checks, or fetches, the
   // image by its sha256 when not empty, attaches the device to `request.vm` when not empty, and records the lease
-  // id in the VM's metadata for reconciliation). Errors reported to `done`: the agent's error (e.g. "not_found",
-  // "incompatible", "program_failed", "attach_failed"), or "host_lost".
+  // id in the VM's metadata for reconciliation). `done` gets the agent's whole result (prepare_codec.hpp).
+  // Errors reported to `done`: the agent's error (e.g. "not_found", "incompatible", "program_failed",
+  // "attach_failed"), "invalid_argument" (a malformed result; the message names the field), or "host_lost".
   void prepare(const host::PrepareRequest& request, PrepareDone done) override;
 
   // Detaches the device from its VM (waits for the guest's acknowledgement) and resets it. Error "quarantined"

@@ -1,6 +1,8 @@
 // The pool manager's records: leases, devices, tenants. Plain data, shared by the core, the store and the APIs.
 #pragma once
 
+#include <accelpool/host/contract.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -44,6 +46,9 @@ struct Lease {
   bool requeue_on_deadline = false;  // revoking for priority: back to the queue at the deadline
   bool ready = false;          // every device is programmed and attached
   std::vector<std::string> devices;
+  // What each device's host did to prepare it (what it holds, how the guest reaches it, what it is), aligned with
+  // `devices`: filled as the hosts answer (an entry stays empty until its device is prepared); empty while queued.
+  std::vector<host::PrepareResult> grants;
   std::uint32_t reprogrammed = 0;
   std::uint32_t preemptions = 0;
   std::string end_reason;
