@@ -249,6 +249,7 @@ TEST_CASE("a pipelined burst of calls is answered in full, however much the repl
   constexpr int kLeases = 5000;
   std::string cfg = config(network_thread ? "network_thread = true\n" : "", "", "");
   cfg.replace(cfg.find("count = 4"), 9, "count = " + std::to_string(kLeases));
+  cfg.replace(cfg.find("ttl_s = 600\n"), 12, "ttl_s = 600\nmax_per_guest = " + std::to_string(kLeases) + "\n");
   Daemon d(cfg);
   d.start();
   auto g = GuestClient::tcp(d.guest_port());

@@ -569,3 +569,44 @@ TEST_CASE("a grant keeps what each device's host did: a restart keeps it, a requ
   CHECK(pool.get(a.id).state == LeaseState::queued);
   CHECK(pool.get(a.id).grants.empty());
 }
+
+TEST_CASE("a gang of passthrough devices lands on the guest's own host, never split across hosts", "[core][hosts]") {
+  Pool pool(make_devices("fpga", 4, /*passthrough=*/true));
+  std::vector<std::string> calls;
+  REQUIRE(pool.core->attach_host(std::make_unique<RecordingHost>("remote", make_devices("fpga", 4, true),
+                                                                 pool.posts.poster(), &calls))
+              .is_ok());
+  auto on_host = [](const Lease& l, const std::string& host) {
+    return std::all_of(l.devices.begin(), l.devices.end(),
+                       [&](const std::string& d) { return d.rfind(host + "/", 0) == 0; });
+  };
+  AcquireParams p;
+  p.tenant = "a";
+  p.kind = "fpga";
+  p.count = 4;
+  p.guest = "vm-remote";
+  p.guest_host = "remote";
+  auto remote = pool.core->acquire(p);
+  REQUIRE(remote);
+  CHECK(remote->state == LeaseState::granted);
+  CHECK(on_host(*remote, "remote"));
+
+  // Six devices for a guest on "local": the pool holds eight free-or-leased passthrough FPGAs, but only four on
+  // the guest's host, so no grant may take devices of "remote".
+  p.guest = "vm-local";
+  p.guest_host = "local";
+  p.count = 6;
+  auto big = pool.core->acquire(p);
+  if (big) {
+    pool.posts.drain();
+    CHECK(pool.get(big->id).state == LeaseState::queued);
+    CHECK(pool.get(big->id).devices.empty());
+  } else {
+    CHECK(big.error().code == "infeasible");
+  }
+  p.count = 4;
+  auto local = pool.core->acquire(p);
+  REQUIRE(local);
+  CHECK(local->state == LeaseState::granted);
+  CHECK(on_host(*local, "local"));
+}

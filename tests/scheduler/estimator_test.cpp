@@ -53,7 +53,7 @@ TEST_CASE("decay: an observation half_life observations old weighs half", "[esti
   CHECK(*e.estimate_s(of(1)) == Approx(475.0 / 1.75));
 }
 
-TEST_CASE("groups: tenant, gang size and label keep run times apart; a cold group falls back to its kind",
+TEST_CASE("groups: tenant, gang size and label keep run times apart, and a cold group falls back to its kind",
           "[estimator]") {
   RuntimeEstimator e({.warmup = 2, .half_life = 1e9});
   e.observe(of(1), 100);
