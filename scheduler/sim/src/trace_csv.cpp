@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string_view>
@@ -58,6 +59,21 @@ class LineReader {
     return make_error("invalid_argument",
                       source_ + ":" + std::to_string(std::max<std::size_t>(line_no_, 1)) + ":" + std::to_string(column) + ": " + what);
   }
+  // Calls `row` with the fields of each remaining data row, in order. Stops at the first error: a row without
+  // `width` fields, an error `row` returns, or a read error.
+  Status each_row(std::size_t width, const std::function<Status(const std::vector<std::string_view>&)>& row) {
+    std::string line;
+    while (next(line)) {
+      const auto fields = split(line);
+      if (fields.size() != width) {
+        return error(std::min(fields.size(), width) + 1,
+                     "expected " + std::to_string(width) + " fields, got " + std::to_string(fields.size()));
+      }
+      if (auto s = row(fields); !s) return s;
+    }
+    if (in_.bad()) return make_error("io_error", source_ + ": read error");
+    return Status::ok();
+  }
 
  private:
   std::istream& in_;
@@ -70,6 +86,12 @@ std::string quoted(std::string_view s) {
   for (char c : s.substr(0, 40)) out += (static_cast<unsigned char>(c) < 0x20 ? '?' : c);
   if (s.size() > 40) out += "...";
   return out + "\"";
+}
+
+// "NAME: expected WHAT, got "VALUE"" at the column of field `index` (counted from 0) of the current row.
+Error field_error(const LineReader& reader, std::size_t index, const std::string& name, const std::string& expected,
+                  std::string_view value) {
+  return reader.error(index + 1, name + ": expected " + expected + ", got " + quoted(value));
 }
 
 // A finite number >= 0.
@@ -151,6 +173,8 @@ Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const
   return cols;
 }
 
+Error no_jobs(const std::string& source) { return make_error("invalid_argument", source + ": the trace has no jobs"); }
+
 }  // namespace
 
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
@@ -169,29 +193,23 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
              c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host");
 
   Trace trace;
-  std::string line;
-  while (reader.next(line)) {
-    const auto f = split(line);
-    if (f.size() != width) {
-      return reader.error(std::min(f.size(), width) + 1, "expected " + std::to_string(width) + " fields, got " +
-                                                             std::to_string(f.size()));
-    }
+  auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
     Job job;
     job.id = trace.jobs.size();
     auto a = parse_seconds(f[c_arrival]);
-    if (!a) return reader.error(c_arrival + 1, "arrival_s: expected a number >= 0, got " + quoted(f[c_arrival]));
+    if (!a) return field_error(reader, c_arrival, "arrival_s", "a number >= 0", f[c_arrival]);
     job.arrival_s = *a;
     auto r = parse_seconds(f[c_runtime]);
-    if (!r) return reader.error(c_runtime + 1, "runtime_s: expected a number >= 0, got " + quoted(f[c_runtime]));
+    if (!r) return field_error(reader, c_runtime, "runtime_s", "a number >= 0", f[c_runtime]);
     job.runtime_s = *r;
     if (c_devices && !f[*c_devices].empty()) {
       auto d = parse_count(f[*c_devices]);
-      if (!d) return reader.error(*c_devices + 1, "devices: expected an integer >= 1, got " + quoted(f[*c_devices]));
+      if (!d) return field_error(reader, *c_devices, "devices", "an integer >= 1", f[*c_devices]);
       job.devices = *d;
     }
     if (c_estimate && !f[*c_estimate].empty()) {
       auto e = parse_seconds(f[*c_estimate]);
-      if (!e) return reader.error(*c_estimate + 1, "estimate_s: expected a number >= 0, got " + quoted(f[*c_estimate]));
+      if (!e) return field_error(reader, *c_estimate, "estimate_s", "a number >= 0", f[*c_estimate]);
       job.estimate_s = *e;
     }
     if (c_bitstream && !f[*c_bitstream].empty()) job.bitstream = std::string(f[*c_bitstream]);
@@ -199,9 +217,10 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
     if (c_kind && !f[*c_kind].empty()) job.kind = std::string(f[*c_kind]);
     if (c_host && !f[*c_host].empty()) job.host = std::string(f[*c_host]);
     trace.jobs.push_back(std::move(job));
-  }
-  if (in.bad()) return make_error("io_error", source + ": read error");
-  if (trace.jobs.empty()) return make_error("invalid_argument", source + ": the trace has no jobs");
+    return Status::ok();
+  });
+  if (!rows) return rows.error();
+  if (trace.jobs.empty()) return no_jobs(source);
   return trace;
 }
 
@@ -217,31 +236,26 @@ Result<Trace> parse_philly_csv(std::istream& in, const std::string& source) {
 
   std::vector<double> stamps;
   Trace trace;
-  std::string line;
-  while (reader.next(line)) {
-    const auto f = split(line);
-    if (f.size() != width) {
-      return reader.error(std::min(f.size(), width) + 1, "expected " + std::to_string(width) + " fields, got " +
-                                                             std::to_string(f.size()));
-    }
+  auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
     Job job;
     auto ts = parse_timestamp(f[c_ts]);
-    if (!ts) return reader.error(c_ts + 1, "timestamp: expected \"YYYY-MM-DD HH:MM:SS\", got " + quoted(f[c_ts]));
+    if (!ts) return field_error(reader, c_ts, "timestamp", "\"YYYY-MM-DD HH:MM:SS\"", f[c_ts]);
     auto dur = parse_seconds(f[c_dur]);
-    if (!dur) return reader.error(c_dur + 1, "duration: expected a number >= 0, got " + quoted(f[c_dur]));
+    if (!dur) return field_error(reader, c_dur, "duration", "a number >= 0", f[c_dur]);
     job.runtime_s = *dur;
     auto gpus = parse_count(f[c_gpus]);
-    if (!gpus) return reader.error(c_gpus + 1, "num_gpus: expected an integer >= 1, got " + quoted(f[c_gpus]));
+    if (!gpus) return field_error(reader, c_gpus, "num_gpus", "an integer >= 1", f[c_gpus]);
     job.devices = *gpus;
     if (!parse_seconds(f[c_gpu_time])) {
-      return reader.error(c_gpu_time + 1, "gpu_time: expected a number >= 0, got " + quoted(f[c_gpu_time]));
+      return field_error(reader, c_gpu_time, "gpu_time", "a number >= 0", f[c_gpu_time]);
     }
     if (!f[c_cluster].empty()) job.tenant = std::string(f[c_cluster]);
     stamps.push_back(*ts);
     trace.jobs.push_back(std::move(job));
-  }
-  if (in.bad()) return make_error("io_error", source + ": read error");
-  if (trace.jobs.empty()) return make_error("invalid_argument", source + ": the trace has no jobs");
+    return Status::ok();
+  });
+  if (!rows) return rows.error();
+  if (trace.jobs.empty()) return no_jobs(source);
   const double first = *std::min_element(stamps.begin(), stamps.end());
   for (std::size_t i = 0; i < trace.jobs.size(); ++i) trace.jobs[i].arrival_s = stamps[i] - first;
   // Ids follow arrival order (ties by row), so per-job outputs read in time order.
