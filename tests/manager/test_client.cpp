@@ -1,5 +1,7 @@
 #include "test_client.hpp"
 
+#include <accelpool/common/connect.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -27,13 +29,8 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 int connect_tcp(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
+  int fd = common::connect_loopback_tcp(port);
+  if (fd < 0) {
     throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno));
   }
   return fd;
@@ -209,14 +206,8 @@ int http_raw(int port, const std::string& request) {
 GuestClient GuestClient::tcp(int port) { return GuestClient(connect_tcp(port)); }
 
 GuestClient GuestClient::unix_socket(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    throw std::runtime_error("cannot connect to " + path);
-  }
+  int fd = common::connect_unix_stream(path);
+  if (fd < 0) throw std::runtime_error("cannot connect to " + path + ": " + std::strerror(errno));
   return GuestClient(fd);
 }
 
