@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -76,6 +77,31 @@ std::string read_all(int fd, bool* timed_out = nullptr) {
 }  // namespace
 
 // --- DaemonProcess ---------------------------------------------------------------------------------------------
+
+std::filesystem::path temp_dir(const std::string& prefix) {
+  std::random_device rd;
+  auto p = std::filesystem::temp_directory_path() / (prefix + std::to_string(rd()) + std::to_string(rd()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+ScratchDaemon::ScratchDaemon(const std::string& prefix, std::string config)
+    : dir(temp_dir(prefix)), daemon(dir, std::move(config)) {}
+
+ScratchDaemon::~ScratchDaemon() {
+  daemon.stop(SIGKILL);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+std::string agent_manager_config(const std::string& agent_token, const std::string& leases,
+                                 const std::string& agents) {
+  return "[leases]\nttl_s = 60\n" + leases +
+         "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+         "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" + agent_token + "\"\n" + agents +
+         "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
+         "[[tenants]]\nname = \"t\"\n";
+}
 
 DaemonProcess::DaemonProcess(std::filesystem::path data_dir, std::string config)
     : dir_(std::move(data_dir)), config_(std::move(config)) {
