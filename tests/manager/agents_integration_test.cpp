@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "child_exit.hpp"
 #include "skip.hpp"
 
 #include <fcntl.h>
@@ -63,16 +64,9 @@ class Agent {
   }
   // The exit code when it exits by itself within `timeout`.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    auto until = SteadyClock::now() + timeout;
-    while (SteadyClock::now() < until) {
-      int st = 0;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return std::nullopt;
+    auto code = accelpool::testing::wait_child_exit(pid_, timeout);
+    if (code) pid_ = -1;
+    return code;
   }
   std::string log() const {
     std::ifstream in(log_);
