@@ -149,6 +149,26 @@ std::optional<double> parse_timestamp(std::string_view s) {
   return static_cast<double>(days * 86400 + *h * 3600 + *mi * 60 + *se);
 }
 
+// A field's parser and what it accepts, in words for errors.
+template <class T>
+struct FieldType {
+  std::optional<T> (*parse)(std::string_view);
+  const char* expected;
+};
+constexpr FieldType<double> kSeconds{parse_seconds, "a number >= 0"};
+constexpr FieldType<std::uint32_t> kCount{parse_count, "an integer >= 1"};
+constexpr FieldType<double> kTimestamp{parse_timestamp, "\"YYYY-MM-DD HH:MM:SS\""};
+
+// Parses field `index` of row `f` (column `name`) into `out`; the field_error when it is not of `type`.
+template <class T, class Out>
+Status parse_field(const LineReader& reader, const std::vector<std::string_view>& f, std::size_t index,
+                   const std::string& name, const FieldType<T>& type, Out& out) {
+  auto v = type.parse(f[index]);
+  if (!v) return field_error(reader, index, name, type.expected, f[index]);
+  out = *v;
+  return Status::ok();
+}
+
 // Maps header names to column positions; rejects unknown and repeated names.
 Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const std::vector<std::string>& known,
                                                        const std::vector<std::string>& required,
@@ -196,21 +216,13 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
     Job job;
     job.id = trace.jobs.size();
-    auto a = parse_seconds(f[c_arrival]);
-    if (!a) return field_error(reader, c_arrival, "arrival_s", "a number >= 0", f[c_arrival]);
-    job.arrival_s = *a;
-    auto r = parse_seconds(f[c_runtime]);
-    if (!r) return field_error(reader, c_runtime, "runtime_s", "a number >= 0", f[c_runtime]);
-    job.runtime_s = *r;
+    if (auto s = parse_field(reader, f, c_arrival, "arrival_s", kSeconds, job.arrival_s); !s) return s;
+    if (auto s = parse_field(reader, f, c_runtime, "runtime_s", kSeconds, job.runtime_s); !s) return s;
     if (c_devices && !f[*c_devices].empty()) {
-      auto d = parse_count(f[*c_devices]);
-      if (!d) return field_error(reader, *c_devices, "devices", "an integer >= 1", f[*c_devices]);
-      job.devices = *d;
+      if (auto s = parse_field(reader, f, *c_devices, "devices", kCount, job.devices); !s) return s;
     }
     if (c_estimate && !f[*c_estimate].empty()) {
-      auto e = parse_seconds(f[*c_estimate]);
-      if (!e) return field_error(reader, *c_estimate, "estimate_s", "a number >= 0", f[*c_estimate]);
-      job.estimate_s = *e;
+      if (auto s = parse_field(reader, f, *c_estimate, "estimate_s", kSeconds, job.estimate_s); !s) return s;
     }
     if (c_bitstream && !f[*c_bitstream].empty()) job.bitstream = std::string(f[*c_bitstream]);
     if (c_tenant && !f[*c_tenant].empty()) job.tenant = std::string(f[*c_tenant]);
@@ -238,19 +250,13 @@ Result<Trace> parse_philly_csv(std::istream& in, const std::string& source) {
   Trace trace;
   auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
     Job job;
-    auto ts = parse_timestamp(f[c_ts]);
-    if (!ts) return field_error(reader, c_ts, "timestamp", "\"YYYY-MM-DD HH:MM:SS\"", f[c_ts]);
-    auto dur = parse_seconds(f[c_dur]);
-    if (!dur) return field_error(reader, c_dur, "duration", "a number >= 0", f[c_dur]);
-    job.runtime_s = *dur;
-    auto gpus = parse_count(f[c_gpus]);
-    if (!gpus) return field_error(reader, c_gpus, "num_gpus", "an integer >= 1", f[c_gpus]);
-    job.devices = *gpus;
-    if (!parse_seconds(f[c_gpu_time])) {
-      return field_error(reader, c_gpu_time, "gpu_time", "a number >= 0", f[c_gpu_time]);
-    }
+    double stamp = 0, gpu_time = 0;
+    if (auto s = parse_field(reader, f, c_ts, "timestamp", kTimestamp, stamp); !s) return s;
+    if (auto s = parse_field(reader, f, c_dur, "duration", kSeconds, job.runtime_s); !s) return s;
+    if (auto s = parse_field(reader, f, c_gpus, "num_gpus", kCount, job.devices); !s) return s;
+    if (auto s = parse_field(reader, f, c_gpu_time, "gpu_time", kSeconds, gpu_time); !s) return s;  // checked only
     if (!f[c_cluster].empty()) job.tenant = std::string(f[c_cluster]);
-    stamps.push_back(*ts);
+    stamps.push_back(stamp);
     trace.jobs.push_back(std::move(job));
     return Status::ok();
   });
