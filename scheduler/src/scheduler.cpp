@@ -164,39 +164,34 @@ std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, D
   return std::nullopt;
 }
 
-std::optional<Rejection> Scheduler::remove_device(DeviceId id, Time now, Decisions& out) {
+template <class Change>
+std::optional<Rejection> Scheduler::change_device(DeviceId id, Time now, Decisions& out, bool revoke_holder,
+                                                  Change change) {
   last_now_ = std::max(last_now_, now);
   Slot* s = slot(id);
   if (!s || !s->present) return Rejection{"no device " + id_text(id)};
-  s->present = false;
+  change(*s);
   refresh_slot(*s);
-  if (s->device.attach == AttachMode::passthrough) --passthrough_total_[{s->device.kind, s->device.host}];
-  else --network_total_[s->device.kind];
-  --device_count_;
-  if (s->held) mark_revoking(entry(s->holder), PreemptReason::device_failed, out);
+  if (revoke_holder && s->held) mark_revoking(entry(s->holder), PreemptReason::device_failed, out);
   dispatch(now, out);
   return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::remove_device(DeviceId id, Time now, Decisions& out) {
+  return change_device(id, now, out, true, [&](Slot& s) {
+    s.present = false;
+    if (s.device.attach == AttachMode::passthrough) --passthrough_total_[{s.device.kind, s.device.host}];
+    else --network_total_[s.device.kind];
+    --device_count_;
+  });
 }
 
 std::optional<Rejection> Scheduler::set_available(DeviceId id, bool available, Time now, Decisions& out) {
-  last_now_ = std::max(last_now_, now);
-  Slot* s = slot(id);
-  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
-  s->available = available;
-  refresh_slot(*s);
-  if (!available && s->held) mark_revoking(entry(s->holder), PreemptReason::device_failed, out);
-  dispatch(now, out);
-  return std::nullopt;
+  return change_device(id, now, out, !available, [&](Slot& s) { s.available = available; });
 }
 
 std::optional<Rejection> Scheduler::set_draining(DeviceId id, bool draining, Time now, Decisions& out) {
-  last_now_ = std::max(last_now_, now);
-  Slot* s = slot(id);
-  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
-  s->draining = draining;
-  refresh_slot(*s);
-  dispatch(now, out);
-  return std::nullopt;
+  return change_device(id, now, out, false, [&](Slot& s) { s.draining = draining; });
 }
 
 std::optional<Rejection> Scheduler::set_loaded(DeviceId id, BitstreamId loaded) {

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "child_exit.hpp"
 #include "hung_after.hpp"
 #include "skip.hpp"
 
@@ -226,22 +227,17 @@ class AgentProcess {
     int st = 0;
     ::waitpid(pid_, &st, 0);
     pid_ = -1;
-    exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+    exit_code_ = testing::exit_status(st);
     return exit_code_;
   }
   // Waits up to `timeout` for the process to exit by itself.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    auto until = Clock::now() + timeout;
-    while (Clock::now() < until) {
-      int st = 0;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-        return exit_code_;
-      }
-      std::this_thread::sleep_for(20ms);
+    auto code = testing::wait_child_exit(pid_, timeout);
+    if (code) {
+      pid_ = -1;
+      exit_code_ = *code;
     }
-    return std::nullopt;
+    return code;
   }
   pid_t pid() const { return pid_; }
   std::string log() const {

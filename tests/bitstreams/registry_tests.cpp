@@ -27,11 +27,17 @@ std::set<std::string> folder_listing(const fs::path& dir) {
   return out;
 }
 
-const Rejected* rejection_for(const Registry& r, const std::string& manifest_name) {
+// The rejection of the manifest file `manifest_name` in `r`; the test stops there when it has none.
+const Rejected& rejection_for(const Registry& r, const std::string& manifest_name) {
+  const Rejected* found = nullptr;
   for (const auto& x : r.rejected()) {
-    if (x.manifest_path.filename() == manifest_name) return &x;
+    if (x.manifest_path.filename() == manifest_name) {
+      found = &x;
+      break;
+    }
   }
-  return nullptr;
+  REQUIRE(found != nullptr);
+  return *found;
 }
 
 }  // namespace
@@ -70,10 +76,9 @@ TEST_CASE("an image whose checksum does not match is rejected and never handed o
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   CHECK(r->list().size() == 2);
-  const Rejected* x = rejection_for(*r, "vadd.toml");
-  REQUIRE(x != nullptr);
-  CHECK(x->error.code == "checksum_mismatch");
-  CHECK_THAT(x->error.message, Catch::Contains("vadd.toml") && Catch::Contains("'sha256'"));
+  const Rejected& x = rejection_for(*r, "vadd.toml");
+  CHECK(x.error.code == "checksum_mismatch");
+  CHECK_THAT(x.error.message, Catch::Contains("vadd.toml") && Catch::Contains("'sha256'"));
   auto got = r->get("vadd");
   REQUIRE_FALSE(got.is_ok());
   CHECK(got.error().code == "not_found");
@@ -85,10 +90,9 @@ TEST_CASE("a missing image file is rejected naming the file field", "[registry][
   fs::remove(dir.path() / "matmul.cl");
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
-  const Rejected* x = rejection_for(*r, "matmul.toml");
-  REQUIRE(x != nullptr);
-  CHECK(x->error.code == "missing_file");
-  CHECK_THAT(x->error.message, Catch::Contains("matmul.toml") && Catch::Contains("'file'"));
+  const Rejected& x = rejection_for(*r, "matmul.toml");
+  CHECK(x.error.code == "missing_file");
+  CHECK_THAT(x.error.message, Catch::Contains("matmul.toml") && Catch::Contains("'file'"));
   CHECK_FALSE(r->get("matmul").is_ok());
 }
 
@@ -99,10 +103,9 @@ TEST_CASE("a manifest naming a kernel the source lacks is rejected", "[registry]
              replace_all(read_file(dir.path() / "checksum.toml"), "kernels = [\"checksum\"]", "kernels = [\"crc32\"]"));
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
-  const Rejected* x = rejection_for(*r, "checksum.toml");
-  REQUIRE(x != nullptr);
-  CHECK(x->error.code == "invalid_manifest");
-  CHECK_THAT(x->error.message, Catch::Contains("'kernels'") && Catch::Contains("crc32"));
+  const Rejected& x = rejection_for(*r, "checksum.toml");
+  CHECK(x.error.code == "invalid_manifest");
+  CHECK_THAT(x.error.message, Catch::Contains("'kernels'") && Catch::Contains("crc32"));
 }
 
 TEST_CASE("two manifests for the same name and version: the second is rejected", "[registry][errors]") {
@@ -112,9 +115,8 @@ TEST_CASE("two manifests for the same name and version: the second is rejected",
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   CHECK(r->list().size() == 3);
-  const Rejected* x = rejection_for(*r, "vadd.toml");  // sorted: "vadd-copy.toml" loads first
-  REQUIRE(x != nullptr);
-  CHECK(x->error.code == "already_exists");
+  const Rejected& x = rejection_for(*r, "vadd.toml");  // sorted: "vadd-copy.toml" loads first
+  CHECK(x.error.code == "already_exists");
 }
 
 TEST_CASE("compatible() accepts listed models and refuses others", "[registry]") {

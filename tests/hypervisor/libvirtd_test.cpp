@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <regex>
 
 using namespace accelpool;
@@ -76,6 +77,29 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// Records the events an attacher reports (it becomes the attacher's event handler).
+class EventLog {
+ public:
+  explicit EventLog(Attacher& attacher) {
+    attacher.set_event_handler([this](const HypervisorEvent& e) {
+      std::lock_guard lock(m_);
+      events_.push_back(e);
+      cv_.notify_all();
+    });
+  }
+  // All events so far once there are at least `n`; nullopt when fewer arrive within kHungAfter.
+  std::optional<std::vector<HypervisorEvent>> wait_for(std::size_t n) {
+    std::unique_lock lock(m_);
+    if (!cv_.wait_for(lock, accelpool::testing::kHungAfter, [&] { return events_.size() >= n; })) return std::nullopt;
+    return events_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<HypervisorEvent> events_;
+};
 
 }  // namespace
 
@@ -333,15 +357,7 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
   const std::string vm = vm_name("lifecycle");
   const std::string uuid = start_vm(*daemon, vm);
   auto attacher = attacher_for(*daemon, 30s);
-
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<HypervisorEvent> events;
-  attacher->set_event_handler([&](const HypervisorEvent& e) {
-    std::lock_guard lock(m);
-    events.push_back(e);
-    cv.notify_all();
-  });
+  EventLog event_log(*attacher);
   const std::string dev0 = daemon->unique_device_id("sim:0");
   const std::string dev1 = daemon->unique_device_id("sim:1");
   REQUIRE(attacher->attach(vm, sim(dev0, "lease-0")).is_ok());
@@ -351,11 +367,10 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
 
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(daemon->destroy_vm(vm).is_ok());
-  std::unique_lock lock(m);
-  REQUIRE(cv.wait_for(lock, accelpool::testing::kHungAfter, [&] { return !events.empty(); }));
+  const auto first = event_log.wait_for(1);
+  REQUIRE(first);
   std::printf("hypervisor: lifecycle event %.1f ms after the destroy call started\n", ms_since(t0));
-  const HypervisorEvent e = events.front();
-  lock.unlock();
+  const HypervisorEvent e = first->front();
   CHECK(e.kind == EventKind::vm_destroyed);
   CHECK(e.vm_name == vm);
   CHECK(e.vm_uuid == uuid);
@@ -378,10 +393,9 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
   const std::string dev2 = daemon->unique_device_id("sim:2");
   REQUIRE(attacher->attach(crash_vm, sim(dev2, "lease-2")).is_ok());
   REQUIRE(daemon->kill_vm(crash_vm).is_ok());
-  lock.lock();
-  REQUIRE(cv.wait_for(lock, accelpool::testing::kHungAfter, [&] { return events.size() >= 2; }));
-  const HypervisorEvent crash = events.back();
-  lock.unlock();
+  const auto both = event_log.wait_for(2);
+  REQUIRE(both);
+  const HypervisorEvent crash = both->back();
   CHECK(crash.kind == EventKind::vm_crashed);
   CHECK(crash.vm_name == crash_vm);
   REQUIRE(crash.devices.size() == 1);
@@ -400,14 +414,7 @@ TEST_CASE("the attacher reconnects after libvirtd restarts, and the VM's records
   const std::string vm = vm_name("restart");
   start_vm(daemon, vm);
   auto attacher = attacher_for(daemon, 400ms);
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<HypervisorEvent> events;
-  attacher->set_event_handler([&](const HypervisorEvent& e) {
-    std::lock_guard lock(m);
-    events.push_back(e);
-    cv.notify_all();
-  });
+  EventLog event_log(*attacher);
   const std::string dev0 = daemon.unique_device_id("sim:r0");
   const std::string dev1 = daemon.unique_device_id("sim:r1");
   REQUIRE(attacher->attach(vm, sim(dev0, "lease-r0")).is_ok());
@@ -427,8 +434,8 @@ TEST_CASE("the attacher reconnects after libvirtd restarts, and the VM's records
 
   // Events arrive on the new connection.
   REQUIRE(daemon.kill_vm(vm).is_ok());
-  std::unique_lock lock(m);
-  REQUIRE(cv.wait_for(lock, accelpool::testing::kHungAfter, [&] { return !events.empty(); }));
-  CHECK(events.front().kind == EventKind::vm_crashed);
-  CHECK(events.front().devices.size() == 2);
+  const auto events = event_log.wait_for(1);
+  REQUIRE(events);
+  CHECK(events->front().kind == EventKind::vm_crashed);
+  CHECK(events->front().devices.size() == 2);
 }

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "child_exit.hpp"
 #include "skip.hpp"
 
 #include <fcntl.h>
@@ -15,7 +16,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -31,13 +31,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 const std::string kAgentToken = "agent-token-0123456789";
 constexpr int kHeartbeatTimeoutMs = 1500;
-
-std::filesystem::path temp_dir() {
-  std::random_device rd;
-  auto p = std::filesystem::temp_directory_path() / ("apm-agents-" + std::to_string(rd()));
-  std::filesystem::create_directories(p);
-  return p;
-}
 
 // One accelpool-agent process with a simulated pool of network-attached devices.
 class Agent {
@@ -71,16 +64,9 @@ class Agent {
   }
   // The exit code when it exits by itself within `timeout`.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    auto until = SteadyClock::now() + timeout;
-    while (SteadyClock::now() < until) {
-      int st = 0;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return std::nullopt;
+    auto code = accelpool::testing::wait_child_exit(pid_, timeout);
+    if (code) pid_ = -1;
+    return code;
   }
   std::string log() const {
     std::ifstream in(log_);
@@ -93,29 +79,15 @@ class Agent {
   pid_t pid_ = -1;
 };
 
-struct Pool {
-  std::filesystem::path dir = temp_dir();
-  DaemonProcess daemon;
+struct Pool : ScratchDaemon {
   std::string admin, token;
-  Pool() : daemon(dir, config()) {
+  Pool()
+      : ScratchDaemon("apm-agents-",
+                      agent_manager_config(kAgentToken, "revoke_grace_s = 5\n",
+                                           "heartbeat_timeout_ms = " + std::to_string(kHeartbeatTimeoutMs) + "\n")) {
     daemon.start();
     admin = daemon.token("admin token");
     token = daemon.token("guest token for tenant t");
-  }
-  ~Pool() {
-    daemon.stop(SIGKILL);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  static std::string config() {
-    std::ostringstream o;
-    o << "[leases]\nttl_s = 60\nrevoke_grace_s = 5\n"
-      << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-      << "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" << kAgentToken << "\"\nheartbeat_timeout_ms = "
-      << kHeartbeatTimeoutMs << "\n"
-      << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
-      << "[[tenants]]\nname = \"t\"\n";
-    return o.str();
   }
   // name -> {state, lease (0 for none)}
   std::map<std::string, std::pair<std::string, std::uint64_t>> devices() {

@@ -19,6 +19,12 @@ std::string refusal(const TempDir& dir, const std::string& text) {
   auto c = load_text(dir, text);
   return c.is_ok() ? std::string() : c.error().message;
 }
+// The error message loading `text` gives; the test stops there when it loads.
+std::string required_refusal(const TempDir& dir, const std::string& text) {
+  auto c = load_text(dir, text);
+  REQUIRE_FALSE(c.is_ok());
+  return c.error().message;
+}
 }  // namespace
 
 TEST_CASE("a full configuration file is read", "[config]") {
@@ -79,22 +85,16 @@ max_devices = 4
 
 TEST_CASE("bad configuration names the file, line and key", "[config]") {
   TempDir dir;
-  auto unknown = load_text(dir, "[leases]\nttl_s = 5\nttl = 7\n");
-  REQUIRE_FALSE(unknown.is_ok());
-  CHECK(unknown.error().message.find("m.toml:3") != std::string::npos);
-  CHECK(unknown.error().message.find("'ttl'") != std::string::npos);
+  const std::string unknown = required_refusal(dir, "[leases]\nttl_s = 5\nttl = 7\n");
+  CHECK(unknown.find("m.toml:3") != std::string::npos);
+  CHECK(unknown.find("'ttl'") != std::string::npos);
 
-  auto type = load_text(dir, "[leases]\nttl_s = \"long\"\n");
-  REQUIRE_FALSE(type.is_ok());
-  CHECK(type.error().message.find("leases.ttl_s must be a number") != std::string::npos);
+  const std::string type = required_refusal(dir, "[leases]\nttl_s = \"long\"\n");
+  CHECK(type.find("leases.ttl_s must be a number") != std::string::npos);
 
-  auto syntax = load_text(dir, "[leases\n");
-  REQUIRE_FALSE(syntax.is_ok());
-  CHECK(syntax.error().message.find("m.toml:1") != std::string::npos);
+  CHECK(required_refusal(dir, "[leases\n").find("m.toml:1") != std::string::npos);
 
-  auto negative = load_text(dir, "[limits]\nmax_connections = -1\n");
-  REQUIRE_FALSE(negative.is_ok());
-  CHECK(negative.error().message.find("non-negative integer") != std::string::npos);
+  CHECK(required_refusal(dir, "[limits]\nmax_connections = -1\n").find("non-negative integer") != std::string::npos);
 
   CHECK_FALSE(load_text(dir, "[[hosts]]\nname = \"h\"\n[[hosts.devices]]\nattach = \"usb\"\n").is_ok());
   CHECK_FALSE(parse_endpoint("localhost").is_ok());
@@ -121,27 +121,19 @@ TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat 
   REQUIRE(f.is_ok());
   CHECK(f->agents.token == "from-a-file-0123456789");
 
-  auto no_token = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\n");
-  REQUIRE_FALSE(no_token.is_ok());
-  CHECK(no_token.error().message.find("agents.token") != std::string::npos);
+  CHECK(required_refusal(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\n").find("agents.token") != std::string::npos);
   auto short_token = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken = \"short\"\n");
   CHECK_FALSE(short_token.is_ok());
-  auto bad_addr = load_text(dir, "[agents]\nlisten = [\"nowhere\"]\ntoken = \"0123456789abcdef\"\n");
-  REQUIRE_FALSE(bad_addr.is_ok());
-  CHECK(bad_addr.error().message.find("m.toml:2") != std::string::npos);
-  CHECK(bad_addr.error().message.find("agents.listen") != std::string::npos);
-  auto not_list = load_text(dir, "[agents]\nlisten = \"127.0.0.1:7071\"\ntoken = \"0123456789abcdef\"\n");
-  REQUIRE_FALSE(not_list.is_ok());
-  CHECK(not_list.error().message.find("array") != std::string::npos);
-  auto missing_file = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken_file = \"nope\"\n");
-  REQUIRE_FALSE(missing_file.is_ok());
-  CHECK(missing_file.error().message.find("cannot read") != std::string::npos);
-  auto zero = load_text(dir, "[agents]\nheartbeat_timeout_ms = 0\n");
-  REQUIRE_FALSE(zero.is_ok());
-  CHECK(zero.error().message.find("heartbeat_timeout_ms") != std::string::npos);
-  auto unknown = load_text(dir, "[agents]\nlisten = []\ntokn = \"x\"\n");
-  REQUIRE_FALSE(unknown.is_ok());
-  CHECK(unknown.error().message.find("'tokn'") != std::string::npos);
+  const std::string bad_addr = required_refusal(dir, "[agents]\nlisten = [\"nowhere\"]\ntoken = \"0123456789abcdef\"\n");
+  CHECK(bad_addr.find("m.toml:2") != std::string::npos);
+  CHECK(bad_addr.find("agents.listen") != std::string::npos);
+  const std::string not_list = required_refusal(dir, "[agents]\nlisten = \"127.0.0.1:7071\"\ntoken = \"0123456789abcdef\"\n");
+  CHECK(not_list.find("array") != std::string::npos);
+  const std::string missing_file = required_refusal(dir, "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken_file = \"nope\"\n");
+  CHECK(missing_file.find("cannot read") != std::string::npos);
+  const std::string zero = required_refusal(dir, "[agents]\nheartbeat_timeout_ms = 0\n");
+  CHECK(zero.find("heartbeat_timeout_ms") != std::string::npos);
+  CHECK(required_refusal(dir, "[agents]\nlisten = []\ntokn = \"x\"\n").find("'tokn'") != std::string::npos);
 }
 
 TEST_CASE("the [bitstreams] table: registry folder and seed", "[config][bitstreams]") {

@@ -15,7 +15,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -26,13 +25,6 @@ namespace {
 
 // Generous bound for waits on events: only a hung test reaches it.
 constexpr auto kPatience = 60s;
-
-std::filesystem::path temp_dir() {
-  std::random_device rd;
-  auto p = std::filesystem::temp_directory_path() / ("apm-cl-" + std::to_string(rd()));
-  std::filesystem::create_directories(p);
-  return p;
-}
 
 // `guest` and `admin` are added to those tables, `extra` at the end.
 std::string config(const std::string& guest, const std::string& admin, const std::string& extra) {
@@ -47,22 +39,15 @@ std::string config(const std::string& guest, const std::string& admin, const std
   return o.str();
 }
 
-struct Daemon {
-  std::filesystem::path dir = temp_dir();
-  DaemonProcess process;
-  explicit Daemon(const std::string& cfg) : process(dir, cfg) {}
-  ~Daemon() {
-    process.stop(SIGKILL);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
+struct Daemon : ScratchDaemon {
+  explicit Daemon(const std::string& cfg) : ScratchDaemon("apm-cl-", cfg) {}
   void start() {
-    process.start();
-    token = process.token("guest token for tenant a");
-    admin = process.token("admin token");
+    daemon.start();
+    token = daemon.token("guest token for tenant a");
+    admin = daemon.token("admin token");
   }
-  int admin_port() const { return process.endpoints().admin_port; }
-  int guest_port() const { return process.endpoints().guest_port; }
+  int admin_port() const { return daemon.endpoints().admin_port; }
+  int guest_port() const { return daemon.endpoints().guest_port; }
   std::string token, admin;
 };
 
@@ -121,19 +106,19 @@ TEST_CASE("at start the soft file descriptor limit is raised to the hard limit",
   Daemon d(config("", "", "[limits]\nmax_connections = 16\n"));
   rlimit own = own_fd_limit();
   REQUIRE(own.rlim_max > 200);
-  d.process.set_fd_limit(128, own.rlim_max);
+  d.daemon.set_fd_limit(128, own.rlim_max);
   d.start();
   rlimit now{};
-  REQUIRE(::prlimit(d.process.pid(), RLIMIT_NOFILE, nullptr, &now) == 0);
+  REQUIRE(::prlimit(d.daemon.pid(), RLIMIT_NOFILE, nullptr, &now) == 0);
   CHECK(now.rlim_cur == own.rlim_max);
 }
 
 TEST_CASE("a config whose connection limits cannot fit the file descriptor limit is refused at start",
           "[connections][fd]") {
   Daemon d(config("", "", "[limits]\nmax_connections = 4096\n"));
-  d.process.set_fd_limit(1024, 1024);
+  d.daemon.set_fd_limit(1024, 1024);
   REQUIRE_THROWS(d.start());
-  std::string out = d.process.output();
+  std::string out = d.daemon.output();
   CHECK(out.find("max_connections") != std::string::npos);
   CHECK(out.find("need 8256 file descriptors") != std::string::npos);
   CHECK(out.find("limit (RLIMIT_NOFILE, hard) is 1024") != std::string::npos);
@@ -141,16 +126,16 @@ TEST_CASE("a config whose connection limits cannot fit the file descriptor limit
 
   // Limits that fit start.
   Daemon fits(config("", "", "[limits]\nmax_connections = 400\n"));
-  fits.process.set_fd_limit(1024, 1024);
+  fits.daemon.set_fd_limit(1024, 1024);
   fits.start();
   CHECK(http(fits.admin_port(), "GET", "/healthz", "").status == 200);
 
   // The default limit, not set in the config, shrinks to fit and says so: a small `ulimit -n` still starts.
   Daemon defaults(config("", "", ""));
-  defaults.process.set_fd_limit(1024, 1024);
+  defaults.daemon.set_fd_limit(1024, 1024);
   defaults.start();
   CHECK(http(defaults.admin_port(), "GET", "/healthz", "").status == 200);
-  CHECK(defaults.process.output().find("[limits] max_connections lowered from 4096 to 480") != std::string::npos);
+  CHECK(defaults.daemon.output().find("[limits] max_connections lowered from 4096 to 480") != std::string::npos);
 }
 
 TEST_CASE("out of file descriptors, every listener backs off, says why, and accepts again once some close",
@@ -159,7 +144,7 @@ TEST_CASE("out of file descriptors, every listener backs off, says why, and acce
                   "[limits]\nmax_connections = 256\nrequest_timeout_s = 600\n"
                   "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"agent-token-0123456789\"\n"));
   d.start();
-  const int pid = d.process.pid();
+  const int pid = d.daemon.pid();
   // Leave the daemon a few descriptors more than it holds now.
   rlimit low{static_cast<rlim_t>(open_fds(pid) + 4), own_fd_limit().rlim_max};
   REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &low, nullptr) == 0);
@@ -168,14 +153,14 @@ TEST_CASE("out of file descriptors, every listener backs off, says why, and acce
   for (int i = 0; i < 40; ++i) flood.push_back(connect_from("127.0.0.1", d.guest_port()));
   const std::string guest_listener = "guest listener tcp 127.0.0.1:" + std::to_string(d.guest_port());
   const std::string admin_listener = "admin API 127.0.0.1:" + std::to_string(d.admin_port());
-  REQUIRE(output_shows(d.process, guest_listener + ": cannot accept connections: Too many open files"));
+  REQUIRE(output_shows(d.daemon, guest_listener + ": cannot accept connections: Too many open files"));
   // An admin request and an agent connection wait in their backlogs meanwhile.
   int admin = connect_from("127.0.0.1", d.admin_port());
   send_text(admin, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  const std::string agents = d.process.endpoints().agents;
+  const std::string agents = d.daemon.endpoints().agents;
   int agent = connect_from("127.0.0.1", std::stoi(agents.substr(agents.rfind(':') + 1)));
-  REQUIRE(output_shows(d.process, admin_listener + ": cannot accept connections: Too many open files"));
-  REQUIRE(output_shows(d.process, ": agent listener: cannot accept connections: Too many open files"));
+  REQUIRE(output_shows(d.daemon, admin_listener + ": cannot accept connections: Too many open files"));
+  REQUIRE(output_shows(d.daemon, ": agent listener: cannot accept connections: Too many open files"));
 
   for (int fd : flood) ::close(fd);
   std::string response;
@@ -183,9 +168,9 @@ TEST_CASE("out of file descriptors, every listener backs off, says why, and acce
   CHECK(response.rfind("HTTP/1.1 200", 0) == 0);
   ::close(admin);
   ::close(agent);
-  CHECK(output_shows(d.process, admin_listener + ": accepting connections again"));
-  CHECK(output_shows(d.process, "agent listener: accepting connections again"));
-  CHECK(output_shows(d.process, guest_listener + ": accepting connections again"));
+  CHECK(output_shows(d.daemon, admin_listener + ": accepting connections again"));
+  CHECK(output_shows(d.daemon, "agent listener: accepting connections again"));
+  CHECK(output_shows(d.daemon, guest_listener + ": accepting connections again"));
   auto g = GuestClient::tcp(d.guest_port());
   CHECK(g.hello(d.token, "vm1").contains("result"));
 }
@@ -325,7 +310,7 @@ TEST_CASE("agent connections over [agents] max_connections are closed at accept"
                   "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"agent-token-0123456789\"\nmax_connections = 2\n"
                   "heartbeat_timeout_ms = 3600000\n"));
   d.start();
-  const std::string agents = d.process.endpoints().agents;
+  const std::string agents = d.daemon.endpoints().agents;
   const int port = std::stoi(agents.substr(agents.rfind(':') + 1));
   std::vector<int> held{connect_from("127.0.0.1", port), connect_from("127.0.0.1", port)};
   int third = connect_from("127.0.0.1", port);

@@ -21,13 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::filesystem::path temp_dir() {
-  std::random_device rd;
-  auto p = std::filesystem::temp_directory_path() / ("apm-it-" + std::to_string(rd()));
-  std::filesystem::create_directories(p);
-  return p;
-}
-
 std::string config(int devices, double ttl_s, double grace_s, const std::string& extra = "") {
   std::ostringstream o;
   o << "[leases]\nttl_s = " << ttl_s << "\nrevoke_grace_s = " << grace_s << "\n"
@@ -40,20 +33,13 @@ std::string config(int devices, double ttl_s, double grace_s, const std::string&
   return o.str();
 }
 
-struct Running {
-  std::filesystem::path dir = temp_dir();
-  DaemonProcess daemon;
+struct Running : ScratchDaemon {
   std::string admin, token_a, token_b;
-  explicit Running(const std::string& cfg) : daemon(dir, cfg) {
+  explicit Running(const std::string& cfg) : ScratchDaemon("apm-it-", cfg) {
     daemon.start();
     admin = daemon.token("admin token");
     token_a = daemon.token("guest token for tenant a");
     token_b = daemon.token("guest token for tenant b");
-  }
-  ~Running() {
-    daemon.stop(SIGKILL);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
   HttpResult get(const std::string& target) { return http(daemon.endpoints().admin_port, "GET", target, admin); }
   HttpResult post(const std::string& target, const std::string& body = "") {
@@ -488,42 +474,38 @@ TEST_CASE("SIGKILL at random moments under load loses no lease and grants none t
 
 TEST_CASE("the embedded default starts with no config: simulated devices, tokens and the admin URL printed once",
           "[integration][default]") {
-  auto dir = temp_dir();
-  {
-    DaemonProcess d(dir, "");
-    d.start();
-    auto out = d.output();
-    CHECK(std::regex_search(out, std::regex(R"(admin API http://127\.0\.0\.1:\d+)")));
-    std::string admin = d.token("admin token");
-    std::string guest = d.token("guest token for tenant default");
-    CHECK(admin.rfind("apa_", 0) == 0);
-    auto devices = http(d.endpoints().admin_port, "GET", "/v1/devices", admin);
-    REQUIRE(devices.status == 200);
-    auto devs = devices.json().at("devices").as_array();
-    REQUIRE_FALSE(devs.empty());
-    bool sim_fpga = false;
-    for (const auto& dev : devs) sim_fpga = sim_fpga || dev.at("kind").as_string() == "fpga";
-    CHECK(sim_fpga);
-    CHECK(http(d.endpoints().admin_port, "GET", "/readyz", "").status == 200);
-    // The registry starts with the sample bitstreams.
-    auto bitstreams = http(d.endpoints().admin_port, "GET", "/v1/bitstreams/vadd_u250", admin);
-    REQUIRE(bitstreams.status == 200);
-    // A lease with a sample xclbin on the simulated backend: programmed, then ready.
-    auto g = GuestClient::unix_socket(d.endpoints().guest_unix);
-    REQUIRE(g.hello(guest, "vm1").contains("result"));
-    auto r = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd_u250"}});
-    REQUIRE(lease_state(r) == "granted");
-    auto ready = g.wait_notification("lease.granted", lease_id(r));
-    REQUIRE(ready);
-    CHECK(ready->at("params").at("lease").at("reprogrammed").to_number<int>() == 1);
-    d.stop(SIGTERM);
-    CHECK(d.exit_code() == 0);
-    // A second start prints no tokens: they were shown once.
-    d.start();
-    CHECK(d.output().find("admin token", out.size()) == std::string::npos);
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  ScratchDaemon scratch("apm-it-", "");
+  DaemonProcess& d = scratch.daemon;
+  d.start();
+  auto out = d.output();
+  CHECK(std::regex_search(out, std::regex(R"(admin API http://127\.0\.0\.1:\d+)")));
+  std::string admin = d.token("admin token");
+  std::string guest = d.token("guest token for tenant default");
+  CHECK(admin.rfind("apa_", 0) == 0);
+  auto devices = http(d.endpoints().admin_port, "GET", "/v1/devices", admin);
+  REQUIRE(devices.status == 200);
+  auto devs = devices.json().at("devices").as_array();
+  REQUIRE_FALSE(devs.empty());
+  bool sim_fpga = false;
+  for (const auto& dev : devs) sim_fpga = sim_fpga || dev.at("kind").as_string() == "fpga";
+  CHECK(sim_fpga);
+  CHECK(http(d.endpoints().admin_port, "GET", "/readyz", "").status == 200);
+  // The registry starts with the sample bitstreams.
+  auto bitstreams = http(d.endpoints().admin_port, "GET", "/v1/bitstreams/vadd_u250", admin);
+  REQUIRE(bitstreams.status == 200);
+  // A lease with a sample xclbin on the simulated backend: programmed, then ready.
+  auto g = GuestClient::unix_socket(d.endpoints().guest_unix);
+  REQUIRE(g.hello(guest, "vm1").contains("result"));
+  auto r = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd_u250"}});
+  REQUIRE(lease_state(r) == "granted");
+  auto ready = g.wait_notification("lease.granted", lease_id(r));
+  REQUIRE(ready);
+  CHECK(ready->at("params").at("lease").at("reprogrammed").to_number<int>() == 1);
+  d.stop(SIGTERM);
+  CHECK(d.exit_code() == 0);
+  // A second start prints no tokens: they were shown once.
+  d.start();
+  CHECK(d.output().find("admin token", out.size()) == std::string::npos);
 }
 
 TEST_CASE("a connection that never says hello is closed after the request timeout", "[integration][robustness]") {

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -26,36 +25,13 @@ namespace {
 
 const std::string kAgentToken = "agent-token-0123456789";
 
-std::filesystem::path temp_dir() {
-  std::random_device rd;
-  auto p = std::filesystem::temp_directory_path() / ("apm-register-" + std::to_string(rd()) + std::to_string(rd()));
-  std::filesystem::create_directories(p);
-  return p;
-}
-
 // A manager whose own host "local" has one network-attached asic, and an agent listener.
-struct Manager {
-  std::filesystem::path dir = temp_dir();
-  DaemonProcess daemon;
+struct Manager : ScratchDaemon {
   std::string admin, token;
-  Manager() : daemon(dir, config()) {
+  Manager() : ScratchDaemon("apm-register-", agent_manager_config(kAgentToken)) {
     daemon.start();
     admin = daemon.token("admin token");
     token = daemon.token("guest token for tenant t");
-  }
-  ~Manager() {
-    daemon.stop(SIGKILL);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  static std::string config() {
-    std::ostringstream o;
-    o << "[leases]\nttl_s = 60\n"
-      << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-      << "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" << kAgentToken << "\"\n"
-      << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
-      << "[[tenants]]\nname = \"t\"\n";
-    return o.str();
   }
   GuestClient agent_connection() {
     const auto& a = daemon.endpoints().agents;

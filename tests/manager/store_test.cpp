@@ -35,13 +35,19 @@ void write_leases(const std::filesystem::path& file, std::vector<Lease> leases) 
   REQUIRE((*opened)->apply(b).is_ok());
 }
 
+// The store in `file`, which must open (the test stops there when it does not).
+std::unique_ptr<Store> open_store(const std::filesystem::path& file, bool full_sync) {
+  auto opened = open_sqlite_store(file, full_sync);
+  REQUIRE(opened.is_ok());
+  return std::move(*opened);
+}
+
 }  // namespace
 
 TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   TempDir dir;
-  auto opened = open_sqlite_store(dir.path / "s.db", true);
-  REQUIRE(opened.is_ok());
-  auto& store = **opened;
+  const auto owned = open_store(dir.path / "s.db", true);
+  Store& store = *owned;
   Batch b;
   Lease l = stored_lease(7, LeaseState::granted, 0);
   l.devices = {"h/d0", "h/d1"};
@@ -111,9 +117,8 @@ TEST_CASE("a file that is not a database gives a clear error", "[store]") {
 
 TEST_CASE("old ended leases are pruned from the store, live ones and the newest id stay", "[store]") {
   TempDir dir;
-  auto opened = open_sqlite_store(dir.path / "s.db", false);
-  REQUIRE(opened.is_ok());
-  auto& store = **opened;
+  const auto owned = open_store(dir.path / "s.db", false);
+  Store& store = *owned;
   Batch b;
   b.leases.push_back(stored_lease(1, LeaseState::released, 100));  // old: pruned
   b.leases.push_back(stored_lease(2, LeaseState::granted, 0));     // live: kept whatever its age
@@ -136,9 +141,8 @@ TEST_CASE("old ended leases are pruned from the store, live ones and the newest 
 TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bounded", "[store]") {
   TempDir dir;
   auto file = dir.path / "s.db";
-  auto opened = open_sqlite_store(file, false);
-  REQUIRE(opened.is_ok());
-  auto& store = **opened;
+  const auto owned = open_store(file, false);
+  Store& store = *owned;
   // Each commit writes at least one 4 KiB page to the WAL: 30,000 commits put more than 120 MB through it.
   const int commits = 30000;
   for (int i = 1; i <= commits; ++i) {

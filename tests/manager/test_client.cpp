@@ -1,5 +1,7 @@
 #include "test_client.hpp"
 
+#include <accelpool/common/connect.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,6 +15,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -27,13 +30,8 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 int connect_tcp(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
+  int fd = common::connect_loopback_tcp(port);
+  if (fd < 0) {
     throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno));
   }
   return fd;
@@ -79,6 +77,31 @@ std::string read_all(int fd, bool* timed_out = nullptr) {
 }  // namespace
 
 // --- DaemonProcess ---------------------------------------------------------------------------------------------
+
+std::filesystem::path temp_dir(const std::string& prefix) {
+  std::random_device rd;
+  auto p = std::filesystem::temp_directory_path() / (prefix + std::to_string(rd()) + std::to_string(rd()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+ScratchDaemon::ScratchDaemon(const std::string& prefix, std::string config)
+    : dir(temp_dir(prefix)), daemon(dir, std::move(config)) {}
+
+ScratchDaemon::~ScratchDaemon() {
+  daemon.stop(SIGKILL);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+std::string agent_manager_config(const std::string& agent_token, const std::string& leases,
+                                 const std::string& agents) {
+  return "[leases]\nttl_s = 60\n" + leases +
+         "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+         "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" + agent_token + "\"\n" + agents +
+         "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
+         "[[tenants]]\nname = \"t\"\n";
+}
 
 DaemonProcess::DaemonProcess(std::filesystem::path data_dir, std::string config)
     : dir_(std::move(data_dir)), config_(std::move(config)) {
@@ -209,14 +232,8 @@ int http_raw(int port, const std::string& request) {
 GuestClient GuestClient::tcp(int port) { return GuestClient(connect_tcp(port)); }
 
 GuestClient GuestClient::unix_socket(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    throw std::runtime_error("cannot connect to " + path);
-  }
+  int fd = common::connect_unix_stream(path);
+  if (fd < 0) throw std::runtime_error("cannot connect to " + path + ": " + std::strerror(errno));
   return GuestClient(fd);
 }
 

@@ -59,6 +59,27 @@ class DaemonProcess {
   std::uint64_t file_size_limit_ = 0;
 };
 
+// A fresh empty folder under the system temp folder, named `prefix` followed by random digits.
+std::filesystem::path temp_dir(const std::string& prefix);
+
+// A DaemonProcess (not started) in a fresh temp folder of its own; on destruction the process is killed
+// (SIGKILL) and the folder removed.
+struct ScratchDaemon {
+  ScratchDaemon(const std::string& prefix, std::string config);
+  ~ScratchDaemon();
+  ScratchDaemon(const ScratchDaemon&) = delete;
+  ScratchDaemon& operator=(const ScratchDaemon&) = delete;
+
+  std::filesystem::path dir;
+  DaemonProcess daemon;
+};
+
+// The config of a manager that takes remote host agents: an agent listener on 127.0.0.1 with `agent_token`, its
+// own host "local" with one network-attached asic, tenant "t", guests on TCP only. `leases` and `agents` are
+// added to those tables ("key = value\n" lines).
+std::string agent_manager_config(const std::string& agent_token, const std::string& leases = "",
+                                 const std::string& agents = "");
+
 struct HttpResult {
   int status = 0;
   std::string body;

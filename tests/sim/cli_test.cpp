@@ -32,6 +32,14 @@ Output run_sim(const std::string& args) {
   return out;
 }
 
+// Runs the CLI with `args` and checks that it exits 1 with `message` in its output.
+void check_rejected(const std::string& args, const std::string& message) {
+  INFO("accelpool-sim " << args);
+  const auto r = run_sim(args);
+  CHECK(r.code == 1);
+  CHECK(r.text.find(message) != std::string::npos);
+}
+
 std::string slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -116,33 +124,19 @@ TEST_CASE("cli: bad input exits non-zero with a clear message and writes nothing
   CHECK(r.code != 0);
   CHECK(r.text.find("no-such-flag") != std::string::npos);
 
-  r = run_sim("--synthetic 10");
-  CHECK(r.code == 1);
-  CHECK(r.text.find("--devices N or --pool FILE") != std::string::npos);
-
-  r = run_sim("--devices 2");
-  CHECK(r.code == 1);
-  CHECK(r.text.find("--trace FILE or --synthetic N") != std::string::npos);
-
-  r = run_sim("--synthetic 10 --devices 2 --policy fifo,bogus");
-  CHECK(r.code == 1);
-  CHECK(r.text.find("--policy \"bogus\"") != std::string::npos);
-
-  r = run_sim("--synthetic 10 --devices 2 --gangs 4:1");
-  CHECK(r.code == 1);
-  CHECK(r.text.find("asks for 4 fpga devices but only 2") != std::string::npos);
+  check_rejected("--synthetic 10", "--devices N or --pool FILE");
+  check_rejected("--devices 2", "--trace FILE or --synthetic N");
+  check_rejected("--synthetic 10 --devices 2 --policy fifo,bogus", "--policy \"bogus\"");
+  check_rejected("--synthetic 10 --devices 2 --gangs 4:1", "asks for 4 fpga devices but only 2");
 
   {
     std::ofstream p(dir.file("pool.json"));
     p << "{\"hosts\": [{\"devices\": [{\"count\": -3}]}]}";
   }
-  r = run_sim("--synthetic 10 --pool " + dir.file("pool.json"));
-  CHECK(r.code == 1);
-  CHECK(r.text.find(dir.file("pool.json") + ": hosts[0].devices[0].count") != std::string::npos);
-
-  r = run_sim("--synthetic 10 --devices 2 --estimates magic");
-  CHECK(r.code == 1);
-  CHECK(r.text.find("estimates: expected trace, oracle, none, learned or noisy:SIGMA") != std::string::npos);
+  check_rejected("--synthetic 10 --pool " + dir.file("pool.json"),
+                 dir.file("pool.json") + ": hosts[0].devices[0].count");
+  check_rejected("--synthetic 10 --devices 2 --estimates magic",
+                 "estimates: expected trace, oracle, none, learned or noisy:SIGMA");
 
   r = run_sim("--trace x.csv --synthetic 10 --devices 2");
   CHECK(r.code != 0);

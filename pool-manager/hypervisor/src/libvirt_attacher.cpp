@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace accelpool::hypervisor {
@@ -757,33 +758,23 @@ class LibvirtAttacher final : public Attacher {
     if (next != Clock::time_point::max()) inbox_->wake_by(next);
   }
 
+  // The event kind and its words for a libvirt VIR_DOMAIN_EVENT_STOPPED detail.
+  static std::pair<EventKind, std::string> stop_kind(int detail) {
+    switch (detail) {
+      case VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN: return {EventKind::vm_shutdown, "the VM shut down"};
+      case VIR_DOMAIN_EVENT_STOPPED_DESTROYED: return {EventKind::vm_destroyed, "the VM was destroyed"};
+      case VIR_DOMAIN_EVENT_STOPPED_CRASHED: return {EventKind::vm_crashed, "the VM crashed"};
+      case VIR_DOMAIN_EVENT_STOPPED_FAILED: return {EventKind::vm_crashed, "the hypervisor failed"};
+      default: return {EventKind::vm_stopped, "the VM stopped (libvirt detail " + std::to_string(detail) + ")"};
+    }
+  }
+
   void handle_lifecycle(const InboxEvent& e) {
     if (e.event != VIR_DOMAIN_EVENT_STOPPED) return;
     HypervisorEvent ev;
     ev.vm_name = e.name;
     ev.vm_uuid = e.uuid;
-    switch (e.detail) {
-      case VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN:
-        ev.kind = EventKind::vm_shutdown;
-        ev.detail = "the VM shut down";
-        break;
-      case VIR_DOMAIN_EVENT_STOPPED_DESTROYED:
-        ev.kind = EventKind::vm_destroyed;
-        ev.detail = "the VM was destroyed";
-        break;
-      case VIR_DOMAIN_EVENT_STOPPED_CRASHED:
-        ev.kind = EventKind::vm_crashed;
-        ev.detail = "the VM crashed";
-        break;
-      case VIR_DOMAIN_EVENT_STOPPED_FAILED:
-        ev.kind = EventKind::vm_crashed;
-        ev.detail = "the hypervisor failed";
-        break;
-      default:
-        ev.kind = EventKind::vm_stopped;
-        ev.detail = "the VM stopped (libvirt detail " + std::to_string(e.detail) + ")";
-        break;
-    }
+    std::tie(ev.kind, ev.detail) = stop_kind(e.detail);
     std::vector<std::shared_ptr<Pending>> ended;
     {
       std::lock_guard lock(mutex_);

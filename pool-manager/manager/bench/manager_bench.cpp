@@ -34,6 +34,8 @@
 //                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1]]
 #include "agent_swarm.hpp"
 
+#include <accelpool/common/connect.hpp>
+
 #include <boost/json.hpp>
 
 #include <arpa/inet.h>
@@ -81,31 +83,12 @@ double pct(std::vector<double>& v, double q) {
 
 // --- the daemon ------------------------------------------------------------------------------------------------
 
+// A loopback TCP connection without Nagle's delay (small request/reply lines), or -1.
 int connect_tcp(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
+  int fd = accelpool::common::connect_loopback_tcp(port);
+  if (fd < 0) return -1;
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-int connect_unix(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (path.size() >= sizeof a.sun_path) return -1;
-  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
   return fd;
 }
 
@@ -583,7 +566,7 @@ void bench_daemon(const BenchOptions& o) {
   for (int c = 0; c < clients; ++c) {
     Client& k = conns[static_cast<std::size_t>(c)];
     k.index = c;
-    k.fd = use_unix ? connect_unix(unix_path) : connect_tcp(port);
+    k.fd = use_unix ? accelpool::common::connect_unix_stream(unix_path) : connect_tcp(port);
     if (k.fd < 0) {
       std::fprintf(stderr, "cannot connect to the manager\n");
       ::kill(pid, SIGKILL);

@@ -131,23 +131,36 @@ Result<std::size_t> parse_limit(const std::string& v, std::size_t max) {
   return static_cast<std::size_t>(*n);
 }
 
-// Reads `limit` or `cursor` (a name) into `spec` of a listing by name. Returns whether `key` was one of them.
-Result<bool> read_page_param(const std::string& key, const std::string& v, PageSpec& spec) {
+Error unknown_query_parameter(const std::string& key) {
+  return make_error("invalid_argument", "unknown query parameter '" + key + "'");
+}
+
+// Reads `limit` or `cursor` (a name) into `spec` of a listing by name; any other `key` is an unknown parameter.
+Status read_page_param(const std::string& key, const std::string& v, PageSpec& spec) {
   if (key == "limit") {
     auto n = parse_limit(v, PageSpec::kMaxLimit);
     if (!n) return n.error();
     spec.limit = *n;
-    return true;
+    return Status::ok();
   }
   if (key == "cursor") {
     if (v.empty()) return make_error("invalid_argument", "query 'cursor' is empty (pass the next_cursor of a page)");
     spec.after = v;
-    return true;
+    return Status::ok();
   }
-  return false;
+  return unknown_query_parameter(key);
 }
 
 json::value cursor_json(const std::optional<std::string>& next) { return next ? json::value(*next) : json::value(nullptr); }
+
+// A page of a listing by name: {"<key>": [the items], "next_cursor": the name to go on from, or null}.
+template <class Items>
+json::object page_json(const char* key, const Items& items, const std::optional<std::string>& next) {
+  json::array a;
+  a.reserve(items.size());
+  for (const auto& item : items) a.emplace_back(to_json(item));
+  return json::object{{key, std::move(a)}, {"next_cursor", cursor_json(next)}};
+}
 
 ApiResponse method_not_allowed(const std::string& method, const std::string& path) {
   return AdminApi::error(405, "method_not_allowed", method + " is not allowed on " + path);
@@ -233,17 +246,12 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         if (k == "connected" || k == "draining") {
           if (v != "true" && v != "false") return error(400, "invalid_argument", "query '" + k + "' must be true or false");
           (k == "connected" ? f.connected : f.draining) = v == "true";
-        } else if (auto e = read_page_param(k, v, spec); !e) {
-          return from_error(e.error());
-        } else if (!*e) {
-          return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+        } else if (auto s = read_page_param(k, v, spec); !s) {
+          return from_error(s.error());
         }
       }
       auto page = core_.host_page(f, spec);
-      json::array a;
-      a.reserve(page.hosts.size());
-      for (const auto& h : page.hosts) a.emplace_back(to_json(h));
-      return ok(json::object{{"hosts", std::move(a)}, {"next_cursor", cursor_json(page.next)}});
+      return ok(page_json("hosts", page.hosts, page.next));
     }
     if (seg.size() == 3 || seg.size() == 4) {
       auto h = core_.host(seg[2]);
@@ -267,17 +275,12 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
           if (v != "free" && v != "leased" && v != "draining" && v != "unavailable")
             return error(400, "invalid_argument", "query 'state' must be free, leased, draining or unavailable");
           f.state = v;
-        } else if (auto e = read_page_param(k, v, spec); !e) {
-          return from_error(e.error());
-        } else if (!*e) {
-          return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+        } else if (auto s = read_page_param(k, v, spec); !s) {
+          return from_error(s.error());
         }
       }
       auto page = core_.device_page(f, spec);
-      json::array a;
-      a.reserve(page.devices.size());
-      for (const auto& d : page.devices) a.emplace_back(to_json(d));
-      return ok(json::object{{"devices", std::move(a)}, {"next_cursor", cursor_json(page.next)}});
+      return ok(page_json("devices", page.devices, page.next));
     }
     if (seg.size() == 4 || seg.size() == 5) {
       std::string name = seg[2] + "/" + seg[3];
@@ -326,7 +329,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
           if (v != "asc" && v != "desc") return error(400, "invalid_argument", "query 'order' must be asc or desc");
           spec.newest_first = v == "desc";
         } else {
-          return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+          return from_error(unknown_query_parameter(k));
         }
       }
       auto page = core_.page(f, spec);
@@ -405,7 +408,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (m != "GET") return method_not_allowed(m, path);
     std::vector<double> windows = {60, 300, 3600};
     for (const auto& [k, v] : query) {
-      if (k != "window") return error(400, "invalid_argument", "unknown query parameter '" + k + "'");
+      if (k != "window") return from_error(unknown_query_parameter(k));
       double w = 0;
       auto r = std::from_chars(v.data(), v.data() + v.size(), w);
       if (r.ec != std::errc() || r.ptr != v.data() + v.size() || !(w > 0) || w > 1e8) {

@@ -30,6 +30,26 @@ Status check_keys(const std::filesystem::path& file, const toml::table& t, const
   return Status::ok();
 }
 
+// The entries of the array of tables `n` (`name` in errors), each a table whose keys are all `known`; `entry`
+// names one entry in errors ("[[hosts]]").
+Result<std::vector<const toml::table*>> tables_in(const std::filesystem::path& file, const toml::node& n,
+                                                  const std::string& name, const std::string& entry,
+                                                  const std::set<std::string>& known) {
+  const auto* arr = n.as_array();
+  if (!arr) {
+    const std::string syntax = entry.rfind("[[", 0) == 0 ? " (" + entry + ")" : "";
+    return make_error("config", where(file, n) + ": " + name + " must be an array of tables" + syntax);
+  }
+  std::vector<const toml::table*> tables;
+  for (const auto& e : *arr) {
+    const auto* t = e.as_table();
+    if (!t) return make_error("config", where(file, e) + ": each " + entry + " entry must be a table");
+    if (auto s = check_keys(file, *t, known, entry); !s) return s.error();
+    tables.push_back(t);
+  }
+  return tables;
+}
+
 template <typename T>
 Status read(const std::filesystem::path& file, const toml::table& t, const char* key, T& out, const std::string& table) {
   const toml::node* n = t.get(key);
@@ -198,12 +218,9 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   if (const toml::node* hn = root.get("hosts")) {
-    const auto* arr = hn->as_array();
-    if (!arr) return make_error("config", where(file, *hn) + ": hosts must be an array of tables ([[hosts]])");
-    for (const auto& h : *arr) {
-      const auto* t = h.as_table();
-      if (!t) return make_error("config", where(file, h) + ": each [[hosts]] entry must be a table");
-      ACCELPOOL_TRY(check_keys(file, *t, {"name", "backend", "settings", "devices"}, "[[hosts]]"));
+    auto hosts = tables_in(file, *hn, "hosts", "[[hosts]]", {"name", "backend", "settings", "devices"});
+    if (!hosts) return hosts.error();
+    for (const toml::table* t : *hosts) {
       HostConfig hc;
       ACCELPOOL_TRY(read(file, *t, "name", hc.name, "hosts"));
       ACCELPOOL_TRY(read(file, *t, "backend", hc.backend, "hosts"));
@@ -217,12 +234,9 @@ Result<Config> load_config(const std::filesystem::path& file) {
         }
       }
       if (const toml::node* dn = t->get("devices")) {
-        const auto* darr = dn->as_array();
-        if (!darr) return make_error("config", where(file, *dn) + ": hosts.devices must be an array of tables");
-        for (const auto& d : *darr) {
-          const auto* dt = d.as_table();
-          if (!dt) return make_error("config", where(file, d) + ": each hosts.devices entry must be a table");
-          ACCELPOOL_TRY(check_keys(file, *dt, {"kind", "model", "count", "attach"}, "hosts.devices"));
+        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices", {"kind", "model", "count", "attach"});
+        if (!devices) return devices.error();
+        for (const toml::table* dt : *devices) {
           StaticDeviceGroup g;
           std::string attach = "network";
           std::uint32_t count = 1;
@@ -231,32 +245,29 @@ Result<Config> load_config(const std::filesystem::path& file) {
           ACCELPOOL_TRY(read(file, *dt, "count", count, "hosts.devices"));
           ACCELPOOL_TRY(read(file, *dt, "attach", attach, "hosts.devices"));
           if (attach != "network" && attach != "passthrough") {
-            return make_error("config", where(file, d) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
+            return make_error("config", where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
           }
-          if (count < 1 || count > 100000) return make_error("config", where(file, d) + ": hosts.devices.count must be in 1..100000");
+          if (count < 1 || count > 100000) return make_error("config", where(file, *dt) + ": hosts.devices.count must be in 1..100000");
           g.count = static_cast<int>(count);
           g.passthrough = attach == "passthrough";
           hc.devices.push_back(g);
         }
       }
       if (hc.backend != "static") {
-        if (auto b = host_backends(hc); !b) return make_error("config", where(file, h) + ": " + b.error().message);
+        if (auto b = host_backends(hc); !b) return make_error("config", where(file, *t) + ": " + b.error().message);
       }
       c.hosts.push_back(std::move(hc));
     }
   }
   if (const toml::node* tn = root.get("tenants")) {
-    const auto* arr = tn->as_array();
-    if (!arr) return make_error("config", where(file, *tn) + ": tenants must be an array of tables ([[tenants]])");
-    for (const auto& e : *arr) {
-      const auto* t = e.as_table();
-      if (!t) return make_error("config", where(file, e) + ": each [[tenants]] entry must be a table");
-      ACCELPOOL_TRY(check_keys(file, *t, {"name", "weight", "max_devices"}, "[[tenants]]"));
+    auto tenants = tables_in(file, *tn, "tenants", "[[tenants]]", {"name", "weight", "max_devices"});
+    if (!tenants) return tenants.error();
+    for (const toml::table* t : *tenants) {
       TenantConfig tc;
       ACCELPOOL_TRY(read(file, *t, "name", tc.name, "tenants"));
       ACCELPOOL_TRY(read(file, *t, "weight", tc.weight, "tenants"));
       ACCELPOOL_TRY(read(file, *t, "max_devices", tc.max_devices, "tenants"));
-      if (tc.name.empty()) return make_error("config", where(file, e) + ": tenants.name is required");
+      if (tc.name.empty()) return make_error("config", where(file, *t) + ": tenants.name is required");
       c.tenants.push_back(tc);
     }
   }

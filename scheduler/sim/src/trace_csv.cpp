@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string_view>
@@ -58,6 +59,21 @@ class LineReader {
     return make_error("invalid_argument",
                       source_ + ":" + std::to_string(std::max<std::size_t>(line_no_, 1)) + ":" + std::to_string(column) + ": " + what);
   }
+  // Calls `row` with the fields of each remaining data row, in order. Stops at the first error: a row without
+  // `width` fields, an error `row` returns, or a read error.
+  Status each_row(std::size_t width, const std::function<Status(const std::vector<std::string_view>&)>& row) {
+    std::string line;
+    while (next(line)) {
+      const auto fields = split(line);
+      if (fields.size() != width) {
+        return error(std::min(fields.size(), width) + 1,
+                     "expected " + std::to_string(width) + " fields, got " + std::to_string(fields.size()));
+      }
+      if (auto s = row(fields); !s) return s;
+    }
+    if (in_.bad()) return make_error("io_error", source_ + ": read error");
+    return Status::ok();
+  }
 
  private:
   std::istream& in_;
@@ -70,6 +86,12 @@ std::string quoted(std::string_view s) {
   for (char c : s.substr(0, 40)) out += (static_cast<unsigned char>(c) < 0x20 ? '?' : c);
   if (s.size() > 40) out += "...";
   return out + "\"";
+}
+
+// "NAME: expected WHAT, got "VALUE"" at the column of field `index` (counted from 0) of the current row.
+Error field_error(const LineReader& reader, std::size_t index, const std::string& name, const std::string& expected,
+                  std::string_view value) {
+  return reader.error(index + 1, name + ": expected " + expected + ", got " + quoted(value));
 }
 
 // A finite number >= 0.
@@ -127,6 +149,26 @@ std::optional<double> parse_timestamp(std::string_view s) {
   return static_cast<double>(days * 86400 + *h * 3600 + *mi * 60 + *se);
 }
 
+// A field's parser and what it accepts, in words for errors.
+template <class T>
+struct FieldType {
+  std::optional<T> (*parse)(std::string_view);
+  const char* expected;
+};
+constexpr FieldType<double> kSeconds{parse_seconds, "a number >= 0"};
+constexpr FieldType<std::uint32_t> kCount{parse_count, "an integer >= 1"};
+constexpr FieldType<double> kTimestamp{parse_timestamp, "\"YYYY-MM-DD HH:MM:SS\""};
+
+// Parses field `index` of row `f` (column `name`) into `out`; the field_error when it is not of `type`.
+template <class T, class Out>
+Status parse_field(const LineReader& reader, const std::vector<std::string_view>& f, std::size_t index,
+                   const std::string& name, const FieldType<T>& type, Out& out) {
+  auto v = type.parse(f[index]);
+  if (!v) return field_error(reader, index, name, type.expected, f[index]);
+  out = *v;
+  return Status::ok();
+}
+
 // Maps header names to column positions; rejects unknown and repeated names.
 Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const std::vector<std::string>& known,
                                                        const std::vector<std::string>& required,
@@ -151,6 +193,8 @@ Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const
   return cols;
 }
 
+Error no_jobs(const std::string& source) { return make_error("invalid_argument", source + ": the trace has no jobs"); }
+
 }  // namespace
 
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
@@ -169,39 +213,26 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
              c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host");
 
   Trace trace;
-  std::string line;
-  while (reader.next(line)) {
-    const auto f = split(line);
-    if (f.size() != width) {
-      return reader.error(std::min(f.size(), width) + 1, "expected " + std::to_string(width) + " fields, got " +
-                                                             std::to_string(f.size()));
-    }
+  auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
     Job job;
     job.id = trace.jobs.size();
-    auto a = parse_seconds(f[c_arrival]);
-    if (!a) return reader.error(c_arrival + 1, "arrival_s: expected a number >= 0, got " + quoted(f[c_arrival]));
-    job.arrival_s = *a;
-    auto r = parse_seconds(f[c_runtime]);
-    if (!r) return reader.error(c_runtime + 1, "runtime_s: expected a number >= 0, got " + quoted(f[c_runtime]));
-    job.runtime_s = *r;
+    if (auto s = parse_field(reader, f, c_arrival, "arrival_s", kSeconds, job.arrival_s); !s) return s;
+    if (auto s = parse_field(reader, f, c_runtime, "runtime_s", kSeconds, job.runtime_s); !s) return s;
     if (c_devices && !f[*c_devices].empty()) {
-      auto d = parse_count(f[*c_devices]);
-      if (!d) return reader.error(*c_devices + 1, "devices: expected an integer >= 1, got " + quoted(f[*c_devices]));
-      job.devices = *d;
+      if (auto s = parse_field(reader, f, *c_devices, "devices", kCount, job.devices); !s) return s;
     }
     if (c_estimate && !f[*c_estimate].empty()) {
-      auto e = parse_seconds(f[*c_estimate]);
-      if (!e) return reader.error(*c_estimate + 1, "estimate_s: expected a number >= 0, got " + quoted(f[*c_estimate]));
-      job.estimate_s = *e;
+      if (auto s = parse_field(reader, f, *c_estimate, "estimate_s", kSeconds, job.estimate_s); !s) return s;
     }
     if (c_bitstream && !f[*c_bitstream].empty()) job.bitstream = std::string(f[*c_bitstream]);
     if (c_tenant && !f[*c_tenant].empty()) job.tenant = std::string(f[*c_tenant]);
     if (c_kind && !f[*c_kind].empty()) job.kind = std::string(f[*c_kind]);
     if (c_host && !f[*c_host].empty()) job.host = std::string(f[*c_host]);
     trace.jobs.push_back(std::move(job));
-  }
-  if (in.bad()) return make_error("io_error", source + ": read error");
-  if (trace.jobs.empty()) return make_error("invalid_argument", source + ": the trace has no jobs");
+    return Status::ok();
+  });
+  if (!rows) return rows.error();
+  if (trace.jobs.empty()) return no_jobs(source);
   return trace;
 }
 
@@ -217,31 +248,20 @@ Result<Trace> parse_philly_csv(std::istream& in, const std::string& source) {
 
   std::vector<double> stamps;
   Trace trace;
-  std::string line;
-  while (reader.next(line)) {
-    const auto f = split(line);
-    if (f.size() != width) {
-      return reader.error(std::min(f.size(), width) + 1, "expected " + std::to_string(width) + " fields, got " +
-                                                             std::to_string(f.size()));
-    }
+  auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
     Job job;
-    auto ts = parse_timestamp(f[c_ts]);
-    if (!ts) return reader.error(c_ts + 1, "timestamp: expected \"YYYY-MM-DD HH:MM:SS\", got " + quoted(f[c_ts]));
-    auto dur = parse_seconds(f[c_dur]);
-    if (!dur) return reader.error(c_dur + 1, "duration: expected a number >= 0, got " + quoted(f[c_dur]));
-    job.runtime_s = *dur;
-    auto gpus = parse_count(f[c_gpus]);
-    if (!gpus) return reader.error(c_gpus + 1, "num_gpus: expected an integer >= 1, got " + quoted(f[c_gpus]));
-    job.devices = *gpus;
-    if (!parse_seconds(f[c_gpu_time])) {
-      return reader.error(c_gpu_time + 1, "gpu_time: expected a number >= 0, got " + quoted(f[c_gpu_time]));
-    }
+    double stamp = 0, gpu_time = 0;
+    if (auto s = parse_field(reader, f, c_ts, "timestamp", kTimestamp, stamp); !s) return s;
+    if (auto s = parse_field(reader, f, c_dur, "duration", kSeconds, job.runtime_s); !s) return s;
+    if (auto s = parse_field(reader, f, c_gpus, "num_gpus", kCount, job.devices); !s) return s;
+    if (auto s = parse_field(reader, f, c_gpu_time, "gpu_time", kSeconds, gpu_time); !s) return s;  // checked only
     if (!f[c_cluster].empty()) job.tenant = std::string(f[c_cluster]);
-    stamps.push_back(*ts);
+    stamps.push_back(stamp);
     trace.jobs.push_back(std::move(job));
-  }
-  if (in.bad()) return make_error("io_error", source + ": read error");
-  if (trace.jobs.empty()) return make_error("invalid_argument", source + ": the trace has no jobs");
+    return Status::ok();
+  });
+  if (!rows) return rows.error();
+  if (trace.jobs.empty()) return no_jobs(source);
   const double first = *std::min_element(stamps.begin(), stamps.end());
   for (std::size_t i = 0; i < trace.jobs.size(); ++i) trace.jobs[i].arrival_s = stamps[i] - first;
   // Ids follow arrival order (ties by row), so per-job outputs read in time order.

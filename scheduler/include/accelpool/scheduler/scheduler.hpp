@@ -209,6 +209,11 @@ class Scheduler {
   void make_free(Slot& s);
   void make_unfree(Slot& s);
   void refresh_slot(Slot& s);
+  // The body of remove_device, set_available and set_draining: applies `change` to present device `id`'s slot,
+  // re-indexes it, revokes the lease holding it when `revoke_holder`, and dispatches. A rejection when `id` is
+  // no present device.
+  template <class Change>
+  std::optional<Rejection> change_device(DeviceId id, Time now, Decisions& out, bool revoke_holder, Change change);
   std::size_t reachable_devices(const Request& r) const;
   std::size_t usable_by(const Entry& lease, HostId guest_host) const;  // present devices of its kind it could use
   void dispatch(Time now, Decisions& out);
