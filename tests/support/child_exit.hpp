@@ -4,9 +4,10 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 
+#include "hung_after.hpp"
+
 #include <chrono>
 #include <optional>
-#include <thread>
 
 namespace accelpool::testing {
 
@@ -18,13 +19,9 @@ inline int exit_status(int wait_status) {
 // Waits up to `timeout` for child `pid` to exit by itself and reaps it; its exit_status(), or nullopt when it
 // is still running (then it is left alone).
 inline std::optional<int> wait_child_exit(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    int st = 0;
-    if (::waitpid(pid, &st, WNOHANG) == pid) return exit_status(st);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return std::nullopt;
+  int st = 0;
+  if (!eventually([&] { return ::waitpid(pid, &st, WNOHANG) == pid; }, timeout)) return std::nullopt;
+  return exit_status(st);
 }
 
 }  // namespace accelpool::testing
