@@ -79,6 +79,9 @@ TEST_CASE("sweep: t quantiles and confidence intervals", "[sweep]") {
   CHECK(ci.mean == Approx(12));
   REQUIRE(ci.half_width);
   CHECK(*ci.half_width == Approx(4.30265273 * 2 / std::sqrt(3.0)));
+  const std::vector<double> equal{0.1, 0.1, 0.1};  // no rounding noise: exactly no spread
+  CHECK(accelpool::sweep::mean_ci(equal).mean == 0.1);
+  CHECK(accelpool::sweep::mean_ci(equal).half_width == 0.0);
   const std::vector<double> one{5};
   CHECK_FALSE(accelpool::sweep::mean_ci(one).half_width);
 }

@@ -36,6 +36,11 @@ MeanCi mean_ci(std::span<const double> values) {
   for (double v : values) out.mean += v;
   out.mean /= n;
   if (values.size() < 2) return out;
+  if (std::all_of(values.begin(), values.end(), [&](double v) { return v == values.front(); })) {
+    out.mean = values.front();  // exact: no rounding noise for equal samples
+    out.half_width = 0.0;
+    return out;
+  }
   double ss = 0;
   for (double v : values) ss += (v - out.mean) * (v - out.mean);
   out.half_width = t95(values.size() - 1) * std::sqrt(ss / (n - 1)) / std::sqrt(n);
