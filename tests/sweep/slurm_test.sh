@@ -6,26 +6,28 @@ set -uo pipefail
 SWEEP=$1
 mkdir -p "$2"
 WORK=$(mktemp -d "$2/slurm.XXXXXX")
+# The daemons' folder holds Unix sockets (munge's, slurmd's steps), whose paths must stay short: under /tmp.
+CLUSTER=$(mktemp -d "${TMPDIR:-/tmp}/apslurm.XXXXXX")
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=slurm_cluster.sh
 source "$HERE/slurm_cluster.sh"
 
 cleanup() {
   slurm_stop
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$CLUSTER"
 }
 fail() {
   echo "FAIL: $*" >&2
-  for f in "$WORK"/cluster/log/*.log "$WORK"/slurm/slurm/task-*.out; do
+  for f in "$CLUSTER"/log/*.log "$WORK"/slurm/slurm/task-*.out; do
     [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }
   done
   exit 1
 }
 
-slurm_start "$WORK/cluster"
+slurm_start "$CLUSTER"
 rc=$?
 if [ $rc -ne 0 ]; then
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$CLUSTER"
   exit $rc
 fi
 trap cleanup EXIT
