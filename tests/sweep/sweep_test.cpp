@@ -135,7 +135,7 @@ TEST_CASE("sweep: a bad study is refused with file, place and key", "[sweep]") {
   auto repeated = kStudy;
   repeated.replace(repeated.find("[0.6, 0.9]"), 10, "[0.6, 0.6]");
   CHECK(parse_error(repeated).find("same parameters") != std::string::npos);
-  CHECK(parse_error("devices = [1]\n[[traces]]\nfile = \"a.csv\"\nsynthetic = 3\n").find("exactly one of") != std::string::npos);
+  CHECK(parse_error("devices = [1]\n[[traces]]\nfile = \"a.csv\"\nsynthetic = 3\n").find("study.toml:2:1: traces[0]: give exactly one of") != std::string::npos);
   CHECK(parse_error("x = [").find("study.toml:1:") != std::string::npos);
 }
 
@@ -209,6 +209,19 @@ TEST_CASE("sweep: a local run equals accelpool-sim cell by cell, and the merge's
   CHECK(again.code == 0);
   CHECK(again.text.find("0 ran, 12 already done, 0 failed") != std::string::npos);
   REQUIRE(run_command(kSweep + " merge" + common).code == 0);
+  CHECK(slurp(out / "merged" / "study.json") == before);
+
+  // A damaged or foreign result file stops the merge, naming the file, and leaves the merged files alone.
+  const fs::path last = out / "cells" / (parsed->cells.back().id + ".json");
+  json cell = json::parse(slurp(last));
+  cell["result"]["runs"][0].erase("events");
+  write(last, cell.dump());
+  auto bad = run_command(kSweep + " merge" + common + " 2>&1");
+  CHECK(bad.code == 1);
+  CHECK(bad.text.find(last.string() + ": its metrics differ from those of cell " + parsed->cells.front().id) != std::string::npos);
+  write(last, "{\"cell\": \"0\"}");
+  bad = run_command(kSweep + " merge" + common + " 2>&1");
+  CHECK(bad.text.find(last.string() + ": not a result of cell " + parsed->cells.back().id) != std::string::npos);
   CHECK(slurp(out / "merged" / "study.json") == before);
 }
 

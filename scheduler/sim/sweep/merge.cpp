@@ -80,6 +80,11 @@ std::vector<std::pair<std::string, double>> metrics_of(const json& run) {
   return out;
 }
 
+bool same_names(const std::vector<std::pair<std::string, double>>& a,
+                const std::vector<std::pair<std::string, double>>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) { return x.first == y.first; });
+}
+
 Result<CellResult> read_result(const Layout& layout, const Cell& cell, double* wall_s) {
   const auto path = layout.result(cell.id);
   auto text = read_file(path);
@@ -133,6 +138,12 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
   for (const auto* c : t.done) {
     auto r = read_result(layout, *c, &summary.run_wall_s);
     if (!r) return r.error();
+    if (!results.empty() && !same_names(r->metrics, results.front().metrics)) {
+      return make_error("invalid_argument", layout.result(c->id).string() + ": its metrics differ from those of cell " +
+                                                results.front().cell->id +
+                                                " (written by another accelpool-sweep version?); delete it and run "
+                                                "the cell again");
+    }
     results.push_back(std::move(*r));
   }
   // Groups in grid order (cells are in grid order and seeds vary fastest).

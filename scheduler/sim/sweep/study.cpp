@@ -33,8 +33,10 @@ class Reader {
 
   Error error(const toml::node& n, const std::string& key, const std::string& what) const {
     std::ostringstream o;
-    o << file_.filename().string() << ':' << n.source().begin.line << ':' << n.source().begin.column << ": "
-      << prefix_ << key << ": " << what;
+    // With no key the error is about the table itself: "traces[1]: ...".
+    const std::string name = key.empty() && !prefix_.empty() ? prefix_.substr(0, prefix_.size() - 1) : prefix_ + key;
+    o << file_.filename().string() << ':' << n.source().begin.line << ':' << n.source().begin.column << ": " << name
+      << ": " << what;
     return make_error("invalid_argument", o.str());
   }
 
