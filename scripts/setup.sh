@@ -23,6 +23,8 @@ packages=(
   libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
   # guest image for the VM tests: busybox initramfs, kernel unpacked from its package (vm-shim/guest-image)
   busybox-static cpio xz-utils binutils
+  # accelpool-sweep tests: a private single-node Slurm (slurmctld, slurmd, sbatch) with munge authentication
+  slurm-wlm munge
   # hypervisor attacher: parses libvirt's domain XML and metadata (libvirt-dev does not pull it in)
   libxml2-dev
 )

@@ -1,6 +1,8 @@
 // Runs the real accelpool-sim binary.
 #include <catch2/catch.hpp>
 
+#include "run_command.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,22 +16,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Output {
-  int code = -1;
-  std::string text;  // stdout and stderr
-};
+using Output = accelpool::testing::CommandOutput;
 
 Output run_sim(const std::string& args) {
-  const std::string cmd = std::string(ACCELPOOL_SIM_BIN) + " " + args + " 2>&1";
-  Output out;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.text.append(buf, n);
-  const int status = pclose(p);
-  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  return accelpool::testing::run_command(std::string(ACCELPOOL_SIM_BIN) + " " + args + " 2>&1");
 }
 
 // Runs the CLI with `args` and checks that it exits 1 with `message` in its output.

@@ -1,7 +1,6 @@
 // accelpool-sim: replays a trace (a file or a synthetic one) against a pool under one or more policies and
 // reports JCT statistics, per-job rows and plots. See docs/simulator.md.
-#include <accelpool/sim/lower_bound.hpp>
-#include <accelpool/sim/pool_file.hpp>
+#include <accelpool/sim/experiment.hpp>
 #include <accelpool/sim/report.hpp>
 #include <accelpool/sim/simulator.hpp>
 #include <accelpool/sim/trace.hpp>
@@ -185,64 +184,34 @@ int main(int argc, char** argv) {
     if (specs.empty()) return fail("--policy names no policy");
   }
 
-  // Pool.
-  sim::PoolSpec pool;
-  if (!pool_path.empty()) {
-    auto p = sim::load_pool_file(pool_path);
-    if (!p) return fail(p.error().message);
-    pool = std::move(*p);
-  } else {
-    pool = sim::PoolSpec::homogeneous(devices, reconfig_s, attach_s);
-  }
-
-  // Trace.
-  sim::Trace trace;
-  sim::RunMeta meta;
-  meta.seed = options.seed;
+  // Trace, pool, load, estimates and runs: the library's experiment (the same path as accelpool-sweep's cells).
+  sim::Experiment experiment;
   if (synthetic > 0) {
-    gen.jobs = synthetic;
+    experiment.trace.synthetic = synthetic;
     gen.runtime = runtime_dist == "lognormal" ? sim::RuntimeDist::lognormal
                   : runtime_dist == "pareto"  ? sim::RuntimeDist::pareto
                                               : sim::RuntimeDist::exponential;
     if (!gangs.empty()) {
       if (auto st = sim::parse_gang_mix(gangs, gen); !st) return fail(st.error().message);
     }
-    auto t = sim::generate_trace(gen, options.seed);
-    if (!t) return fail(t.error().message);
-    trace = std::move(*t);
-    meta.trace = "synthetic:" + std::to_string(synthetic);
+    experiment.trace.generator = gen;
   } else {
-    auto t = sim::load_trace(trace_path, format == "philly" ? sim::TraceFormat::philly : sim::TraceFormat::native);
-    if (!t) return fail(t.error().message);
-    trace = std::move(*t);
-    meta.trace = trace_path;
+    experiment.trace.path = trace_path;
+    experiment.trace.format = format == "philly" ? sim::TraceFormat::philly : sim::TraceFormat::native;
   }
-  if (load > 0) {
-    if (auto st = sim::rescale_load(trace, pool.total_devices(), load); !st) return fail(st.error().message);
-  }
-  meta.load = sim::offered_load(trace, pool.total_devices());
-  sim::EstimateSpec est = sim::default_estimates(trace);
-  if (!estimates.empty()) {
-    auto e = sim::EstimateSpec::parse(estimates);
-    if (!e) return fail(e.error().message);
-    est = *e;
-  }
-  sim::apply_estimates(trace, est, options.seed);
-  meta.estimates = est.to_string();
-
-  // Runs.
+  experiment.pool = {.devices = devices, .reconfig_s = reconfig_s, .attach_s = attach_s, .path = pool_path};
+  experiment.load = load;
+  experiment.estimates = estimates;
+  experiment.policies = specs;
   options.progress = !quiet;
   options.self_check = self_check || check_wc;
   options.check_work_conserving = check_wc;
   options.keep_per_job = !csv_path.empty() || !plot_dir.empty();  // the only outputs that read per-job rows
-  options.lower_bound_avg_jct_s = sim::lower_bound_avg_jct(trace, pool.total_devices());
-  std::vector<sim::RunResult> runs;
-  for (const auto& spec : specs) {
-    options.progress_label = spec.to_string();
-    auto r = sim::simulate(trace, pool, spec, options);
-    if (!r) return fail(spec.to_string() + ": " + r.error().message);
-    runs.push_back(std::move(*r));
-  }
+  experiment.options = options;
+  auto result = sim::run_experiment(experiment);
+  if (!result) return fail(result.error().message);
+  const sim::RunMeta& meta = result->meta;
+  const std::vector<sim::RunResult>& runs = result->runs;
 
   // Outputs.
   sim::write_table(std::cout, meta, runs);

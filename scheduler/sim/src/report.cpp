@@ -22,14 +22,6 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
-// Rounds to 9 significant digits so JSON stays readable; equal inputs still give equal text.
-double round_sig(double v) {
-  if (v == 0 || !std::isfinite(v)) return v;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return std::strtod(buf, nullptr);
-}
-
 Status write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (out) out << text;
@@ -38,6 +30,13 @@ Status write_file(const std::filesystem::path& path, const std::string& text) {
 }
 
 }  // namespace
+
+double round_sig(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return std::strtod(buf, nullptr);
+}
 
 void write_table(std::ostream& out, const RunMeta& meta, const std::vector<RunResult>& runs) {
   if (!runs.empty()) {
@@ -140,7 +139,7 @@ Status write_plots(const std::string& dir, const std::vector<RunResult>& runs) {
     jct.reserve(r.per_job.size());
     for (const auto& j : r.per_job) jct.push_back(j.jct_s);
     std::sort(jct.begin(), jct.end());
-    detail::Series s{r.policy, {}, true};
+    detail::Series s{r.policy, {}, true, {}};
     // At most ~1000 points: the CDF at evenly spaced ranks, plus the last one.
     const std::size_t n = jct.size();
     const std::size_t stride = std::max<std::size_t>(1, n / 1000);
@@ -150,7 +149,7 @@ Status write_plots(const std::string& dir, const std::vector<RunResult>& runs) {
     if (n > 0 && (n - 1) % stride != 0) s.points.emplace_back(jct[n - 1], 1.0);
     cdf.series.push_back(std::move(s));
 
-    detail::Series q{r.policy, {}, true};
+    detail::Series q{r.policy, {}, true, {}};
     for (const auto& p : r.queue) q.points.emplace_back(p.t / unit, static_cast<double>(p.waiting));
     queue.series.push_back(std::move(q));
   }

@@ -78,6 +78,10 @@ std::string render_svg(const Chart& chart) {
       ymax = std::max(ymax, y);
       ymin = std::min(ymin, y);
     }
+    for (const auto& [x, lo, hi] : s.band) {
+      ymax = std::max(ymax, hi);
+      ymin = std::min(ymin, lo);
+    }
   }
   if (!std::isfinite(xmin)) xmin = 0, xmax = 1, ymax = 1;
   if (ymax <= ymin) ymax = ymin + 1;
@@ -134,6 +138,12 @@ std::string render_svg(const Chart& chart) {
   for (std::size_t i = 0; i < chart.series.size(); ++i) {
     const auto& s = chart.series[i];
     const char* color = kColors[i % (sizeof kColors / sizeof kColors[0])];
+    if (!s.band.empty()) {
+      o << "<polygon fill=\"" << color << "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"";
+      for (const auto& [x, lo, hi] : s.band) o << num(px(x)) << ',' << num(py(hi)) << ' ';
+      for (auto it = s.band.rbegin(); it != s.band.rend(); ++it) o << num(px((*it)[0])) << ',' << num(py((*it)[1])) << ' ';
+      o << "\"/>\n";
+    }
     o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
     for (std::size_t k = 0; k < s.points.size(); ++k) {
       const auto [x, y] = s.points[k];

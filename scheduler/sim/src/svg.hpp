@@ -2,6 +2,7 @@
 // per series, a legend. Output depends only on the data (no timestamps), so equal runs give equal files.
 #pragma once
 
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,9 @@ struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y), drawn in the given order
   bool step = false;                              // draw as a step function (hold y until the next x)
+  // Optional shaded band around the line, e.g. a confidence interval: (x, low, high), drawn in the given order
+  // in the series' colour, translucent.
+  std::vector<std::array<double, 3>> band;
 };
 
 struct Chart {

@@ -18,6 +18,9 @@ struct RunMeta {
   double load = 0;        // offered load after rescaling
 };
 
+// `v` rounded to 9 significant digits: how the JSON writes numbers, readable and still equal for equal inputs.
+double round_sig(double v);
+
 // One row per run: policy, avg/p50/p99 JCT, avg JCT over the lower bound, wait, slowdown, utilization,
 // reconfigurations, preemptions, wall seconds.
 void write_table(std::ostream& out, const RunMeta& meta, const std::vector<RunResult>& runs);
