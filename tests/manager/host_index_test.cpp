@@ -105,6 +105,68 @@ TEST_CASE("a host known only from the store is listed, drained and returns throu
   CHECK(pool.core->set_host_draining("nowhere", true).error().code == "not_found");
 }
 
+TEST_CASE("a host's loss and return are stored once for the host, not per device, and a restart keeps them",
+          "[core][hosts][index][restart]") {
+  ManyHosts pool;
+  const std::string lost = host_name(5);
+  auto rows = [&] { return std::pair{pool.store->device_rows, pool.store->meta_rows}; };
+  // One of its devices fails by itself first: that is the device's own state, written in its record.
+  auto before = rows();
+  REQUIRE(pool.core->set_device_usable(lost + "/fpga1", false).is_ok());
+  CHECK(pool.store->device_rows - before.first == 1);
+
+  // The host is lost: one meta row, no device row; its devices show unavailable.
+  before = rows();
+  REQUIRE(pool.core->host_lost(lost).is_ok());
+  CHECK(pool.store->device_rows - before.first == 0);
+  CHECK(pool.store->meta_rows - before.second == 1);
+  CHECK(pool.count_state(lost, "unavailable") == kPerHost);
+  CHECK_FALSE(pool.core->device(lost + "/fpga0")->record.available);
+
+  // A restart while it is away: its devices are still unavailable, nothing is granted there, and others are free.
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.count_state(lost, "unavailable") == kPerHost);
+  CHECK(pool.count_state(host_name(6), "free") == kPerHost);
+  CHECK_FALSE(pool.core->host_live(lost));
+  std::vector<LeaseId> granted;
+  for (int i = 0; i < kHosts * kPerHost; ++i) {
+    Lease l = pool.acquire("a", "vm" + std::to_string(i));
+    if (l.state != LeaseState::granted) {
+      REQUIRE(pool.core->release(Caller::admin(), l.id).is_ok());  // nothing left but the lost host's devices
+      break;
+    }
+    for (const auto& d : l.devices) CHECK(d.rfind(lost + "/", 0) == std::string::npos);
+    granted.push_back(l.id);
+  }
+  CHECK(granted.size() == (kHosts - 1) * kPerHost + 2);  // every device but the lost host's
+  for (LeaseId id : granted) REQUIRE(pool.core->release(Caller::admin(), id).is_ok());
+
+  // It returns, reporting fpga1 still unusable: one meta row, no device row; fpga1 stays unavailable.
+  before = rows();
+  PoolCore::HostReport report;
+  report.unusable.insert("fpga1");
+  REQUIRE(pool.core->attach_host(make_static_host(lost, make_devices("fpga", kPerHost), pool.posts.poster()), report)
+              .is_ok());
+  CHECK(pool.store->device_rows - before.first == 0);
+  CHECK(pool.store->meta_rows - before.second == 1);
+  CHECK(pool.count_state(lost, "free") == kPerHost - 1);
+  CHECK(pool.core->device(lost + "/fpga1")->state == "unavailable");
+
+  // Restarted again before it reconnects: its return was stored (its devices come back as they were).
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.count_state(lost, "free") == kPerHost - 1);
+  CHECK(pool.core->device(lost + "/fpga1")->state == "unavailable");
+
+  // Lost and back with fpga1 healthy: only fpga1's record changes.
+  REQUIRE(pool.core->attach_host(make_static_host(lost, make_devices("fpga", kPerHost), pool.posts.poster()), report)
+              .is_ok());
+  REQUIRE(pool.core->host_lost(lost).is_ok());
+  before = rows();
+  REQUIRE(pool.core->attach_host(make_static_host(lost, make_devices("fpga", kPerHost), pool.posts.poster())).is_ok());
+  CHECK(pool.store->device_rows - before.first == 1);
+  CHECK(pool.count_state(lost, "free") == kPerHost);
+}
+
 TEST_CASE("device and host listings come in pages that cover everything once", "[core][hosts][paging]") {
   ManyHosts pool;
   REQUIRE(pool.core->set_host_draining(host_name(2), true).is_ok());
