@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <deque>
 #include <set>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace accelpool::manager {
 
@@ -722,20 +724,24 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   auto found = host->devices();
   if (!found) return found.error();
   // Every name is checked before anything changes.
+  std::unordered_set<std::string_view> reported;  // local ids
+  reported.reserve(found->size());
   for (const auto& hd : *found) {
     if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
       return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' of kind '" +
                                                 hd.kind + "' with characters outside [A-Za-z0-9._:-]");
     }
+    if (!reported.insert(hd.local_id).second)
+      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' twice");
   }
   double t = m.now();
   sched::Decisions out;
-  std::set<std::string> present;
   auto& entry = m.host_table[name];  // an attached host is listed even when it has no device
+  const std::size_t known_before = entry.devices.size();
+  std::size_t known_reported = 0;
   for (const auto& hd : *found) {
     std::string dev_name = name + "/" + hd.local_id;
     bool usable = !report.unusable.count(hd.local_id);
-    present.insert(dev_name);
     ++m.device_visits;
     auto known = entry.devices.find(dev_name);
     if (known == entry.devices.end()) {
@@ -749,7 +755,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       d.loaded = hd.loaded;
       d.sched_id = m.next_sched_id++;
       m.by_sched_id[d.sched_id] = dev_name;
-      auto& rec = m.devices[dev_name] = d;
+      auto& rec = m.devices[dev_name] = std::move(d);
       entry.devices[dev_name] = &rec;
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
@@ -762,6 +768,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       m.touch(rec);
     } else {
       // Only the device's own change is written; the host's return is one meta row below.
+      ++known_reported;
       DeviceRecord& d = *known->second;
       if (m.grantable(d) != usable) (void)m.scheduler->set_available(d.sched_id, usable, t, out);
       if (d.available != usable) {
@@ -770,8 +777,9 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       }
     }
   }
-  m.each_device_of(name, [&](DeviceRecord& d) {
-    if (!present.count(d.name) && d.available) {
+  // Known devices the host no longer reports become unavailable; looked for only when some are missing.
+  if (known_reported < known_before) m.each_device_of(name, [&](DeviceRecord& d) {
+    if (!reported.count(d.local_id) && d.available) {
       if (!was_lost) (void)m.scheduler->set_available(d.sched_id, false, t, out);
       d.available = false;
       m.touch(d);
@@ -789,7 +797,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   // Reconcile: a device serving a guest that holds no live lease on it goes back to the pool through a release.
   for (const auto& [local, guest] : report.serving) {
     std::string dev_name = name + "/" + local;
-    if (!present.count(dev_name) || report.unusable.count(local)) continue;
+    if (!reported.count(local) || report.unusable.count(local)) continue;
     if (auto hl = m.holder.find(dev_name); hl != m.holder.end()) {
       if (const Lease* l = m.find_lease(hl->second); l && l->guest == guest) continue;
     }
@@ -1399,8 +1407,11 @@ std::map<std::string, std::size_t> PoolCore::leases_by_state() const {
 }
 
 std::map<std::string, std::size_t> PoolCore::devices_by_state() const {
-  std::map<std::string, std::size_t> out{{"free", 0}, {"leased", 0}, {"draining", 0}, {"unavailable", 0}};
-  for (const auto& [_, d] : impl_->devices) ++out[device_state_name(impl_->scheduler->device_state(d.sched_id))];
+  std::map<std::string, std::size_t> out;
+  for (auto s : {sched::DeviceState::free, sched::DeviceState::leased, sched::DeviceState::draining,
+                 sched::DeviceState::unavailable}) {
+    out[device_state_name(s)] = impl_->scheduler->count_in_state(s);  // kept by the scheduler: no walk
+  }
   return out;
 }
 
