@@ -338,6 +338,7 @@ bool read_some(int fd, LineBuffer& in) {
     ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n > 0) {
       in.append(std::string_view(buf, static_cast<std::size_t>(n)));
+      if (static_cast<std::size_t>(n) < sizeof(buf)) return true;  // drained: no second call to learn EAGAIN
       continue;
     }
     if (n == 0) return false;
