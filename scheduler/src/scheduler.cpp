@@ -141,10 +141,13 @@ void Scheduler::refresh_slot(Slot& s) {
     free_.erase(s.device);
     --free_count_;
   }
+  if (s.counted) --state_counts_[static_cast<std::size_t>(s.state)];
   s.state = should_be_free ? DeviceState::free
             : s.held       ? DeviceState::leased
             : !s.available || !s.present ? DeviceState::unavailable
                                          : DeviceState::draining;
+  s.counted = s.present || s.held;
+  if (s.counted) ++state_counts_[static_cast<std::size_t>(s.state)];
 }
 
 std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, Decisions& out) {

@@ -2,6 +2,7 @@
 // hosts do not visit devices, and device and host listings come in pages.
 #include "test_support.hpp"
 
+#include <map>
 #include <set>
 
 using namespace accelpool::manager;
@@ -37,10 +38,10 @@ TEST_CASE("a host's join, loss, return and drain visit only that host's devices"
   const std::uint64_t pool_size = kHosts * kPerHost + 2;
   const std::uint64_t at_start = pool.visits();
 
-  // A new host joins: each reported device is looked up once, and its own devices are checked once.
+  // A new host joins: each reported device is looked up once (nothing known is missing: no second walk).
   auto before = pool.visits();
   REQUIRE(pool.core->attach_host(make_static_host("newcomer", make_devices("fpga", 3), pool.posts.poster())).is_ok());
-  CHECK(pool.visits() - before == 3 + 3);
+  CHECK(pool.visits() - before == 3);
   CHECK(pool.core->host_devices("newcomer").size() == 3);
 
   // It is lost: its three devices, no other.
@@ -50,7 +51,8 @@ TEST_CASE("a host's join, loss, return and drain visit only that host's devices"
   CHECK(pool.count_state("newcomer", "unavailable") == 3);
   CHECK(pool.count_state(host_name(0), "free") == kPerHost);
 
-  // It returns with one device fewer: the missing one stays unavailable, the others are free again.
+  // It returns with one device fewer: the missing one stays unavailable, the others are free again (its devices
+  // are walked once more to find the missing one).
   std::vector<HostDevice> two = make_devices("fpga", 2);
   before = pool.visits();
   REQUIRE(pool.core->attach_host(make_static_host("newcomer", two, pool.posts.poster())).is_ok());
@@ -81,6 +83,20 @@ TEST_CASE("a host's join, loss, return and drain visit only that host's devices"
 
   // Whatever happened, the whole pool was never walked: every step stayed far below its size.
   CHECK(pool.visits() - at_start < pool_size);
+
+  // The device gauges (counted as states change, not by a walk) agree with every device's state.
+  std::map<std::string, std::size_t> walked{{"free", 0}, {"leased", 0}, {"draining", 0}, {"unavailable", 0}};
+  for (const auto& d : pool.core->devices()) ++walked[d.state];
+  CHECK(walked["unavailable"] == 1);  // newcomer's missing device
+  CHECK(pool.core->devices_by_state() == walked);
+
+  // A host that lists a device twice is refused, and nothing of it joins.
+  std::vector<HostDevice> twice = make_devices("fpga", 1);
+  twice.push_back(twice.front());
+  auto refused = pool.core->attach_host(make_static_host("doubled", twice, pool.posts.poster()));
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code == "invalid_argument");
+  CHECK_FALSE(pool.core->host_known("doubled"));
 }
 
 TEST_CASE("a host known only from the store is listed, drained and returns through its index", "[core][hosts][index]") {
@@ -97,12 +113,74 @@ TEST_CASE("a host known only from the store is listed, drained and returns throu
   before = pool.visits();
   REQUIRE(pool.core->attach_host(make_static_host(host_name(5), make_devices("fpga", kPerHost), pool.posts.poster()))
               .is_ok());
-  CHECK(pool.visits() - before == 2 * kPerHost);
+  CHECK(pool.visits() - before == kPerHost);
   CHECK(pool.count_state(host_name(5), "draining") == kPerHost);  // the drain outlived the restart
   CHECK(pool.core->host(host_name(5))->connected);
   CHECK_FALSE(pool.core->host(host_name(6))->connected);
   CHECK(pool.core->host("nowhere").error().code == "not_found");
   CHECK(pool.core->set_host_draining("nowhere", true).error().code == "not_found");
+}
+
+TEST_CASE("a host's loss and return are stored once for the host, not per device, and a restart keeps them",
+          "[core][hosts][index][restart]") {
+  ManyHosts pool;
+  const std::string lost = host_name(5);
+  auto rows = [&] { return std::pair{pool.store->device_rows, pool.store->meta_rows}; };
+  // One of its devices fails by itself first: that is the device's own state, written in its record.
+  auto before = rows();
+  REQUIRE(pool.core->set_device_usable(lost + "/fpga1", false).is_ok());
+  CHECK(pool.store->device_rows - before.first == 1);
+
+  // The host is lost: one meta row, no device row; its devices show unavailable.
+  before = rows();
+  REQUIRE(pool.core->host_lost(lost).is_ok());
+  CHECK(pool.store->device_rows - before.first == 0);
+  CHECK(pool.store->meta_rows - before.second == 1);
+  CHECK(pool.count_state(lost, "unavailable") == kPerHost);
+  CHECK_FALSE(pool.core->device(lost + "/fpga0")->record.available);
+
+  // A restart while it is away: its devices are still unavailable, nothing is granted there, and others are free.
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.count_state(lost, "unavailable") == kPerHost);
+  CHECK(pool.count_state(host_name(6), "free") == kPerHost);
+  CHECK_FALSE(pool.core->host_live(lost));
+  std::vector<LeaseId> granted;
+  for (int i = 0; i < kHosts * kPerHost; ++i) {
+    Lease l = pool.acquire("a", "vm" + std::to_string(i));
+    if (l.state != LeaseState::granted) {
+      REQUIRE(pool.core->release(Caller::admin(), l.id).is_ok());  // nothing left but the lost host's devices
+      break;
+    }
+    for (const auto& d : l.devices) CHECK(d.rfind(lost + "/", 0) == std::string::npos);
+    granted.push_back(l.id);
+  }
+  CHECK(granted.size() == (kHosts - 1) * kPerHost + 2);  // every device but the lost host's
+  for (LeaseId id : granted) REQUIRE(pool.core->release(Caller::admin(), id).is_ok());
+
+  // It returns, reporting fpga1 still unusable: one meta row, no device row; fpga1 stays unavailable.
+  before = rows();
+  PoolCore::HostReport report;
+  report.unusable.insert("fpga1");
+  REQUIRE(pool.core->attach_host(make_static_host(lost, make_devices("fpga", kPerHost), pool.posts.poster()), report)
+              .is_ok());
+  CHECK(pool.store->device_rows - before.first == 0);
+  CHECK(pool.store->meta_rows - before.second == 1);
+  CHECK(pool.count_state(lost, "free") == kPerHost - 1);
+  CHECK(pool.core->device(lost + "/fpga1")->state == "unavailable");
+
+  // Restarted again before it reconnects: its return was stored (its devices come back as they were).
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.count_state(lost, "free") == kPerHost - 1);
+  CHECK(pool.core->device(lost + "/fpga1")->state == "unavailable");
+
+  // Lost and back with fpga1 healthy: only fpga1's record changes.
+  REQUIRE(pool.core->attach_host(make_static_host(lost, make_devices("fpga", kPerHost), pool.posts.poster()), report)
+              .is_ok());
+  REQUIRE(pool.core->host_lost(lost).is_ok());
+  before = rows();
+  REQUIRE(pool.core->attach_host(make_static_host(lost, make_devices("fpga", kPerHost), pool.posts.poster())).is_ok());
+  CHECK(pool.store->device_rows - before.first == 1);
+  CHECK(pool.count_state(lost, "free") == kPerHost);
 }
 
 TEST_CASE("device and host listings come in pages that cover everything once", "[core][hosts][paging]") {

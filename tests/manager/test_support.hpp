@@ -58,12 +58,31 @@ inline std::vector<HostDevice> make_devices(const std::string& kind, int n, bool
   return out;
 }
 
+// A real store that counts what the core writes through it.
+struct CountingStore : Store {
+  std::unique_ptr<Store> inner;
+  std::size_t device_rows = 0;  // device records written
+  std::size_t meta_rows = 0;    // meta entries written
+  explicit CountingStore(std::unique_ptr<Store> s) : inner(std::move(s)) {}
+  Result<Snapshot> load(std::size_t recent_ended) override { return inner->load(recent_ended); }
+  Status apply(const Batch& batch) override {
+    device_rows += batch.devices.size();
+    meta_rows += batch.meta.size();
+    return inner->apply(batch);
+  }
+  Result<std::optional<Lease>> lease(LeaseId id) override { return inner->lease(id); }
+  Result<std::vector<Lease>> ended_leases(const LeaseFilter& filter, const LeasePageSpec& spec) override {
+    return inner->ended_leases(filter, spec);
+  }
+  Status backup(const std::filesystem::path& dest) override { return inner->backup(dest); }
+};
+
 struct Pool {
   TempDir dir;
   ManualClock clock;
   PostQueue posts;
   EventLog log;
-  std::unique_ptr<Store> store;
+  std::unique_ptr<CountingStore> store;
   std::unique_ptr<PoolCore> core;
   CoreOptions options;
   std::string token;  // tenant "a"
@@ -82,7 +101,7 @@ struct Pool {
   void open() {
     auto s = open_sqlite_store(dir.path / "pool.db", false);
     REQUIRE(s.is_ok());
-    store = std::move(*s);
+    store = std::make_unique<CountingStore>(std::move(*s));
     auto c = PoolCore::create(options, clock, *store);
     if (!c) FAIL(c.error().message);
     core = std::move(*c);

@@ -220,6 +220,40 @@ TEST_CASE("removing a held device revokes the lease and forgets the device", "[s
   CHECK(s->remove_device(0, 3, out));  // gone already
 }
 
+TEST_CASE("the counts of devices by state follow every change, and a removed device leaves them", "[scheduler][devices]") {
+  auto s = make_scheduler("fifo", "fpga:4");
+  auto counts = [&] {
+    return std::array<std::size_t, 4>{s->count_in_state(DeviceState::free), s->count_in_state(DeviceState::leased),
+                                      s->count_in_state(DeviceState::draining),
+                                      s->count_in_state(DeviceState::unavailable)};
+  };
+  using C = std::array<std::size_t, 4>;  // free, leased, draining, unavailable
+  CHECK(counts() == C{4, 0, 0, 0});
+  submit(*s, req(1, 0, 2), 0);
+  CHECK(counts() == C{2, 2, 0, 0});
+  Decisions out;
+  REQUIRE_FALSE(s->set_draining(3, true, 1, out));
+  REQUIRE_FALSE(s->set_available(2, false, 1, out));
+  CHECK(counts() == C{0, 2, 1, 1});
+  // A held device that fails stays leased until its lease gives it back; removed, it is counted no more.
+  const DeviceId held = s->devices_of(1).front();
+  REQUIRE_FALSE(s->remove_device(held, 2, out));
+  CHECK(counts() == C{0, 2, 1, 1});
+  out = {};
+  REQUIRE_FALSE(s->release(1, 3, out));
+  CHECK(counts() == C{1, 0, 1, 1});
+  REQUIRE_FALSE(s->set_available(2, true, 4, out));
+  REQUIRE_FALSE(s->set_draining(3, false, 4, out));
+  CHECK(counts() == C{3, 0, 0, 0});
+  // Added again under its id, it is counted once.
+  Device back;
+  back.id = held;
+  back.kind = kFpga;
+  back.attach = AttachMode::network;
+  REQUIRE_FALSE(s->add_device(back, 5, out));
+  CHECK(counts() == C{4, 0, 0, 0});
+}
+
 TEST_CASE("a draining device is granted to no one until undrained", "[scheduler][devices]") {
   auto s = make_scheduler("fifo", "fpga:1");
   Decisions out;

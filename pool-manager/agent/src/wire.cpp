@@ -62,7 +62,7 @@ Result<Message> parse_message(std::string_view line) {
   json::value v = json::parse(line, ec);
   if (ec) return make_error("parse_error", "message is not JSON: " + ec.message());
   if (!v.is_object()) return make_error("invalid_request", "message is not a JSON object");
-  const auto& o = v.get_object();
+  auto& o = v.get_object();  // params and result are moved out of it, not copied (a registration lists every device)
   Message m;
   for (const auto& kv : o) {
     auto k = kv.key();
@@ -83,7 +83,7 @@ Result<Message> parse_message(std::string_view line) {
     m.method = std::string(method->get_string());
     if (auto* p = o.if_contains("params")) {
       if (!p->is_object()) return make_error("invalid_request", "member 'params' must be an object");
-      m.params = p->get_object();
+      m.params = std::move(p->get_object());
     }
     if (o.contains("result") || o.contains("error"))
       return make_error("invalid_request", "a request may not carry 'result' or 'error'");
@@ -91,7 +91,7 @@ Result<Message> parse_message(std::string_view line) {
   }
   if (!o.contains("id")) return make_error("invalid_request", "message has neither 'method' nor 'id'");
   if (auto* r = o.if_contains("result")) {
-    m.result = *r;
+    m.result = std::move(*r);
   } else if (auto* e = o.if_contains("error")) {
     if (!e->is_object()) return make_error("invalid_request", "member 'error' must be an object");
     const auto& eo = e->get_object();
@@ -338,6 +338,7 @@ bool read_some(int fd, LineBuffer& in) {
     ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n > 0) {
       in.append(std::string_view(buf, static_cast<std::size_t>(n)));
+      if (static_cast<std::size_t>(n) < sizeof(buf)) return true;  // drained: no second call to learn EAGAIN
       continue;
     }
     if (n == 0) return false;

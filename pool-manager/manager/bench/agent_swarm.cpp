@@ -26,6 +26,7 @@ namespace {
 
 constexpr int kFullEvery = 10;  // as accelpool-agent: every 10th heartbeat lists every device
 constexpr auto kRetry = std::chrono::milliseconds(50);
+constexpr auto kScanEvery = std::chrono::milliseconds(5);
 
 struct Agent {
   int index = 0;
@@ -33,6 +34,7 @@ struct Agent {
   int fd = -1;
   bool connecting = false;
   bool registered = false;
+  bool watching_out = false;  // EPOLLOUT is registered
   std::string in, out;
   std::int64_t next_id = 2;  // 1 is the registration
   std::uint64_t beats = 0;
@@ -51,6 +53,8 @@ struct AgentSwarm::Impl {
   std::atomic<std::uint64_t> answered{0}, refused{0};
   std::thread thread;
   std::string full_health;  // the devices array of a full heartbeat (every agent's devices are named alike)
+  Clock::time_point next_scan{};
+  bool scanned_connected = false;
 
   void wake() {
     std::uint64_t one = 1;
@@ -115,6 +119,7 @@ struct AgentSwarm::Impl {
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
     ev.data.u32 = static_cast<std::uint32_t>(a.index);
     ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    a.watching_out = true;
   }
 
   void flush(Agent& a) {
@@ -128,8 +133,10 @@ struct AgentSwarm::Impl {
       close_agent(a);
       return;
     }
+    if (a.watching_out == !a.out.empty()) return;  // as registered already: no system call
+    a.watching_out = !a.out.empty();
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | (a.out.empty() ? 0u : EPOLLOUT);
+    ev.events = EPOLLIN | EPOLLRDHUP | (a.watching_out ? EPOLLOUT : 0u);
     ev.data.u32 = static_cast<std::uint32_t>(a.index);
     ::epoll_ctl(ep, EPOLL_CTL_MOD, a.fd, &ev);
   }
@@ -207,8 +214,12 @@ struct AgentSwarm::Impl {
         read(a);
         if (a.fd >= 0) flush(a);
       }
+      // Connections, retries and heartbeats: every few milliseconds, not after each request answered.
       auto now = Clock::now();
       const bool connect = want_connected;
+      if (connect == scanned_connected && now < next_scan) continue;
+      scanned_connected = connect;
+      next_scan = now + kScanEvery;
       for (auto& a : agents) {
         if (!connect) {
           if (a.fd >= 0) close_agent(a);

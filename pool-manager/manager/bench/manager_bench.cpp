@@ -334,8 +334,8 @@ struct Storm {
 };
 
 // Waits (up to 120 s) until `done` holds, asking every `poll`, and reads the prober's view of the wait. `done`
-// reads /metrics, whose device gauges cost the manager a walk over every device: at 100,000 devices it is asked
-// every 100 ms, so the measurement itself takes little of the owner thread.
+// reads /metrics (the manager keeps its device gauges as states change; a manager that walks every device for
+// them is asked every 100 ms at 100,000 devices, so the measurement itself takes little of the owner thread).
 template <class Done>
 Storm settle(Clock::time_point started, Prober& probe, std::chrono::milliseconds poll, Done done) {
   Storm s;

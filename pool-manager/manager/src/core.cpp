@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <deque>
 #include <set>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace accelpool::manager {
 
@@ -109,7 +111,11 @@ struct PoolCore::Impl {
   sched::DeviceId next_sched_id = 0;
 
   std::map<std::string, std::unique_ptr<HostDriver>> hosts;
-  std::set<std::string> lost_hosts;  // attached, but their connection is gone: nothing is sent to them
+  // Hosts whose connection is gone (lost since they attached, or lost before a restart and not back yet): their
+  // devices are unavailable and nothing is sent to them. A device record's `available` is the device's own state
+  // (its host's reports, failed operations); the host's loss is stored once, as meta host_lost:<host>, so a storm
+  // of hosts leaving or returning writes a row per host, not one per device.
+  std::set<std::string> lost_hosts;
   std::vector<std::string> host_order;
   // The host table: every host the pool knows (attached, or holding devices restored from the store), with its
   // devices by name. A host's join, loss, return and drain go through its entry only, never over the whole pool.
@@ -178,6 +184,9 @@ struct PoolCore::Impl {
 
   // Adds a record of `devices` to its host's entry.
   void index_device(DeviceRecord& d) { host_table[d.host].devices[d.name] = &d; }
+
+  // Whether the scheduler may grant the device: it is usable itself and its host is not lost.
+  bool grantable(const DeviceRecord& d) const { return d.available && !lost_hosts.count(d.host); }
 
   // Calls f(DeviceRecord&) for every device of `host` (none for an unknown host), counting the visits.
   template <class F>
@@ -376,6 +385,7 @@ struct PoolCore::Impl {
   // --- draining -----------------------------------------------------------------------------------------------
   static std::string drain_deadline_key(const std::string& device) { return "drain_deadline:" + device; }
   static std::string host_draining_key(const std::string& host) { return "host_draining:" + host; }
+  static std::string host_lost_key(const std::string& host) { return "host_lost:" + host; }
 
   // Drains or undrains one device. `deadline_at`: when a lease still on it is revoked (draining only).
   Status drain(DeviceRecord& d, bool draining, std::optional<double> deadline_at, double t, sched::Decisions& out) {
@@ -645,13 +655,14 @@ struct PoolCore::Impl {
     for (const auto& [key, value] : snap.meta) {
       if (value.empty()) continue;
       if (key.starts_with("host_draining:")) draining_hosts.insert(key.substr(14));
+      if (key.starts_with("host_lost:")) lost_hosts.insert(key.substr(10));
       if (key.starts_with("drain_deadline:") && devices.count(key.substr(15))) {
         drain_deadlines[key.substr(15)] = std::strtod(value.c_str(), nullptr);
       }
     }
     for (auto& [name, d] : devices) {
       if (d.draining) (void)scheduler->set_draining(d.sched_id, true, t, out);
-      if (!d.available) (void)scheduler->set_available(d.sched_id, false, t, out);
+      if (!grantable(d)) (void)scheduler->set_available(d.sched_id, false, t, out);
     }
     for (Lease* l : waiting) {
       l->expires_at = t + options.lease_ttl_s;
@@ -707,25 +718,30 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   auto& m = *impl_;
   std::string name = host->name();
   if (!valid_name(name, 64)) return make_error("invalid_argument", "host name '" + name + "' is not valid");
-  bool returning = m.lost_hosts.count(name) > 0;
-  if (m.hosts.count(name) && !returning) return make_error("conflict", "host " + name + " is already attached");
+  const bool attached_before = m.hosts.count(name) > 0;
+  const bool was_lost = m.lost_hosts.count(name) > 0;  // lost here, or before a restart
+  if (attached_before && !was_lost) return make_error("conflict", "host " + name + " is already attached");
   auto found = host->devices();
   if (!found) return found.error();
   // Every name is checked before anything changes.
+  std::unordered_set<std::string_view> reported;  // local ids
+  reported.reserve(found->size());
   for (const auto& hd : *found) {
     if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
       return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' of kind '" +
                                                 hd.kind + "' with characters outside [A-Za-z0-9._:-]");
     }
+    if (!reported.insert(hd.local_id).second)
+      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' twice");
   }
   double t = m.now();
   sched::Decisions out;
-  std::set<std::string> present;
   auto& entry = m.host_table[name];  // an attached host is listed even when it has no device
+  const std::size_t known_before = entry.devices.size();
+  std::size_t known_reported = 0;
   for (const auto& hd : *found) {
     std::string dev_name = name + "/" + hd.local_id;
     bool usable = !report.unusable.count(hd.local_id);
-    present.insert(dev_name);
     ++m.device_visits;
     auto known = entry.devices.find(dev_name);
     if (known == entry.devices.end()) {
@@ -739,7 +755,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       d.loaded = hd.loaded;
       d.sched_id = m.next_sched_id++;
       m.by_sched_id[d.sched_id] = dev_name;
-      auto& rec = m.devices[dev_name] = d;
+      auto& rec = m.devices[dev_name] = std::move(d);
       entry.devices[dev_name] = &rec;
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
@@ -750,21 +766,30 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       }
       if (m.draining_hosts.count(name)) (void)m.drain(rec, true, std::nullopt, t, out);
       m.touch(rec);
-    } else if (DeviceRecord& d = *known->second; d.available != usable) {
-      d.available = usable;
-      (void)m.scheduler->set_available(d.sched_id, usable, t, out);
-      m.touch(d);
+    } else {
+      // Only the device's own change is written; the host's return is one meta row below.
+      ++known_reported;
+      DeviceRecord& d = *known->second;
+      if (m.grantable(d) != usable) (void)m.scheduler->set_available(d.sched_id, usable, t, out);
+      if (d.available != usable) {
+        d.available = usable;
+        m.touch(d);
+      }
     }
   }
-  m.each_device_of(name, [&](DeviceRecord& d) {
-    if (!present.count(d.name) && d.available) {
+  // Known devices the host no longer reports become unavailable; looked for only when some are missing.
+  if (known_reported < known_before) m.each_device_of(name, [&](DeviceRecord& d) {
+    if (!reported.count(d.local_id) && d.available) {
+      if (!was_lost) (void)m.scheduler->set_available(d.sched_id, false, t, out);
       d.available = false;
-      (void)m.scheduler->set_available(d.sched_id, false, t, out);
       m.touch(d);
     }
   });
-  if (!returning) m.host_order.push_back(name);
-  m.lost_hosts.erase(name);
+  if (!attached_before) m.host_order.push_back(name);
+  if (was_lost) {
+    m.lost_hosts.erase(name);
+    m.batch.meta.emplace_back(Impl::host_lost_key(name), "");
+  }
   HostDriver& h = *(m.hosts[name] = std::move(host));
   auto ops = std::move(m.deferred[name]);
   m.deferred.erase(name);
@@ -772,7 +797,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   // Reconcile: a device serving a guest that holds no live lease on it goes back to the pool through a release.
   for (const auto& [local, guest] : report.serving) {
     std::string dev_name = name + "/" + local;
-    if (!present.count(dev_name) || report.unusable.count(local)) continue;
+    if (!reported.count(local) || report.unusable.count(local)) continue;
     if (auto hl = m.holder.find(dev_name); hl != m.holder.end()) {
       if (const Lease* l = m.find_lease(hl->second); l && l->guest == guest) continue;
     }
@@ -788,16 +813,14 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
 Status PoolCore::host_lost(const std::string& host) {
   auto& m = *impl_;
   if (!m.hosts.count(host)) return make_error("not_found", "no host " + host + " is attached");
-  m.lost_hosts.insert(host);
   double t = m.now();
   sched::Decisions out;
+  // The device records keep their own state; the scheduler stops granting them, preempting the leases holding
+  // them (device_failed; apply() requeues those), and the loss is written once for the host.
   m.each_device_of(host, [&](DeviceRecord& d) {
-    if (!d.available) return;
-    d.available = false;
-    // The scheduler preempts the leases holding it (device_failed); apply() requeues them.
-    (void)m.scheduler->set_available(d.sched_id, false, t, out);
-    m.touch(d);
+    if (m.grantable(d)) (void)m.scheduler->set_available(d.sched_id, false, t, out);
   });
+  if (m.lost_hosts.insert(host).second) m.batch.meta.emplace_back(Impl::host_lost_key(host), "1");
   m.apply(out, t);
   m.flush();
   return Status::ok();
@@ -816,9 +839,10 @@ Status PoolCore::set_device_usable(const std::string& name, bool usable) {
   if (d.available == usable) return Status::ok();
   double t = m.now();
   sched::Decisions out;
+  const bool was_grantable = m.grantable(d);
   d.available = usable;
-  (void)m.scheduler->set_available(d.sched_id, usable, t, out);
   m.touch(d);
+  if (m.grantable(d) != was_grantable) (void)m.scheduler->set_available(d.sched_id, usable, t, out);
   m.apply(out, t);
   m.flush();
   return Status::ok();
@@ -1156,6 +1180,7 @@ Result<DeviceView> PoolCore::device(const std::string& name) const {
   if (it == impl_->devices.end()) return make_error("not_found", "no device " + name);
   DeviceView v;
   v.record = it->second;
+  v.record.available = impl_->grantable(it->second);  // a lost host's devices are shown unavailable
   v.state = device_state_name(impl_->scheduler->device_state(it->second.sched_id));
   if (auto h = impl_->holder.find(name); h != impl_->holder.end()) v.lease = h->second;
   if (auto dl = impl_->drain_deadlines.find(name); dl != impl_->drain_deadlines.end()) v.drain_deadline = dl->second;
@@ -1382,8 +1407,11 @@ std::map<std::string, std::size_t> PoolCore::leases_by_state() const {
 }
 
 std::map<std::string, std::size_t> PoolCore::devices_by_state() const {
-  std::map<std::string, std::size_t> out{{"free", 0}, {"leased", 0}, {"draining", 0}, {"unavailable", 0}};
-  for (const auto& [_, d] : impl_->devices) ++out[device_state_name(impl_->scheduler->device_state(d.sched_id))];
+  std::map<std::string, std::size_t> out;
+  for (auto s : {sched::DeviceState::free, sched::DeviceState::leased, sched::DeviceState::draining,
+                 sched::DeviceState::unavailable}) {
+    out[device_state_name(s)] = impl_->scheduler->count_in_state(s);  // kept by the scheduler: no walk
+  }
   return out;
 }
 

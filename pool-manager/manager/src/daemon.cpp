@@ -121,7 +121,7 @@ int run_daemon(const Config& given, std::ostream& out) {
 
   asio::io_context ioc(1);
   // Host completions run on the owner thread, a slice at a time (HostEventQueue), and their changes join the next
-  // group commit.
+  // group commit (requested when the queue runs dry and every few slices of a storm, or by a guest call).
   std::function<void()> request_commit = [] {};
   HostEventQueue host_events(ioc, [&request_commit] { request_commit(); });
   Poster post = [&host_events](std::function<void()> f) { host_events.post(std::move(f)); };

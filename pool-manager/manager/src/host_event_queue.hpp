@@ -2,7 +2,9 @@
 // owner thread. They wait in one queue, in the order they were posted, and the owner thread runs at most
 // kPerTurn of them per turn of its io_context before it goes back to its other work (guest and admin calls). A
 // storm of a thousand hosts joining or leaving at once is then worked through in slices, and a guest's call that
-// arrives meanwhile waits for one slice, not for the whole storm.
+// arrives meanwhile waits for one slice, not for the whole storm. The daemon commits what the events changed when
+// the queue runs dry and every kSlicesPerCommit slices of a longer run: a storm is then written in a few larger
+// transactions rather than one per slice, and a guest call's own commit still writes what came before it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -19,11 +21,12 @@ namespace accelpool::manager {
 class HostEventQueue {
  public:
   static constexpr std::size_t kPerTurn = 8;
+  static constexpr std::size_t kSlicesPerCommit = 4;
 
-  // `after_slice` runs on the owner thread after each slice (the daemon requests a group commit there). Both
-  // must outlive the queue's last slice.
-  HostEventQueue(boost::asio::io_context& owner, std::function<void()> after_slice)
-      : owner_(owner), after_slice_(std::move(after_slice)) {}
+  // `commit` runs on the owner thread after a slice that left the queue empty and after every kSlicesPerCommit-th
+  // slice in a row (the daemon requests a group commit there). Both must outlive the queue's last slice.
+  HostEventQueue(boost::asio::io_context& owner, std::function<void()> commit)
+      : owner_(owner), commit_(std::move(commit)) {}
 
   // Any thread. `event` runs on the owner thread, after every event posted before it.
   void post(std::function<void()> event) {
@@ -46,7 +49,15 @@ class HostEventQueue {
       }
       event();
     }
-    if (after_slice_) after_slice_();
+    bool dry;
+    {
+      std::lock_guard lock(mu_);
+      dry = events_.empty();
+    }
+    if (dry || ++slices_uncommitted_ >= kSlicesPerCommit) {
+      slices_uncommitted_ = 0;
+      if (commit_) commit_();
+    }
     std::lock_guard lock(mu_);
     if (events_.empty()) {
       scheduled_ = false;
@@ -56,7 +67,8 @@ class HostEventQueue {
   }
 
   boost::asio::io_context& owner_;
-  std::function<void()> after_slice_;
+  std::function<void()> commit_;
+  std::size_t slices_uncommitted_ = 0;  // owner thread only
   std::mutex mu_;
   std::deque<std::function<void()>> events_;
   bool scheduled_ = false;

@@ -254,6 +254,7 @@ struct AgentListener::Impl {
       c.serial = serial;
       c.link = std::make_shared<Link>();
       c.link->post = post;
+      c.link->fd = fd;
       c.link->wake = [this, fd, serial] { mark(fd, serial); };
       c.last_seen = Clock::now();
       deadlines.push({c.last_seen + options.heartbeat_timeout, fd, serial});
@@ -277,16 +278,17 @@ struct AgentListener::Impl {
     if (it == conns.end()) return;
     Conn c = std::move(it->second);
     conns.erase(it);
-    ::close(fd);  // leaves the epoll set with it
     std::map<std::int64_t, ReplyDone> pending;
     Registration was;
     {
       std::lock_guard lock(c.link->mu);
-      c.link->alive = false;
+      c.link->alive = false;  // before the close: no other thread writes to the descriptor any more
+      c.link->fd = -1;
       c.link->out.clear();
       pending.swap(c.link->pending);
       was = c.link->registration;
     }
+    ::close(fd);  // leaves the epoll set with it
     release(c);
     if (was == Registration::none) return;
     Error err = host_lost_error(c.link->host, why);

@@ -30,6 +30,9 @@ struct Link {
   Registration registration = Registration::none;
   std::string out;  // bytes waiting to be sent
   bool alive = true;
+  // The connection's socket. While `alive` it is open: the I/O thread clears `alive` (under `mu`) before it
+  // closes the socket, so a thread holding `mu` that sees `alive` may write to it.
+  int fd = -1;
   std::int64_t next_id = 1;
   std::map<std::int64_t, ReplyDone> pending;
   manager::Poster post;
@@ -40,7 +43,9 @@ struct Link {
 // The error of an operation whose host is gone.
 Error host_lost_error(const std::string& host, const std::string& why);
 
-// Sends a request for `done`, or fails it at once (through the Poster) when the connection is gone. Owner thread.
+// Sends a request for `done`, or fails it at once (through the Poster) when the connection is gone. When nothing
+// waits ahead of it, the calling thread writes it to the socket itself (one system call, no hand-over to the I/O
+// thread); what the socket does not take, or a write error, is left to the I/O thread. Owner thread.
 void call(Link& link, std::string_view method, boost::json::object params, ReplyDone done);
 
 // Settles the pending request a reply answers (`result` or `error`), posting its completion. False when the id

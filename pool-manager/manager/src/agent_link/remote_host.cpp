@@ -13,12 +13,17 @@ Error host_lost_error(const std::string& host, const std::string& why) {
 }
 
 void call(Link& link, std::string_view method, json::object params, ReplyDone done) {
+  bool hand_over = false;
   {
     std::lock_guard lock(link.mu);
     if (link.alive) {
       std::int64_t id = link.next_id++;
       link.pending.emplace(id, std::move(done));
+      // Nothing is sent while the registration is pending (the agent reads its reply first), and bytes queued
+      // earlier go first: then the I/O thread sends.
+      const bool first = link.out.empty() && link.registration == Registration::admitted;
       link.out += request_line(id, method, std::move(params));
+      hand_over = !first || !write_some(link.fd, link.out) || !link.out.empty();
       done = nullptr;
     }
   }
@@ -27,7 +32,7 @@ void call(Link& link, std::string_view method, json::object params, ReplyDone do
     link.post([done = std::move(done), err] { done(err, nullptr); });
     return;
   }
-  link.wake();
+  if (hand_over) link.wake();
 }
 
 bool complete(Link& link, const json::value& id, const std::optional<json::value>& result,

@@ -16,6 +16,7 @@
 #include <accelpool/scheduler/placement.hpp>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -126,6 +127,8 @@ class Scheduler {
   std::size_t running_count() const { return running_count_; }
   std::size_t device_count() const { return device_count_; }
   std::size_t free_count() const { return free_count_; }
+  // How many devices (present, or removed but still held) are in `state`.
+  std::size_t count_in_state(DeviceState state) const { return state_counts_[static_cast<std::size_t>(state)]; }
   std::optional<RequestPhase> phase(RequestId id) const;
   std::optional<DeviceState> device_state(DeviceId id) const;
   const Device* device(DeviceId id) const;
@@ -162,6 +165,7 @@ class Scheduler {
     bool draining : 1 = false;
     bool available : 1 = true;
     bool held : 1 = false;
+    bool counted : 1 = false;  // its state is in state_counts_ (present or held)
     RequestId holder = 0;
   };
   static_assert(sizeof(Slot) == 32);
@@ -278,6 +282,7 @@ class Scheduler {
   std::size_t running_count_ = 0;
   std::size_t device_count_ = 0;
   std::size_t free_count_ = 0;
+  std::array<std::size_t, 4> state_counts_{};  // by DeviceState, kept by refresh_slot
   Time last_now_ = 0;
 };
 

@@ -74,7 +74,9 @@ std::uint16_t bound_port(int fd);
 Result<int> connect_to(std::string_view address);
 // Writes as much of `out` as the socket takes now and erases it from `out`. Errors: "io_error" (peer gone).
 Status write_some(int fd, std::string& out);
-// Reads what is available into `in`. Returns false on end of stream or error.
+// Reads what is available into `in`. Returns false on end of stream or error. A read that the socket did not
+// fill ends it, so what arrives later (and an end of stream after data) is found by the next call: for sockets
+// watched level-triggered (poll, epoll without EPOLLET).
 bool read_some(int fd, LineBuffer& in);
 
 // The manager's side of the prepare contract (with parse_prepare_request and prepare_result_json above: one

@@ -173,7 +173,9 @@ class PoolCore {
 
   // The host's connection is gone (a host agent missed its heartbeats or closed): every device of the host
   // becomes unavailable, leases on them are preempted (device_failed: requeued, the guest is told), and waiting
-  // requests stay queued. Nothing is sent to the lost host. Errors: "not_found" (no such host attached).
+  // requests stay queued. Nothing is sent to the lost host. The loss is stored once for the host (a restart keeps
+  // its devices unavailable until it attaches again), not in each device's record. Errors: "not_found" (no such
+  // host attached).
   Status host_lost(const std::string& host);
   // Whether `host` is attached and not lost.
   bool host_live(const std::string& host) const;

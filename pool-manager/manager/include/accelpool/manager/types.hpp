@@ -101,7 +101,8 @@ struct DeviceRecord {
   bool passthrough = true;
   std::string loaded;    // bitstream name held now, "" for none
   bool draining = false;
-  bool available = true;
+  bool available = true;  // the device itself: its host's health reports, its failed operations (a lost host's
+                          // devices keep theirs; the loss is the host's, stored once as meta host_lost:<host>)
   std::uint32_t sched_id = 0;  // stable dense id used by the scheduler
 };
 
