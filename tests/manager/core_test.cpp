@@ -376,7 +376,7 @@ TEST_CASE("the admin token of a store from before named tokens reads as the toke
   CHECK_FALSE(pool.core->check_admin(token));
 }
 
-TEST_CASE("a tenant is deleted only without live leases; its token with it", "[core][store][tokens]") {
+TEST_CASE("a tenant is deleted only without live leases, and its token with it", "[core][store][tokens]") {
   Pool pool;
   auto l = pool.acquire("a", "vm1");
   auto refused = pool.core->delete_tenant("a");
