@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine, builds accelpool, and runs its main job: the pool manager (SQLite store, one local
 # host with simulated FPGAs) and a host agent (a second host with simulated FPGAs of its own) serving a burst of
-# guest jobs through accelpool-run. Prints each job's JCT and the pool's statistics, and where the admin API and
-# metrics are.
+# guest jobs through accelpool-run. Prints each job's JCT and the pool's statistics, then leaves the pool running for
+# you to explore (accelpoolctl, the admin API, metrics) and says how to stop it (out/demo/stop.sh).
 #
 #   scripts/demo.sh [JOBS]   development mode: the guests are processes here (default 10 jobs on 6 devices: some queue)
 #   scripts/demo.sh --vm     real VMs: a private libvirtd boots two guests whose accelpool-run acquires the agent's
@@ -32,6 +32,7 @@ cmake --build "$build" --target accelpool-manager accelpool-agent accelpoolctl a
 bin="$build/bin"
 
 out=out/demo
+[ -x "$out/stop.sh" ] && "$out/stop.sh"  # the pool an earlier run left running
 rm -rf "$out" && mkdir -p "$out"
 agent_token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf 'data_dir = "%s"\n[agents]\nlisten = ["127.0.0.1:0"]\ntoken = "%s"\n' "$PWD/$out/data" "$agent_token" >"$out/manager.toml"
@@ -39,7 +40,9 @@ printf 'data_dir = "%s"\n[agents]\nlisten = ["127.0.0.1:0"]\ntoken = "%s"\n' "$P
   >"$out/manager.log" 2>&1 &
 manager=$!
 agent=""
-trap 'kill $agent "$manager" 2>/dev/null || true; wait $agent "$manager" 2>/dev/null || true' EXIT
+# A run that fails stops what it started; one that succeeds leaves the pool running (see the end).
+stop_pool() { kill $agent "$manager" 2>/dev/null || true; wait $agent "$manager" 2>/dev/null || true; }
+trap stop_pool EXIT
 for _ in $(seq 100); do
   [ -s "$out/data/endpoints.json" ] && grep -q "admin token" "$out/manager.log" && break
   sleep 0.1
@@ -93,6 +96,16 @@ echo
 echo "Pool statistics:"
 ctl stats
 echo
-echo "Admin API: $admin_url   metrics: $admin_url/metrics   admin token: $admin_token"
+printf '#!/bin/sh\n# Stops the pool scripts/demo.sh left running.\nkill %s %s 2>/dev/null && echo "demo pool stopped" || echo "demo pool was not running"\n' \
+  "$agent" "$manager" >"$out/stop.sh"
+chmod +x "$out/stop.sh"
+trap - EXIT
+echo
+echo "The pool keeps running (manager pid $manager, agent pid $agent). Explore it:"
+echo "  $bin/accelpoolctl --url $admin_url --token $admin_token devices"
+echo "  curl -s -H 'Authorization: Bearer $admin_token' $admin_url/v1/leases?all=true   # the admin API"
+echo "  curl -s $admin_url/metrics"
+echo "  $bin/accelpool-run --pool tcp://$guest_tcp --token $guest_token -- sh -c 'env | grep ACCELPOOL_'"
 echo "Manager and agent logs, data: $out/"
+echo "Stop it with: $out/stop.sh"
 echo "The scheduling policies compared on the real Philly trace: scripts/results.sh (see docs/results.md)."

@@ -29,6 +29,10 @@ packages=(
   libxml2-dev
 )
 
+# The admin API's contract tools (tests/contract) come from npm: Node.js and npm, from Debian where the machine has
+# none.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -37,8 +41,26 @@ done
 # Boost 1.74's dev packages (Debian's default libboost-dev) conflict with 1.81: remove them first.
 old_boost=$(dpkg-query -W -f='${Package} ${Status}\n' 'libboost*1.74-dev' 2>/dev/null | awk '/install ok installed/{print $1}' || true)
 
+# The contract tools, pinned, into .cache/contract-tools (ignored by git; tests/contract finds them there):
+# Prism's validating proxy and Redocly CLI. Installed again only when the pins change.
+install_contract_tools() {
+  local dir pins
+  dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/contract-tools"
+  pins="@stoplight/prism-cli@5.16.0 @redocly/cli@2.77.0"
+  if [ "$(cat "$dir/pins" 2>/dev/null)" = "$pins" ] && [ -x "$dir/node_modules/.bin/prism" ]; then
+    return 0
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error $pins
+  echo "$pins" >"$dir/pins"
+  echo "setup: installed the contract tools ($pins) into $dir"
+}
+
 if [ ${#missing[@]} -eq 0 ] && [ -z "$old_boost" ]; then
   echo "setup: all packages present"
+  install_contract_tools
   exit 0
 fi
 
@@ -52,3 +74,4 @@ fi
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 echo "setup: installed ${#missing[@]} packages"
+install_contract_tools

@@ -9,6 +9,7 @@
 // with name, args (["a:int*", "n:uint"]; pointer types go through the memory bank), instances (default 1).
 #include <accelpool/bitstreams/manifest.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
+#include <accelpool/common/cli.hpp>
 
 #include <toml++/toml.h>
 #include <xclbin.h>
@@ -296,11 +297,19 @@ void write_file(const std::filesystem::path& path, const std::string& data) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: accelpool-mkxclbin SPEC.toml OUTDIR\n";
-    return 2;
-  }
-  std::filesystem::path spec_path = argv[1], outdir = argv[2];
+  CLI::App app{R"(accelpool-mkxclbin: write an .xclbin image and its registry manifest from a small TOML spec.
+
+Writes OUTDIR/<name>.xclbin and OUTDIR/<name>.toml, deterministically (the UUID derives from the spec's content,
+the timestamp is 0, the bitstream payload is a filler seeded from the spec). The spec file is named
+<name>.spec.toml; its keys: name, version, kind ("fpga"), platform (VBNV), compatible (default [platform]),
+programming_seconds, bitstream_bytes (filler size, default 4096), description, and [[kernels]] tables with name,
+args (["a:int*", "n:uint"]; pointer types go through the memory bank) and instances (default 1).
+Examples: bitstreams/samples/xclbin/*.spec.toml.)"};
+  accelpool::common::init_cli(app, "accelpool-mkxclbin");
+  std::filesystem::path spec_path, outdir;
+  app.add_option("spec", spec_path, "the spec, <name>.spec.toml")->type_name("SPEC.toml")->required();
+  app.add_option("outdir", outdir, "where the image and its manifest go (created if missing)")->type_name("OUTDIR")->required();
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   std::ifstream in(spec_path, std::ios::binary);
   if (!in) fail(spec_path.string() + ": cannot be read");
   std::ostringstream text;

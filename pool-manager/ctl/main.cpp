@@ -2,6 +2,8 @@
 #include "http_client.hpp"
 
 #include <accelpool/bitstreams/base64.hpp>
+#include <accelpool/common/cli.hpp>
+#include <accelpool/common/number_text.hpp>
 #include <accelpool/bitstreams/manifest.hpp>
 
 #include <boost/json.hpp>
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,41 +28,12 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: accelpoolctl [--url URL] [--token TOKEN] [-o table|json] COMMAND [ARGS]
+constexpr const char* kDescription = R"(accelpoolctl: the admin command line of accelpool-manager, over its REST API.
 
-Talks to accelpool-manager's admin API. URL defaults to $ACCELPOOL_URL or http://127.0.0.1:7080; the admin
-token comes from --token or $ACCELPOOL_TOKEN.
-
-commands:
-  hosts                              hosts and their device counts
-  devices [--host H] [--kind K] [--state S]
-                                     every device (or those of a host, kind, state: free, leased, draining,
-                                     unavailable) with its state, bitstream and lease
-  drain TARGET [--deadline SECONDS]  stop granting a device (HOST/LOCAL_ID) or every device of a HOST; with
-                                     --deadline, leases still on them then are revoked (with grace)
-  undrain TARGET                     resume granting a device or a host
-  reset DEVICE                       reset a device no lease holds
-  leases [--state S] [--tenant T] [--all] [--newest] [--limit N]
-                                     leases (live ones unless --all; ended ones come from the store), oldest
-                                     first or --newest first; all of them, page by page, or the first N
-  lease ID                           one lease
-  revoke ID [--reason TEXT]          revoke a lease (the guest gets its grace period)
-  queue                              waiting leases in scheduling order
-  bitstreams                         registered bitstreams (and names devices hold or leases ask for)
-  bitstreams show NAME [VERSION]     one bitstream (highest version without VERSION)
-  bitstreams register MANIFEST.toml [--file IMAGE]
-                                     upload an image and its manifest (the image defaults to the manifest's
-                                     'file', next to the manifest); the manager verifies and stores them
-  bitstreams delete NAME VERSION     remove one; refused while a queued or granted lease uses the name
-  tenants                            tenants with weights and quotas
-  tenants create NAME [--weight W] [--max-devices N]   prints the new token once
-  tenants update NAME [--weight W] [--max-devices N]
-  tenants rotate-token NAME          prints the new token once
-  policy                             the active policy
-  policy set SPEC                    e.g. las+affinity, sjf+pack+guard=3600
-  stats [--window SECONDS]           JCT and wait percentiles
-  health                             /healthz and /readyz
-)";
+The manager's URL comes from --url, else $ACCELPOOL_URL, else http://127.0.0.1:7080; the admin token from --token,
+else $ACCELPOOL_TOKEN. Tables by default, -o json for the API's JSON. `accelpoolctl COMMAND --help` describes a
+command. Exit status: 0 done, 1 the manager refused (its message is printed), 2 bad arguments, 3 the manager
+cannot be reached, 4 the token was refused.)";
 
 struct Options {
   std::string url;
@@ -140,9 +114,11 @@ std::string str(const json::value& v) {
   return json::serialize(v);
 }
 
+// How long ago `t` (seconds since the epoch) was; a time a little ahead of this machine's clock reads as 0s.
 std::string ago(const json::value& t) {
   if (!t.is_number()) return "-";
-  double s = static_cast<double>(std::time(nullptr)) - t.to_number<double>();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double s = std::max(0.0, now - t.to_number<double>());
   char buf[32];
   if (s < 120) std::snprintf(buf, sizeof buf, "%.0fs", s);
   else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
@@ -234,57 +210,135 @@ std::string upload_body(const std::string& manifest_path, const std::string& ima
 
 int main(int argc, char** argv) {
   Options o;
-  if (const char* u = std::getenv("ACCELPOOL_URL")) o.url = u;
-  if (const char* t = std::getenv("ACCELPOOL_TOKEN")) o.token = t;
-  if (o.url.empty()) o.url = "http://127.0.0.1:7080";
-  std::vector<std::string> args;
+  CLI::App app{kDescription};
+  accelpool::common::init_cli(app, "accelpoolctl");
+  app.require_subcommand(1);
+  app.add_option("--url", o.url, "the manager's admin API")->envname("ACCELPOOL_URL")->default_str("http://127.0.0.1:7080");
+  app.add_option("--token", o.token, "an admin token")->envname("ACCELPOOL_TOKEN");
+  std::string output = "table";
+  app.add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
+
+  // Each command's arguments and options; the commands below read them.
+  std::vector<std::string> args;  // positional arguments of the command and its sub-command
   std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&] {
-      if (i + 1 >= argc) die(2, a + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--url") o.url = value();
-    else if (a == "--token") o.token = value();
-    else if (a == "-o" || a == "--output") {
-      std::string v = value();
-      if (v != "json" && v != "table") die(2, "-o takes 'table' or 'json'");
-      o.json_out = v == "json";
-    } else if (a == "--all") flags["all"] = "true";
-    else if (a == "--newest") flags["order"] = "desc";
-    else if (a == "--state" || a == "--tenant" || a == "--reason" || a == "--weight" || a == "--max-devices" ||
-             a == "--window" || a == "--deadline" || a == "--file" || a == "--limit" || a == "--host" || a == "--kind") flags[a.substr(2)] = value();
-    else if (a.rfind("--", 0) == 0) die(2, "unknown option " + a + "\n" + kUsage);
-    else args.push_back(a);
-  }
-  if (args.empty()) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string cmd = args[0];
-  auto need = [&](std::size_t n, const char* what) {
-    if (args.size() < n + 1) die(2, cmd + " needs " + what);
+  auto command = [&](CLI::App* parent, const std::string& name, const std::string& help) {
+    auto* c = parent->add_subcommand(name, help);
+    c->fallthrough();  // --url, --token and -o may follow the command
+    return c;
   };
+  auto positional = [&](CLI::App* c, const std::string& name, const std::string& help) {
+    return c->add_option_function<std::string>(name, [&args](const std::string& v) { args.push_back(v); }, help)->required();
+  };
+  auto flag_option = [&](CLI::App* c, const std::string& name, const std::string& help) {
+    const std::string key = name.substr(2);
+    return c->add_option_function<std::string>(name, [&flags, key](const std::string& v) { flags[key] = v; }, help);
+  };
+  auto flag_switch = [&](CLI::App* c, const std::string& name, const std::string& key, const std::string& value,
+                         const std::string& help) {
+    return c->add_flag_callback(name, [&flags, key, value] { flags[key] = value; }, help);
+  };
+
+  auto* hosts = command(&app, "hosts", "hosts and their device counts");
+  auto* devices = command(&app, "devices", "devices with their state, bitstream and lease");
+  flag_option(devices, "--host", "only this host's");
+  flag_option(devices, "--kind", "only this kind");
+  flag_option(devices, "--state", "only those free, leased, draining or unavailable");
+  auto* drain = command(&app, "drain", "stop granting a device (HOST/LOCAL_ID) or every device of a HOST");
+  positional(drain, "target", "HOST/LOCAL_ID or HOST");
+  flag_option(drain, "--deadline", "seconds: leases still on the devices then are revoked (with grace)");
+  auto* undrain = command(&app, "undrain", "resume granting a device or a host");
+  positional(undrain, "target", "HOST/LOCAL_ID or HOST");
+  auto* reset = command(&app, "reset", "reset a device no lease holds");
+  positional(reset, "device", "HOST/LOCAL_ID");
+  auto* leases = command(&app, "leases", "leases: live ones unless --all (ended ones come from the store)");
+  flag_option(leases, "--state", "only leases in this state");
+  flag_option(leases, "--tenant", "only this tenant's");
+  flag_switch(leases, "--all", "all", "true", "ended leases too");
+  flag_switch(leases, "--newest", "order", "desc", "newest first (default: oldest first)");
+  flag_option(leases, "--limit", "the first N only (default: all, page by page)");
+  auto* lease = command(&app, "lease", "one lease");
+  positional(lease, "id", "the lease id");
+  auto* revoke = command(&app, "revoke", "revoke a lease (the guest gets its grace period)");
+  positional(revoke, "id", "the lease id");
+  flag_option(revoke, "--reason", "told to the guest");
+  auto* queue = command(&app, "queue", "waiting leases in scheduling order");
+
+  auto* bitstreams = command(&app, "bitstreams", "the bitstream registry (default: list)");
+  auto* bs_list = command(bitstreams, "list", "registered bitstreams, and names devices hold or leases ask for");
+  auto* bs_show = command(bitstreams, "show", "one bitstream (its highest version without VERSION)");
+  positional(bs_show, "name", "the bitstream's name");
+  bs_show->add_option_function<std::string>("version", [&args](const std::string& v) { args.push_back(v); }, "a version");
+  auto* bs_register = command(bitstreams, "register", "upload an image and its manifest; the manager verifies and stores them");
+  positional(bs_register, "manifest", "the manifest TOML file");
+  flag_option(bs_register, "--file", "the image (default: the manifest's 'file', next to the manifest)");
+  auto* bs_delete = command(bitstreams, "delete", "remove one version; refused while a live lease asks for the name");
+  positional(bs_delete, "name", "the bitstream's name");
+  positional(bs_delete, "version", "its version");
+
+  auto* tenants = command(&app, "tenants", "tenants (default: list)");
+  auto* t_list = command(tenants, "list", "tenants with weights and quotas");
+  auto* t_show = command(tenants, "show", "one tenant");
+  positional(t_show, "name", "the tenant");
+  auto* t_create = command(tenants, "create", "a new tenant; prints its guest token once");
+  auto* t_update = command(tenants, "update", "change a tenant's weight or quota");
+  for (auto* c : {t_create, t_update}) {
+    positional(c, "name", "the tenant");
+    flag_option(c, "--weight", "its share against the other tenants (default 1)");
+    flag_option(c, "--max-devices", "the most devices it may hold or wait for (0: no quota)");
+  }
+  auto* t_rotate = command(tenants, "rotate-token", "a new guest token (printed once); the old one stops working");
+  positional(t_rotate, "name", "the tenant");
+  auto* t_delete = command(tenants, "delete", "delete a tenant without live leases, and its token");
+  positional(t_delete, "name", "the tenant");
+
+  auto* admins = command(&app, "admin-tokens", "named admin tokens, one per operator (default: list)");
+  auto* a_list = command(admins, "list", "the admin tokens' names");
+  auto* a_create = command(admins, "create", "a new admin token NAME (printed once)");
+  positional(a_create, "name", "e.g. the operator's name");
+  auto* a_rotate = command(admins, "rotate", "a new token for NAME (printed once); the old one stops working");
+  positional(a_rotate, "name", "the admin token's name");
+  auto* a_revoke = command(admins, "revoke", "admin token NAME stops working (never the last one)");
+  positional(a_revoke, "name", "the admin token's name");
+
+  auto* policy = command(&app, "policy", "the active policy (default: get)");
+  auto* p_get = command(policy, "get", "the active policy");
+  auto* p_set = command(policy, "set", "switch policy, e.g. las+affinity, sjf+pack+guard=3600");
+  positional(p_set, "spec", "the policy");
+  auto* stats = command(&app, "stats", "JCT and wait percentiles, overall, per tenant and per bitstream");
+  flag_option(stats, "--window", "one window in seconds (default: 60, 300 and 3600)");
+  auto* health = command(&app, "health", "/healthz and /readyz; exit status 1 when not ready");
+
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
+  if (o.url.empty()) o.url = "http://127.0.0.1:7080";
+  o.json_out = output == "json";
+
   auto out = [&](const json::value& v) -> bool {
     if (o.json_out) std::cout << json::serialize(v) << "\n";
     return o.json_out;
   };
+  // A tenant's fields as JSON, numbers as typed ("2", not Boost.JSON's "2E0").
   auto tenant_body = [&](const std::string* name) {
-    json::object b;
-    if (name) b["name"] = *name;
-    try {
-      if (flags.count("weight")) b["weight"] = std::stod(flags["weight"]);
-      if (flags.count("max-devices")) b["max_devices"] = std::stoull(flags["max-devices"]);
-    } catch (const std::exception&) {
-      die(2, "--weight takes a number and --max-devices a non-negative integer");
+    std::string body;
+    auto add = [&body](const std::string& key, const std::string& value) {
+      body += (body.empty() ? "{" : ",") + json_string(key) + ":" + value;
+    };
+    if (name) add("name", json_string(*name));
+    if (flags.count("weight")) {
+      char* end = nullptr;
+      const double w = std::strtod(flags["weight"].c_str(), &end);
+      if (flags["weight"].empty() || *end != '\0' || !std::isfinite(w)) die(2, "--weight takes a number");
+      add("weight", accelpool::common::number_text(w));
     }
-    return json::serialize(b);
+    if (flags.count("max-devices")) {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(flags["max-devices"].c_str(), &end, 10);
+      if (flags["max-devices"].empty() || *end != '\0' || flags["max-devices"][0] == '-') {
+        die(2, "--max-devices takes a non-negative integer");
+      }
+      add("max_devices", std::to_string(n));
+    }
+    return body.empty() ? std::string("{}") : body + "}";
   };
-
   auto query_of = [&](std::initializer_list<const char*> keys) {
     std::string q;
     for (const char* k : keys) {
@@ -292,49 +346,54 @@ int main(int argc, char** argv) {
     }
     return q;
   };
-  if (cmd == "hosts") {
+  auto print_token = [&](const json::value& v, const std::string& what) {
+    if (out(v)) return;
+    std::cout << what << " token (shown once): " << str(v.at("token")) << "\n";
+  };
+
+  if (hosts->parsed()) {
     // The API answers in pages; every page is fetched.
-    auto hosts = fetch_pages(o, "/v1/hosts", "hosts", "");
-    if (out(json::object{{"hosts", hosts}})) return 0;
+    auto list = fetch_pages(o, "/v1/hosts", "hosts", "");
+    if (out(json::object{{"hosts", list}})) return 0;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& h : hosts) {
+    for (const auto& h : list) {
       rows.push_back({str(h.at("name")), str(h.at("device_count")), h.at("connected").as_bool() ? "yes" : "no",
                       h.at("draining").as_bool() ? "yes" : "no"});
     }
     table({"HOST", "DEVICES", "CONNECTED", "DRAINING"}, rows);
-  } else if (cmd == "devices") {
-    auto devices = fetch_pages(o, "/v1/devices", "devices", query_of({"host", "kind", "state"}));
-    if (out(json::object{{"devices", devices}})) return 0;
+  } else if (devices->parsed()) {
+    auto list = fetch_pages(o, "/v1/devices", "devices", query_of({"host", "kind", "state"}));
+    if (out(json::object{{"devices", list}})) return 0;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& d : devices) {
+    for (const auto& d : list) {
       rows.push_back({str(d.at("name")), str(d.at("kind")), str(d.at("model")), str(d.at("attach")), str(d.at("state")),
                       str(d.at("loaded")), str(d.at("lease"))});
     }
     table({"DEVICE", "KIND", "MODEL", "ATTACH", "STATE", "LOADED", "LEASE"}, rows);
-  } else if (cmd == "drain" || cmd == "undrain") {
-    need(1, "a device (HOST/LOCAL_ID) or a host");
+  } else if (drain->parsed() || undrain->parsed()) {
+    const std::string cmd = drain->parsed() ? "drain" : "undrain";
     std::string body;
     if (flags.count("deadline")) {
-      if (cmd != "drain") die(2, "--deadline applies to drain only");
       char* end = nullptr;
       double s = std::strtod(flags["deadline"].c_str(), &end);
-      if (flags["deadline"].empty() || *end != '\0' || !(s >= 0)) die(2, "--deadline takes a number of seconds >= 0");
-      body = "{\"deadline_s\":" + json::serialize(json::value(s)) + "}";
+      if (flags["deadline"].empty() || *end != '\0' || !(s >= 0) || !std::isfinite(s)) {
+        die(2, "--deadline takes a number of seconds >= 0");
+      }
+      body = "{\"deadline_s\":" + accelpool::common::number_text(s) + "}";
     }
-    auto v = call(o, "POST", drain_target(args[1], cmd), body);
+    auto v = call(o, "POST", drain_target(args[0], cmd), body);
     if (out(v)) return 0;
     if (v.as_object().contains("devices")) {
-      std::cout << "host " << args[1] << ": " << (v.at("draining").as_bool() ? "draining" : "not draining") << ", "
+      std::cout << "host " << args[0] << ": " << (v.at("draining").as_bool() ? "draining" : "not draining") << ", "
                 << v.at("devices").as_array().size() << " devices\n";
     } else {
-      std::cout << "device " << args[1] << ": " << str(v.at("state")) << "\n";
+      std::cout << "device " << args[0] << ": " << str(v.at("state")) << "\n";
     }
-  } else if (cmd == "reset") {
-    need(1, "a device (HOST/LOCAL_ID)");
-    auto v = call(o, "POST", device_target(args[1], cmd));
+  } else if (reset->parsed()) {
+    auto v = call(o, "POST", device_target(args[0], "reset"));
     if (out(v)) return 0;
-    std::cout << "device " << args[1] << ": " << str(v.at("state")) << " (reset started)\n";
-  } else if (cmd == "leases") {
+    std::cout << "device " << args[0] << ": " << str(v.at("state")) << " (reset started)\n";
+  } else if (leases->parsed()) {
     std::string q = query_of({"state", "tenant", "all", "order"});
     std::size_t want = SIZE_MAX;
     if (flags.count("limit")) {
@@ -344,86 +403,98 @@ int main(int argc, char** argv) {
       want = n;
     }
     // The API answers in pages; follow next_cursor until the listing or the limit ends.
-    json::array leases = fetch_pages(o, "/v1/leases", "leases", q, want);
-    json::value v = json::object{{"leases", leases}};
-    if (out(v)) return 0;
-    print_leases(leases);
-  } else if (cmd == "lease") {
-    need(1, "a lease id");
-    auto v = call(o, "GET", "/v1/leases/" + args[1]);
+    json::array list = fetch_pages(o, "/v1/leases", "leases", q, want);
+    if (out(json::object{{"leases", list}})) return 0;
+    print_leases(list);
+  } else if (lease->parsed()) {
+    auto v = call(o, "GET", "/v1/leases/" + url_encode(args[0]));
     if (out(v)) return 0;
     print_leases(json::array{v});
-  } else if (cmd == "revoke") {
-    need(1, "a lease id");
+  } else if (revoke->parsed()) {
     std::string body = flags.count("reason") ? "{\"reason\":" + json_string(flags["reason"]) + "}" : "";
-    auto v = call(o, "POST", "/v1/leases/" + args[1] + "/revoke", body);
+    auto v = call(o, "POST", "/v1/leases/" + url_encode(args[0]) + "/revoke", body);
     if (out(v)) return 0;
-    std::cout << "lease " << args[1] << ": " << str(v.at("state")) << "\n";
-  } else if (cmd == "queue") {
+    std::cout << "lease " << args[0] << ": " << str(v.at("state")) << "\n";
+  } else if (queue->parsed()) {
     auto v = call(o, "GET", "/v1/queue");
     if (out(v)) return 0;
     print_leases(v.at("queue").as_array());
-  } else if (cmd == "bitstreams") {
-    std::string sub = args.size() > 1 ? args[1] : "list";
-    if (sub == "list") {
+  } else if (bitstreams->parsed()) {
+    if (bs_show->parsed()) {
+      auto v = call(o, "GET", "/v1/bitstreams/" + args[0] + (args.size() > 1 ? "/" + args[1] : ""));
+      if (out(v)) return 0;
+      print_bitstreams(json::array{v});
+    } else if (bs_register->parsed()) {
+      auto v = call(o, "POST", "/v1/bitstreams", upload_body(args[0], flags.count("file") ? flags["file"] : ""));
+      if (out(v)) return 0;
+      std::cout << "registered " << str(v.at("name")) << "@" << str(v.at("version")) << " (sha256 " << str(v.at("sha256"))
+                << ", " << str(v.at("size_bytes")) << " bytes)\n";
+    } else if (bs_delete->parsed()) {
+      auto v = call(o, "DELETE", "/v1/bitstreams/" + args[0] + "/" + args[1]);
+      if (out(v)) return 0;
+      std::cout << "deleted " << str(v.at("deleted")) << "\n";
+    } else {
+      (void)bs_list;
       auto v = call(o, "GET", "/v1/bitstreams");
       if (out(v)) return 0;
       print_bitstreams(v.at("bitstreams").as_array());
       for (const auto& r : v.at("rejected").as_array()) std::cerr << "left out: " << str(r.at("message")) << "\n";
-    } else if (sub == "show") {
-      need(2, "a bitstream name");
-      auto v = call(o, "GET", "/v1/bitstreams/" + args[2] + (args.size() > 3 ? "/" + args[3] : ""));
-      if (out(v)) return 0;
-      print_bitstreams(json::array{v});
-    } else if (sub == "register") {
-      need(2, "a manifest file");
-      auto v = call(o, "POST", "/v1/bitstreams", upload_body(args[2], flags.count("file") ? flags["file"] : ""));
-      if (out(v)) return 0;
-      std::cout << "registered " << str(v.at("name")) << "@" << str(v.at("version")) << " (sha256 " << str(v.at("sha256"))
-                << ", " << str(v.at("size_bytes")) << " bytes)\n";
-    } else if (sub == "delete") {
-      need(3, "a bitstream name and version");
-      auto v = call(o, "DELETE", "/v1/bitstreams/" + args[2] + "/" + args[3]);
-      if (out(v)) return 0;
-      std::cout << "deleted " << str(v.at("deleted")) << "\n";
-    } else {
-      die(2, "bitstreams takes list, show, register or delete");
     }
-  } else if (cmd == "tenants") {
-    std::string sub = args.size() > 1 ? args[1] : "list";
-    if (sub == "list") {
-      auto v = call(o, "GET", "/v1/tenants");
-      if (out(v)) return 0;
+  } else if (tenants->parsed()) {
+    auto print_tenants = [&](const json::array& list) {
       std::vector<std::vector<std::string>> rows;
-      for (const auto& t : v.at("tenants").as_array()) {
+      for (const auto& t : list) {
         auto max = t.at("max_devices").to_number<std::uint64_t>();
         rows.push_back({str(t.at("name")), str(t.at("weight")), max == 0 ? "none" : std::to_string(max)});
       }
       table({"TENANT", "WEIGHT", "MAX DEVICES"}, rows);
-    } else if (sub == "create" || sub == "update" || sub == "rotate-token") {
-      need(2, "a tenant name");
-      json::value v = sub == "create"   ? call(o, "POST", "/v1/tenants", tenant_body(&args[2]))
-                      : sub == "update" ? call(o, "PATCH", "/v1/tenants/" + args[2], tenant_body(nullptr))
-                                        : call(o, "POST", "/v1/tenants/" + args[2] + "/rotate-token");
+    };
+    if (t_create->parsed()) {
+      print_token(call(o, "POST", "/v1/tenants", tenant_body(&args[0])), "tenant " + args[0]);
+    } else if (t_rotate->parsed()) {
+      print_token(call(o, "POST", "/v1/tenants/" + url_encode(args[0]) + "/rotate-token"), "tenant " + args[0]);
+    } else if (t_update->parsed()) {
+      auto v = call(o, "PATCH", "/v1/tenants/" + url_encode(args[0]), tenant_body(nullptr));
       if (out(v)) return 0;
-      if (v.as_object().contains("token")) {
-        std::cout << "tenant " << args[2] << " token (shown once): " << str(v.at("token")) << "\n";
-      } else {
-        std::cout << "tenant " << args[2] << ": weight " << str(v.at("weight")) << ", max devices "
-                  << str(v.at("max_devices")) << "\n";
-      }
+      std::cout << "tenant " << args[0] << ": weight " << str(v.at("weight")) << ", max devices "
+                << str(v.at("max_devices")) << "\n";
+    } else if (t_show->parsed()) {
+      auto v = call(o, "GET", "/v1/tenants/" + url_encode(args[0]));
+      if (out(v)) return 0;
+      print_tenants(json::array{v});
+    } else if (t_delete->parsed()) {
+      auto v = call(o, "DELETE", "/v1/tenants/" + url_encode(args[0]));
+      if (out(v)) return 0;
+      std::cout << "tenant " << args[0] << " deleted\n";
     } else {
-      die(2, "tenants takes list, create, update or rotate-token");
+      (void)t_list;
+      auto v = call(o, "GET", "/v1/tenants");
+      if (out(v)) return 0;
+      print_tenants(v.at("tenants").as_array());
     }
-  } else if (cmd == "policy") {
-    json::value v;
-    if (args.size() >= 3 && args[1] == "set") v = call(o, "PUT", "/v1/policy", "{\"policy\":" + json_string(args[2]) + "}");
-    else if (args.size() == 1 || (args.size() == 2 && args[1] == "get")) v = call(o, "GET", "/v1/policy");
-    else die(2, "usage: policy [get] | policy set SPEC");
+  } else if (admins->parsed()) {
+    if (a_create->parsed()) {
+      print_token(call(o, "POST", "/v1/admin-tokens", "{\"name\":" + json_string(args[0]) + "}"), "admin " + args[0]);
+    } else if (a_rotate->parsed()) {
+      print_token(call(o, "POST", "/v1/admin-tokens/" + url_encode(args[0]) + "/rotate"), "admin " + args[0]);
+    } else if (a_revoke->parsed()) {
+      auto v = call(o, "DELETE", "/v1/admin-tokens/" + url_encode(args[0]));
+      if (out(v)) return 0;
+      std::cout << "admin token " << args[0] << " revoked\n";
+    } else {
+      (void)a_list;
+      auto v = call(o, "GET", "/v1/admin-tokens");
+      if (out(v)) return 0;
+      for (const auto& t : v.at("admin_tokens").as_array()) std::cout << str(t.at("name")) << "\n";
+    }
+  } else if (policy->parsed()) {
+    (void)p_get;
+    auto v = p_set->parsed() ? call(o, "PUT", "/v1/policy", "{\"policy\":" + json_string(args[0]) + "}")
+                             : call(o, "GET", "/v1/policy");
     if (out(v)) return 0;
     std::cout << str(v.at("policy")) << "\n";
-  } else if (cmd == "stats") {
-    std::string q = flags.count("window") ? "?window=" + flags["window"] : "";
+  } else if (stats->parsed()) {
+    std::string q = flags.count("window") ? "?window=" + url_encode(flags["window"]) : "";
     auto v = call(o, "GET", "/v1/stats" + q);
     if (out(v)) return 0;
     std::vector<std::vector<std::string>> rows;
@@ -440,9 +511,12 @@ int main(int argc, char** argv) {
       for (const auto& kv : win.at("by_bitstream").as_object()) add(ws, "bitstream " + std::string(kv.key()), kv.value());
     }
     table({"WINDOW", "SCOPE", "JOBS", "JCT AVG", "P50", "P95", "P99", "WAIT AVG", "WAIT P99"}, rows);
-    std::cout << "queue length " << str(v.at("queue_length")) << "; " << json::serialize(v.at("counters")) << "\n";
-  } else if (cmd == "health") {
-    auto h = call(o, "GET", "/healthz");
+    const auto& c = v.at("counters");
+    std::cout << "queue length " << str(v.at("queue_length")) << "; grants " << str(c.at("grants")) << ", reprogrammings "
+              << str(c.at("reprogrammings")) << ", preemptions " << str(c.at("preemptions")) << ", expirations "
+              << str(c.at("expirations")) << "\n";
+  } else if (health->parsed()) {
+    call(o, "GET", "/healthz");
     auto r = accelpool::ctl::http_request(o.url, "GET", "/readyz", "", "", 10);
     bool ready = r && r->status == 200;
     if (o.json_out) {
@@ -451,8 +525,6 @@ int main(int argc, char** argv) {
       std::cout << "healthy; " << (ready ? "ready" : "not ready") << "\n";
     }
     return ready ? 0 : 1;
-  } else {
-    die(2, "unknown command '" + cmd + "'\n" + kUsage);
   }
   return 0;
 }

@@ -327,8 +327,8 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   if (request.count == 0) return Rejection{"request " + id_text(request.id) + " asks for 0 devices"};
   if (const auto reachable = reachable_devices(request); reachable < request.count) {
     return Rejection{"request " + id_text(request.id) + " asks for " + std::to_string(request.count) +
-                     " devices but only " + std::to_string(reachable) + " of its kind are reachable from host " +
-                     std::to_string(request.guest_host) + ": it can never be served"};
+                     " devices but only " + std::to_string(reachable) +
+                     " of its kind are reachable from its guest's host: it can never be served"};
   }
   Entry& e = add_entry(request);
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is

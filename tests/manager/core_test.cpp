@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <set>
 #include "test_support.hpp"
+#include <accelpool/manager/auth.hpp>
 
 using namespace accelpool::manager;
 using namespace accelpool::manager::test;
@@ -316,8 +317,86 @@ TEST_CASE("tokens are stored hashed", "[core][store]") {
     CHECK(t.token_hash.size() == 64);
     CHECK(t.token_hash != pool.token);
   }
-  CHECK(snap->meta.at("admin_token_hash") != "admin-token-0123456789");
-  CHECK(snap->meta.at("admin_token_hash").size() == 64);
+  CHECK(snap->meta.at("admin_token:admin") != "admin-token-0123456789");
+  CHECK(snap->meta.at("admin_token:admin").size() == 64);
+}
+
+TEST_CASE("an acquire no host can ever serve names the guest's host, not a number", "[core][acquire]") {
+  Pool pool(make_devices("fpga", 2, /*passthrough=*/true));
+  AcquireParams p;
+  p.tenant = "a";
+  p.guest = "vm-9";
+  p.guest_host = "local";
+  p.kind = "fpga";
+  p.count = 3;
+  auto r = pool.core->acquire(p);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code == "infeasible");
+  CHECK(r.error().message.find("only 2 of its kind are reachable") != std::string::npos);
+  CHECK(r.error().message.find("(guest vm-9 on host local)") != std::string::npos);
+  CHECK(r.error().message.find("host 0") == std::string::npos);
+}
+
+TEST_CASE("named admin tokens: issued, rotated and revoked, across a restart", "[core][store][tokens]") {
+  Pool pool;
+  auto first = pool.core->issue_admin_token("ops-1");
+  REQUIRE(first.is_ok());
+  CHECK(first->rfind("apa_", 0) == 0);
+  CHECK(pool.core->issue_admin_token("ops-1").error().code == "conflict");
+  CHECK(pool.core->issue_admin_token("bad name").error().code == "invalid_argument");
+  CHECK(pool.core->issue_admin_token("nobody", true).error().code == "not_found");
+  auto second = pool.core->issue_admin_token("ops-2");
+  REQUIRE(second.is_ok());
+  auto rotated = pool.core->issue_admin_token("ops-1", true);
+  REQUIRE(rotated.is_ok());
+  CHECK_FALSE(pool.core->check_admin(*first));
+  CHECK(pool.core->check_admin(*rotated));
+  REQUIRE(pool.core->revoke_admin_token("ops-2").is_ok());
+  CHECK_FALSE(pool.core->check_admin(*second));
+  CHECK(pool.core->revoke_admin_token("ops-2").error().code == "not_found");
+
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.core->admin_token_names() == std::vector<std::string>{"ops-1"});
+  CHECK(pool.core->check_admin(*rotated));
+  CHECK_FALSE(pool.core->check_admin(*second));
+}
+
+TEST_CASE("the admin token of a store from before named tokens reads as the token named admin", "[core][store][tokens]") {
+  Pool pool;
+  const std::string token = "legacy-admin-token-0123456789";
+  Batch legacy;
+  legacy.meta.emplace_back("admin_token_hash", sha256_hex(token));
+  REQUIRE(pool.store->apply(legacy).is_ok());
+  pool.restart(make_devices("fpga", 2));
+  CHECK(pool.core->admin_token_names() == std::vector<std::string>{"admin"});
+  CHECK(pool.core->check_admin(token));
+  REQUIRE(pool.core->revoke_admin_token("admin").is_ok());
+  pool.restart(make_devices("fpga", 2));
+  CHECK_FALSE(pool.core->has_admin_token());
+  CHECK_FALSE(pool.core->check_admin(token));
+}
+
+TEST_CASE("a tenant is deleted only without live leases, and its token with it", "[core][store][tokens]") {
+  Pool pool;
+  auto l = pool.acquire("a", "vm1");
+  auto refused = pool.core->delete_tenant("a");
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code == "conflict");
+  CHECK(refused.error().message.find("live leases " + std::to_string(l.id)) != std::string::npos);
+  REQUIRE(pool.core->release(Pool::owner(l), l.id).is_ok());
+  REQUIRE(pool.core->delete_tenant("a").is_ok());
+  CHECK(pool.core->delete_tenant("a").error().code == "not_found");
+  CHECK_FALSE(pool.core->authenticate(pool.token).is_ok());
+  // Created again in the same group commit as its deletion: the creation wins.
+  pool.core->set_group_commit(true);
+  REQUIRE(pool.core->delete_tenant("b").is_ok());
+  REQUIRE(pool.core->create_tenant("b", 3, 0).is_ok());
+  pool.core->commit();
+  pool.restart(make_devices("fpga", 2));
+  auto tenants = pool.core->tenants();
+  REQUIRE(tenants.size() == 1);
+  CHECK(tenants.front().name == "b");
+  CHECK(tenants.front().weight == 3);
 }
 
 TEST_CASE("a preemption becomes a revocation with grace, then the lease waits again", "[core][preemption]") {

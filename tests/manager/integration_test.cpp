@@ -571,16 +571,7 @@ TEST_CASE("with a network thread, guests on TCP and the Unix socket are served c
 namespace {
 // Runs accelpoolctl with `args`; returns its exit code and stdout+stderr.
 std::pair<int, std::string> ctl(const std::string& url, const std::string& token, const std::string& args) {
-  std::string cmd = std::string("ACCELPOOL_URL=") + url + " ACCELPOOL_TOKEN=" + token + " " + ACCELPOOLCTL_BIN + " " +
-                    args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return run_command(std::string("ACCELPOOL_URL=") + url + " ACCELPOOL_TOKEN=" + token + " " + ACCELPOOLCTL_BIN + " " + args);
 }
 }  // namespace
 

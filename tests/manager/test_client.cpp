@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -77,6 +78,17 @@ std::string read_all(int fd, bool* timed_out = nullptr) {
 }  // namespace
 
 // --- DaemonProcess ---------------------------------------------------------------------------------------------
+
+std::pair<int, std::string> run_command(const std::string& command) {
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) throw std::runtime_error("cannot run " + command);
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
 
 std::filesystem::path temp_dir(const std::string& prefix) {
   std::random_device rd;

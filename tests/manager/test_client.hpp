@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace accelpool::manager::itest {
@@ -58,6 +59,10 @@ class DaemonProcess {
   std::optional<std::pair<std::uint64_t, std::uint64_t>> fd_limit_;
   std::uint64_t file_size_limit_ = 0;
 };
+
+// Runs the shell command `command` (stderr joined to stdout); returns its exit code (-1 if it did not exit) and its
+// output.
+std::pair<int, std::string> run_command(const std::string& command);
 
 // A fresh empty folder under the system temp folder, named `prefix` followed by random digits.
 std::filesystem::path temp_dir(const std::string& prefix);

@@ -3,6 +3,7 @@
 //   accelpool-example-acquire [--pool URI] [--token T] [--guest ID] [--kind K] [--bitstream B] [--count N]
 //                             [--timeout SECONDS] [--hold SECONDS]
 // Defaults come from ACCELPOOL_POOL, ACCELPOOL_TOKEN, ACCELPOOL_GUEST.
+#include <accelpool/common/cli.hpp>
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
 
@@ -20,23 +21,21 @@ int main(int argc, char** argv) {
   copts.guest = std::getenv("ACCELPOOL_GUEST") ? std::getenv("ACCELPOOL_GUEST") : "";
   AcquireOptions aopts;
   aopts.kind = "fpga";
-  aopts.timeout = Seconds(60);
-  double hold_s = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
-    if (k == "--pool") copts.uri = v;
-    else if (k == "--token") copts.token = v;
-    else if (k == "--guest") copts.guest = v;
-    else if (k == "--kind") aopts.kind = v;
-    else if (k == "--bitstream") aopts.bitstream = v;
-    else if (k == "--count") aopts.count = static_cast<std::uint32_t>(std::stoul(v));
-    else if (k == "--timeout") aopts.timeout = Seconds(std::stod(v));
-    else if (k == "--hold") hold_s = std::stod(v);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
+  double hold_s = 0, timeout_s = 60;
+  CLI::App app{"accelpool-example-acquire: acquire devices from an accelpool pool, print what was granted, hold them "
+               "for --hold seconds, then give them back (RAII).\nDefaults come from ACCELPOOL_POOL, ACCELPOOL_TOKEN "
+               "and ACCELPOOL_GUEST."};
+  accelpool::common::init_cli(app, "accelpool-example-acquire");
+  app.add_option("--pool", copts.uri, "tcp://HOST:PORT, unix:///PATH or serial://NAME")->type_name("URI");
+  app.add_option("--token", copts.token, "tenant token");
+  app.add_option("--guest", copts.guest, "guest id (default: the host name)")->type_name("ID");
+  app.add_option("--kind", aopts.kind, "device kind")->capture_default_str();
+  app.add_option("--bitstream", aopts.bitstream, "bitstream the devices must hold");
+  app.add_option("--count", aopts.count, "number of devices")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--timeout", timeout_s, "give up if not granted within this")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--hold", hold_s, "seconds to hold the devices before giving them back")->check(CLI::NonNegativeNumber);
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
+  aopts.timeout = Seconds(timeout_s);
   auto client = Client::connect(copts);
   if (!client) {
     std::fprintf(stderr, "connect: [%s] %s\n", client.error().code.c_str(), client.error().message.c_str());

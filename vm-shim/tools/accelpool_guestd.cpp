@@ -8,6 +8,7 @@
 // `disconnected`; when it comes back, each program's last hello is sent again, so its session (and the
 // notifications of its leases) resume without the program noticing more than the failed calls.
 #include <accelpool/common/json_lines.hpp>
+#include <accelpool/common/cli.hpp>
 #include <accelpool/shim/transport.hpp>
 
 #include <nlohmann/json.hpp>
@@ -36,20 +37,12 @@ using json = nlohmann::json;
 using accelpool::common::LineBuffer;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kUsage = R"(usage: accelpool-guestd [options]
+constexpr const char* kDescription = R"(accelpool-guestd: the guest daemon of accelpool.
 
 Owns the stream to the pool (by default the virtio-serial port org.accelpool.guest.0) and serves the
-guest's programs on a Unix socket, multiplexing their calls over the one stream.
-
-  --port URI      the stream to the pool: serial://NAME, unix:///PATH or tcp://HOST:PORT
-                  (default serial://org.accelpool.guest.0)
-  --listen PATH   the socket programs connect to (default /run/accelpool/guest.sock)
-  --verbose       log every connect, disconnect and hello on stderr
-  --help          this text
-
-Programs reach it with ACCELPOOL_POOL=unix:///run/accelpool/guest.sock (the default of accelpool-run and
-the library when that socket exists).
-)";
+guest's programs on a Unix socket, multiplexing their calls over the one stream. Programs reach it with
+ACCELPOOL_POOL=unix:///run/accelpool/guest.sock (the default of accelpool-run and the library when that
+socket exists). Stops on SIGTERM or SIGINT.)";
 
 constexpr std::size_t kMaxLine = 64 * 1024;                  // as the guest protocol
 constexpr std::size_t kMaxClientQueue = 4 * 1024 * 1024;     // a program that does not read is disconnected
@@ -433,19 +426,14 @@ int main(int argc, char** argv) {
   std::string port = "serial://org.accelpool.guest.0";
   std::string listen_path = "/run/accelpool/guest.sock";
   bool verbose = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--help" || a == "-h") return std::fputs(kUsage, stdout) < 0 ? 1 : 0;
-    if (a == "--verbose" || a == "-v") verbose = true;
-    else if (a == "--port" && has_value) port = argv[++i];
-    else if (a == "--listen" && has_value) listen_path = argv[++i];
-    else {
-      std::fprintf(stderr, "accelpool-guestd: unknown argument or missing value '%s' (see accelpool-guestd --help)\n",
-                   a.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{kDescription};
+  accelpool::common::init_cli(app, "accelpool-guestd");
+  app.add_option("--port", port, "the stream to the pool: serial://NAME, unix:///PATH or tcp://HOST:PORT")
+      ->type_name("URI")
+      ->capture_default_str();
+  app.add_option("--listen", listen_path, "the socket programs connect to")->type_name("PATH")->capture_default_str();
+  app.add_flag("-v,--verbose", verbose, "log every connect, disconnect and hello on stderr");
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   auto uri = parse_pool_uri(port);
   if (!uri) {
     std::fprintf(stderr, "accelpool-guestd: --port: %s\n", uri.error().message.c_str());

@@ -1,4 +1,5 @@
 // accelpool-run: acquire devices, run a command with them, give them back. See docs/guest-guide.md.
+#include <accelpool/common/cli.hpp>
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
 
@@ -23,25 +24,13 @@ namespace {
 
 using namespace accelpool::shim;
 
-constexpr const char* kUsage = R"(usage: accelpool-run [options] -- command [args...]
+constexpr const char* kDescription = R"(accelpool-run: run a command with devices of an accelpool pool:
+accelpool-run [options] -- command [args...]
 
 Acquires devices from an accelpool pool, runs the command with them (environment variables
 ACCELPOOL_LEASE, ACCELPOOL_DEVICES, ACCELPOOL_KIND, ... describe the grant), forwards signals to it,
 sends it SIGTERM when the lease is being revoked (SIGKILL if it still runs at the revocation deadline),
 releases the lease when it ends, and exits with the command's status (128+N if it was killed by signal N).
-
-  --pool URI          tcp://HOST:PORT, unix:///PATH or serial://NAME  (env ACCELPOOL_POOL;
-                      default: the guest daemon's unix:///run/accelpool/guest.sock when it
-                      exists, else tcp://127.0.0.1:7070)
-  --token T           tenant token (env ACCELPOOL_TOKEN)
-  --guest ID          guest id (env ACCELPOOL_GUEST, default: the host name)
-  --kind K            device kind (default fpga)
-  --bitstream B       bitstream the devices must hold
-  --count N           number of devices, all or nothing (default 1)
-  --estimate SECONDS  expected run time (helps shortest-job policies)
-  --timeout SECONDS   give up if not granted within this (default: wait)
-  --verbose           say what was granted and released on stderr
-  --help              this text
 
 Exit status: the command's; 2 bad usage, 3 pool unreachable, 4 token refused, 5 request infeasible
 (or over quota), 6 not granted within --timeout, 1 other failures before the command ran,
@@ -156,61 +145,44 @@ int main(int argc, char** argv) {
   AcquireOptions aopts;
   aopts.kind = "fpga";
   bool verbose = false;
-  int cmd_at = -1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      cmd_at = i + 1;
-      break;
-    }
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (a == "--verbose" || a == "-v") {
-      verbose = true;
-      continue;
-    }
-    std::string value;
-    auto eq = a.find('=');
-    std::string key = a.substr(0, eq);
-    static const char* kWithValue[] = {"--pool", "--token", "--guest", "--kind", "--bitstream", "--count", "--estimate", "--timeout"};
-    bool known = std::any_of(std::begin(kWithValue), std::end(kWithValue), [&](const char* k) { return key == k; });
-    if (!known) return fail_usage("unknown option '" + a + "'");
-    if (eq != std::string::npos) {
-      value = a.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) return fail_usage(key + " needs a value");
-      value = argv[++i];
-    }
-    if (key == "--pool") {
-      copts.uri = value;
-    } else if (key == "--token") {
-      copts.token = value;
-    } else if (key == "--guest") {
-      copts.guest = value;
-    } else if (key == "--kind") {
-      if (value.empty()) return fail_usage("--kind must not be empty");
-      aopts.kind = value;
-    } else if (key == "--bitstream") {
-      aopts.bitstream = value;
-    } else if (key == "--count") {
-      double n;
-      if (!parse_number(value, n) || n < 1 || n > 4096 || n != static_cast<std::uint32_t>(n)) {
-        return fail_usage("--count '" + value + "' must be a whole number in 1..4096");
-      }
-      aopts.count = static_cast<std::uint32_t>(n);
-    } else if (key == "--estimate") {
-      double s;
-      if (!parse_number(value, s)) return fail_usage("--estimate '" + value + "' must be a number of seconds >= 0");
-      aopts.estimate_s = s;
-    } else if (key == "--timeout") {
-      double s;
-      if (!parse_number(value, s)) return fail_usage("--timeout '" + value + "' must be a number of seconds >= 0");
-      aopts.timeout = Seconds(s);
-    }
+  std::string count = "1", estimate, timeout;
+  std::vector<std::string> command;
+  CLI::App app{kDescription};
+  accelpool::common::init_cli(app, "accelpool-run");
+  app.add_option("--pool", copts.uri,
+                 "tcp://HOST:PORT, unix:///PATH or serial://NAME (env ACCELPOOL_POOL; default: the guest daemon's "
+                 "unix:///run/accelpool/guest.sock when it exists, else tcp://127.0.0.1:7070)")
+      ->type_name("URI");
+  app.add_option("--token", copts.token, "tenant token (env ACCELPOOL_TOKEN)");
+  app.add_option("--guest", copts.guest, "guest id (env ACCELPOOL_GUEST, default: the host name)")->type_name("ID");
+  app.add_option("--kind", aopts.kind, "device kind (default fpga)")->type_name("K");
+  app.add_option("--bitstream", aopts.bitstream, "bitstream the devices must hold")->type_name("B");
+  app.add_option("--count", count, "number of devices, all or nothing (default 1)")->type_name("N");
+  app.add_option("--estimate", estimate, "expected run time (helps shortest-job policies)")->type_name("SECONDS");
+  app.add_option("--timeout", timeout, "give up if not granted within this (default: wait)")->type_name("SECONDS");
+  app.add_flag("-v,--verbose", verbose, "say what was granted and released on stderr");
+  app.add_option("command", command, "the command and its arguments, after --")->type_name("COMMAND...");
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
+  if (aopts.kind.empty()) return fail_usage("--kind must not be empty");
+  double n;
+  if (!parse_number(count, n) || n < 1 || n > 4096 || n != static_cast<std::uint32_t>(n)) {
+    return fail_usage("--count '" + count + "' must be a whole number in 1..4096");
   }
-  if (cmd_at < 0 || cmd_at >= argc) return fail_usage("no command given after '--'");
+  aopts.count = static_cast<std::uint32_t>(n);
+  if (!estimate.empty()) {
+    double s;
+    if (!parse_number(estimate, s)) return fail_usage("--estimate '" + estimate + "' must be a number of seconds >= 0");
+    aopts.estimate_s = s;
+  }
+  if (!timeout.empty()) {
+    double s;
+    if (!parse_number(timeout, s)) return fail_usage("--timeout '" + timeout + "' must be a number of seconds >= 0");
+    aopts.timeout = Seconds(s);
+  }
+  std::vector<char*> command_argv;
+  for (auto& word : command) command_argv.push_back(word.data());
+  command_argv.push_back(nullptr);
+  if (command.empty()) return fail_usage("no command given after '--'");
   if (copts.token.empty()) return fail_usage("no token: pass --token or set ACCELPOOL_TOKEN");
 
   // Signals are taken synchronously by the main loop; every thread started from here on inherits the mask.
@@ -293,7 +265,7 @@ int main(int argc, char** argv) {
   if (child == 0) {
     ::close(errpipe[0]);
     sigprocmask(SIG_SETMASK, &original, nullptr);
-    execvpe(argv[cmd_at], argv + cmd_at, envp.data());
+    execvpe(command_argv[0], command_argv.data(), envp.data());
     int err = errno;
     [[maybe_unused]] ssize_t n = ::write(errpipe[1], &err, sizeof err);
     _exit(err == ENOENT ? 127 : 126);
@@ -301,7 +273,7 @@ int main(int argc, char** argv) {
   ::close(errpipe[1]);
   int exec_errno = 0;
   if (::read(errpipe[0], &exec_errno, sizeof exec_errno) == static_cast<ssize_t>(sizeof exec_errno)) {
-    std::fprintf(stderr, "accelpool-run: cannot run '%s': %s\n", argv[cmd_at], std::strerror(exec_errno));
+    std::fprintf(stderr, "accelpool-run: cannot run '%s': %s\n", command_argv[0], std::strerror(exec_errno));
   }
   ::close(errpipe[0]);
 

@@ -1,9 +1,10 @@
-// accelpool-agent: the host agent. Usage: accelpool-agent --config FILE
+// accelpool-agent: the host agent (docs/hosts.md, "Host agent").
 #include "agent.hpp"
 #include "agent_config.hpp"
 
+#include <accelpool/common/cli.hpp>
+
 #include <csignal>
-#include <cstring>
 #include <iostream>
 
 namespace {
@@ -13,25 +14,29 @@ void on_signal(int) {
   g_stop = true;
   if (g_agent) g_agent->wake();
 }
+
+constexpr const char* kDescription = R"(accelpool-agent: the host agent of an accelpool pool.
+
+Runs on a hypervisor host: connects to the manager's agent listener (it never listens itself), registers the
+host's devices (backends xrt, opencl, sim), programs and attaches them to VMs (libvirt) as the manager asks,
+relays its VMs' guest ports, and reconnects with backoff when the manager goes away. Stops on SIGTERM or SIGINT.
+
+The config file (TOML) has [agent] manager, token or token_file, host, heartbeat_interval_ms, bitstreams,
+images_url, state_file; [libvirt] uri, detach_timeout_ms; one [backends.NAME] table per backend. Every key is
+described in docs/hosts.md, "Host agent".
+
+Exit status: 0 after a signal; 1 when a backend, the registry or libvirt cannot be set up; 2 for bad arguments,
+a bad config file, or when the manager refuses the agent for good (wrong token, protocol version).)";
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{kDescription};
+  accelpool::common::init_cli(app, "accelpool-agent");
   std::string config;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-      config = argv[++i];
-    } else if (std::strcmp(argv[i], "--help") == 0) {
-      std::cout << "usage: accelpool-agent --config FILE\n(see docs/hosts.md, \"Host agent\")\n";
-      return 0;
-    } else {
-      std::cerr << "accelpool-agent: unknown argument '" << argv[i] << "' (usage: accelpool-agent --config FILE)\n";
-      return 2;
-    }
-  }
-  if (config.empty()) {
-    std::cerr << "accelpool-agent: --config FILE is required\n";
-    return 2;
-  }
+  app.add_option("--config", config, "the agent's TOML configuration file, e.g. /etc/accelpool/agent.toml")
+      ->type_name("FILE")
+      ->required();
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   auto cfg = accelpool::agent::load_agent_config(config);
   if (!cfg) {
     std::cerr << "accelpool-agent: " << cfg.error().message << "\n";

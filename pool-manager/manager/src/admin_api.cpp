@@ -373,10 +373,21 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       if (auto e = in.finish()) return from_error(*e);
       auto token = core_.create_tenant(*name, weight.value_or(1.0), static_cast<std::uint32_t>(max.value_or(0)));
       if (!token) return from_error(token.error());
-      json::object o{{"name", *name}, {"weight", weight.value_or(1.0)}, {"max_devices", max.value_or(0)}, {"token", *token}};
+      json::object o{{"name", *name}, {"weight", json_number(weight.value_or(1.0))}, {"max_devices", max.value_or(0)}, {"token", *token}};
       return ok(o, 201);
     }
     if (seg.size() == 3) {
+      if (m == "GET") {
+        for (const auto& t : core_.tenants()) {
+          if (t.name == seg[2]) return ok(to_json(t));
+        }
+        return error(404, "not_found", "no tenant " + seg[2]);
+      }
+      if (m == "DELETE") {
+        if (auto e = in.finish()) return from_error(*e);
+        if (auto s = core_.delete_tenant(seg[2]); !s) return from_error(s.error());
+        return ok(json::object{{"deleted", seg[2]}});
+      }
       if (m != "PATCH") return method_not_allowed(m, path);
       auto weight = in.number("weight", false, 1e-9, 1e6);
       auto max = in.uint("max_devices", false, 1u << 20);
@@ -396,6 +407,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       return ok(json::object{{"name", seg[2]}, {"token", *token}});
     }
   }
+  if (r1 == "admin-tokens") return admin_tokens(req, seg, in);
   if (r1 == "policy" && seg.size() == 2) {
     if (m == "GET") return ok(json::object{{"policy", core_.policy()}});
     if (m != "PUT") return method_not_allowed(m, path);
@@ -486,7 +498,10 @@ ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string
   }
   std::string token = req.authorization.substr(prefix.size());
   bool agent = !agent_token_.empty() && token.size() == agent_token_.size() && constant_time_equal(token, agent_token_);
-  if (!agent && !core_.check_admin(token)) return error(401, "unauthorized", "wrong agent or admin token");
+  if (!agent && !core_.check_admin(token)) {
+    if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot read images");
+    return error(401, "unauthorized", "wrong agent or admin token");
+  }
   if (req.method != "GET") return method_not_allowed(req.method, path);
   if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
   auto b = catalog_->registry()->find_by_sha256(seg[2]);
@@ -496,6 +511,44 @@ ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string
   auto bytes = catalog_->registry()->read_image(seg[2], 0, std::numeric_limits<std::size_t>::max(), total);
   if (!bytes) return from_error(bytes.error());
   return {200, "application/octet-stream", std::move(*bytes)};
+}
+
+ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std::string>& seg, FieldReader& in) {
+  const std::string& m = req.method;
+  std::string path = req.target.substr(0, req.target.find('?'));
+  if (seg.size() == 2) {
+    if (m == "GET") {
+      if (auto e = in.finish()) return from_error(*e);
+      json::array a;
+      for (const auto& name : core_.admin_token_names()) a.emplace_back(json::object{{"name", name}});
+      return ok(json::object{{"admin_tokens", std::move(a)}});
+    }
+    if (m != "POST") return method_not_allowed(m, path);
+    auto name = in.string("name", true, 64);
+    if (auto e = in.finish()) return from_error(*e);
+    auto token = core_.issue_admin_token(*name);
+    if (!token) return from_error(token.error());
+    return ok(json::object{{"name", *name}, {"token", *token}}, 201);
+  }
+  if (seg.size() == 3) {
+    if (m != "DELETE") return method_not_allowed(m, path);
+    if (auto e = in.finish()) return from_error(*e);
+    auto names = core_.admin_token_names();
+    if (names.size() == 1 && names.front() == seg[2]) {
+      return error(409, "conflict", "admin token " + seg[2] + " is the only one: create another first (or use "
+                                    "'accelpool-manager token' on the stopped manager's store)");
+    }
+    if (auto s = core_.revoke_admin_token(seg[2]); !s) return from_error(s.error());
+    return ok(json::object{{"revoked", seg[2]}});
+  }
+  if (seg.size() == 4 && seg[3] == "rotate") {
+    if (m != "POST") return method_not_allowed(m, path);
+    if (auto e = in.finish()) return from_error(*e);
+    auto token = core_.issue_admin_token(seg[2], true);
+    if (!token) return from_error(token.error());
+    return ok(json::object{{"name", seg[2]}, {"token", *token}});
+  }
+  return error(404, "not_found", "no route " + m + " " + path);
 }
 
 ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::string>& seg, const json::object& body) {
@@ -562,7 +615,10 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
       return ok(bitstream_json(*b, devices, live));
     }
     if (m == "DELETE") {
-      if (seg.size() != 4) return error(400, "invalid_argument", "DELETE needs a version: /v1/bitstreams/{name}/{version}");
+      if (seg.size() != 4) {
+        return error(405, "method_not_allowed", "DELETE is not allowed on " + path + ": it needs a version, "
+                                                "/v1/bitstreams/{name}/{version}");
+      }
       auto b = catalog_->registry()->get(name, version);
       if (!b) return from_error(b.error());
       std::string users;

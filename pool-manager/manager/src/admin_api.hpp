@@ -14,6 +14,7 @@
 namespace accelpool::manager {
 
 class Metrics;
+class FieldReader;
 
 struct ApiRequest {
   std::string method;         // "GET", "POST", ...
@@ -53,6 +54,7 @@ class AdminApi {
   std::string agent_token_;
   ApiResponse image(const ApiRequest& request, const std::vector<std::string>& segments);
   ApiResponse route(const ApiRequest& request);
+  ApiResponse admin_tokens(const ApiRequest& request, const std::vector<std::string>& segments, FieldReader& in);
   ApiResponse bitstreams(const ApiRequest& request, const std::vector<std::string>& segments,
                          const boost::json::object& body);
 };

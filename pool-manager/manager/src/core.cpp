@@ -102,7 +102,7 @@ struct PoolCore::Impl {
 
   std::map<std::string, TenantRecord> tenants;
   std::unordered_map<std::string, std::string> tenant_by_hash;
-  std::string admin_hash;
+  AdminTokens admin_tokens;
   std::string policy_text;
 
   std::map<std::string, DeviceRecord> devices;            // by name
@@ -203,6 +203,11 @@ struct PoolCore::Impl {
   void touch(const Lease& l) { dirty_leases.insert(l.id); }
   void touch(const DeviceRecord& d) { dirty_devices.insert(d.name); }
   void emit(const Lease& l, LeaseEvent e) { events.emplace_back(l, e); }
+  // A tenant created or changed since the last commit: an upsert (it undoes a delete pending in the batch).
+  void write_tenant(const TenantRecord& t) {
+    std::erase(batch.deleted_tenants, t.name);
+    batch.tenants.push_back(t);
+  }
 
   bool group_commit = false;
 
@@ -589,7 +594,7 @@ struct PoolCore::Impl {
       scheduler->set_tenant_weight(tenant_ids.intern(tr.name), tr.weight);
       tenants[tr.name] = tr;
     }
-    if (auto it = snap.meta.find("admin_token_hash"); it != snap.meta.end()) admin_hash = it->second;
+    admin_tokens = AdminTokens(snap.meta);
     for (auto& d : snap.devices) {
       next_sched_id = std::max(next_sched_id, d.sched_id + 1);
       by_sched_id[d.sched_id] = d.name;
@@ -882,12 +887,12 @@ Result<std::string> PoolCore::create_tenant(const std::string& name, double weig
     return make_error("invalid_argument", "tenant weight must be a number in (0, 1e6]");
   }
   if (m.tenants.count(name)) return make_error("conflict", "tenant " + name + " exists");
-  std::string token = generate_token("apt_");
-  TenantRecord t{name, weight, max_devices, sha256_hex(token)};
+  TenantRecord t{name, weight, max_devices, ""};
+  std::string token = new_tenant_token(t);
   m.tenants[name] = t;
   m.tenant_by_hash[t.token_hash] = name;
   m.scheduler->set_tenant_weight(m.tenant_ids.intern(name), weight);
-  m.batch.tenants.push_back(t);
+  m.write_tenant(t);
   m.flush();
   return token;
 }
@@ -905,7 +910,7 @@ Status PoolCore::update_tenant(const std::string& name, std::optional<double> we
     m.scheduler->set_tenant_weight(m.tenant_ids.intern(name), *weight);
   }
   if (max_devices) it->second.max_devices = *max_devices;
-  m.batch.tenants.push_back(it->second);
+  m.write_tenant(it->second);
   m.flush();
   return Status::ok();
 }
@@ -914,11 +919,10 @@ Result<std::string> PoolCore::rotate_tenant_token(const std::string& name) {
   auto& m = *impl_;
   auto it = m.tenants.find(name);
   if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
-  std::string token = generate_token("apt_");
   m.tenant_by_hash.erase(it->second.token_hash);
-  it->second.token_hash = sha256_hex(token);
+  std::string token = new_tenant_token(it->second);
   m.tenant_by_hash[it->second.token_hash] = name;
-  m.batch.tenants.push_back(it->second);
+  m.write_tenant(it->second);
   m.rotated_tenants.push_back(name);
   m.flush();
   return token;
@@ -937,20 +941,50 @@ Result<std::string> PoolCore::authenticate(const std::string& token) const {
   return it->second;
 }
 
-Status PoolCore::set_admin_token(const std::string& token) {
-  if (token.size() < 16) return make_error("invalid_argument", "an admin token needs at least 16 characters");
-  impl_->admin_hash = sha256_hex(token);
-  impl_->batch.meta.emplace_back("admin_token_hash", impl_->admin_hash);
-  impl_->flush();
+Status PoolCore::delete_tenant(const std::string& name) {
+  auto& m = *impl_;
+  auto it = m.tenants.find(name);
+  if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
+  std::string holding;
+  for (const auto& [id, l] : m.live) {
+    if (l.tenant == name) holding += (holding.empty() ? "" : ", ") + std::to_string(id) + " (" + std::string(to_string(l.state)) + ")";
+  }
+  if (!holding.empty()) {
+    return make_error("conflict", "tenant " + name + " has live leases " + holding +
+                                      ": release or revoke them, then delete the tenant");
+  }
+  m.tenant_by_hash.erase(it->second.token_hash);
+  m.tenants.erase(it);
+  std::erase_if(m.batch.tenants, [&](const TenantRecord& t) { return t.name == name; });
+  m.batch.deleted_tenants.push_back(name);
+  m.rotated_tenants.push_back(name);  // its guests' sessions end: their token no longer works
+  m.flush();
   return Status::ok();
 }
 
-bool PoolCore::has_admin_token() const { return !impl_->admin_hash.empty(); }
-
-bool PoolCore::check_admin(const std::string& token) const {
-  if (impl_->admin_hash.empty() || token.empty() || token.size() > 256) return false;
-  return constant_time_equal(sha256_hex(token), impl_->admin_hash);
+Result<std::string> PoolCore::issue_admin_token(const std::string& name, bool replace) {
+  auto token = impl_->admin_tokens.issue(name, replace, impl_->batch.meta);
+  if (token) impl_->flush();
+  return token;
 }
+
+Status PoolCore::set_admin_token(const std::string& token, const std::string& name) {
+  auto s = impl_->admin_tokens.set(name, token, impl_->batch.meta);
+  if (s) impl_->flush();
+  return s;
+}
+
+Status PoolCore::revoke_admin_token(const std::string& name) {
+  auto s = impl_->admin_tokens.revoke(name, impl_->batch.meta);
+  if (s) impl_->flush();
+  return s;
+}
+
+std::vector<std::string> PoolCore::admin_token_names() const { return impl_->admin_tokens.names(); }
+
+bool PoolCore::has_admin_token() const { return !impl_->admin_tokens.empty(); }
+
+bool PoolCore::check_admin(const std::string& token) const { return !impl_->admin_tokens.check(token).empty(); }
 
 // --- leases ----------------------------------------------------------------------------------------------------
 
@@ -1009,8 +1043,10 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   sched::Request r = m.request_of(l);
   Lease& stored = m.live[l.id] = std::move(l);
   if (auto rej = m.scheduler->submit(r, t, out)) {
+    // The scheduler knows hosts by number: the guest's host is named here.
+    std::string where = " (guest " + p.guest + " on host " + stored.guest_host + ")";
     m.live.erase(r.id);
-    return make_error("infeasible", rej->error);
+    return make_error("infeasible", rej->error + where);
   }
   m.count_live(stored, true);
   m.last_id = r.id;

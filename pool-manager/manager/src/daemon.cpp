@@ -5,6 +5,7 @@
 
 #include "admin_api.hpp"
 #include "admin_http.hpp"
+#include "data_lock.hpp"
 #include "guest_protocol.hpp"
 #include "guest_server.hpp"
 #include "host_event_queue.hpp"
@@ -118,6 +119,9 @@ int run_daemon(const Config& given, std::ostream& out) {
   std::error_code fec;
   std::filesystem::create_directories(config.data_dir, fec);
   if (fec) return fail("cannot create data folder " + config.data_dir.string() + ": " + fec.message());
+  // One manager per data folder (and no offline `accelpool-manager token` meanwhile).
+  auto lock = DataLock::acquire(config.data_dir);
+  if (!lock) return fail(lock.error().message);
 
   asio::io_context ioc(1);
   // Host completions run on the owner thread, a slice at a time (HostEventQueue), and their changes join the next
@@ -176,26 +180,6 @@ int run_daemon(const Config& given, std::ostream& out) {
     for (const auto& d : *listed)
       if (!d.usable) report.unusable.insert(d.local_id);
     if (auto s = core->attach_host(std::move(*driver), report); !s) return fail("host " + h.name + ": " + s.error().message);
-  }
-
-  // Tenants and tokens: created ones print their token once; only hashes are kept.
-  std::vector<TenantConfig> tenants = config.tenants;
-  if (tenants.empty() && core->tenants().empty()) tenants.push_back({"default", 1, 0});
-  std::set<std::string> known;
-  for (const auto& t : core->tenants()) known.insert(t.name);
-  for (const auto& t : tenants) {
-    if (known.count(t.name)) {
-      if (auto s = core->update_tenant(t.name, t.weight, t.max_devices); !s) return fail("tenant " + t.name + ": " + s.error().message);
-      continue;
-    }
-    auto token = core->create_tenant(t.name, t.weight, t.max_devices);
-    if (!token) return fail("tenant " + t.name + ": " + token.error().message);
-    out << "guest token for tenant " << t.name << " (shown once): " << *token << "\n";
-  }
-  if (!core->has_admin_token()) {
-    std::string token = generate_token("apa_");
-    if (auto s = core->set_admin_token(token); !s) return fail(s.error().message);
-    out << "admin token (shown once): " << token << "\n";
   }
 
 #ifdef ACCELPOOL_HAVE_AGENT_LINK
@@ -348,6 +332,30 @@ int run_daemon(const Config& given, std::ostream& out) {
   limits.max_connections_per_source = config.admin_max_connections_per_source;
   auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits);
   if (!admin) return fail(admin.error().message);
+  // Tenants and tokens, only now that every listener is bound: a start that failed before created none. Created
+  // ones print their token once, after the commit that stores their hashes.
+  std::vector<TenantConfig> tenants = config.tenants;
+  if (tenants.empty() && core->tenants().empty()) tenants.push_back({"default", 1, 0});
+  std::set<std::string> known;
+  for (const auto& t : core->tenants()) known.insert(t.name);
+  std::vector<std::string> token_lines;
+  for (const auto& t : tenants) {
+    if (known.count(t.name)) {
+      if (auto s = core->update_tenant(t.name, t.weight, t.max_devices); !s) return fail("tenant " + t.name + ": " + s.error().message);
+      continue;
+    }
+    auto token = core->create_tenant(t.name, t.weight, t.max_devices);
+    if (!token) return fail("tenant " + t.name + ": " + token.error().message);
+    token_lines.push_back("guest token for tenant " + t.name + " (shown once): " + *token);
+  }
+  if (!core->has_admin_token()) {
+    auto token = core->issue_admin_token(std::string(AdminTokens::kFirstName));
+    if (!token) return fail(token.error().message);
+    token_lines.push_back("admin token (shown once): " + *token);
+  }
+  core->commit();
+  for (const auto& line : token_lines) out << line << "\n";
+
   std::string admin_url = "http://" + admin_ep->first + ":" + std::to_string((*admin)->port());
   out << "accelpool-manager: admin API " << admin_url << " (metrics at " << admin_url << "/metrics)\n";
   if (!tcp_text.empty()) out << "accelpool-manager: guests on tcp " << tcp_text << "\n";

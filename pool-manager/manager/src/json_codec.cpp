@@ -1,11 +1,20 @@
 #include "json_codec.hpp"
 
+#include <accelpool/common/number_text.hpp>
+
+#include <cmath>
+
 #include <algorithm>
 #include <cmath>
 
 namespace accelpool::manager {
 
 namespace json = boost::json;
+
+json::value json_number(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 9e15) return static_cast<std::int64_t>(v);
+  return v;
+}
 
 namespace {
 
@@ -97,7 +106,7 @@ json::object to_json(const HostView& h) {
 json::object to_json(const TenantRecord& t) {
   json::object o;
   o["name"] = t.name;
-  o["weight"] = t.weight;
+  o["weight"] = json_number(t.weight);
   o["max_devices"] = t.max_devices;
   return o;
 }
@@ -111,7 +120,7 @@ json::object to_json(const StatsGroup& g) { return {{"jct_s", to_json(g.jct)}, {
 
 json::object to_json(const Stats& s) {
   json::object o;
-  o["window_s"] = s.window_s;
+  o["window_s"] = json_number(s.window_s);
   o["all"] = to_json(s.all);
   json::object t, b;
   for (const auto& [k, v] : s.by_tenant) t[k] = to_json(v);
@@ -174,8 +183,8 @@ std::optional<double> FieldReader::number(std::string_view key, bool required, d
   }
   double d = v->to_number<double>();
   if (!std::isfinite(d) || d < min || d > max) {
-    fail("field '" + std::string(key) + "' must be between " + json::serialize(json::value(min)) + " and " +
-         json::serialize(json::value(max)));
+    fail("field '" + std::string(key) + "' must be between " + common::number_text(min) + " and " +
+         common::number_text(max));
     return std::nullopt;
   }
   return d;

@@ -12,6 +12,8 @@
 
 namespace accelpool::manager {
 
+// `v` as JSON: an integer when it is whole (2, not 2E0), else a double.
+boost::json::value json_number(double v);
 // `sp`: where the values live (a scratch resource when the caller serializes them at once).
 boost::json::object to_json(const Lease& l, boost::json::storage_ptr sp = {});
 boost::json::object to_json(const DeviceView& d);

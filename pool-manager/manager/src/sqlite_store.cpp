@@ -307,6 +307,7 @@ class SqliteStore final : public Store {
     checkpointer_.stop();
     meta_.reset();
     tenant_.reset();
+    delete_tenant_.reset();
     device_.reset();
     lease_.reset();
     prune_.reset();
@@ -549,6 +550,14 @@ class SqliteStore final : public Store {
         if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing tenant " + t.name);
       }
     }
+    if (!batch.deleted_tenants.empty()) {
+      Stmt& s = *delete_tenant_;
+      for (const auto& name : batch.deleted_tenants) {
+        s.reset();
+        s.bind(1, name);
+        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "deleting tenant " + name);
+      }
+    }
     if (!batch.devices.empty()) {
       Stmt& s = *device_;
       for (const auto& d : batch.devices) {
@@ -611,6 +620,7 @@ class SqliteStore final : public Store {
         db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value=excluded.value");
     tenant_ = std::make_unique<Stmt>(
         db_, "INSERT OR REPLACE INTO tenants(name, weight, max_devices, token_hash) VALUES(?1, ?2, ?3, ?4)");
+    delete_tenant_ = std::make_unique<Stmt>(db_, "DELETE FROM tenants WHERE name = ?1");
     device_ = std::make_unique<Stmt>(
         db_,
         "INSERT INTO devices(name, host, local_id, kind, model, passthrough, loaded, draining, "
@@ -642,7 +652,7 @@ class SqliteStore final : public Store {
     rollback_ = std::make_unique<Stmt>(db_, "ROLLBACK");
     prune_ = std::make_unique<Stmt>(
         db_, "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
-    for (Stmt* st : {meta_.get(), tenant_.get(), device_.get(), lease_.get(), prune_.get(), begin_.get(), commit_.get(),
+    for (Stmt* st : {meta_.get(), tenant_.get(), delete_tenant_.get(), device_.get(), lease_.get(), prune_.get(), begin_.get(), commit_.get(),
                      rollback_.get()}) {
       if (!st->ok()) return db_error(db_, "preparing the write statements");
     }
@@ -653,7 +663,7 @@ class SqliteStore final : public Store {
   sqlite3* db_;
   Checkpointer checkpointer_;
   bool prepared_ = false;
-  std::unique_ptr<Stmt> meta_, tenant_, device_, lease_, prune_, begin_, commit_, rollback_;
+  std::unique_ptr<Stmt> meta_, tenant_, delete_tenant_, device_, lease_, prune_, begin_, commit_, rollback_;
 };
 
 }  // namespace

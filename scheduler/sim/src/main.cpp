@@ -5,7 +5,7 @@
 #include <accelpool/sim/simulator.hpp>
 #include <accelpool/sim/trace.hpp>
 
-#include <CLI/CLI.hpp>
+#include <accelpool/common/cli.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
       "accelpool-sim: discrete-event replay of accelerator jobs against a pool, with the accelpool scheduler "
       "deciding.\nExample: accelpool-sim --trace philly.csv --format philly --devices 374 --load 0.85 "
       "--policy fifo,las+affinity --json out.json --plot plots/"};
+  accelpool::common::init_cli(app, "accelpool-sim");
   app.set_help_all_flag("--help-all", "Show all options");
   app.option_defaults()->always_capture_default(true);
 
@@ -145,11 +146,7 @@ int main(int argc, char** argv) {
       ->group("Output");
   app.add_flag("--quiet", quiet, "No progress line on stderr")->group("Output");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
 
   if (trace_path.empty() && synthetic == 0) return fail("give a trace: --trace FILE or --synthetic N (see --help)");
   if (devices == 0 && pool_path.empty()) return fail("give a pool: --devices N or --pool FILE (see --help)");

@@ -202,8 +202,18 @@ class PoolCore {
   std::vector<TenantRecord> tenants() const;
   // The tenant a token belongs to. Errors: "unauthorized".
   Result<std::string> authenticate(const std::string& token) const;
-  // Sets the admin token (stored hashed). Returns false if the token is empty.
-  Status set_admin_token(const std::string& token);
+  // Deletes a tenant and its token; sessions opened with it end (listeners hear tenant_token_changed at the
+  // commit). Its ended leases stay in the history. Errors: "not_found", "conflict" (it has live leases: named).
+  Status delete_tenant(const std::string& name);
+  // Admin tokens, one per operator, each with a name (AdminTokens in auth.hpp); only hashes are stored.
+  // A new token for `name`, returned once; with `replace` the name's old token stops working (rotation).
+  // Errors: "invalid_argument" (bad name), "conflict" (exists, !replace), "not_found" (missing, replace).
+  Result<std::string> issue_admin_token(const std::string& name, bool replace = false);
+  // Sets the admin token `name` to `token` (created or replaced). Errors: "invalid_argument" (under 16 characters).
+  Status set_admin_token(const std::string& token, const std::string& name = "admin");
+  // The token stops working at once. Errors: "not_found".
+  Status revoke_admin_token(const std::string& name);
+  std::vector<std::string> admin_token_names() const;  // by name
   bool has_admin_token() const;
   bool check_admin(const std::string& token) const;
 

@@ -28,12 +28,14 @@ struct Batch {
   std::vector<Lease> leases;          // upserts by id
   std::vector<DeviceRecord> devices;  // upserts by name
   std::vector<TenantRecord> tenants;  // upserts by name
+  std::vector<std::string> deleted_tenants;  // deleted by name (none of them also in `tenants`)
   std::vector<std::pair<std::string, std::string>> meta;
   // Deletes the ended leases that ended before this time (the newest lease id is always kept, so ids are never
   // reused). 0: nothing.
   double prune_ended_before = 0;
   bool empty() const {
-    return leases.empty() && devices.empty() && tenants.empty() && meta.empty() && prune_ended_before == 0;
+    return leases.empty() && devices.empty() && tenants.empty() && deleted_tenants.empty() && meta.empty() &&
+           prune_ended_before == 0;
   }
 };
 
