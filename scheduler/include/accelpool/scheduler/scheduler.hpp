@@ -238,7 +238,8 @@ class Scheduler {
   // Whether a waiting request has passed the guard or aged by slowdown at `now`; when it will (ages_at).
   bool aged(const Entry& e, Time now) const;
   Time ages_at(const Entry& e) const;
-  Window reservation_window(const Request& r, std::size_t free_now, Time now) const;
+  // nullopt: no reservation (the leases it waits for all outlived their estimates).
+  std::optional<Window> reservation_window(const Request& r, std::size_t free_now, Time now) const;
   std::optional<Time> estimated_finish(const Entry& e) const;
   void track_running(Entry& e, Time now);
   void untrack_running(Entry& e);
