@@ -20,6 +20,7 @@ struct Snapshot {
   std::vector<DeviceRecord> devices;
   std::vector<Lease> leases;  // every live lease, plus the most recent ended ones (for stats), by id
   std::map<std::string, std::string> meta;
+  std::vector<EstimateRecord> estimates;  // the scheduler's learned run times, every group
   LeaseId max_lease_id = 0;   // the largest id ever used (ended leases included)
 };
 
@@ -29,11 +30,13 @@ struct Batch {
   std::vector<DeviceRecord> devices;  // upserts by name
   std::vector<TenantRecord> tenants;  // upserts by name
   std::vector<std::pair<std::string, std::string>> meta;
+  std::vector<EstimateRecord> estimates;  // upserts by group (kind, whole_kind, tenant, bitstream, count, label)
   // Deletes the ended leases that ended before this time (the newest lease id is always kept, so ids are never
   // reused). 0: nothing.
   double prune_ended_before = 0;
   bool empty() const {
-    return leases.empty() && devices.empty() && tenants.empty() && meta.empty() && prune_ended_before == 0;
+    return leases.empty() && devices.empty() && tenants.empty() && meta.empty() && estimates.empty() &&
+           prune_ended_before == 0;
   }
 };
 
