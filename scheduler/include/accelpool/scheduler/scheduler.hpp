@@ -32,8 +32,8 @@ namespace accelpool::scheduler {
 // Slowdown at which `+age` (without a value) ages a request. Well above the p99 slowdown a good ordering gives
 // (1 to 30 for gittins on the traces of docs/results.md), so it acts only on requests the ordering starves;
 // at 10 it also promoted ordinary short jobs and their protected, reserved leases cost fifo 3% of its average
-// JCT on Alibaba's trace. With 100, fifo+age and gittins+age are never worse than fifo there, on Philly or on
-// the synthetic FPGA workload (docs/results.md).
+// JCT on Alibaba's trace. With 100, on Philly, Alibaba's trace and the synthetic FPGA workload, fifo+age is never
+// worse than fifo and gittins+age never worse than gittins, on average or p99 JCT (docs/results.md).
 inline constexpr double kDefaultAgeSlowdown = 100;
 
 // A full policy: ordering + placement + tail rules, written "las+affinity" or "sjf+pack+guard=3600+age=10".
