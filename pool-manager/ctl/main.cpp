@@ -58,6 +58,8 @@ commands:
   policy                             the active policy
   policy set SPEC                    e.g. las+affinity, sjf+pack+guard=3600
   stats [--window SECONDS]           JCT and wait percentiles
+  estimates                          run times the scheduler learned, per group (tenant, bitstream, gang
+                                     size, label) and per kind
   health                             /healthz and /readyz
 )";
 
@@ -422,6 +424,20 @@ int main(int argc, char** argv) {
     else die(2, "usage: policy [get] | policy set SPEC");
     if (out(v)) return 0;
     std::cout << str(v.at("policy")) << "\n";
+  } else if (cmd == "estimates") {
+    auto v = call(o, "GET", "/v1/estimates");
+    if (out(v)) return 0;
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& g : v.at("groups").as_array()) {
+      std::string group = "(whole kind)";
+      if (!g.at("whole_kind").as_bool()) {
+        group = "tenant " + str(g.at("tenant")) + ", bitstream " + str(g.at("bitstream")) + ", " +
+                str(g.at("count")) + " device(s), label " + str(g.at("label"));
+      }
+      rows.push_back({str(g.at("kind")), group, str(g.at("observations")), g.at("warm").as_bool() ? "yes" : "no",
+                      str(g.at("estimate_s")), str(g.at("p50_device_s")), str(g.at("p90_device_s"))});
+    }
+    table({"KIND", "GROUP", "OBSERVED", "WARM", "ESTIMATE S", "P50 DEVICE-S", "P90 DEVICE-S"}, rows);
   } else if (cmd == "stats") {
     std::string q = flags.count("window") ? "?window=" + flags["window"] : "";
     auto v = call(o, "GET", "/v1/stats" + q);

@@ -652,6 +652,16 @@ TEST_CASE("accelpoolctl drives the admin API with tables, JSON and clear errors"
   auto v = boost::json::parse(js);
   CHECK(v.at("leases").at(0).at("id").to_number<std::uint64_t>() == id);
 
+  // A lease of bitstream conv runs on the other device and is released: the scheduler learned from it.
+  auto conv = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "conv"}});
+  REQUIRE(lease_state(conv) == "granted");
+  REQUIRE(lease_state(g.call("release", {{"lease", lease_id(conv)}})) == "released");
+  auto [rc_learned, learned] = ctl(url, m.admin, "estimates");
+  CHECK(rc_learned == 0);
+  CHECK(learned.rfind("KIND", 0) == 0);
+  CHECK(learned.find("(whole kind)") != std::string::npos);
+  CHECK(learned.find("tenant a, bitstream conv, 1 device(s), label -") != std::string::npos);
+
   CHECK(ctl(url, m.admin, "drain local/fpga1").first == 0);
   CHECK(m.get("/v1/devices/local/fpga1").json().at("draining").as_bool());
   CHECK(ctl(url, m.admin, "policy set sjf+pack").first == 0);
