@@ -306,6 +306,8 @@ int main(int argc, char** argv) {
   positional(p_set, "spec", "the policy");
   auto* stats = command(&app, "stats", "JCT and wait percentiles, overall, per tenant and per bitstream");
   flag_option(stats, "--window", "one window in seconds (default: 60, 300 and 3600)");
+  auto* estimates = command(&app, "estimates",
+                            "run times the scheduler learned, per group (tenant, bitstream, gang size, label) and per kind");
   auto* health = command(&app, "health", "/healthz and /readyz; exit status 1 when not ready");
 
   if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
@@ -493,6 +495,20 @@ int main(int argc, char** argv) {
                              : call(o, "GET", "/v1/policy");
     if (out(v)) return 0;
     std::cout << str(v.at("policy")) << "\n";
+  } else if (estimates->parsed()) {
+    auto v = call(o, "GET", "/v1/estimates");
+    if (out(v)) return 0;
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& g : v.at("groups").as_array()) {
+      std::string group = "(whole kind)";
+      if (!g.at("whole_kind").as_bool()) {
+        group = "tenant " + str(g.at("tenant")) + ", bitstream " + str(g.at("bitstream")) + ", " +
+                str(g.at("count")) + " device(s), label " + str(g.at("label"));
+      }
+      rows.push_back({str(g.at("kind")), group, str(g.at("observations")), g.at("warm").as_bool() ? "yes" : "no",
+                      str(g.at("estimate_s")), str(g.at("p50_device_s")), str(g.at("p90_device_s"))});
+    }
+    table({"KIND", "GROUP", "OBSERVED", "WARM", "ESTIMATE S", "P50 DEVICE-S", "P90 DEVICE-S"}, rows);
   } else if (stats->parsed()) {
     std::string q = flags.count("window") ? "?window=" + url_encode(flags["window"]) : "";
     auto v = call(o, "GET", "/v1/stats" + q);

@@ -152,9 +152,14 @@ void RuntimeEstimator::observe(const Request& r, double device_s) {
   groups_[GroupKey::whole_kind(r.kind)].observe(device_s, decay_);
 }
 
-const RuntimeHistogram* RuntimeEstimator::warm(const GroupKey& key) const {
+const RuntimeHistogram* RuntimeEstimator::group(const GroupKey& key) const {
   auto it = groups_.find(key);
-  return it != groups_.end() && it->second.observations() >= options_.warmup ? &it->second : nullptr;
+  return it != groups_.end() ? &it->second : nullptr;
+}
+
+const RuntimeHistogram* RuntimeEstimator::warm(const GroupKey& key) const {
+  const RuntimeHistogram* h = group(key);
+  return h && h->observations() >= options_.warmup ? h : nullptr;
 }
 
 const RuntimeHistogram* RuntimeEstimator::distribution(const Request& r) const {

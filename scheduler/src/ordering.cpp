@@ -115,9 +115,12 @@ class Djsf final : public OrderingPolicy {
 // so the index of a running lease changes only when its attained service crosses a bin edge, a timed event
 // like a LAS demotion. Without a warm distribution for a request, 1 / (upper edge of its attained bin): least
 // attained service first. Preemptive (on a strictly higher index); ties by arrival.
+// `gittins:Q` adds a minimum quantum: a lease keeps the index it was granted with for its first Q seconds, so it
+// is not preempted before it has run Q seconds (0, the default: no quantum).
 class Gittins final : public OrderingPolicy {
  public:
   static constexpr double kPreemptRatio = 2;
+  explicit Gittins(double quantum_s = 0) : quantum_s_(quantum_s) {}
   std::string_view name() const override { return "gittins"; }
   PriorityKey waiting_key(const RequestView& r, Time) const override {
     return {-index(r, r.attained_device_s), r.request.arrival, r.request.id};
@@ -126,18 +129,23 @@ class Gittins final : public OrderingPolicy {
   // A running lease counts kPreemptRatio times its index: a waiting request preempts it only with a clearly
   // higher index, which keeps leases that cross bin edges together from being swapped back and forth.
   PriorityKey running_key(const RequestView& r, Time now) const override {
-    return {-kPreemptRatio * index(r, attained_at(r, now)), r.request.arrival, r.request.id};
+    return {-kPreemptRatio * index(r, counted_at(r, now)), r.request.arrival, r.request.id};
   }
   std::optional<Time> next_key_change(const RequestView& r, Time now) const override {
-    const double edge = RuntimeHistogram::upper_edge(RuntimeHistogram::bin_of(attained_at(r, now)));
+    const double edge = RuntimeHistogram::upper_edge(RuntimeHistogram::bin_of(counted_at(r, now)));
     if (!std::isfinite(edge)) return std::nullopt;
-    return r.granted_at + (edge - r.attained_device_s) / r.request.count;
+    return std::max(r.granted_at + quantum_s_, r.granted_at + (edge - r.attained_device_s) / r.request.count);
   }
 
  private:
   static double attained_at(const RequestView& r, Time now) {
     return r.attained_device_s + r.request.count * (now - r.granted_at);
   }
+  // The service the index is taken at: what it had when granted during the quantum, its attained service after.
+  double counted_at(const RequestView& r, Time now) const {
+    return now < r.granted_at + quantum_s_ ? r.attained_device_s : attained_at(r, now);
+  }
+  double quantum_s_;
   static double index(const RequestView& r, double attained) {
     return r.learned ? r.learned->gittins_index(attained) : RuntimeHistogram::unknown_index(attained);
   }
@@ -232,7 +240,17 @@ std::unique_ptr<OrderingPolicy> make_ordering(std::string_view spec, std::string
   if (name == "srpt") return no_options(std::make_unique<Srpt>());
   if (name == "djsf") return no_options(std::make_unique<Djsf>());
   if (name == "fair") return no_options(std::make_unique<Fair>());
-  if (name == "gittins") return no_options(std::make_unique<Gittins>());
+  if (name == "gittins") {
+    if (colon == std::string_view::npos) return std::make_unique<Gittins>();
+    double quantum = 0;
+    auto [ptr, ec] = std::from_chars(options.data(), options.data() + options.size(), quantum);
+    if (options.empty() || ec != std::errc() || ptr != options.data() + options.size() || !std::isfinite(quantum) ||
+        quantum < 0) {
+      if (error) *error = "gittins:QUANTUM needs a number of seconds >= 0, got '" + std::string(options) + "'";
+      return nullptr;
+    }
+    return std::make_unique<Gittins>(quantum);
+  }
   if (name == "las") {
     if (colon == std::string_view::npos) return std::make_unique<Las>(std::vector<double>{3600, 36000, 360000});
     auto thresholds = parse_thresholds(options, error);

@@ -549,17 +549,16 @@ std::optional<Time> Scheduler::next_wakeup() const {
 // finish times, the "shadow" time at which enough devices will be free for it; until then others of the kind
 // may start only if they are estimated to end by the shadow time, or if they use devices it will not need
 // then. Without estimates nothing passes it.
-bool Scheduler::aged(const Entry& e, Time now) const {
-  const double waited = now - e.request.arrival;
-  if (spec_.tail_guard_s && waited >= *spec_.tail_guard_s) return true;
-  return spec_.age_slowdown && e.estimate_s && waited >= *spec_.age_slowdown * std::max(1.0, *e.estimate_s);
-}
+bool Scheduler::aged(const Entry& e, Time now) const { return now >= ages_at(e); }
 
+// Slowdown aging compares the time since arrival with the run time the request is known to need at least:
+// its estimate, or the service it already received if that is more (a preempted request that outlived its
+// estimate has run that long), so it ages when its slowdown so far reaches the bound.
 Time Scheduler::ages_at(const Entry& e) const {
   Time at = std::numeric_limits<Time>::infinity();
   if (spec_.tail_guard_s) at = e.request.arrival + *spec_.tail_guard_s;
   if (spec_.age_slowdown && e.estimate_s) {
-    at = std::min(at, e.request.arrival + *spec_.age_slowdown * std::max(1.0, *e.estimate_s));
+    at = std::min(at, e.request.arrival + *spec_.age_slowdown * std::max({1.0, *e.estimate_s, e.attained_s}));
   }
   return at;
 }
@@ -577,7 +576,7 @@ void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& w
       if (!aged(e, now)) break;
       const auto eligible = free_.eligible(kind, e.request.guest_host);
       if (eligible.free() < e.request.count) {
-        windows[kind] = reservation_window(e.request, eligible.free(), now);
+        if (auto window = reservation_window(e.request, eligible.free(), now)) windows[kind] = *window;
         break;
       }
       grant(e, eligible, now, /*protect=*/true, out);
@@ -585,18 +584,25 @@ void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& w
   }
 }
 
-Scheduler::Window Scheduler::reservation_window(const Request& r, std::size_t free_now, Time now) const {
+std::optional<Scheduler::Window> Scheduler::reservation_window(const Request& r, std::size_t free_now,
+                                                               Time now) const {
   const std::size_t needed = r.count - free_now;
   std::size_t freed = 0;
   std::size_t examined = 0;
   auto f = finishes_.find(r.kind);
-  if (f == finishes_.end()) return {now, 0};
+  if (f == finishes_.end()) return Window{now, 0};
   for (const auto& [finish, id] : f->second) {
     if (++examined > kMaxLeasesExamined) break;
     freed += usable_by(entry(id), r.guest_host);
-    if (freed >= needed) return {std::max(finish, now), freed - needed};
+    if (freed >= needed) {
+      // Every lease it waits for has outlived its estimate: when they end is unknown (under heavy-tailed run
+      // times a lease past its mean has far to go), and a reservation for "now" would idle the kind until
+      // then. No reservation: it keeps its place at the head and starts as soon as it fits.
+      if (finish <= now) return std::nullopt;
+      return Window{finish, freed - needed};
+    }
   }
-  return {now, 0};  // leases without estimates hold what it needs: let nothing pass
+  return Window{now, 0};  // leases without estimates hold what it needs: let nothing pass
 }
 
 std::optional<Time> Scheduler::estimated_finish(const Entry& e) const {

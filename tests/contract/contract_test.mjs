@@ -370,6 +370,8 @@ await check(200, 'GET', '/v1/policy');
 await check(200, 'PUT', '/v1/policy', { body: { policy: 'fifo+first-fit' } });
 await check(400, 'PUT', '/v1/policy', { body: { policy: 'nonsense' } });
 await check(200, 'GET', '/v1/stats');
+await check(200, 'GET', '/v1/estimates');
+await check(400, 'GET', '/v1/estimates?window=60');
 await check(200, 'GET', '/v1/stats?window=60');
 await check(400, 'GET', '/v1/stats?window=0');
 

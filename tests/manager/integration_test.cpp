@@ -388,6 +388,57 @@ TEST_CASE("SIGTERM shuts down cleanly and a restart restores leases and the queu
   CHECK(m.admin_lease_state(waiting) == "granted");
 }
 
+TEST_CASE("the learned run times survive a restart and the admin API shows them", "[integration][restart]") {
+  Running m(config(2, 30, 1));
+  CHECK(m.get("/v1/estimates").json().at("groups").as_array().empty());  // nothing learned yet
+  // Three leases of tenant a with bitstream aes run and are released; one lease that never ran is cancelled.
+  auto g = m.guest(m.token_a, "vm1");
+  for (int i = 0; i < 3; ++i) {
+    auto a = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "aes"}});
+    REQUIRE(lease_state(a) == "granted");
+    REQUIRE(lease_state(g.call("release", {{"lease", lease_id(a)}})) == "released");
+  }
+  auto learned = [&] {
+    auto r = m.get("/v1/estimates");
+    REQUIRE(r.status == 200);
+    return r;
+  };
+  auto before = learned();
+  auto body = before.json();
+  CHECK(body.at("warmup").to_number<int>() == 3);
+  const auto& groups = body.at("groups").as_array();
+  REQUIRE(groups.size() == 2);
+  // The whole kind first, then the group of tenant a, bitstream aes, one device, no label.
+  CHECK(groups.at(0).at("kind").as_string() == "fpga");
+  CHECK(groups.at(0).at("whole_kind").as_bool());
+  CHECK(groups.at(0).at("tenant").is_null());
+  CHECK(groups.at(0).at("observations").to_number<int>() == 3);
+  CHECK(groups.at(1).at("whole_kind").as_bool() == false);
+  CHECK(groups.at(1).at("tenant").as_string() == "a");
+  CHECK(groups.at(1).at("bitstream").as_string() == "aes");
+  CHECK(groups.at(1).at("count").to_number<int>() == 1);
+  CHECK(groups.at(1).at("label").is_null());
+  CHECK(groups.at(1).at("observations").to_number<int>() == 3);
+  CHECK(groups.at(1).at("warm").as_bool());
+  CHECK(groups.at(1).at("mean_device_s").to_number<double>() >= 0);
+
+  // A crash right after: the store has it all, the restarted manager shows exactly the same.
+  m.daemon.stop(SIGKILL);
+  m.daemon.start();
+  auto after = learned();
+  CHECK(after.body == before.body);
+  // And goes on learning from there, not afresh.
+  auto g2 = m.guest(m.token_a, "vm1");
+  auto a = g2.call("acquire", {{"kind", "fpga"}, {"bitstream", "aes"}});
+  REQUIRE(lease_state(a) == "granted");
+  REQUIRE(lease_state(g2.call("release", {{"lease", lease_id(a)}})) == "released");
+  auto more = learned().json();
+  CHECK(more.at("groups").at(0).at("observations").to_number<int>() == 4);
+  CHECK(more.at("groups").at(1).at("observations").to_number<int>() == 4);
+  auto bad = m.get("/v1/estimates?kind=fpga");
+  CHECK(bad.status == 400);
+}
+
 TEST_CASE("SIGKILL at random moments under load loses no lease and grants none twice", "[integration][crash]") {
   Running m(config(4, 60, 1));
   std::mutex mu;
@@ -591,6 +642,16 @@ TEST_CASE("accelpoolctl drives the admin API with tables, JSON and clear errors"
   CHECK(rc2 == 0);
   auto v = boost::json::parse(js);
   CHECK(v.at("leases").at(0).at("id").to_number<std::uint64_t>() == id);
+
+  // A lease of bitstream conv runs on the other device and is released: the scheduler learned from it.
+  auto conv = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "conv"}});
+  REQUIRE(lease_state(conv) == "granted");
+  REQUIRE(lease_state(g.call("release", {{"lease", lease_id(conv)}})) == "released");
+  auto [rc_learned, learned] = ctl(url, m.admin, "estimates");
+  CHECK(rc_learned == 0);
+  CHECK(learned.rfind("KIND", 0) == 0);
+  CHECK(learned.find("(whole kind)") != std::string::npos);
+  CHECK(learned.find("tenant a, bitstream conv, 1 device(s), label -") != std::string::npos);
 
   CHECK(ctl(url, m.admin, "drain local/fpga1").first == 0);
   CHECK(m.get("/v1/devices/local/fpga1").json().at("draining").as_bool());

@@ -184,7 +184,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     const char* to_v1 =
         "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
         "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
-        "ALTER TABLE leases DROP COLUMN grants; PRAGMA user_version=1;";
+        "ALTER TABLE leases DROP COLUMN grants; DROP TABLE estimates; PRAGMA user_version=1;";
     char* err = nullptr;
     int rc = sqlite3_exec(db, to_v1, nullptr, nullptr, &err);
     INFO((err ? err : ""));
@@ -205,6 +205,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     CHECK(snap->leases[0].grants.empty());
     CHECK(snap->leases[1].state == LeaseState::released);
     CHECK(snap->max_lease_id == 6);
+    CHECK(snap->estimates.empty());  // the table of learned run times exists, empty
   }
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
@@ -220,7 +221,56 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   sqlite3_finalize(st);
   sqlite3_close(db);
   CHECK(indexes == std::vector<std::string>{"leases_ended_by_time", "leases_live_by_id"});
-  CHECK(version == 4);
+  CHECK(version == 5);
+}
+
+TEST_CASE("the store keeps learned run times per group, a later row of a group replacing the earlier", "[store]") {
+  TempDir dir;
+  auto file = dir.path / "s.db";
+  auto record = [](bool whole_kind, std::uint64_t observations) {
+    EstimateRecord e;
+    e.kind = "fpga";
+    e.whole_kind = whole_kind;
+    if (!whole_kind) {
+      e.tenant = "t";
+      e.bitstream = "aes";
+      e.count = 2;
+      e.label = "train.py";
+    }
+    e.observations = observations;
+    e.weights.assign(33, 0.0);
+    e.sums.assign(33, 0.0);
+    e.weights[5] = 0.1 + static_cast<double>(observations);  // not a short decimal: must come back exactly
+    e.sums[5] = 17.0 / 3 * static_cast<double>(observations);
+    return e;
+  };
+  {
+    const auto store = open_store(file, false);
+    Batch b;
+    b.estimates = {record(false, 1), record(true, 1)};
+    REQUIRE(store->apply(b).is_ok());
+    Batch again;
+    again.estimates = {record(false, 2)};
+    REQUIRE(store->apply(again).is_ok());
+  }
+  const auto store = open_store(file, false);
+  auto snap = store->load(10);
+  REQUIRE(snap.is_ok());
+  REQUIRE(snap->estimates.size() == 2);
+  // Ordered by kind, then the group of one tenant after the whole kind's (whole_kind sorts 0 before 1 in SQL).
+  const auto& group = snap->estimates[0];
+  const auto& kind = snap->estimates[1];
+  CHECK_FALSE(group.whole_kind);
+  CHECK(group.tenant == "t");
+  CHECK(group.bitstream == "aes");
+  CHECK(group.count == 2);
+  CHECK(group.label == "train.py");
+  CHECK(group.observations == 2);
+  CHECK(group.weights == record(false, 2).weights);
+  CHECK(group.sums == record(false, 2).sums);
+  CHECK(kind.whole_kind);
+  CHECK(kind.observations == 1);
+  CHECK(kind.sums == record(true, 1).sums);
 }
 
 TEST_CASE("a lease whose stored grants are not what the store writes is reported corrupt", "[store]") {

@@ -187,3 +187,28 @@ TEST_CASE("gittins preempts a running lease only for twice its index", "[schedul
   CHECK(gittins->waiting_key({r, 0, 0, 0, std::nullopt, &sixty}, 0).primary <
         gittins->waiting_key({r, 0, 0, 0, std::nullopt, &hundred}, 0).primary);
 }
+
+TEST_CASE("gittins with a minimum quantum does not preempt a lease before it has run that long",
+          "[scheduler][gittins]") {
+  // Nothing learned: index 1 / (upper edge of the attained bin). Request 1 runs from 0 on the only device; at 3
+  // it has 3 device-seconds, bin [2, 4), index 1/4, counted twice: 1/2, below request 2's 1 (no service yet).
+  // Without a quantum request 2 preempts it at 3. With gittins:10 request 1 keeps its index at grant (1, counted
+  // 2) for 10 s: request 2 waits; at 10 the key changes (bin [8, 16): 1/16, counted 1/8) and it is preempted.
+  auto plain = make_scheduler("gittins", "fpga:1");
+  CHECK(granted(submit(*plain, req(1, 0), 0)) == V{1});
+  CHECK(preempted(submit(*plain, req(2, 3), 3)) == V{1});
+
+  auto quantum = make_scheduler("gittins:10", "fpga:1");
+  CHECK(granted(submit(*quantum, req(1, 0), 0)) == V{1});
+  CHECK(preempted(submit(*quantum, req(2, 3), 3)).empty());
+  REQUIRE(quantum->next_wakeup());
+  CHECK(*quantum->next_wakeup() == Approx(10));
+  Decisions out;
+  quantum->tick(10, out);
+  CHECK(preempted(out) == V{1});
+
+  std::string error;
+  CHECK_FALSE(make_ordering("gittins:-1", &error));
+  CHECK_THAT(error, Catch::Contains("gittins:QUANTUM needs a number of seconds >= 0"));
+  CHECK_FALSE(make_ordering("gittins:soon", &error));
+}

@@ -174,17 +174,18 @@ TEST_CASE("the tail guard serves a request that waited too long, and reserves de
   submit(*s, req(1, 0, 1, 10), 0);
   submit(*s, req(2, 0, 1, 10), 0);
   submit(*s, req(3, 1, 2, 1000), 1);  // long gang: sjf would starve it
-  submit(*s, req(4, 2, 1, 5), 2);
+  submit(*s, req(4, 2, 1, 100), 2);
   REQUIRE(s->next_wakeup());
   CHECK(*s->next_wakeup() == Approx(51));  // request 3 (arrived at 1) ages first
-  // Request 1 finishes before the guard: the short request 4 goes first.
+  // Request 1 finishes before the guard: the shorter request 4 goes first (estimated to end at 110).
   CHECK(granted(release(*s, 1, 10)) == V{4});
-  submit(*s, req(5, 20, 1, 5), 20);
+  submit(*s, req(5, 20, 1, 80), 20);
   Decisions out;
   s->tick(51, out);  // request 3 has now waited 50 s
   CHECK(out.empty());  // nothing free yet
   CHECK(s->queue_order(51).front() == 3);
-  // One device frees: it is kept for the aged gang, not given to the short request 5.
+  // One device frees: it is kept for the aged gang (reserved for 110), not given to request 5, which would
+  // end at 140.
   CHECK(granted(release(*s, 2, 60)).empty());
   CHECK(granted(release(*s, 4, 61)) == V{3});
 }
@@ -447,6 +448,40 @@ TEST_CASE("slowdown aging serves a short job that waited many times its length b
   CHECK_THAT(error, Catch::Contains("age needs a positive slowdown"));
   CHECK(PolicySpec::parse("gittins+age=50", &error)->to_string() == "gittins+first-fit+age=50");
   CHECK(PolicySpec::parse("fifo+age", &error)->age_slowdown == Approx(kDefaultAgeSlowdown));
+}
+
+TEST_CASE("slowdown aging counts the service a request already received", "[scheduler][age]") {
+  // Request 1 (estimate 10 s) runs from 0 and is requeued at 100, having run 100 s: its run time is at least
+  // 100 s, so with age=2 it ages at 0 + 2 x 100 = 200, not at 0 + 2 x 10 = 20 (when it would already be aged
+  // and served first). At 105 sjf therefore serves request 3 (7 s) before it.
+  auto s = make_scheduler("sjf+first-fit+age=2", "fpga:1");
+  CHECK(granted(submit(*s, req(1, 0, 1, 10), 0)) == V{1});
+  submit(*s, req(2, 1, 1, 5), 1);
+  Decisions out;
+  REQUIRE_FALSE(s->requeue(1, 100, out));
+  CHECK(granted(out) == V{2});  // sjf: 5 s before 10 s
+  submit(*s, req(3, 101, 1, 7), 101);
+  REQUIRE(s->next_wakeup());
+  CHECK(*s->next_wakeup() == Approx(115));  // request 3 ages first, at 101 + 2 x 7
+  CHECK(s->queue_order(105) == V{3, 1});    // neither aged at 105: sjf order
+  CHECK(s->queue_order(150) == V{3, 1});    // request 3 aged
+  CHECK(s->queue_order(200) == V{3, 1});    // both aged, in the order they aged
+  CHECK(granted(release(*s, 2, 105)) == V{3});
+  CHECK(granted(release(*s, 3, 112)) == V{1});
+}
+
+TEST_CASE("an aged request behind leases that outlived their estimates reserves nothing", "[scheduler][guard]") {
+  // Request 1 was estimated to end at 10 and still runs at 70: when it ends is unknown, and a reservation for
+  // "now" would keep device 1 idle until it does. So the aged gang keeps its place but reserves nothing, and
+  // request 4 (5,000 s) starts on the freed device.
+  auto s = make_scheduler("fifo+first-fit+guard=50", "fpga:2");
+  CHECK(granted(submit(*s, req(1, 0, 1, 10), 0)) == V{1});
+  CHECK(granted(submit(*s, req(2, 0, 1, 1000), 0)) == V{2});
+  submit(*s, req(3, 0, 2, 50), 0);     // the gang, aged at 50
+  submit(*s, req(4, 60, 1, 5000), 60);
+  CHECK(granted(release(*s, 2, 70)) == V{4});
+  CHECK(granted(release(*s, 1, 100)).empty());  // the gang still needs both
+  CHECK(granted(release(*s, 4, 5070)) == V{3});
 }
 
 TEST_CASE("next_wakeup never names a past time", "[scheduler][guard]") {

@@ -126,7 +126,10 @@ TEST_CASE("cli: bad input exits non-zero with a clear message and writes nothing
   check_rejected("--synthetic 10 --pool " + dir.file("pool.json"),
                  dir.file("pool.json") + ": hosts[0].devices[0].count");
   check_rejected("--synthetic 10 --devices 2 --estimates magic",
-                 "estimates: expected trace, oracle, none, learned or noisy:SIGMA");
+                 "estimates: expected trace, oracle, none or noisy:SIGMA");
+  // Not an alias of none any more: refused with the reason, so no run reads it as another experiment.
+  check_rejected("--synthetic 10 --devices 2 --estimates learned",
+                 "estimates: \"learned\" is not a mode (the scheduler learns from finished jobs in every mode)");
 
   r = run_sim("--trace x.csv --synthetic 10 --devices 2");
   CHECK(r.code != 0);

@@ -142,6 +142,31 @@ TEST_CASE("sim: with --estimates none the schedule does not depend on the run ti
   }
 }
 
+TEST_CASE("sim: a job's label groups what the scheduler learns about run times", "[sim][estimates]") {
+  // One device, sjf, no estimates, a group is trusted after one finished job. Job 0 (label quick, 10 s) runs
+  // 0-10, job 1 (slow, 100 s) 10-110, job 2 (quick, 10 s) 111-121. Jobs 3 (slow, 100 s, at 112) and 4 (quick,
+  // 10 s, at 113) wait for job 2. With labels the scheduler learned 100 s for slow and 10 s for quick, so at
+  // 121 job 4 goes first: 121-131, then job 3: 131-231. Without labels every job is in one group whose mean is
+  // 55 s for both, the tie goes by arrival: job 3 121-221, job 4 221-231.
+  Trace t;
+  t.jobs = {make_job(0, 0, 10), make_job(1, 0.5, 100), make_job(2, 111, 10), make_job(3, 112, 100),
+            make_job(4, 113, 10)};
+  for (std::uint64_t i : {0, 2, 4}) t.jobs[i].label = "quick";
+  for (std::uint64_t i : {1, 3}) t.jobs[i].label = "slow";
+  SimOptions o;
+  o.learning.warmup = 1;
+  auto labelled = by_id(run(t, PoolSpec::homogeneous(1), "sjf", o));
+  CHECK(labelled[2].finish_s == Approx(121));
+  CHECK(labelled[4].first_start_s == Approx(121));
+  CHECK(labelled[4].finish_s == Approx(131));
+  CHECK(labelled[3].finish_s == Approx(231));
+
+  for (auto& j : t.jobs) j.label.clear();
+  auto unlabelled = by_id(run(t, PoolSpec::homogeneous(1), "sjf", o));
+  CHECK(unlabelled[3].finish_s == Approx(221));
+  CHECK(unlabelled[4].finish_s == Approx(231));
+}
+
 TEST_CASE("sim: invariants hold for every ordering x placement on random traces", "[sim][invariants]") {
   // A mixed pool: two hosts with passthrough devices and a network-attached group, two models with
   // different programming costs.

@@ -45,10 +45,10 @@ TEST_CASE("native CSV: required columns and defaults", "[sim][trace]") {
 TEST_CASE("native CSV: optional columns in any order, blanks take defaults", "[sim][trace]") {
   auto r = native(
       "# a comment\n"
-      "kind,estimate_s,runtime_s,tenant,devices,bitstream,arrival_s,host\n"
-      "gpu,12,10,alice,4,aes,1,h1\n"
+      "kind,estimate_s,runtime_s,tenant,devices,bitstream,arrival_s,host,label\n"
+      "gpu,12,10,alice,4,aes,1,h1,train.py\n"
       "\n"
-      ",,20,,,,2,\r\n");
+      ",,20,,,,2,,\r\n");
   REQUIRE(r.is_ok());
   REQUIRE(r->jobs.size() == 2);
   const Job& a = r->jobs[0];
@@ -60,11 +60,13 @@ TEST_CASE("native CSV: optional columns in any order, blanks take defaults", "[s
   CHECK(a.bitstream == "aes");
   CHECK(a.arrival_s == 1);
   CHECK(a.host == "h1");
+  CHECK(a.label == "train.py");
   const Job& b = r->jobs[1];
   CHECK(b.kind == "fpga");
   CHECK_FALSE(b.estimate_s.has_value());
   CHECK(b.devices == 1);
   CHECK(b.runtime_s == 20);
+  CHECK(b.label.empty());
 }
 
 TEST_CASE("native CSV: malformed input names file, line and column", "[sim][trace]") {
@@ -155,4 +157,20 @@ TEST_CASE("the bundled Philly trace parses completely", "[sim][trace]") {
   CHECK(single == 76627);
   CHECK(work == Approx(3.52e9).epsilon(0.01));
   CHECK(r->jobs.front().arrival_s == 0);
+}
+
+TEST_CASE("the bundled Alibaba GPU 2023 trace parses completely", "[sim][trace]") {
+  auto r = load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/alibaba-gpu-2023.csv", TraceFormat::native);
+  REQUIRE(r.is_ok());
+  CHECK(r->jobs.size() == 6178);
+  double work = 0;
+  std::size_t single = 0, labelled = 0;
+  for (const auto& j : r->jobs) {
+    work += j.devices * j.runtime_s;
+    single += j.devices == 1;
+    labelled += !j.label.empty();
+  }
+  CHECK(single == 6105);
+  CHECK(labelled == 6178);
+  CHECK(work == Approx(6.489e7).epsilon(0.01));
 }

@@ -416,6 +416,13 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (auto s = core_.set_policy(*policy); !s) return from_error(s.error());
     return ok(json::object{{"policy", core_.policy()}});
   }
+  if (r1 == "estimates" && seg.size() == 2) {
+    if (m != "GET") return method_not_allowed(m, path);
+    if (!query.empty()) return from_error(unknown_query_parameter(query.begin()->first));
+    json::array groups;
+    for (const auto& g : core_.learned_estimates()) groups.emplace_back(to_json(g));
+    return ok(json::object{{"warmup", core_.learning_warmup()}, {"groups", std::move(groups)}});
+  }
   if (r1 == "stats" && seg.size() == 2) {
     if (m != "GET") return method_not_allowed(m, path);
     std::vector<double> windows = {60, 300, 3600};

@@ -10,6 +10,7 @@
 #include <deque>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -98,7 +99,7 @@ struct PoolCore::Impl {
   const Clock& clock;
   Store& store;
   std::unique_ptr<sched::Scheduler> scheduler;
-  sched::NameTable kinds, bitstreams, tenant_ids, host_ids;
+  sched::NameTable kinds, bitstreams, tenant_ids, host_ids, labels;
 
   std::map<std::string, TenantRecord> tenants;
   std::unordered_map<std::string, std::string> tenant_by_hash;
@@ -525,6 +526,7 @@ struct PoolCore::Impl {
       std::fprintf(stderr, "accelpool-manager: release of lease %llu refused: %s\n",
                    static_cast<unsigned long long>(l.id), r->error.c_str());
     }
+    if (l.state == LeaseState::granted || l.state == LeaseState::revoking) keep_learned(l);
     if (l.state == LeaseState::granted || l.state == LeaseState::revoking) release_devices(l);
     expiries.erase({l.expires_at, l.id});
     clear_deadline(l);
@@ -563,6 +565,52 @@ struct PoolCore::Impl {
     return l;
   }
 
+  // --- learned run times -------------------------------------------------------------------------------------
+  // A running lease ended: the scheduler learned from it. Its group and its kind's go to the store.
+  void keep_learned(const Lease& l) {
+    const sched::Request r = request_of(l);
+    for (const auto& key : {sched::GroupKey::of(r), sched::GroupKey::whole_kind(r.kind)}) {
+      if (const auto* h = scheduler->estimator().group(key)) batch.estimates.push_back(estimate_record(key, *h));
+    }
+  }
+
+  EstimateRecord estimate_record(const sched::GroupKey& key, const sched::RuntimeHistogram& h) const {
+    EstimateRecord e;
+    e.kind = kinds.name(key.kind);
+    e.whole_kind = key == sched::GroupKey::whole_kind(key.kind);
+    if (!e.whole_kind) {
+      e.tenant = tenant_ids.name(key.tenant);
+      e.bitstream = key.bitstream == sched::kNoBitstream ? "" : bitstreams.name(key.bitstream);
+      e.count = key.count;
+      e.label = key.label == sched::kNoLabel ? "" : labels.name(key.label);
+    }
+    e.observations = h.observations();
+    e.weights.assign(h.weights().begin(), h.weights().end());
+    e.sums.assign(h.sums().begin(), h.sums().end());
+    return e;
+  }
+
+  // The stored groups become the scheduler's estimator. Errors: "corrupt" naming the bad group.
+  Status restore_learned(const std::vector<EstimateRecord>& records) {
+    sched::EstimatorState state;
+    state.options = scheduler->estimator().options();
+    for (const auto& e : records) {
+      sched::GroupKey key = sched::GroupKey::whole_kind(kinds.intern(e.kind));
+      if (!e.whole_kind) {
+        key.tenant = tenant_ids.intern(e.tenant);
+        key.bitstream = e.bitstream.empty() ? sched::kNoBitstream : bitstreams.intern(e.bitstream);
+        key.count = e.count;
+        key.label = e.label.empty() ? sched::kNoLabel : labels.intern(e.label);
+      }
+      state.groups.push_back({key, e.observations, e.weights, e.sums});
+    }
+    std::string error;
+    auto estimator = sched::RuntimeEstimator::from_state(state, &error);
+    if (!estimator) return make_error("corrupt", "learned run times: " + error);
+    scheduler->set_estimator(std::move(*estimator));
+    return Status::ok();
+  }
+
   // --- restore ----------------------------------------------------------------------------------------------
   sched::Request request_of(const Lease& l) {
     sched::Request r;
@@ -589,6 +637,7 @@ struct PoolCore::Impl {
 
   Status restore(Snapshot snap) {
     double t = now();
+    if (auto s = restore_learned(snap.estimates); !s) return s;
     for (auto& tr : snap.tenants) {
       tenant_by_hash[tr.token_hash] = tr.name;
       scheduler->set_tenant_weight(tenant_ids.intern(tr.name), tr.weight);
@@ -1406,6 +1455,36 @@ std::optional<double> PoolCore::next_wakeup() const {
   for (const auto& [_, at] : impl_->drain_deadlines) earlier(at);
   return w;
 }
+
+std::vector<LearnedGroup> PoolCore::learned_estimates() const {
+  const auto& m = *impl_;
+  const auto& estimator = m.scheduler->estimator();
+  std::vector<LearnedGroup> out;
+  for (const auto& g : estimator.state().groups) {
+    const auto* h = estimator.group(g.key);
+    LearnedGroup v;
+    v.group = m.estimate_record(g.key, *h);
+    v.warm = h->observations() >= estimator.options().warmup;
+    v.mean_device_s = h->mean();
+    v.estimate_s = v.mean_device_s / std::max<std::uint32_t>(1, v.group.count);
+    v.p50_device_s = h->quantile(0.5);
+    v.p90_device_s = h->quantile(0.9);
+    out.push_back(std::move(v));
+  }
+  auto order = [](const LearnedGroup& v) {
+    const auto& e = v.group;
+    return std::tie(e.kind, e.whole_kind, e.tenant, e.bitstream, e.count, e.label);
+  };
+  std::sort(out.begin(), out.end(), [&](const LearnedGroup& a, const LearnedGroup& b) {
+    // The whole kind first: true sorts before false here.
+    if (a.group.kind != b.group.kind) return a.group.kind < b.group.kind;
+    if (a.group.whole_kind != b.group.whole_kind) return a.group.whole_kind;
+    return order(a) < order(b);
+  });
+  return out;
+}
+
+std::uint64_t PoolCore::learning_warmup() const { return impl_->scheduler->estimator().options().warmup; }
 
 Stats PoolCore::stats(double window_s) const {
   Stats s;

@@ -46,6 +46,25 @@ json::array device_info(const Lease& l, const json::storage_ptr& sp) {
 
 }  // namespace
 
+json::object to_json(const LearnedGroup& g) {
+  const EstimateRecord& e = g.group;
+  auto name_or_null = [&](const std::string& s) { return e.whole_kind || s.empty() ? json::value(nullptr) : json::value(s); };
+  json::object o;
+  o["kind"] = e.kind;
+  o["whole_kind"] = e.whole_kind;
+  o["tenant"] = name_or_null(e.tenant);
+  o["bitstream"] = name_or_null(e.bitstream);
+  o["count"] = e.whole_kind ? json::value(nullptr) : json::value(e.count);
+  o["label"] = name_or_null(e.label);
+  o["observations"] = e.observations;
+  o["warm"] = g.warm;
+  o["mean_device_s"] = g.mean_device_s;
+  o["estimate_s"] = g.estimate_s;
+  o["p50_device_s"] = g.p50_device_s;
+  o["p90_device_s"] = g.p90_device_s;
+  return o;
+}
+
 json::object to_json(const Lease& l, json::storage_ptr sp) {
   json::object o(21, sp);  // room for every member below: no rehash while it fills
   o["id"] = l.id;

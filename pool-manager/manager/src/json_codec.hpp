@@ -20,6 +20,9 @@ boost::json::object to_json(const DeviceView& d);
 boost::json::object to_json(const HostView& h);  // without its devices
 boost::json::object to_json(const TenantRecord& t);  // never the hash
 boost::json::object to_json(const Stats& s);
+// A group of learned run times: its key (null for what the group does not fix), observations, warm, and what
+// it learned (mean_device_s, estimate_s, p50_device_s, p90_device_s).
+boost::json::object to_json(const LearnedGroup& g);
 boost::json::array to_json(const std::vector<Lease>& leases, boost::json::storage_ptr sp = {});
 
 // Reads fields of a request object strictly: wrong types, out-of-range numbers and unknown fields are errors

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -23,7 +24,8 @@ namespace {
 // state touches only the index it enters or leaves.
 // 3: leases record whether a relay vouched for their guest (`relayed`).
 // 4: leases record what each device's host did to prepare it (`grants`).
-constexpr int kSchemaVersion = 4;
+// 5: the scheduler's learned run times (`estimates`, one row per group; from 4 the table is simply created).
+constexpr int kSchemaVersion = 5;
 
 // A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
 // through a temporary table on every row it writes to a partial index with that predicate.
@@ -45,6 +47,10 @@ CREATE TABLE IF NOT EXISTS leases (
   requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
   reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL,
   relayed INTEGER NOT NULL DEFAULT 0, grants TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS estimates (
+  kind TEXT NOT NULL, whole_kind INTEGER NOT NULL, tenant TEXT NOT NULL, bitstream TEXT NOT NULL,
+  count INTEGER NOT NULL, label TEXT NOT NULL, observations INTEGER NOT NULL, weights TEXT NOT NULL,
+  sums TEXT NOT NULL, PRIMARY KEY (kind, whole_kind, tenant, bitstream, count, label));
 )sql"
     "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
     "CREATE INDEX IF NOT EXISTS leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n";
@@ -55,6 +61,32 @@ constexpr const char* kMigrateFrom1 = "DROP INDEX IF EXISTS leases_live; DROP IN
 constexpr const char* kMigrateFrom2 = "ALTER TABLE leases ADD COLUMN relayed INTEGER NOT NULL DEFAULT 0;";
 // From schema versions 1 to 3: leases learn what each device's host did to prepare it.
 constexpr const char* kMigrateFrom3 = "ALTER TABLE leases ADD COLUMN grants TEXT NOT NULL DEFAULT '';";
+
+// A histogram's bins as text: numbers separated by spaces, each exact (17 significant digits).
+std::string format_numbers(const std::vector<double>& values) {
+  std::string out;
+  char buf[32];
+  for (double v : values) {
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    out += (out.empty() ? "" : " ") + std::string(buf);
+  }
+  return out;
+}
+
+// The inverse of format_numbers; nullopt if a field is not a number.
+std::optional<std::vector<double>> parse_numbers(const std::string& text) {
+  std::vector<double> out;
+  const char* p = text.c_str();
+  while (*p) {
+    char* end = nullptr;
+    const double v = std::strtod(p, &end);
+    if (end == p) return std::nullopt;
+    out.push_back(v);
+    p = end;
+    while (*p == ' ') ++p;
+  }
+  return out;
+}
 
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -368,6 +400,20 @@ class SqliteStore final : public Store {
   Result<Snapshot> load(std::size_t recent_ended) override {
     Snapshot snap;
     {
+      Stmt s(db_, "SELECT kind, whole_kind, tenant, bitstream, count, label, observations, weights, sums FROM estimates "
+                  "ORDER BY kind, whole_kind, tenant, bitstream, count, label");
+      if (!s.ok()) return db_error(db_, "reading estimates");
+      while (sqlite3_step(s.get()) == SQLITE_ROW) {
+        EstimateRecord e{s.text(0), s.integer(1) != 0, s.text(2), s.text(3), static_cast<std::uint32_t>(s.integer(4)),
+                         s.text(5), static_cast<std::uint64_t>(s.integer(6)), {}, {}};
+        auto weights = parse_numbers(s.text(7)), sums = parse_numbers(s.text(8));
+        if (!weights || !sums) return make_error("corrupt", "estimates of kind " + e.kind + ": malformed histogram");
+        e.weights = std::move(*weights);
+        e.sums = std::move(*sums);
+        snap.estimates.push_back(std::move(e));
+      }
+    }
+    {
       Stmt s(db_, "SELECT key, value FROM meta");
       if (!s.ok()) return db_error(db_, "reading meta");
       while (sqlite3_step(s.get()) == SQLITE_ROW) snap.meta[s.text(0)] = s.text(1);
@@ -530,6 +576,20 @@ class SqliteStore final : public Store {
   }
 
   Status write(const Batch& batch) {
+    for (const auto& e : batch.estimates) {
+      Stmt& s = *estimate_;
+      s.reset();
+      s.bind(1, e.kind);
+      s.bind(2, std::int64_t{e.whole_kind});
+      s.bind(3, e.tenant);
+      s.bind(4, e.bitstream);
+      s.bind(5, static_cast<std::int64_t>(e.count));
+      s.bind(6, e.label);
+      s.bind(7, static_cast<std::int64_t>(e.observations));
+      s.bind(8, format_numbers(e.weights));
+      s.bind(9, format_numbers(e.sums));
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing estimates of kind " + e.kind);
+    }
     if (!batch.meta.empty()) {
       Stmt& s = *meta_;
       for (const auto& [k, v] : batch.meta) {
@@ -647,13 +707,16 @@ class SqliteStore final : public Store {
       }
     }
     lease_ = std::make_unique<Stmt>(db_, sql.c_str());
+    estimate_ = std::make_unique<Stmt>(
+        db_, "INSERT OR REPLACE INTO estimates(kind, whole_kind, tenant, bitstream, count, label, observations, weights, "
+             "sums) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     begin_ = std::make_unique<Stmt>(db_, "BEGIN IMMEDIATE");
     commit_ = std::make_unique<Stmt>(db_, "COMMIT");
     rollback_ = std::make_unique<Stmt>(db_, "ROLLBACK");
     prune_ = std::make_unique<Stmt>(
         db_, "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
-    for (Stmt* st : {meta_.get(), tenant_.get(), delete_tenant_.get(), device_.get(), lease_.get(), prune_.get(), begin_.get(), commit_.get(),
-                     rollback_.get()}) {
+    for (Stmt* st : {meta_.get(), tenant_.get(), delete_tenant_.get(), device_.get(), lease_.get(), prune_.get(),
+                     begin_.get(), commit_.get(), rollback_.get(), estimate_.get()}) {
       if (!st->ok()) return db_error(db_, "preparing the write statements");
     }
     prepared_ = true;
@@ -663,7 +726,7 @@ class SqliteStore final : public Store {
   sqlite3* db_;
   Checkpointer checkpointer_;
   bool prepared_ = false;
-  std::unique_ptr<Stmt> meta_, tenant_, delete_tenant_, device_, lease_, prune_, begin_, commit_, rollback_;
+  std::unique_ptr<Stmt> meta_, tenant_, delete_tenant_, device_, lease_, prune_, begin_, commit_, rollback_, estimate_;
 };
 
 }  // namespace

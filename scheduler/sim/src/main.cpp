@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->group("Experiment");
   app.add_option("--estimates", estimates,
-                 "Run-time estimates the requests carry: trace, oracle, none (alias learned: the scheduler knows only "
+                 "Run-time estimates the requests carry: trace, oracle, none (the scheduler knows only "
                  "what it learns from finished jobs), noisy:SIGMA "
                  "(default: trace if the trace has estimate_s, else oracle)")
       ->type_name("MODE")

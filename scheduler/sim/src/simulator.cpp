@@ -161,7 +161,7 @@ class Engine {
   const SimOptions& options_;
 
   std::unique_ptr<sch::Scheduler> sched_;
-  sch::NameTable kinds_, bitstreams_, tenants_, hosts_;
+  sch::NameTable kinds_, bitstreams_, tenants_, hosts_, labels_;
   std::vector<DeviceInfo> devices_;
   std::vector<ModelCost> costs_;  // of each device group of the pool
   // Per job index (the request id, replay order). The trace's Job records are large, so the run reads each
@@ -302,7 +302,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   first_start_.assign(n, -1.0);
   // Names repeat across jobs: look them up by view in small caches (no string copies), and remember the
   // reachable device count of the last (kind, host).
-  std::unordered_map<std::string_view, std::uint32_t> tenant_ids, bitstream_ids;
+  std::unordered_map<std::string_view, std::uint32_t> tenant_ids, bitstream_ids, label_ids;
   auto cached = [](std::unordered_map<std::string_view, std::uint32_t>& cache, sch::NameTable& table,
                    const std::string& name) {
     auto it = cache.find(name);
@@ -349,6 +349,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     r.tenant = cached(tenant_ids, tenants_, jb.tenant);
     r.kind = kind;
     r.bitstream = jb.bitstream.empty() ? sch::kNoBitstream : cached(bitstream_ids, bitstreams_, jb.bitstream);
+    r.label = jb.label.empty() ? sch::kNoLabel : cached(label_ids, labels_, jb.label);
     r.count = jb.devices;
     r.guest_host = host;
     r.estimate_s = jb.estimate_s;

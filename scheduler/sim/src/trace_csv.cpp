@@ -200,7 +200,7 @@ Error no_jobs(const std::string& source) { return make_error("invalid_argument",
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   LineReader reader(in, source);
   std::size_t width = 0;
-  auto header = read_header(reader, {"arrival_s", "runtime_s", "devices", "bitstream", "tenant", "estimate_s", "kind", "host"},
+  auto header = read_header(reader, {"arrival_s", "runtime_s", "devices", "bitstream", "tenant", "estimate_s", "kind", "host", "label"},
                             {"arrival_s", "runtime_s"}, width);
   if (!header) return header.error();
   const auto& cols = *header;
@@ -210,7 +210,8 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   };
   const auto c_arrival = *col("arrival_s"), c_runtime = *col("runtime_s");
   const auto c_devices = col("devices"), c_bitstream = col("bitstream"), c_tenant = col("tenant"),
-             c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host");
+             c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host"),
+             c_label = col("label");
 
   Trace trace;
   auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
@@ -228,6 +229,7 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
     if (c_tenant && !f[*c_tenant].empty()) job.tenant = std::string(f[*c_tenant]);
     if (c_kind && !f[*c_kind].empty()) job.kind = std::string(f[*c_kind]);
     if (c_host && !f[*c_host].empty()) job.host = std::string(f[*c_host]);
+    if (c_label && !f[*c_label].empty()) job.label = std::string(f[*c_label]);
     trace.jobs.push_back(std::move(job));
     return Status::ok();
   });
@@ -313,7 +315,11 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
   } else if (text == "none") {
     spec.mode = Mode::none;
   } else if (text == "learned") {
-    spec.mode = Mode::learned;
+    // Not a mode: the scheduler learns in every mode. Once an alias of none, refused so that nobody reads
+    // it as a different experiment.
+    return make_error("invalid_argument",
+                      "estimates: \"learned\" is not a mode (the scheduler learns from finished jobs in every mode); "
+                      "use none for requests that carry no estimate");
   } else if (text.rfind("noisy:", 0) == 0) {
     auto sigma = parse_seconds(std::string_view(text).substr(6));
     if (!sigma) return make_error("invalid_argument", "estimates: noisy:SIGMA needs a number >= 0, got \"" + text + "\"");
@@ -321,7 +327,7 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
     spec.sigma = *sigma;
   } else {
     return make_error("invalid_argument",
-                      "estimates: expected trace, oracle, none, learned or noisy:SIGMA, got \"" + text + "\"");
+                      "estimates: expected trace, oracle, none or noisy:SIGMA, got \"" + text + "\"");
   }
   return spec;
 }
@@ -331,7 +337,6 @@ std::string EstimateSpec::to_string() const {
     case Mode::trace: return "trace";
     case Mode::oracle: return "oracle";
     case Mode::none: return "none";
-    case Mode::learned: return "learned";
     case Mode::noisy: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "noisy:%g", sigma);
@@ -355,8 +360,7 @@ void apply_estimates(Trace& trace, const EstimateSpec& spec, std::uint64_t seed)
     switch (spec.mode) {
       case EstimateSpec::Mode::trace: break;
       case EstimateSpec::Mode::oracle: j.estimate_s = j.runtime_s; break;
-      case EstimateSpec::Mode::none:
-      case EstimateSpec::Mode::learned: j.estimate_s.reset(); break;
+      case EstimateSpec::Mode::none: j.estimate_s.reset(); break;
       case EstimateSpec::Mode::noisy: j.estimate_s = j.runtime_s * rng.lognormal(0, spec.sigma); break;
     }
   }

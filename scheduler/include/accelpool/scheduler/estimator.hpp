@@ -120,6 +120,8 @@ class RuntimeEstimator {
   // Learned run time of `r` in seconds (the mean device-seconds of distribution(r) / r.count); nullopt while
   // nothing warm speaks for it. O(kBins).
   std::optional<double> estimate_s(const Request& r) const;
+  // What group `key` has learned (warm or not); nullptr if it never observed anything. O(1).
+  const RuntimeHistogram* group(const GroupKey& key) const;
   const EstimatorOptions& options() const { return options_; }
   std::size_t group_count() const { return groups_.size(); }
 

@@ -138,6 +138,15 @@ struct Stats {
   std::map<std::string, StatsGroup> by_bitstream;
 };
 
+// One group of learned run times as the admin API shows it: the stored record and what it says.
+struct LearnedGroup {
+  EstimateRecord group;
+  bool warm = false;          // observed at least the estimator's warm-up: requests of the group go by it
+  double mean_device_s = 0;   // decayed mean service, device-seconds
+  double estimate_s = 0;      // the learned run time of one request: mean_device_s / gang size (whole kind: the mean)
+  double p50_device_s = 0, p90_device_s = 0;  // the bins that hold these quantiles (their means)
+};
+
 struct Counters {
   std::uint64_t grants = 0;
   std::uint64_t reprogrammings = 0;
@@ -291,6 +300,10 @@ class PoolCore {
   // When tick() next has work, if ever.
   std::optional<double> next_wakeup() const;
   Stats stats(double window_s) const;
+  // What the scheduler learned about run times, every group (the store keeps it across restarts), ordered by
+  // kind, then the whole kind first, then tenant, bitstream, gang size and label. O(groups).
+  std::vector<LearnedGroup> learned_estimates() const;
+  std::uint64_t learning_warmup() const;
   Counters counters() const;
   std::size_t queue_length() const;
   std::map<std::string, std::size_t> leases_by_state() const;

@@ -20,6 +20,7 @@ struct Snapshot {
   std::vector<DeviceRecord> devices;
   std::vector<Lease> leases;  // every live lease, plus the most recent ended ones (for stats), by id
   std::map<std::string, std::string> meta;
+  std::vector<EstimateRecord> estimates;  // the scheduler's learned run times, every group
   LeaseId max_lease_id = 0;   // the largest id ever used (ended leases included)
 };
 
@@ -30,11 +31,13 @@ struct Batch {
   std::vector<TenantRecord> tenants;  // upserts by name
   std::vector<std::string> deleted_tenants;  // deleted by name (none of them also in `tenants`)
   std::vector<std::pair<std::string, std::string>> meta;
+  std::vector<EstimateRecord> estimates;  // upserts by group (kind, whole_kind, tenant, bitstream, count, label)
   // Deletes the ended leases that ended before this time (the newest lease id is always kept, so ids are never
   // reused). 0: nothing.
   double prune_ended_before = 0;
   bool empty() const {
     return leases.empty() && devices.empty() && tenants.empty() && deleted_tenants.empty() && meta.empty() &&
+           estimates.empty() &&
            prune_ended_before == 0;
   }
 };

@@ -113,4 +113,20 @@ struct TenantRecord {
   std::string token_hash;         // hex SHA-256 of the token
 };
 
+// One group of the scheduler's learned run times (scheduler/estimator.hpp) by name, as the store keeps it:
+// the requests of `kind` with this tenant, bitstream, gang size and label, or, when `whole_kind`, every request
+// of the kind (then tenant, bitstream and label are empty and count 0). Empty bitstream or label: none.
+// `weights` and `sums` are the decayed histogram's bins (RuntimeHistogram::kBins each, device-seconds).
+struct EstimateRecord {
+  std::string kind;
+  bool whole_kind = false;
+  std::string tenant;
+  std::string bitstream;
+  std::uint32_t count = 0;
+  std::string label;
+  std::uint64_t observations = 0;
+  std::vector<double> weights;
+  std::vector<double> sums;
+};
+
 }  // namespace accelpool::manager

@@ -30,6 +30,7 @@ struct Job {
   std::optional<double> estimate_s;     // what the guest tells the scheduler (see apply_estimates)
   std::string kind = "fpga";
   std::string host;                     // where the guest runs; "" = the pool's first host
+  std::string label;                    // groups learned run times (e.g. the job's command); "" = none
 };
 
 struct Trace {

@@ -16,7 +16,7 @@
 namespace accelpool::sim {
 
 // Native CSV: a header naming columns, then one job per line. `arrival_s` and `runtime_s` are required;
-// `devices`, `bitstream`, `tenant`, `estimate_s`, `kind`, `host` are optional, in any order. An empty
+// `devices`, `bitstream`, `tenant`, `estimate_s`, `kind`, `host`, `label` are optional, in any order. An empty
 // optional cell takes the default. Blank lines and lines starting with '#' are skipped. Job ids are the
 // 0-based data row numbers. `source` names the input in error messages.
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source);
@@ -73,12 +73,11 @@ Status rescale_load(Trace& trace, std::uint64_t pool_devices, double load);
 //   trace   : the trace's estimate_s column as is (jobs without one give no estimate)
 //   oracle  : the exact runtime
 //   none    : no estimate: the scheduler knows only what it learned itself, never the true run time
-//   learned : the same as none, named for what the scheduler then goes by
 //   noisy   : runtime x lognormal(0, sigma), seeded
 struct EstimateSpec {
-  enum class Mode { trace, oracle, none, learned, noisy } mode = Mode::trace;
+  enum class Mode { trace, oracle, none, noisy } mode = Mode::trace;
   double sigma = 0;
-  static Result<EstimateSpec> parse(const std::string& text);  // "trace", "oracle", "none", "learned", "noisy:0.5"
+  static Result<EstimateSpec> parse(const std::string& text);  // "trace", "oracle", "none", "noisy:0.5"; "learned" is refused (see parse)
   std::string to_string() const;
 };
 // Default when no --estimates is given: `trace` if any job carries an estimate, else `oracle`.
