@@ -36,7 +36,9 @@ std::optional<HostId> DeviceGroup::tightest_host(std::size_t n) const {
 
 DeviceGroup& FreeIndex::group(const Device& d) {
   const HostId host = d.attach == AttachMode::passthrough ? d.host : kNetworkHost;
-  return groups_[GroupKey{d.kind, host}];
+  std::vector<DeviceGroup>& by_model = groups_[GroupKey{d.kind, host}];
+  if (d.model >= by_model.size()) by_model.resize(std::size_t{d.model} + 1);
+  return by_model[d.model];
 }
 
 // Moves `host` from the "n free" class `from` to `to` (0 = not listed).
@@ -77,13 +79,18 @@ void FreeIndex::erase(const Device& d) {
 }
 
 std::size_t FreeIndex::Eligible::free() const {
-  return (passthrough ? passthrough->free().size() : 0) + (network ? network->free().size() : 0);
+  std::size_t n = 0;
+  auto count = [&](const DeviceGroup& g) { n += g.free().size(); };
+  each(passthrough, count);
+  each(network, count);
+  return n;
 }
 
-FreeIndex::Eligible FreeIndex::eligible(KindId kind, HostId guest_host) const {
+FreeIndex::Eligible FreeIndex::eligible(KindId kind, HostId guest_host, ModelSet models) const {
   Eligible e;
-  if (auto it = groups_.find({kind, guest_host}); it != groups_.end()) e.passthrough = &it->second;
-  if (auto it = groups_.find({kind, kNetworkHost}); it != groups_.end()) e.network = &it->second;
+  e.models = models;
+  if (auto it = groups_.find({kind, guest_host}); it != groups_.end()) e.passthrough = it->second;
+  if (auto it = groups_.find({kind, kNetworkHost}); it != groups_.end()) e.network = it->second;
   return e;
 }
 
@@ -122,8 +129,9 @@ class FirstFit final : public PlacementPolicy {
   std::string_view name() const override { return "first-fit"; }
   void place(const Request& r, const FreeIndex::Eligible& e, std::vector<DeviceId>& out) const override {
     out.reserve(r.count);
-    if (e.passthrough) take(e.passthrough->free(), r.count, out);
-    if (e.network) take(e.network->free(), r.count, out);
+    auto take_free = [&](const DeviceGroup& g) { take(g.free(), r.count, out); };
+    e.each(e.passthrough, take_free);
+    e.each(e.network, take_free);
   }
 };
 
@@ -136,8 +144,8 @@ class Pack final : public PlacementPolicy {
   IndexNeeds needs() const override { return {.by_bitstream = false, .by_host = true}; }
   void place(const Request& r, const FreeIndex::Eligible& e, std::vector<DeviceId>& out) const override {
     out.reserve(r.count);
-    if (e.passthrough) take(e.passthrough->free(), r.count, out);
-    if (e.network) take_packed(*e.network, r.count, out);
+    e.each(e.passthrough, [&](const DeviceGroup& g) { take(g.free(), r.count, out); });
+    e.each(e.network, [&](const DeviceGroup& g) { take_packed(g, r.count, out); });
   }
 };
 
@@ -150,14 +158,17 @@ class Affinity final : public PlacementPolicy {
   IndexNeeds needs() const override { return {.by_bitstream = true, .by_host = true}; }
   void place(const Request& r, const FreeIndex::Eligible& e, std::vector<DeviceId>& out) const override {
     out.reserve(r.count);
-    for (const DeviceGroup* g : {e.passthrough, e.network}) {
-      if (!g) continue;
-      if (r.bitstream != kNoBitstream) take(g->holding(r.bitstream), r.count, out);
-      if (g == e.network) take_near(*g, r.count, out);
-      take(g->holding(kNoBitstream), r.count, out);
-      if (g == e.network) take_packed(*g, r.count, out);
-      else take(g->free(), r.count, out);
-    }
+    // Each step over every eligible model before the next, so a matching device of any model comes first.
+    auto take_holding = [&](BitstreamId b) {
+      return [&, b](const DeviceGroup& g) { take(g.holding(b), r.count, out); };
+    };
+    if (r.bitstream != kNoBitstream) e.each(e.passthrough, take_holding(r.bitstream));
+    e.each(e.passthrough, take_holding(kNoBitstream));
+    e.each(e.passthrough, [&](const DeviceGroup& g) { take(g.free(), r.count, out); });
+    if (r.bitstream != kNoBitstream) e.each(e.network, take_holding(r.bitstream));
+    e.each(e.network, [&](const DeviceGroup& g) { take_near(g, r.count, out); });
+    e.each(e.network, take_holding(kNoBitstream));
+    e.each(e.network, [&](const DeviceGroup& g) { take_packed(g, r.count, out); });
   }
 
  private:

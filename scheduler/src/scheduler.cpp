@@ -1,14 +1,14 @@
 // The event-driven scheduler. See scheduler.hpp for the contract and docs/policies.md for the rules.
 //
 // Data structures, and why:
-// - waiting requests sit in buckets keyed by (kind, guest host, gang size[, tenant]); a bucket is ordered by
+// - waiting requests sit in buckets keyed by (kind, guest host, gang size[, tenant], models); a bucket is ordered by
 //   the policy's key, so its head is its best request. Requests in one bucket compete for the same devices
 //   in the same way: if the head does not fit, nothing in the bucket does. Dispatch therefore looks only at
 //   bucket heads: O(B) per grant for B non-empty buckets (a handful of gang sizes x hosts x tenants), never
 //   at the whole queue;
 // - requests live in a slab of entries found by id through a flat hash map (IdMap): one probe, no node
 //   allocation per request, and a reused entry keeps its device vector;
-// - free devices sit in FreeIndex, keyed by kind and host and bitstream, so fit checks are O(1) and
+// - free devices sit in FreeIndex, keyed by kind, host, model and bitstream, so fit checks are O(models) and
 //   placement O(k log n) for a k-device gang;
 // - preemptible running leases sit per kind in a set ordered by victim rank, so the worst lease is found in
 //   O(log n); LAS demotions are timed events in `key_changes_`.
@@ -153,14 +153,17 @@ void Scheduler::refresh_slot(Slot& s) {
 std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, Decisions& out) {
   last_now_ = std::max(last_now_, now);
   if (slot(device.id)) return Rejection{"device " + id_text(device.id) + " already exists"};
+  if (device.model >= kMaxModelsPerKind) {
+    return Rejection{"device " + id_text(device.id) + " has model " + std::to_string(device.model) +
+                     ": a kind has at most " + std::to_string(kMaxModelsPerKind) + " models"};
+  }
   if (device.id >= slots_.size()) slots_.resize(device.id + 1);
   Slot& s = slots_[device.id];
   s = Slot{};
   s.device = device;
   s.present = true;
   s.state = DeviceState::unavailable;  // not in the index yet; refresh_slot puts it there
-  if (device.attach == AttachMode::passthrough) ++passthrough_total_[{device.kind, device.host}];
-  else ++network_total_[device.kind];
+  ++model_count(device);
   ++device_count_;
   refresh_slot(s);
   dispatch(now, out);
@@ -183,8 +186,7 @@ std::optional<Rejection> Scheduler::change_device(DeviceId id, Time now, Decisio
 std::optional<Rejection> Scheduler::remove_device(DeviceId id, Time now, Decisions& out) {
   return change_device(id, now, out, true, [&](Slot& s) {
     s.present = false;
-    if (s.device.attach == AttachMode::passthrough) --passthrough_total_[{s.device.kind, s.device.host}];
-    else --network_total_[s.device.kind];
+    --model_count(s.device);
     --device_count_;
   });
 }
@@ -270,28 +272,45 @@ void Scheduler::remove_entry(Entry& e) {
 
 // --- requests ------------------------------------------------------------------------------------------------
 
+std::size_t& Scheduler::model_count(const Device& d) {
+  ModelCounts& counts = d.attach == AttachMode::passthrough ? passthrough_total_[{d.kind, d.host}] : network_total_[d.kind];
+  if (d.model >= counts.size()) counts.resize(std::size_t{d.model} + 1, 0);
+  return counts[d.model];
+}
+
 std::size_t Scheduler::reachable_devices(const Request& r) const {
+  auto of_models = [&](const ModelCounts& counts) {
+    std::size_t n = 0;
+    for (std::size_t m = 0; m < counts.size(); ++m) {
+      if (model_in(r.models, static_cast<ModelId>(m))) n += counts[m];
+    }
+    return n;
+  };
   std::size_t reachable = 0;
   if (auto it = passthrough_total_.find({r.kind, r.guest_host}); it != passthrough_total_.end()) {
-    reachable += it->second;
+    reachable += of_models(it->second);
   }
-  if (auto it = network_total_.find(r.kind); it != network_total_.end()) reachable += it->second;
+  if (auto it = network_total_.find(r.kind); it != network_total_.end()) reachable += of_models(it->second);
   return reachable;
 }
 
-// Devices of a lease that a guest on `guest_host` could use once the lease gives them back.
-std::size_t Scheduler::usable_by(const Entry& lease, HostId guest_host) const {
+// Devices of a lease that request `r` could use once the lease gives them back.
+std::size_t Scheduler::usable_by(const Entry& lease, const Request& r) const {
   std::size_t usable = 0;
   for (DeviceId id : lease.devices) {
     const Slot& s = slots_[id];
-    const bool reachable = s.device.attach == AttachMode::network || s.device.host == guest_host;
-    if (reachable && s.present && s.available && !s.draining) ++usable;
+    const bool reachable = s.device.attach == AttachMode::network || s.device.host == r.guest_host;
+    if (reachable && model_in(r.models, s.device.model) && s.present && s.available && !s.draining) ++usable;
   }
   return usable;
 }
 
+FreeIndex::Eligible Scheduler::eligible(const Request& r) const {
+  return free_.eligible(r.kind, r.guest_host, r.models);
+}
+
 Scheduler::BucketKey Scheduler::bucket_key(const Request& r) const {
-  return {r.kind, r.guest_host, r.count, ordering_->per_tenant() ? r.tenant : TenantId{0}};
+  return {r.kind, r.guest_host, r.count, ordering_->per_tenant() ? r.tenant : TenantId{0}, r.models};
 }
 
 void Scheduler::enqueue(Entry& e, Time now) {
@@ -326,16 +345,17 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   if (find(request.id)) return Rejection{"request " + id_text(request.id) + " already exists"};
   if (request.count == 0) return Rejection{"request " + id_text(request.id) + " asks for 0 devices"};
   if (const auto reachable = reachable_devices(request); reachable < request.count) {
+    const char* which = request.models == kAnyModel ? " of its kind" : " of its kind and of a model its bitstream fits";
     return Rejection{"request " + id_text(request.id) + " asks for " + std::to_string(request.count) +
-                     " devices but only " + std::to_string(reachable) +
-                     " of its kind are reachable from its guest's host: it can never be served"};
+                     " devices but only " + std::to_string(reachable) + which +
+                     " are reachable from its guest's host: it can never be served"};
   }
   Entry& e = add_entry(request);
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
   // the only candidate, so it is granted at once without passing through the buckets.
   apply_key_changes(now);
   if (waiting_count_ == 0 && reservations_.empty() && !(spec_.ages() && aged(e, now))) {
-    const auto eligible = free_.eligible(request.kind, request.guest_host);
+    const auto eligible = this->eligible(request);
     if (eligible.free() >= request.count) {
       place(e, eligible);
       out.grants.push_back(start(e, now, /*protect=*/false));
@@ -396,9 +416,11 @@ std::optional<Rejection> Scheduler::restore(const Request& request, std::span<co
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const Slot* s = slot(devices[i]);
     if (!s || s->state != DeviceState::free || s->device.kind != request.kind ||
+        !model_in(request.models, s->device.model) ||
         std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]) !=
             devices.begin() + static_cast<std::ptrdiff_t>(i)) {
-      return Rejection{what + "device " + id_text(devices[i]) + " is unknown, not free, listed twice or of another kind"};
+      return Rejection{what + "device " + id_text(devices[i]) +
+                       " is unknown, not free, listed twice, of another kind or of a model it does not fit"};
     }
   }
   Entry& e = add_entry(request);
@@ -478,6 +500,23 @@ std::optional<Rejection> Scheduler::release(std::span<const RequestId> ids, Time
   }
   last_now_ = std::max(last_now_, now);
   for (RequestId id : ids) forget(entry(id), now);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
+std::optional<Rejection> Scheduler::set_models(RequestId id, ModelSet models, Time now, Decisions& out) {
+  last_now_ = std::max(last_now_, now);
+  Entry* found = find(id);
+  if (!found) return Rejection{"no request " + id_text(id)};
+  Entry& e = *found;
+  if (e.request.models == models) return std::nullopt;
+  if (e.phase != RequestPhase::waiting) {
+    e.request.models = models;  // its devices stay; only the next wait goes by the new set
+    return std::nullopt;
+  }
+  dequeue(e);
+  e.request.models = models;
+  enqueue(e, now);
   dispatch(now, out);
   return std::nullopt;
 }
@@ -574,7 +613,7 @@ void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& w
       if (it == aging_.end() || it->second.empty()) break;
       Entry& e = entry(std::get<2>(*it->second.begin()));
       if (!aged(e, now)) break;
-      const auto eligible = free_.eligible(kind, e.request.guest_host);
+      const auto eligible = this->eligible(e.request);
       if (eligible.free() < e.request.count) {
         if (auto window = reservation_window(e.request, eligible.free(), now)) windows[kind] = *window;
         break;
@@ -593,7 +632,7 @@ std::optional<Scheduler::Window> Scheduler::reservation_window(const Request& r,
   if (f == finishes_.end()) return Window{now, 0};
   for (const auto& [finish, id] : f->second) {
     if (++examined > kMaxLeasesExamined) break;
-    freed += usable_by(entry(id), r.guest_host);
+    freed += usable_by(entry(id), r);
     if (freed >= needed) {
       // Every lease it waits for has outlived its estimate: when they end is unknown (under heavy-tailed run
       // times a lease past its mean has far to go), and a reservation for "now" would idle the kind until
@@ -640,7 +679,7 @@ void Scheduler::serve_reserved(Time now, Decisions& out, std::set<KindId>& block
       continue;
     }
     const Request& r = e->request;
-    const auto eligible = free_.eligible(kind, r.guest_host);
+    const auto eligible = this->eligible(r);
     if (eligible.free() >= r.count) {
       grant(*e, eligible, now, /*protect=*/false, out);
       it = reservations_.erase(it);
@@ -669,13 +708,13 @@ void Scheduler::dispatch(Time now, Decisions& out) {
       if (blocked.count(bk.kind) || free_.free_of_kind(bk.kind) < bk.count) {
         // Skip the rest of this kind's buckets with this gang size or larger: none can fit.
         if (blocked.count(bk.kind) || free_.free_of_kind(bk.kind) == 0) {
-          it = buckets_.lower_bound(BucketKey{bk.kind + 1, 0, 0, 0});
+          it = buckets_.lower_bound(BucketKey{bk.kind + 1, 0, 0, 0, 0});
         } else {
           ++it;
         }
         continue;
       }
-      if (free_.eligible(bk.kind, bk.host).free() >= bk.count) {
+      if (free_.eligible(bk.kind, bk.host, bk.models).free() >= bk.count) {
         const PriorityKey* head = &*it->second.by_key.begin();
         if (auto w = windows.find(bk.kind); w != windows.end()) head = backfill_candidate(bk, it->second, w->second, now);
         if (!head) {
@@ -693,7 +732,7 @@ void Scheduler::dispatch(Time now, Decisions& out) {
     if (!best) break;
     Entry& e = entry(best->id);
     if (auto w = windows.find(e.request.kind); w != windows.end()) w->second.take(e, now);
-    grant(e, free_.eligible(e.request.kind, e.request.guest_host), now, /*protect=*/false, out);
+    grant(e, eligible(e.request), now, /*protect=*/false, out);
   }
   for (const auto& [kind, w] : windows) blocked.insert(kind);  // no preemption around a reservation either
   if (ordering_->preemptive() && spec_.preemption) preempt_for_waiting(now, out, blocked);
@@ -715,7 +754,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
     if (v == victims_.end() || v->second.empty()) continue;
     const Entry& candidate = entry(candidate_key->id);
     const Request& c = candidate.request;
-    const std::size_t free_now = free_.eligible(kind, c.guest_host).free();
+    const std::size_t free_now = eligible(c).free();
     if (free_now >= c.count) continue;  // it fits: it is blocked by something else, not by running leases
     std::size_t gathered = free_now;
     std::vector<Entry*> chosen;
@@ -724,7 +763,7 @@ void Scheduler::preempt_for_waiting(Time now, Decisions& out, const std::set<Kin
       if (++examined > kMaxLeasesExamined) break;
       Entry& victim = entry(it->id);
       if (!(candidate_key->primary < ordering_->running_key(view(victim), now).primary)) break;
-      const std::size_t usable = usable_by(victim, c.guest_host);
+      const std::size_t usable = usable_by(victim, c);
       if (usable == 0) continue;
       gathered += usable;
       chosen.push_back(&victim);

@@ -689,3 +689,64 @@ TEST_CASE("a gang of passthrough devices lands on the guest's own host, never sp
   CHECK(local->state == LeaseState::granted);
   CHECK(on_host(*local, "local"));
 }
+
+TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits for one", "[core][models]") {
+  // Kind fpga has two models: fpga0 and fpga1 are u250 (first in line), fpga2 is u280.
+  CoreOptions opts;
+  opts.image_models = [](const std::string& bitstream) -> std::optional<std::vector<std::string>> {
+    if (bitstream == "for-u280") return std::vector<std::string>{"u280", "u280-*"};
+    if (bitstream == "for-u9") return std::vector<std::string>{"u9"};
+    return std::nullopt;  // not in the registry: any model
+  };
+  Pool pool({{"fpga0", "fpga", "u250", false, ""}, {"fpga1", "fpga", "u250", false, ""},
+             {"fpga2", "fpga", "u280", false, ""}},
+            opts);
+  Lease first = pool.acquire("a", "vm1", 1, "for-u280");
+  CHECK(first.state == LeaseState::granted);
+  CHECK(first.devices == std::vector<std::string>{"local/fpga2"});
+  // The only u280 is taken: the next one waits although both u250 are free.
+  Lease second = pool.acquire("a", "vm2", 1, "for-u280");
+  CHECK(second.state == LeaseState::queued);
+  // A lease whose bitstream the registry does not hold takes any model, past the waiting one.
+  Lease other = pool.acquire("a", "vm3", 1, "elsewhere");
+  CHECK(other.state == LeaseState::granted);
+  CHECK(other.devices == std::vector<std::string>{"local/fpga0"});
+  pool.posts.drain();
+  CHECK(pool.get(second.id).state == LeaseState::queued);
+  REQUIRE(pool.core->release(Pool::owner(first), first.id).is_ok());
+  pool.posts.drain();
+  CHECK(pool.get(second.id).state == LeaseState::granted);
+  CHECK(pool.get(second.id).devices == std::vector<std::string>{"local/fpga2"});
+
+  // No model of the kind fits: refused up front, naming the models on both sides, and nothing queued.
+  const auto queued_before = pool.core->queue_length();
+  AcquireParams p;
+  p.tenant = "a";
+  p.guest = "vm4";
+  p.kind = "fpga";
+  p.bitstream = "for-u9";
+  auto refused = pool.core->acquire(p);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == "incompatible");
+  CHECK(refused.error().message.find("fits device models u9") != std::string::npos);
+  CHECK(refused.error().message.find("'u250', 'u280'") != std::string::npos);
+  // More devices than the fitting models have: infeasible.
+  p.bitstream = "for-u280";
+  p.count = 2;
+  refused = pool.core->acquire(p);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == "infeasible");
+  CHECK(pool.core->queue_length() == queued_before);
+
+  // A lease waits for u280; a host joins whose device is of a new model the bitstream also fits: it goes there.
+  Lease third = pool.acquire("a", "vm5", 1, "for-u280");
+  CHECK(third.state == LeaseState::queued);
+  REQUIRE(pool.core->attach_host(make_static_host("remote", {{"fpga0", "fpga", "u280-b", false, ""}},
+                                                  pool.posts.poster()))
+              .is_ok());
+  pool.posts.drain();
+  CHECK(pool.get(third.id).state == LeaseState::granted);
+  CHECK(pool.get(third.id).devices == std::vector<std::string>{"remote/fpga0"});
+  // u250 devices stayed out of every u280 lease: fpga1 was never granted.
+  CHECK(pool.core->device("local/fpga1")->state == "free");
+}

@@ -1,7 +1,13 @@
 // The in-process host over a DeviceBackend, with a small in-memory backend written for this test.
 #include "test_support.hpp"
 
+#include <admin_api.hpp>
+#include <metrics.hpp>
+
+#include <boost/json.hpp>
+
 #include <accelpool/backends/device_backend.hpp>
+#include <accelpool/bitstreams/base64.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
 
@@ -175,8 +181,13 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   CHECK(raw->held.at("d0") == sha);
   CHECK(raw->programs == 1);
 
-  // The file changes on disk after registration: the check and the host refuse it; the device is untouched.
+  // The file changes on disk after registration: the check and the host refuse it; the device is untouched. The
+  // check reads no file: it answers from the last verdict (good) and queues the image for the catalog's worker,
+  // whose verdict the checks after it give.
+  catalog->settle();
   std::ofstream(registry->dir() / "img.bin", std::ios::binary | std::ios::app) << "tampered";
+  CHECK(catalog->check("fpga", "img").is_ok());
+  catalog->settle();
   auto refused = catalog->check("fpga", "img");
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.error().code == "checksum_mismatch");
@@ -203,7 +214,10 @@ TEST_CASE("the catalog remembers a verified image until its file changes, even a
   auto catalog = std::make_shared<ImageCatalog>(registry, clock);
   catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
   REQUIRE(catalog->check("fpga", "img").is_ok());
+  catalog->settle();
   REQUIRE(catalog->check("fpga", "img").is_ok());
+  catalog->settle();
+  CHECK(catalog->image_hashes() == 1);  // verified twice, hashed once
   auto size = std::filesystem::file_size(image);
   {
     std::fstream f(image, std::ios::binary | std::ios::in | std::ios::out);
@@ -211,21 +225,43 @@ TEST_CASE("the catalog remembers a verified image until its file changes, even a
     f << 'Z';  // same size, other bytes
   }
   REQUIRE(std::filesystem::file_size(image) == size);
+  (void)catalog->check("fpga", "img");
+  catalog->settle();
+  CHECK(catalog->image_hashes() == 2);
   auto refused = catalog->check("fpga", "img");
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.error().code == "checksum_mismatch");
 }
 
-TEST_CASE("the catalog refuses a bitstream that fits no device of the kind", "[host][bitstreams]") {
+TEST_CASE("the catalog's check reads no image: an image never verified is accepted until the worker refuses it",
+          "[host][bitstreams]") {
+  TempDir dir;
+  std::string sha;
+  auto registry = one_image_registry(dir, sha);
+  std::ofstream(registry->dir() / "img.bin", std::ios::binary | std::ios::app) << "corrupt before any check";
+  auto catalog = std::make_shared<ImageCatalog>(registry);
+  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
+  CHECK(catalog->check("fpga", "img").is_ok());  // no verdict yet: hosts verify before programming
+  catalog->settle();
+  CHECK(catalog->image_hashes() == 1);
+  auto refused = catalog->check("fpga", "img");
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code == "checksum_mismatch");
+  // A failure an in-process host reports counts at once, for the image's sha256.
+  std::ofstream(registry->dir() / "img.bin", std::ios::binary | std::ios::trunc) << "";
+  auto fresh = std::make_shared<ImageCatalog>(registry);
+  fresh->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
+  fresh->record_failure(sha, make_error("missing_file", "img.bin is gone"));
+  CHECK(fresh->check("fpga", "img").error().code == "missing_file");
+}
+
+TEST_CASE("the catalog tells a registry bitstream's identity and the device models it fits", "[host][bitstreams]") {
   TempDir dir;
   std::string sha;
   auto catalog = std::make_shared<ImageCatalog>(one_image_registry(dir, sha));
-  catalog->add_devices({HostDevice{"d0", "fpga", "other-model", true, ""}});
-  auto s = catalog->check("fpga", "img");
-  REQUIRE_FALSE(s.is_ok());
-  CHECK(s.error().code == "incompatible");
-  CHECK(s.error().message.find("'other-model'") != std::string::npos);
-  CHECK(s.error().message.find("mem") != std::string::npos);
+  REQUIRE(catalog->compatible_of("img"));
+  CHECK(*catalog->compatible_of("img") == std::vector<std::string>{"mem"});
+  CHECK_FALSE(catalog->compatible_of("nope"));
   CHECK(catalog->sha256_of("img") == sha);
   CHECK(catalog->sha256_of("nope").empty());
 }
@@ -244,4 +280,66 @@ TEST_CASE("a local host refuses two backends reporting the same device id", "[ho
   REQUIRE_FALSE(host.is_ok());
   CHECK(host.error().code == "invalid_argument");
   CHECK(host.error().message.find("'d0'") != std::string::npos);
+}
+
+TEST_CASE("an admin upload is parsed, written and verified on the catalog's worker and answered on the owner thread",
+          "[host][bitstreams][admin]") {
+  Pool pool;
+  const std::string admin = "admin-token-0123456789";
+  REQUIRE(pool.core->set_admin_token(admin).is_ok());
+  TempDir dir;
+  std::string sha;
+  auto catalog = std::make_shared<ImageCatalog>(one_image_registry(dir, sha));
+  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
+  Metrics metrics(*pool.core);
+  AdminApi api(*pool.core, metrics, "", [] { return true; });
+  api.set_catalog(catalog);
+  PostQueue owner;
+  api.set_poster(owner.poster());
+
+  bitstreams::Manifest m;
+  m.name = "uploaded";
+  m.version = "1.0";
+  m.kind = "fpga";
+  m.file = "uploaded.bin";
+  m.sha256 = bitstreams::sha256_bytes("uploaded image");
+  m.compatible = {"mem"};
+  auto upload = [&](const std::string& content_base64) {
+    const std::string body = boost::json::serialize(
+        boost::json::object{{"manifest", bitstreams::to_toml(m)}, {"content_base64", content_base64}});
+    auto answer = std::make_shared<std::optional<ApiResponse>>();
+    api.handle(ApiRequest{"POST", "/v1/bitstreams", "Bearer " + admin, body},
+               [answer](ApiResponse r) { *answer = std::move(r); });
+    return answer;
+  };
+
+  auto answer = upload(bitstreams::base64_encode("uploaded image"));
+  CHECK_FALSE(*answer);  // nothing done on the calling thread
+  catalog->settle();     // the worker registered it and posted the answer to the owner's queue
+  CHECK(catalog->registry()->get("uploaded").is_ok());
+  CHECK_FALSE(*answer);
+  CHECK(catalog->image_hashes() == 1);  // and verified it once for the acquire checks to come
+  owner.drain();
+  REQUIRE(*answer);
+  CHECK((*answer)->status == 201);
+  CHECK((*answer)->body.find("\"uploaded\"") != std::string::npos);
+  CHECK(catalog->check("fpga", "uploaded").is_ok());
+
+  // A refused upload is answered the same way, and changes nothing.
+  m.version = "2.0";
+  auto refused = upload("not base64!");
+  catalog->settle();
+  owner.drain();
+  REQUIRE(*refused);
+  CHECK((*refused)->status == 400);
+  CHECK((*refused)->body.find("content_base64") != std::string::npos);
+  CHECK_FALSE(catalog->registry()->get("uploaded", "2.0").is_ok());
+  // Without a poster everything happens on the calling thread (as under fuzzing).
+  AdminApi direct(*pool.core, metrics, "", [] { return true; });
+  direct.set_catalog(catalog);
+  m.file = "uploaded-2.bin";
+  m.sha256 = bitstreams::sha256_bytes("v2");
+  const std::string body = boost::json::serialize(
+      boost::json::object{{"manifest", bitstreams::to_toml(m)}, {"content_base64", bitstreams::base64_encode("v2")}});
+  CHECK(direct.handle(ApiRequest{"POST", "/v1/bitstreams", "Bearer " + admin, body}).status == 201);
 }

@@ -182,6 +182,17 @@ ApiResponse AdminApi::handle(const ApiRequest& req) {
   return r;
 }
 
+void AdminApi::handle(ApiRequest request, std::function<void(ApiResponse)> respond) {
+  deferrable_ = &request;
+  respond_later_ = &respond;
+  ApiResponse r = route(request);
+  deferrable_ = nullptr;
+  respond_later_ = nullptr;
+  if (r.status == 0) return;  // an upload: the worker answers through the poster
+  if (commit_) commit_();
+  respond(std::move(r));
+}
+
 ApiResponse AdminApi::route(const ApiRequest& req) {
   auto parsed = parse_target(req.target);
   if (!parsed) return error(400, "invalid_argument", "malformed request target");
@@ -222,6 +233,8 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot use the admin API");
     return error(401, "unauthorized", "wrong admin token");
   }
+  // An upload's body (the image, base64) is parsed where it is written: not here when it can be deferred.
+  if (seg.size() == 2 && seg[1] == "bitstreams" && m == "POST" && catalog_) return upload(req);
   ApiResponse bad;
   auto body = parse_body(req.body, &bad);
   if (!body) return bad;
@@ -358,7 +371,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (m != "GET") return method_not_allowed(m, path);
     return ok(json::object{{"queue", to_json(core_.queue())}});
   }
-  if (r1 == "bitstreams") return bitstreams(req, seg, *body);
+  if (r1 == "bitstreams") return bitstreams(req, seg);
   if (r1 == "tenants") {
     if (seg.size() == 2) {
       if (m == "GET") {
@@ -494,7 +507,58 @@ Result<std::filesystem::path> write_upload(const std::filesystem::path& dir, con
   return path;
 }
 
+// An upload registered, or why not.
+struct UploadOutcome {
+  std::optional<bitstreams::Bitstream> added;
+  ApiResponse refusal;
+};
+
+// Parses an upload's body ({"manifest": TOML, "content_base64": ...}), writes the image beside the registry and
+// registers it (copied and verified: Registry::add). Any thread; touches no core state.
+UploadOutcome register_upload(bitstreams::SharedRegistry& registry, const std::string& body) {
+  const std::string where = "POST /v1/bitstreams";
+  UploadOutcome out;
+  auto parsed = parse_body(body, &out.refusal);
+  if (!parsed) return out;
+  FieldReader in(*parsed, where);
+  auto manifest_text = in.string("manifest", true, 64 * 1024);
+  auto content = in.string("content_base64", true, std::size_t{1} << 32);
+  if (auto e = in.finish()) return {std::nullopt, from_error(*e)};
+  auto manifest = bitstreams::parse_manifest(*manifest_text, "(uploaded)");
+  if (!manifest) return {std::nullopt, from_error(manifest.error())};
+  auto bytes = bitstreams::base64_decode(*content);
+  if (!bytes) return {std::nullopt, AdminApi::error(400, "invalid_argument", where + ": field 'content_base64': " + bytes.error().message)};
+  auto written = write_upload(registry.dir(), *bytes);
+  if (!written) return {std::nullopt, from_error(written.error())};
+  auto added = registry.add(*manifest, *written);
+  std::error_code ec;
+  std::filesystem::remove(*written, ec);
+  if (!added) return {std::nullopt, from_error(added.error())};
+  out.added = std::move(*added);
+  return out;
+}
+
 }  // namespace
+
+ApiResponse AdminApi::upload(const ApiRequest& req) {
+  auto answer = [this](const UploadOutcome& outcome) {
+    if (!outcome.added) return outcome.refusal;
+    return ok(bitstream_json(*outcome.added, core_.devices(), core_.list(LeaseFilter{})), 201);
+  };
+  if (!deferrable_ || !post_) return answer(register_upload(*catalog_->registry(), req.body));
+  catalog_->run_on_worker([answer, catalog = catalog_, post = post_, commit = commit_, body = std::move(deferrable_->body),
+                           respond = std::move(*respond_later_)]() mutable {
+    auto outcome = register_upload(*catalog->registry(), body);
+    body = std::string();  // the image's bytes go now, not when the response is sent
+    if (outcome.added) catalog->queue_verification(outcome.added->manifest.name);  // acquires find it verified
+    post([answer, commit, respond = std::move(respond), outcome = std::move(outcome)] {
+      ApiResponse r = answer(outcome);
+      if (commit) commit();
+      respond(std::move(r));
+    });
+  });
+  return {0, "", ""};
+}
 
 ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string>& seg) {
   std::string path = req.target.substr(0, req.target.find('?'));
@@ -558,7 +622,7 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
   return error(404, "not_found", "no route " + m + " " + path);
 }
 
-ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::string>& seg, const json::object& body) {
+ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::string>& seg) {
   const std::string& m = req.method;
   std::string path = req.target.substr(0, req.target.find('?'));
   auto devices = core_.devices();
@@ -593,23 +657,7 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
     return ok(json::object{{"bitstreams", std::move(a)}, {"rejected", std::move(rejected)}});
   }
   if (seg.size() == 2 && m == "POST") {
-    if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
-    FieldReader in(body, m + " " + path);
-    auto manifest_text = in.string("manifest", true, 64 * 1024);
-    auto content = in.string("content_base64", true, std::size_t{1} << 32);
-    if (auto e = in.finish()) return from_error(*e);
-    auto manifest = bitstreams::parse_manifest(*manifest_text, "(uploaded)");
-    if (!manifest) return from_error(manifest.error());
-    auto bytes = bitstreams::base64_decode(*content);
-    if (!bytes) return error(400, "invalid_argument", m + " " + path + ": field 'content_base64': " + bytes.error().message);
-    auto& registry = *catalog_->registry();
-    auto upload = write_upload(registry.dir(), *bytes);
-    if (!upload) return from_error(upload.error());
-    auto added = registry.add(*manifest, *upload);
-    std::error_code ec;
-    std::filesystem::remove(*upload, ec);
-    if (!added) return from_error(added.error());
-    return ok(bitstream_json(*added, devices, live), 201);
+    return error(404, "not_found", "this manager has no bitstream registry");  // with one, route() took it
   }
   if (seg.size() == 2) return method_not_allowed(m, path);
   if (seg.size() == 3 || seg.size() == 4) {

@@ -35,7 +35,14 @@ class AdminApi {
   // the core's pending changes durable (group commit) and runs before every response is returned.
   AdminApi(PoolCore& core, Metrics& metrics, std::string openapi, std::function<bool()> ready,
            std::function<void()> commit = {});
+  // Answers `request` on the calling thread (the owner thread), with everything done there (tests, fuzzing).
   ApiResponse handle(const ApiRequest& request);
+  // Answers `request`: `respond` runs with the response, at once, or, for a bitstream upload when a catalog and a
+  // poster are set, later on the owner thread through the poster, once the catalog's worker has parsed, decoded,
+  // written and verified the upload (the owner thread does none of that work; `request.body` is moved there).
+  void handle(ApiRequest request, std::function<void(ApiResponse)> respond);
+  // Where the worker posts an upload's response (the owner thread's queue).
+  void set_poster(Poster post) { post_ = std::move(post); }
   // The manager's bitstream registry, for the /v1/bitstreams routes (list, get, register, delete). Without one,
   // the list shows only the names devices hold or leases ask for, and register/delete answer 404.
   void set_catalog(std::shared_ptr<ImageCatalog> catalog) { catalog_ = std::move(catalog); }
@@ -52,11 +59,17 @@ class AdminApi {
   std::function<void()> commit_;
   std::shared_ptr<ImageCatalog> catalog_;
   std::string agent_token_;
+  Poster post_;
+  // While handle(request, respond) routes: its request and responder, which an upload takes to answer later.
+  ApiRequest* deferrable_ = nullptr;
+  std::function<void(ApiResponse)>* respond_later_ = nullptr;
+  // POST /v1/bitstreams. With a deferrable request, queued on the catalog's worker: returns status 0 (answer
+  // pending). Else done here.
+  ApiResponse upload(const ApiRequest& request);
   ApiResponse image(const ApiRequest& request, const std::vector<std::string>& segments);
   ApiResponse route(const ApiRequest& request);
   ApiResponse admin_tokens(const ApiRequest& request, const std::vector<std::string>& segments, FieldReader& in);
-  ApiResponse bitstreams(const ApiRequest& request, const std::vector<std::string>& segments,
-                         const boost::json::object& body);
+  ApiResponse bitstreams(const ApiRequest& request, const std::vector<std::string>& segments);
 };
 
 }  // namespace accelpool::manager

@@ -92,8 +92,11 @@ class Session : public std::enable_shared_from_this<Session> {
     in.target = std::string(req.target());
     in.authorization = std::string(req[http::field::authorization]);
     in.body = std::move(req.body());
-    ApiResponse out = server_->api.handle(in);
-    write(out, req.version(), req.keep_alive() && !server_->stopped);
+    // Most answers come at once; an upload's comes later, from the owner thread's queue.
+    server_->api.handle(std::move(in), [self = shared_from_this(), version = req.version(),
+                                        keep_alive = req.keep_alive()](ApiResponse out) {
+      self->write(out, version, keep_alive && !self->server_->stopped);
+    });
   }
 
   void write(const ApiResponse& r, unsigned version, bool keep_alive) {

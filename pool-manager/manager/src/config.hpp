@@ -14,7 +14,7 @@ namespace accelpool::manager {
 
 struct StaticDeviceGroup {
   std::string kind = "fpga";
-  std::string model = "static";
+  std::string model;  // "" (not declared): leases of any bitstream may use it (no model to check)
   int count = 1;
   bool passthrough = false;
 };

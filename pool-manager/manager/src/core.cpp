@@ -1,4 +1,5 @@
 // The pool's state machine. See core.hpp for the threading and durability rules.
+#include <accelpool/bitstreams/manifest.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
 #include <accelpool/scheduler/scheduler.hpp>
@@ -100,6 +101,7 @@ struct PoolCore::Impl {
   Store& store;
   std::unique_ptr<sched::Scheduler> scheduler;
   sched::NameTable kinds, bitstreams, tenant_ids, host_ids, labels;
+  std::vector<sched::NameTable> models;  // by kind id: the device models of that kind, numbered as the scheduler's
 
   std::map<std::string, TenantRecord> tenants;
   std::unordered_map<std::string, std::string> tenant_by_hash;
@@ -612,11 +614,47 @@ struct PoolCore::Impl {
   }
 
   // --- restore ----------------------------------------------------------------------------------------------
-  sched::Request request_of(const Lease& l) {
+  // The device models of `kind` (interned; grows with the kinds).
+  sched::NameTable& models_of_kind(sched::KindId kind) {
+    if (kind >= models.size()) models.resize(std::size_t{kind} + 1);
+    return models[kind];
+  }
+
+  // The compatible list of a lease's bitstream, if the registry holds it; nullopt: any model will do.
+  std::optional<std::vector<std::string>> compatible_of(const std::string& bitstream) const {
+    if (bitstream.empty() || !options.image_models) return std::nullopt;
+    return options.image_models(bitstream);
+  }
+
+  // The models of `kind` that `compatible` fits. A device that reports no model is restricted by nothing here
+  // (its host checks the image when it programs it).
+  sched::ModelSet fitting_models(sched::KindId kind, const std::optional<std::vector<std::string>>& compatible) {
+    if (!compatible) return sched::kAnyModel;
+    const sched::NameTable& table = models_of_kind(kind);
+    sched::ModelSet set = 0;
+    for (std::uint32_t m = 0; m < table.size() && m < sched::kMaxModelsPerKind; ++m) {
+      if (table.name(m).empty() || bitstreams::model_matches(*compatible, table.name(m))) set |= sched::ModelSet{1} << m;
+    }
+    return set;
+  }
+
+  // A device of a model its kind did not have joined: the waiting and running leases of that kind whose
+  // bitstream fits it may now use it too.
+  void widen_models(sched::KindId kind, double t, sched::Decisions& out) {
+    for (const auto& [id, l] : live) {
+      if (l.bitstream.empty() || kinds.find(l.kind) != kind) continue;
+      (void)scheduler->set_models(id, fitting_models(kind, compatible_of(l.bitstream)), t, out);
+    }
+  }
+
+  // The scheduler's request for a lease; `models`: the device models it fits (fitting_models), computed here
+  // when not given.
+  sched::Request request_of(const Lease& l, std::optional<sched::ModelSet> models = std::nullopt) {
     sched::Request r;
     r.id = l.id;
     r.tenant = tenant_ids.intern(l.tenant);
     r.kind = kinds.intern(l.kind);
+    r.models = models ? *models : fitting_models(r.kind, compatible_of(l.bitstream));
     r.bitstream = l.bitstream.empty() ? sched::kNoBitstream : bitstreams.intern(l.bitstream);
     r.count = l.count;
     r.guest_host = host_ids.intern(l.guest_host);
@@ -630,6 +668,7 @@ struct PoolCore::Impl {
     sd.id = d.sched_id;
     sd.host = host_ids.intern(d.host);
     sd.kind = kinds.intern(d.kind);
+    sd.model = static_cast<sched::ModelId>(std::min<std::uint32_t>(models_of_kind(sd.kind).intern(d.model), sched::kMaxModelsPerKind));
     sd.attach = d.passthrough ? sched::AttachMode::passthrough : sched::AttachMode::network;
     sd.loaded = d.loaded.empty() ? sched::kNoBitstream : bitstreams.intern(d.loaded);
     return sd;
@@ -691,10 +730,16 @@ struct PoolCore::Impl {
       for (const auto& name : l->devices) {
         if (auto it = devices.find(name); it != devices.end()) ids.push_back(it->second.sched_id);
       }
-      if (ids.size() != l->devices.size() || scheduler->restore(request_of(*l), ids, l->granted_at)) {
+      // A lease that ran keeps its devices even if its bitstream's compatible list changed since: restored on
+      // any model, then it goes by the list if it waits again.
+      sched::Request r = request_of(*l);
+      const sched::ModelSet fits = r.models;
+      r.models = sched::kAnyModel;
+      if (ids.size() != l->devices.size() || scheduler->restore(r, ids, l->granted_at)) {
         orphans.push_back(l);
         continue;
       }
+      (void)scheduler->set_models(l->id, fits, t, out);
       for (const auto& name : l->devices) holder[name] = l->id;
       epoch[l->id] = 1;
       l->expires_at = t + options.lease_ttl_s;
@@ -811,9 +856,12 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       m.by_sched_id[d.sched_id] = dev_name;
       auto& rec = m.devices[dev_name] = std::move(d);
       entry.devices[dev_name] = &rec;
+      const sched::KindId kind = m.kinds.intern(d.kind);
+      const bool new_model = !m.models_of_kind(kind).find(d.model);
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
       }
+      if (new_model) m.widen_models(kind, t, out);
       if (!usable) {
         rec.available = false;
         (void)m.scheduler->set_available(rec.sched_id, false, t, out);
@@ -1055,7 +1103,18 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   if (p.estimate_s && (!std::isfinite(*p.estimate_s) || *p.estimate_s < 0 || *p.estimate_s > 1e9)) {
     return make_error("invalid_argument", "estimate_s must be a number in [0, 1e9]");
   }
-  if (!m.kinds.find(p.kind)) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");
+  const auto kind = m.kinds.find(p.kind);
+  if (!kind) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");
+  const auto compatible = m.compatible_of(p.bitstream);
+  const sched::ModelSet fits = m.fitting_models(*kind, compatible);
+  if (fits == 0) {
+    std::string patterns, listed;
+    for (const auto& c : *compatible) patterns += (patterns.empty() ? "" : ", ") + c;
+    const sched::NameTable& table = m.models_of_kind(*kind);
+    for (std::uint32_t i = 0; i < table.size(); ++i) listed += (listed.empty() ? "'" : ", '") + table.name(i) + "'";
+    return make_error("incompatible", "bitstream " + p.bitstream + " fits device models " + patterns +
+                                          ", but the devices of kind '" + p.kind + "' are " + listed);
+  }
   if (m.options.acquire_check) {
     if (auto s = m.options.acquire_check(p); !s) return s.error();
   }
@@ -1089,7 +1148,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   l.estimate_s = p.estimate_s;
   l.created_at = t;
   sched::Decisions out;
-  sched::Request r = m.request_of(l);
+  sched::Request r = m.request_of(l, fits);
   Lease& stored = m.live[l.id] = std::move(l);
   if (auto rej = m.scheduler->submit(r, t, out)) {
     // The scheduler knows hosts by number: the guest's host is named here.

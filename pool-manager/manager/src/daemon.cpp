@@ -146,6 +146,8 @@ int run_daemon(const Config& given, std::ostream& out) {
   core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
   // Hosts check (agents also fetch) the manager's image by its sha256.
   core_options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
+  // Leases go only to devices of the models their bitstream's manifest lists as compatible.
+  core_options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
 
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, **store);
@@ -321,6 +323,7 @@ int run_daemon(const Config& given, std::ostream& out) {
 
   AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_all(); });
   api.set_catalog(catalog);
+  api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
   auto admin_ep = parse_endpoint(config.admin_listen);
   if (!admin_ep) return fail("admin.listen: " + admin_ep.error().message);

@@ -51,7 +51,16 @@ class LocalHost final : public HostDriver {
   }
 
   void prepare(const host::PrepareRequest& request, PrepareDone done) override {
-    runtime_->prepare(request, [post = post_, done = std::move(done)](Status s, host::PrepareResult result) {
+    std::string sha256 = request.sha256;
+    runtime_->prepare(request, [post = post_, done = std::move(done), catalog = catalog_,
+                                sha256 = std::move(sha256)](Status s, host::PrepareResult result) {
+      // The manager's own file failed to verify: acquires of it are refused from now on, not only after the
+      // catalog's worker has looked at it again.
+      if (!s && catalog && !sha256.empty() &&
+          (s.error().code == "checksum_mismatch" || s.error().code == "corrupt_image" ||
+           s.error().code == "missing_file")) {
+        catalog->record_failure(sha256, s.error());
+      }
       post([done, s = std::move(s), result = std::move(result)]() mutable { done(std::move(s), std::move(result)); });
     });
   }
@@ -142,18 +151,84 @@ ImageCatalog::ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry,
     : registry_(std::move(registry)),
       clock_(std::move(clock)),
       verified_(std::make_unique<bitstreams::VerifiedImages>(
-          [c = clock_] { return static_cast<std::int64_t>(c->now() * 1e9); })) {}
+          [c = clock_] { return static_cast<std::int64_t>(c->now() * 1e9); })),
+      worker_([this] { work(); }) {}
 
-ImageCatalog::~ImageCatalog() = default;
+ImageCatalog::~ImageCatalog() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+void ImageCatalog::work() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (stopping_) return;
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    job();
+    lock.lock();
+    busy_ = false;
+    if (jobs_.empty()) idle_.notify_all();
+  }
+}
+
+void ImageCatalog::run_on_worker(std::function<void()> job) {
+  std::lock_guard lock(mu_);
+  jobs_.push_back(std::move(job));
+  wake_.notify_one();
+}
+
+void ImageCatalog::queue_verification(const std::string& bitstream) const {
+  std::lock_guard lock(mu_);
+  queue_verification_locked(bitstream);
+}
+
+void ImageCatalog::queue_verification_locked(const std::string& bitstream) const {
+  if (!queued_.insert(bitstream).second) return;
+  jobs_.push_back([this, bitstream] { const_cast<ImageCatalog*>(this)->verify(bitstream); });
+  wake_.notify_one();
+}
+
+// On the worker: verifies the image (a stat; a hash only when its file changed) and records the verdict.
+void ImageCatalog::verify(const std::string& bitstream) {
+  {
+    std::lock_guard lock(mu_);
+    queued_.erase(bitstream);
+  }
+  auto b = registry_->get(bitstream);
+  if (!b) return;
+  auto verified = verified_->verify(*b);
+  std::lock_guard lock(mu_);
+  verdicts_.insert_or_assign(b->manifest.sha256, verified ? Status::ok() : Status(verified.error()));
+}
+
+void ImageCatalog::settle() const {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+}
+
+std::uint64_t ImageCatalog::image_hashes() const { return verified_->hashes(); }
+
+void ImageCatalog::record_failure(const std::string& sha256, const Error& error) {
+  std::lock_guard lock(mu_);
+  verdicts_.insert_or_assign(sha256, Status(error));
+}
 
 void ImageCatalog::add_devices(const std::vector<HostDevice>& devices) {
   std::lock_guard lock(mu_);
-  for (const auto& d : devices) models_[d.kind].insert(d.model);
+  for (const auto& d : devices) image_kinds_.insert(d.kind);
 }
 
 bool ImageCatalog::kind_uses_images(const std::string& kind) const {
   std::lock_guard lock(mu_);
-  return models_.count(kind) > 0;
+  return image_kinds_.count(kind) > 0;
 }
 
 std::string ImageCatalog::sha256_of(const std::string& bitstream) const {
@@ -161,36 +236,25 @@ std::string ImageCatalog::sha256_of(const std::string& bitstream) const {
   return b ? b->manifest.sha256 : std::string();
 }
 
+std::optional<std::vector<std::string>> ImageCatalog::compatible_of(const std::string& bitstream) const {
+  auto b = registry_->get(bitstream);
+  if (!b) return std::nullopt;
+  return b->manifest.compatible;
+}
+
 Status ImageCatalog::check(const std::string& kind, const std::string& bitstream) const {
-  if (bitstream.empty()) return Status::ok();
-  std::set<std::string> models;
-  {
-    std::lock_guard lock(mu_);
-    auto it = models_.find(kind);
-    if (it == models_.end()) return Status::ok();
-    models = it->second;
-  }
+  if (bitstream.empty() || !kind_uses_images(kind)) return Status::ok();
   auto b = registry_->get(bitstream);
   if (!b) {
     return make_error("not_found", "bitstream '" + bitstream + "' is not in the manager's registry (" +
                                        registry_->dir().string() +
                                        "); register it first (accelpoolctl bitstreams register)");
   }
-  bool fits = false;
-  std::string listed;
-  for (const auto& m : models) {
-    if (bitstreams::Registry::compatible(*b, m)) fits = true;
-    listed += (listed.empty() ? "'" : ", '") + m + "'";
-  }
-  if (!fits) {
-    std::string patterns;
-    for (const auto& c : b->manifest.compatible) patterns += (patterns.empty() ? "" : ", ") + c;
-    return make_error("incompatible", "bitstream " + b->id() + " fits device models " + patterns +
-                                          ", but the devices of kind '" + kind + "' are " + listed);
-  }
-  auto verified = verified_->verify(*b);
-  if (!verified) return verified.error();
-  return Status::ok();
+  std::lock_guard lock(mu_);
+  auto verdict = verdicts_.find(b->manifest.sha256);
+  Status known = verdict == verdicts_.end() ? Status::ok() : verdict->second;
+  queue_verification_locked(bitstream);  // after reading: this check answers from what was known before it
+  return known;
 }
 
 }  // namespace accelpool::manager

@@ -26,6 +26,14 @@ using KindId = std::uint32_t;    // interchangeable class of device, e.g. "fpga"
 using BitstreamId = std::uint32_t;
 using TenantId = std::uint32_t;
 using LabelId = std::uint32_t;   // a name the guest gives its job (e.g. its command), for learned run times
+// A device model within its kind, numbered densely per kind from 0 by the caller (e.g. "u250" and "u280" of kind
+// "fpga"): a device's model decides which bitstreams it can run. At most kMaxModelsPerKind per kind.
+using ModelId = std::uint8_t;
+// A set of models of one kind, bit m for model m: the models a request's bitstream fits.
+using ModelSet = std::uint64_t;
+inline constexpr std::uint32_t kMaxModelsPerKind = 64;
+inline constexpr ModelSet kAnyModel = ~ModelSet{0};
+inline constexpr bool model_in(ModelSet set, ModelId model) { return model < kMaxModelsPerKind && ((set >> model) & 1U); }
 
 inline constexpr BitstreamId kNoBitstream = std::numeric_limits<BitstreamId>::max();
 inline constexpr LabelId kNoLabel = std::numeric_limits<LabelId>::max();
@@ -39,6 +47,7 @@ struct Device {
   HostId host = 0;
   KindId kind = 0;
   AttachMode attach = AttachMode::network;
+  ModelId model = 0;                  // its model within its kind, < kMaxModelsPerKind
   BitstreamId loaded = kNoBitstream;  // what the device holds now
 };
 
@@ -52,6 +61,7 @@ struct Request {
   std::optional<double> estimate_s;       // run time the guest expects, if it said
   Time arrival = 0;
   LabelId label = kNoLabel;               // groups learned run times (see estimator.hpp), optional
+  ModelSet models = kAnyModel;            // device models of its kind it may run on (those its bitstream fits)
 };
 
 struct DeviceGrant {

@@ -20,8 +20,8 @@ struct IndexNeeds {
   bool by_host = false;
 };
 
-// The free devices of one pool: one kind, and either one host's passthrough devices or the network-attached
-// devices of all hosts. Kept by FreeIndex; placement reads it. All lookups are O(1) unless noted.
+// The free devices of one pool: one kind and one model of it, and either one host's passthrough devices or the
+// network-attached devices of all hosts. Kept by FreeIndex; placement reads it. All lookups are O(1) unless noted.
 class DeviceGroup {
  public:
   const IdSet& free() const { return free_; }
@@ -67,15 +67,27 @@ class FreeIndex {
   void erase(const Device& d);
 
   // The groups a request may draw from: its host's passthrough devices of its kind, then the network
-  // devices of its kind. Either may be null. Pointers are valid until the next insert or erase.
+  // devices of its kind, each split by model (indexed by ModelId; a model no device of the pool has is an empty
+  // group); only the groups of models in `models` are eligible. Either span may be empty. Valid until the next
+  // insert or erase.
   struct Eligible {
-    const DeviceGroup* passthrough = nullptr;
-    const DeviceGroup* network = nullptr;
+    std::span<const DeviceGroup> passthrough;
+    std::span<const DeviceGroup> network;
+    ModelSet models = kAnyModel;
+    // Free devices in the eligible groups. O(models of the kind).
     std::size_t free() const;
+    // Calls `visit(group)` for each group of `groups` (passthrough or network) whose model is eligible, in
+    // model order.
+    template <typename Visit>
+    void each(std::span<const DeviceGroup> groups, Visit visit) const {
+      for (std::size_t m = 0; m < groups.size(); ++m) {
+        if (model_in(models, static_cast<ModelId>(m))) visit(groups[m]);
+      }
+    }
   };
-  Eligible eligible(KindId kind, HostId guest_host) const;
+  Eligible eligible(KindId kind, HostId guest_host, ModelSet models = kAnyModel) const;
 
-  // Free devices of a kind on all groups.
+  // Free devices of a kind on all groups, whatever their model.
   std::size_t free_of_kind(KindId kind) const;
 
  private:
@@ -88,7 +100,7 @@ class FreeIndex {
   DeviceGroup& group(const Device& d);
   void move_host(DeviceGroup& g, HostId host, std::size_t from, std::size_t to);
   IndexNeeds needs_;
-  std::map<GroupKey, DeviceGroup> groups_;
+  std::map<GroupKey, std::vector<DeviceGroup>> groups_;  // by model within the key
   std::vector<std::size_t> free_by_kind_;
 };
 

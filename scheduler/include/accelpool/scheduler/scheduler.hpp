@@ -71,7 +71,7 @@ class Scheduler {
   static std::unique_ptr<Scheduler> create(const PolicySpec& spec, std::string* error);
 
   // --- devices -------------------------------------------------------------------------------------
-  // A new device joins the pool free. Rejected if the id is in use.
+  // A new device joins the pool free. Rejected if the id is in use or its model is not below kMaxModelsPerKind.
   std::optional<Rejection> add_device(const Device& device, Time now, Decisions& out);
   // The device leaves the pool. A lease holding it is preempted (reason device_failed).
   std::optional<Rejection> remove_device(DeviceId id, Time now, Decisions& out);
@@ -97,7 +97,8 @@ class Scheduler {
 
   // --- requests ------------------------------------------------------------------------------------
   // A request arrives. Rejected if its id is live, count is 0, or it can never be served with the devices
-  // that exist (not enough of its kind reachable from its host).
+  // that exist (not enough of its kind and of its models reachable from its host). It is granted only devices
+  // of its kind whose model is in request.models.
   std::optional<Rejection> submit(const Request& request, Time now, Decisions& out);
   // The request is gone: a running or revoking lease frees its devices; a waiting request leaves the queue.
   // A running lease counts as finished: its service teaches the estimator.
@@ -106,13 +107,17 @@ class Scheduler {
   // devices freed together can go together to a waiting gang). Rejected, changing nothing, if an id is not
   // live or is listed twice.
   std::optional<Rejection> release(std::span<const RequestId> ids, Time now, Decisions& out);
+  // The device models a request may run on changed (e.g. a device of a new model joined that its bitstream
+  // fits): a waiting request leaves the queue and enters it again under the new set, as on requeue(); a running
+  // one keeps its devices and goes by the new set if it waits again. Rejected if the id is not live.
+  std::optional<Rejection> set_models(RequestId id, ModelSet models, Time now, Decisions& out);
   // A running or revoking lease gives its devices back and waits again, keeping its attained service.
   std::optional<Rejection> requeue(RequestId id, Time now, Decisions& out);
 
   // Re-creates a lease that ran before a restart: `request` holds `devices` since `granted_at`, after
   // `attained_device_s` of service in earlier leases. For recovering state from a store; emits no grant.
   // Rejected (and nothing changes) if the id is live, the device count differs from the request's, or a
-  // device is unknown, not free, or not of the request's kind.
+  // device is unknown, not free, not of the request's kind or of a model not in request.models.
   std::optional<Rejection> restore(const Request& request, std::span<const DeviceId> devices, Time granted_at,
                                    double attained_device_s = 0);
 
@@ -181,6 +186,7 @@ class Scheduler {
     HostId host;
     std::uint32_t count;
     TenantId tenant;  // 0 unless the ordering is per tenant
+    ModelSet models;
     auto operator<=>(const BucketKey&) const = default;
   };
   struct Bucket {
@@ -222,7 +228,12 @@ class Scheduler {
   template <class Change>
   std::optional<Rejection> change_device(DeviceId id, Time now, Decisions& out, bool revoke_holder, Change change);
   std::size_t reachable_devices(const Request& r) const;
-  std::size_t usable_by(const Entry& lease, HostId guest_host) const;  // present devices of its kind it could use
+  std::size_t usable_by(const Entry& lease, const Request& r) const;  // present devices of the lease `r` could use
+  // The free devices `r` may be granted: its kind, reachable from its host, of its models.
+  FreeIndex::Eligible eligible(const Request& r) const;
+  // Present devices of `d`'s kind, model and reach (its host if passthrough), counted in *_total_.
+  using ModelCounts = std::vector<std::size_t>;  // by model
+  std::size_t& model_count(const Device& d);
   void dispatch(Time now, Decisions& out);
   // While an aged request waits for devices: others of its kind may start only if estimated to end by
   // `shadow`, when it is expected to fit, or if they take no more than `extra` devices it will not need.
@@ -278,9 +289,9 @@ class Scheduler {
   std::map<KindId, RequestId> reservations_;
   // Running leases with estimates by estimated finish, per kind; kept only with a tail guard.
   std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> finishes_;  // per kind: the request that preempted leases are making room for
-  // Reachable devices per (kind, host) and per kind for network devices, to reject impossible requests.
-  std::map<std::pair<KindId, HostId>, std::size_t> passthrough_total_;
-  std::unordered_map<KindId, std::size_t> network_total_;
+  // Present devices by model per (kind, host) and per kind for network devices, to reject impossible requests.
+  std::map<std::pair<KindId, HostId>, ModelCounts> passthrough_total_;
+  std::unordered_map<KindId, ModelCounts> network_total_;
 
   std::size_t waiting_count_ = 0;
   std::size_t running_count_ = 0;

@@ -45,6 +45,13 @@ struct CoreOptions {
   // puts it in every PrepareRequest, so a host checks (or fetches) the manager's image by its identity. Called on
   // the owner thread; must not call into the core. Empty: requests carry no sha256.
   std::function<std::string(const std::string& bitstream)> image_sha256;
+  // The device models a bitstream in the manager's registry fits: its manifest's `compatible` patterns ('*'
+  // wildcards, ImageCatalog::compatible_of); nullopt when the registry holds no such bitstream. A lease is granted
+  // only devices whose model matches (a device that reports no model is not restricted), and an acquire that no
+  // device model of its kind matches is refused. The models a queued lease fits are computed when it is queued and
+  // again when a device of a new model joins its kind. Called on the owner thread; must not call into the core.
+  // Empty: every lease fits every model.
+  std::function<std::optional<std::vector<std::string>>(const std::string& bitstream)> image_models;
 };
 
 enum class LeaseEvent : std::uint8_t {
@@ -227,9 +234,11 @@ class PoolCore {
   bool check_admin(const std::string& token) const;
 
   // --- leases ---------------------------------------------------------------------------------------------
-  // A new lease, returned queued or granted. Errors: "invalid_argument", "not_found" (unknown tenant),
-  // "quota_exceeded" (the tenant's max_devices, or the guest already has max_live_per_guest live leases),
-  // "infeasible" (no such devices in the pool).
+  // A new lease, returned queued or granted, on devices of its kind whose model its bitstream fits
+  // (CoreOptions::image_models). Errors: "invalid_argument", "not_found" (unknown tenant), "quota_exceeded" (the
+  // tenant's max_devices, or the guest already has max_live_per_guest live leases), "incompatible" (its bitstream
+  // fits no device model of its kind; the message names the bitstream's models and the kind's), "infeasible" (no
+  // such devices in the pool, or too few of the models it fits).
   Result<Lease> acquire(const AcquireParams& params);
   // The calls below see only the leases `caller` owns (Caller::owns); others are "not_found".
   // Gives up a queued lease. Errors: "not_found", "invalid_state".

@@ -7,13 +7,17 @@
 #include <accelpool/host/contract.hpp>
 #include <accelpool/manager/clock.hpp>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace accelpool::backends {
@@ -68,7 +72,9 @@ class HostDriver {
   virtual void reset(const std::string& local_id, Done done) = 0;
 };
 
-// The manager's bitstream registry as hosts and acquires see it, and the device models that take its images.
+// The manager's bitstream registry as hosts and acquires see it, and the device kinds that take its images.
+// Images are verified on a worker thread of the catalog's own, so that no caller (the owner thread above all)
+// reads or hashes an image file; callers read the verdicts it left.
 // Threading: every call locks; any thread.
 class ImageCatalog {
  public:
@@ -76,22 +82,44 @@ class ImageCatalog {
   // check, so it must be safe to read from any thread (wall time by default; tests move a ManualClock by hand).
   explicit ImageCatalog(std::shared_ptr<bitstreams::SharedRegistry> registry,
                         std::shared_ptr<const Clock> clock = std::make_shared<SystemClock>());
-  ~ImageCatalog();
+  ~ImageCatalog();  // stops the worker after the verification it is running
+  ImageCatalog(const ImageCatalog&) = delete;
+  ImageCatalog& operator=(const ImageCatalog&) = delete;
 
   const std::shared_ptr<bitstreams::SharedRegistry>& registry() const { return registry_; }
 
   // Records devices that are programmed only with registry images (an in-process host's, when it enumerates).
   void add_devices(const std::vector<HostDevice>& devices);
 
-  // Checks an acquire of `bitstream` on devices of `kind` before it is queued. Ok when `bitstream` is empty, or
-  // when no device of `kind` takes registry images (static hosts and host agents treat names their own way).
-  // Else the registry must hold `bitstream` (highest version), its image must verify on disk, and it must fit
-  // the model of at least one such device. The image is hashed again only when its file changed (size, times,
-  // inode) since it last verified, so an acquire does not read a large image on the owner thread each time
-  // (file times tick coarsely, so a file written less than a second before the clock's now is hashed on every
-  // check); hosts still verify it in full right before programming. Errors: "not_found", "incompatible",
-  // "checksum_mismatch", "corrupt_image", "missing_file"; messages name the bitstream, the kind and the models.
+  // Checks an acquire of `bitstream` on devices of `kind` before it is queued, from memory only: reads no file.
+  // Ok when `bitstream` is empty, or when no device of `kind` takes registry images (static hosts and host agents
+  // treat names their own way). Else the registry must hold `bitstream` (highest version), and its image must not
+  // have failed its last verification. Every check also queues the image for the worker, which verifies it again
+  // (bitstreams::VerifiedImages: a stat, and a hash only when the file changed since it last verified), so a
+  // changed file is refused by the checks that follow it; an image not verified yet is accepted (hosts verify it
+  // in full right before programming). Whether it fits the devices' models is the core's business
+  // (CoreOptions::image_models). Errors: "not_found", and the last verification's "checksum_mismatch",
+  // "corrupt_image", "missing_file"; messages name the bitstream and the file.
   Status check(const std::string& kind, const std::string& bitstream) const;
+
+  // An in-process host found the image with `sha256` bad right before programming it: checks refuse it from now
+  // until the worker verifies it good again.
+  void record_failure(const std::string& sha256, const Error& error);
+
+  // Runs `job` on the catalog's worker, after what is queued already (slow file work: an upload's decoding,
+  // writing and hashing). `job` must not call into the core; it posts what it has to say to the owner thread.
+  void run_on_worker(std::function<void()> job);
+  // Queues the image of `bitstream` (its highest version) for verification on the worker, once.
+  void queue_verification(const std::string& bitstream) const;
+
+  // Waits until the worker has run everything queued so far (tests, benchmarks).
+  void settle() const;
+  // How many times the worker hashed an image in full so far.
+  std::uint64_t image_hashes() const;
+
+  // The `compatible` patterns of the highest version of `bitstream` in the registry; nullopt when it holds no
+  // such name. In memory: reads no file.
+  std::optional<std::vector<std::string>> compatible_of(const std::string& bitstream) const;
 
   // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
   std::string sha256_of(const std::string& bitstream) const;
@@ -103,8 +131,20 @@ class ImageCatalog {
   std::shared_ptr<bitstreams::SharedRegistry> registry_;
   std::shared_ptr<const Clock> clock_;
   mutable std::mutex mu_;
-  std::map<std::string, std::set<std::string>> models_;  // kind -> models of devices that take registry images
+  std::set<std::string> image_kinds_;  // kinds with devices that take registry images
   std::unique_ptr<bitstreams::VerifiedImages> verified_;  // images verified once per file version
+  // The worker: its jobs, the bitstream names queued for verification (at most once each), and the verdict of
+  // each image's last verification by sha256. Guarded by mu_.
+  void work();
+  void verify(const std::string& bitstream);
+  void queue_verification_locked(const std::string& bitstream) const;
+  mutable std::deque<std::function<void()>> jobs_;
+  mutable std::set<std::string> queued_;
+  mutable std::map<std::string, Status> verdicts_;
+  mutable bool busy_ = false;
+  bool stopping_ = false;
+  mutable std::condition_variable wake_, idle_;
+  std::thread worker_;  // last: started once everything above exists
 };
 
 // A device's health changed on an in-process host: "ok", "degraded" or "failed", and why. Runs on the owner thread.
