@@ -856,8 +856,8 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       m.by_sched_id[d.sched_id] = dev_name;
       auto& rec = m.devices[dev_name] = std::move(d);
       entry.devices[dev_name] = &rec;
-      const sched::KindId kind = m.kinds.intern(d.kind);
-      const bool new_model = !m.models_of_kind(kind).find(d.model);
+      const sched::KindId kind = m.kinds.intern(rec.kind);
+      const bool new_model = !m.models_of_kind(kind).find(rec.model);
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
       }
