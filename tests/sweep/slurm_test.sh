@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # accelpool-sweep on a real single-node Slurm: the job array's merged results equal a local run's; an array
 # task cancelled before it ran leaves its cells unfinished, resubmitting runs just that slice, and the merge is
-# unchanged. Usage: slurm_test.sh ACCELPOOL_SWEEP TMP_PARENT. Exit 77 (skipped) only when Slurm cannot start.
+# unchanged; a task killed while it runs (after one of its cells finished) is retried, runs only the cells it
+# did not finish, and the merge equals a local run's. Usage: slurm_test.sh ACCELPOOL_SWEEP TMP_PARENT. Exit 77 (skipped) only when Slurm cannot start.
 set -uo pipefail
 SWEEP=$1
 mkdir -p "$2"
@@ -75,4 +76,53 @@ for f in study.json cells.csv groups.csv plots/avg_jct.svg plots/p99_jct.svg plo
 done
 out=$("$SWEEP" slurm --study "$STUDY" --out "$WORK/slurm") || fail "third submit: $out"
 echo "$out" | grep -q "nothing to submit" || fail "a finished study was submitted again: $out"
-echo "slurm sweep: jobs $job and $job2, merges equal"
+
+# A task killed while it runs. Its cells read a trace file, which each cell opens once: for the Slurm run the
+# file is a named pipe, so a cell can only start when the test writes the trace into it. One cell is let
+# through; the task is cancelled while the second waits on the pipe. The retried task runs only the cells
+# that did not finish, and the merge equals a local run's.
+cp "$HERE/../../scheduler/sim/traces/philly.csv" "$WORK/trace.csv" || fail "copy the trace"
+cat > "$WORK/killed.toml" <<'TOML'
+policies = ["fifo", "sjf"]
+loads = [0.9]
+devices = [32]
+estimates = ["oracle"]
+seeds = 2
+[[traces]]
+name = "philly-week"
+file = "trace.csv"
+format = "philly"
+window_s = [0, 604800]
+[slurm]
+tasks = 1
+TOML
+KILLED="$WORK/killed.toml"
+"$SWEEP" run --quiet -j 2 --study "$KILLED" --out "$WORK/killed-local" >/dev/null || fail "local run (killed study)"
+"$SWEEP" merge --study "$KILLED" --out "$WORK/killed-local" >/dev/null || fail "local merge (killed study)"
+mv "$WORK/trace.csv" "$WORK/trace.real"
+mkfifo "$WORK/trace.csv" || fail "mkfifo"
+out=$("$SWEEP" slurm --study "$KILLED" --out "$WORK/killed") || fail "submit (killed study): $out"
+job3=$(echo "$out" | tail -1)
+cat "$WORK/trace.real" > "$WORK/trace.csv"  # blocks until the first cell opens the pipe
+slurm_wait_for "\"$SWEEP\" status --study \"$KILLED\" --out \"$WORK/killed\" | head -1 | grep -q '^1 done'" 300 ||
+  fail "the first cell did not finish: $("$SWEEP" status --study "$KILLED" --out "$WORK/killed")"
+squeue -h -j "$job3" -t R | grep -q . || fail "task of job $job3 is not running: $(squeue -j "$job3" 2>&1)"
+scancel "$job3" || fail "scancel $job3"
+wait_job "$job3"
+status=$("$SWEEP" status --study "$KILLED" --out "$WORK/killed")
+echo "after the killed task: $status"
+[[ "$(echo "$status" | head -1)" =~ ^1\ done,\ [0-9]+\ failed,\ [0-9]+\ remaining$ ]] || fail "status after kill: $status"
+rm "$WORK/trace.csv"
+mv "$WORK/trace.real" "$WORK/trace.csv"
+out=$("$SWEEP" slurm --study "$KILLED" --out "$WORK/killed") || fail "resubmit (killed study): $out"
+job4=$(echo "$out" | tail -1)
+wait_job "$job4"
+status=$("$SWEEP" status --study "$KILLED" --out "$WORK/killed")
+[ "$(echo "$status" | head -1)" = "4 done, 0 failed, 0 remaining" ] || fail "status after retrying the killed task: $status"
+grep -q "3 ran, 1 already done" "$WORK/killed/slurm/task-${job4}_0.out" ||
+  fail "the retried task did not skip the finished cell: $(cat "$WORK/killed/slurm/task-${job4}_0.out")"
+"$SWEEP" merge --study "$KILLED" --out "$WORK/killed" >/dev/null || fail "merge (killed study)"
+for f in study.json cells.csv groups.csv; do
+  cmp "$WORK/killed-local/merged/$f" "$WORK/killed/merged/$f" || fail "merged $f differs after the killed task"
+done
+echo "slurm sweep: jobs $job and $job2, merges equal; job $job3 killed mid-run, retried as $job4, merge equal"
