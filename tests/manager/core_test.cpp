@@ -170,6 +170,7 @@ TEST_CASE("quotas and bad input are refused without changing anything", "[core]"
       {"b", "vm", "", "gpu", "", 1, std::nullopt},             // no such kind
       {"b", "vm", "", "fpga", "bad name", 1, std::nullopt},    // bitstream charset
       {"b", "vm", "", "fpga", "", 1, -1.0},                    // negative estimate
+      {"b", "vm", "", "fpga", "", 1, std::nullopt, "a b"},     // label charset
       {"nobody", "vm", "", "fpga", "", 1, std::nullopt},       // unknown tenant
   };
   for (const auto& b : bad) {
@@ -749,4 +750,83 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
   CHECK(pool.get(third.id).devices == std::vector<std::string>{"remote/fpga0"});
   // u250 devices stayed out of every u280 lease: fpga1 was never granted.
   CHECK(pool.core->device("local/fpga1")->state == "free");
+}
+
+TEST_CASE("a guest's job label groups what the pool learns, is checked, bounded per tenant, and kept", "[core]") {
+  Pool pool(make_devices("fpga", 1));
+  AcquireParams p;
+  p.tenant = "a";
+  p.guest = "vm1";
+  p.kind = "fpga";
+  p.label = "bad label";
+  auto bad = pool.core->acquire(p);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == "invalid_argument");
+  CHECK_THAT(bad.error().message, Catch::Contains("label"));
+  CHECK(pool.core->list(LeaseFilter{}).empty());  // the refusal changed nothing
+
+  // Leases of one tenant, kind and gang size that differ only by label are learned apart.
+  auto run = [&](const std::string& label, double seconds) {
+    p.label = label;
+    auto l = pool.core->acquire(p);
+    REQUIRE(l);
+    CHECK(l->label == label);
+    pool.posts.drain();
+    pool.clock.advance(seconds);
+    REQUIRE(pool.core->release(Pool::owner(*l), l->id));
+  };
+  run("train.py", 100);
+  run("train.py", 300);
+  run("eval", 10);
+  run("", 50);
+  // observations and mean service of the group of tenant a, one device, the label (whole_kind groups excluded).
+  auto group = [&](const std::string& label) -> std::pair<std::uint64_t, double> {
+    for (const auto& g : pool.core->learned_estimates()) {
+      if (!g.group.whole_kind && g.group.tenant == "a" && g.group.label == label) {
+        return {g.group.observations, g.mean_device_s};
+      }
+    }
+    return {0, 0};
+  };
+  auto train = group("train.py");
+  CHECK(train.first == 2);
+  CHECK(train.second == Approx(200.0).epsilon(0.2));
+  CHECK(group("eval").first == 1);
+  CHECK(group("").first == 1);
+
+  // A queued lease keeps its label across a crash, and what it teaches after the restart lands in its group.
+  p.label = "";
+  auto holder = pool.core->acquire(p);
+  REQUIRE(holder);
+  p.label = "train.py";
+  auto waiting = pool.core->acquire(p);
+  REQUIRE(waiting);
+  CHECK(waiting->state == LeaseState::queued);
+  pool.restart(make_devices("fpga", 1));
+  CHECK(pool.get(waiting->id).label == "train.py");
+  REQUIRE(pool.core->release(Pool::owner(*holder), holder->id));
+  pool.posts.drain();
+  REQUIRE(pool.get(waiting->id).state == LeaseState::granted);
+  pool.clock.advance(200);
+  REQUIRE(pool.core->release(Pool::owner(*waiting), waiting->id));
+  CHECK(group("train.py").first == 3);
+
+  // A tenant may use kMaxLabelsPerTenant distinct labels; then a new one is refused, a known one is not, and
+  // another tenant is not limited by it.
+  for (std::size_t i = 0; i + 2 < kMaxLabelsPerTenant; ++i) {  // train.py and eval are two already
+    p.label = "job-" + std::to_string(i);
+    auto l = pool.core->acquire(p);
+    REQUIRE(l);
+    REQUIRE(pool.core->release(Pool::owner(*l), l->id));
+  }
+  p.label = "one-too-many";
+  auto over = pool.core->acquire(p);
+  REQUIRE_FALSE(over);
+  CHECK(over.error().code == "quota_exceeded");
+  CHECK_THAT(over.error().message, Catch::Contains("1000 distinct labels"));
+  p.label = "eval";
+  CHECK(pool.core->acquire(p));
+  p.tenant = "b";
+  p.label = "one-too-many";
+  CHECK(pool.core->acquire(p));
 }

@@ -52,6 +52,7 @@ TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   Lease l = stored_lease(7, LeaseState::granted, 0);
   l.devices = {"h/d0", "h/d1"};
   l.estimate_s = 3.5;
+  l.label = "train.py";
   l.grants.resize(2);
   l.grants[0].loaded = "vadd";
   l.grants[0].attach = accelpool::host::AttachMode::pci_hostdev;
@@ -69,6 +70,7 @@ TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   REQUIRE(snap->leases.size() == 1);
   CHECK(snap->leases[0].devices == l.devices);
   CHECK(snap->leases[0].estimate_s == 3.5);
+  CHECK(snap->leases[0].label == "train.py");
   CHECK(snap->leases[0].state == LeaseState::granted);
   // What the hosts did comes back whole, aligned with the devices.
   const auto& grants = snap->leases[0].grants;
@@ -175,8 +177,8 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
 TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   TempDir dir;
   auto file = dir.path / "v1.db";
-  // Version 1 had the same tables with full indexes and no `relayed` or `grants` column: make one from a store of
-  // today, with two leases in it.
+  // Version 1 had the same tables with full indexes and no `relayed`, `grants` or `label` column: make one from a
+  // store of today, with two leases in it.
   write_leases(file, {stored_lease(5, LeaseState::granted, 0), stored_lease(6, LeaseState::released, 3)});
   {
     sqlite3* db = nullptr;
@@ -184,7 +186,8 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     const char* to_v1 =
         "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
         "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
-        "ALTER TABLE leases DROP COLUMN grants; DROP TABLE estimates; PRAGMA user_version=1;";
+        "ALTER TABLE leases DROP COLUMN grants; ALTER TABLE leases DROP COLUMN label; DROP TABLE estimates; "
+        "PRAGMA user_version=1;";
     char* err = nullptr;
     int rc = sqlite3_exec(db, to_v1, nullptr, nullptr, &err);
     INFO((err ? err : ""));
@@ -203,6 +206,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     CHECK(snap->leases[0].state == LeaseState::granted);
     CHECK_FALSE(snap->leases[0].relayed);
     CHECK(snap->leases[0].grants.empty());
+    CHECK(snap->leases[0].label.empty());
     CHECK(snap->leases[1].state == LeaseState::released);
     CHECK(snap->max_lease_id == 6);
     CHECK(snap->estimates.empty());  // the table of learned run times exists, empty
@@ -221,7 +225,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   sqlite3_finalize(st);
   sqlite3_close(db);
   CHECK(indexes == std::vector<std::string>{"leases_ended_by_time", "leases_live_by_id"});
-  CHECK(version == 5);
+  CHECK(version == 6);
 }
 
 TEST_CASE("the store keeps learned run times per group, a later row of a group replacing the earlier", "[store]") {

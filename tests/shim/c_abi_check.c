@@ -44,8 +44,13 @@ int main(int argc, char** argv) {
 
   o.kind = "fpga";
   o.timeout_s = 5;
+  CHECK(o.label == NULL);
+  o.label = "bad label";
+  CHECK(accelpool_acquire(client, &o, &lease) == ACCELPOOL_ERR_INVALID_ARGUMENT);
+  o.label = "c-check";
   CHECK(accelpool_acquire(client, &o, &lease) == ACCELPOOL_OK);
   if (lease) {
+    CHECK(strstr(accelpool_lease_json(lease), "\"label\":\"c-check\"") != NULL);
     CHECK(accelpool_lease_id(lease) > 0);
     CHECK(strcmp(accelpool_lease_kind(lease), "fpga") == 0);
     CHECK(accelpool_lease_device_count(lease) == 1);

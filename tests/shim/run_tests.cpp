@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
 #include <fstream>
@@ -121,6 +122,7 @@ TEST_CASE("accelpool-run exports the grant, exits with the command's status and 
   REQUIRE(lease);
   CHECK(lease->state == LeaseState::released);
   CHECK(lease->guest == "vm-run");
+  CHECK(lease->label == "sh");  // the command's file name, by default
 
   // Killed by a signal: 128 + signal, and still released.
   auto k = spawn({run_bin(), "--", "/bin/sh", "-c", "echo $ACCELPOOL_LEASE > " + m.dir() + "/id; kill -KILL $$"},
@@ -130,6 +132,28 @@ TEST_CASE("accelpool-run exports the grant, exits with the command's status and 
   auto l2 = obs->get(std::stoull(read_file(m.dir() + "/id")));
   REQUIRE(l2);
   CHECK(l2->state == LeaseState::released);
+
+  // --label names the job, --label '' sends none, and a label the pool refuses fails before the command runs.
+  auto labelled = [&](const std::string& label) {
+    auto r = spawn({run_bin(), "--label", label, "--", "/bin/sh", "-c", "echo $ACCELPOOL_LEASE > " + m.dir() + "/id"},
+                   pool_env(m, "vm-run"), m.dir() + "/run3.out");
+    REQUIRE(r.wait());
+    INFO(r.output());
+    REQUIRE(r.exit_code() == 0);
+    auto l = obs->get(std::stoull(read_file(m.dir() + "/id")));
+    REQUIRE(l);
+    return l->label;
+  };
+  CHECK(labelled("train-step") == "train-step");
+  CHECK(labelled("").empty());
+  std::remove((m.dir() + "/id").c_str());
+  auto refused = spawn({run_bin(), "--label", "two words", "--", "/bin/sh", "-c", "touch " + m.dir() + "/ran"},
+                       pool_env(m, "vm-run"), m.dir() + "/run4.out");
+  REQUIRE(refused.wait());
+  INFO(refused.output());
+  CHECK(refused.exit_code() != 0);
+  CHECK(refused.output().find("label must be") != std::string::npos);
+  CHECK(access((m.dir() + "/ran").c_str(), F_OK) != 0);
 }
 
 TEST_CASE("accelpool-run reports pool errors with distinct exit codes", "[integration][shim][run]") {

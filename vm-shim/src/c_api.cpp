@@ -75,6 +75,7 @@ accelpool::Result<AcquireOptions> to_options(const accelpool_acquire_options* o)
   a.count = o->count == 0 ? 1 : o->count;
   if (o->estimate_s >= 0) a.estimate_s = o->estimate_s;
   if (o->timeout_s >= 0) a.timeout = Seconds(o->timeout_s);
+  if (o->label) a.label = o->label;
   return a;
 }
 
@@ -139,6 +140,7 @@ accelpool_acquire_options accelpool_acquire_options_default(void) {
   o.count = 1;
   o.estimate_s = -1;
   o.timeout_s = -1;
+  o.label = nullptr;
   return o;
 }
 

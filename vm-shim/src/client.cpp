@@ -964,6 +964,7 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
   nlohmann::json params{{"kind", options.kind}, {"count", options.count}};
   if (!options.bitstream.empty()) params["bitstream"] = options.bitstream;
   if (options.estimate_s) params["estimate_s"] = *options.estimate_s;
+  if (!options.label.empty()) params["label"] = options.label;
   auto core = core_;
   core_->call_async("acquire", std::move(params), [core, slot](Result<nlohmann::json> r) {
     if (!r) {

@@ -112,6 +112,7 @@ Result<LeaseInfo> lease_from_json(const nlohmann::json& j) {
   l.kind = string_or_empty(j, "kind");
   l.bitstream = string_or_empty(j, "bitstream");
   l.end_reason = string_or_empty(j, "end_reason");
+  l.label = string_or_empty(j, "label");
   if (auto c = j.find("count"); c != j.end() && c->is_number_unsigned()) l.count = c->get<std::uint32_t>();
   l.created_at = number_or_zero(j, "created_at");
   l.granted_at = number_or_zero(j, "granted_at");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   AcquireOptions aopts;
   aopts.kind = "fpga";
   bool verbose = false;
-  std::string count = "1", estimate, timeout;
+  std::string count = "1", estimate, timeout, label;
   std::vector<std::string> command;
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpool-run");
@@ -159,6 +160,10 @@ int main(int argc, char** argv) {
   app.add_option("--bitstream", aopts.bitstream, "bitstream the devices must hold")->type_name("B");
   app.add_option("--count", count, "number of devices, all or nothing (default 1)")->type_name("N");
   app.add_option("--estimate", estimate, "expected run time (helps shortest-job policies)")->type_name("SECONDS");
+  auto* label_option = app.add_option(
+      "--label", label,
+      "the job's name: the pool learns run times per label (default: the command's file name when it is 1-64 "
+      "characters of [A-Za-z0-9._:-]; --label '' sends none)")->type_name("NAME");
   app.add_option("--timeout", timeout, "give up if not granted within this (default: wait)")->type_name("SECONDS");
   app.add_flag("-v,--verbose", verbose, "say what was granted and released on stderr");
   app.add_option("command", command, "the command and its arguments, after --")->type_name("COMMAND...");
@@ -184,6 +189,15 @@ int main(int argc, char** argv) {
   command_argv.push_back(nullptr);
   if (command.empty()) return fail_usage("no command given after '--'");
   if (copts.token.empty()) return fail_usage("no token: pass --token or set ACCELPOOL_TOKEN");
+  if (label_option->count() > 0) {
+    aopts.label = label;  // checked by the manager
+  } else {
+    std::string name = command.front().substr(command.front().rfind('/') + 1);
+    const bool usable = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-';
+    });
+    if (usable) aopts.label = name;
+  }
 
   // Signals are taken synchronously by the main loop; every thread started from here on inherits the mask.
   sigset_t handled, original;

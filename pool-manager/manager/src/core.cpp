@@ -101,6 +101,8 @@ struct PoolCore::Impl {
   Store& store;
   std::unique_ptr<sched::Scheduler> scheduler;
   sched::NameTable kinds, bitstreams, tenant_ids, host_ids, labels;
+  // The distinct job labels each tenant's leases and learned groups carry (at most kMaxLabelsPerTenant new ones).
+  std::unordered_map<std::string, std::unordered_set<std::string>> labels_of_tenant;
   std::vector<sched::NameTable> models;  // by kind id: the device models of that kind, numbered as the scheduler's
 
   std::map<std::string, TenantRecord> tenants;
@@ -603,6 +605,7 @@ struct PoolCore::Impl {
         key.bitstream = e.bitstream.empty() ? sched::kNoBitstream : bitstreams.intern(e.bitstream);
         key.count = e.count;
         key.label = e.label.empty() ? sched::kNoLabel : labels.intern(e.label);
+        if (!e.label.empty()) labels_of_tenant[e.tenant].insert(e.label);
       }
       state.groups.push_back({key, e.observations, e.weights, e.sums});
     }
@@ -659,6 +662,10 @@ struct PoolCore::Impl {
     r.count = l.count;
     r.guest_host = host_ids.intern(l.guest_host);
     r.estimate_s = l.estimate_s;
+    if (!l.label.empty()) {
+      r.label = labels.intern(l.label);
+      labels_of_tenant[l.tenant].insert(l.label);
+    }
     r.arrival = l.created_at;
     return r;
   }
@@ -1103,6 +1110,15 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   if (p.estimate_s && (!std::isfinite(*p.estimate_s) || *p.estimate_s < 0 || *p.estimate_s > 1e9)) {
     return make_error("invalid_argument", "estimate_s must be a number in [0, 1e9]");
   }
+  if (!p.label.empty()) {
+    if (!valid_name(p.label, 64)) return make_error("invalid_argument", "label must be 1-64 characters of [A-Za-z0-9._:-]");
+    const auto it = m.labels_of_tenant.find(p.tenant);
+    if (it != m.labels_of_tenant.end() && it->second.size() >= kMaxLabelsPerTenant && !it->second.contains(p.label)) {
+      return make_error("quota_exceeded", "tenant " + p.tenant + " already gave " + std::to_string(kMaxLabelsPerTenant) +
+                                              " distinct labels, the most one tenant may use; reuse one of them or "
+                                              "give none");
+    }
+  }
   const auto kind = m.kinds.find(p.kind);
   if (!kind) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");
   const auto compatible = m.compatible_of(p.bitstream);
@@ -1146,6 +1162,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   l.bitstream = p.bitstream;
   l.count = p.count;
   l.estimate_s = p.estimate_s;
+  l.label = p.label;
   l.created_at = t;
   sched::Decisions out;
   sched::Request r = m.request_of(l, fits);

@@ -176,11 +176,13 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto bitstream = in.string("bitstream", false, 128);
     auto count = in.uint("count", false, 4096);
     auto estimate = in.number("estimate_s", false, 0, 1e9);
+    auto label = in.string("label", false, 64);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
     p.kind = *kind;
     p.bitstream = bitstream.value_or("");
     p.count = static_cast<std::uint32_t>(count.value_or(1));
     p.estimate_s = estimate;
+    p.label = label.value_or("");
     auto l = core_.acquire(p);
     if (!l) return reply(error_reply(id, l.error()));
     return reply(result_reply(id, json::object({{"lease", to_json(*l, sp)}}, sp)));

@@ -78,6 +78,7 @@ json::object to_json(const Lease& l, json::storage_ptr sp) {
   o["bitstream"] = l.bitstream;
   o["count"] = l.count;
   if (l.estimate_s) o["estimate_s"] = *l.estimate_s; else o["estimate_s"] = nullptr;
+  o["label"] = l.label.empty() ? json::value(nullptr) : json::value(l.label);
   json::array devs(sp);
   devs.reserve(l.devices.size());
   for (const auto& d : l.devices) devs.emplace_back(d);

@@ -25,7 +25,7 @@ namespace {
 // 3: leases record whether a relay vouched for their guest (`relayed`).
 // 4: leases record what each device's host did to prepare it (`grants`).
 // 5: the scheduler's learned run times (`estimates`, one row per group; from 4 the table is simply created).
-constexpr int kSchemaVersion = 5;
+constexpr int kSchemaVersion = 6;
 
 // A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
 // through a temporary table on every row it writes to a partial index with that predicate.
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS leases (
   ended_at REAL NOT NULL, expires_at REAL NOT NULL, revoke_deadline REAL NOT NULL,
   requeue_on_deadline INTEGER NOT NULL, ready INTEGER NOT NULL, devices TEXT NOT NULL,
   reprogrammed INTEGER NOT NULL, preemptions INTEGER NOT NULL, end_reason TEXT NOT NULL,
-  relayed INTEGER NOT NULL DEFAULT 0, grants TEXT NOT NULL DEFAULT '');
+  relayed INTEGER NOT NULL DEFAULT 0, grants TEXT NOT NULL DEFAULT '', label TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS estimates (
   kind TEXT NOT NULL, whole_kind INTEGER NOT NULL, tenant TEXT NOT NULL, bitstream TEXT NOT NULL,
   count INTEGER NOT NULL, label TEXT NOT NULL, observations INTEGER NOT NULL, weights TEXT NOT NULL,
@@ -61,6 +61,9 @@ constexpr const char* kMigrateFrom1 = "DROP INDEX IF EXISTS leases_live; DROP IN
 constexpr const char* kMigrateFrom2 = "ALTER TABLE leases ADD COLUMN relayed INTEGER NOT NULL DEFAULT 0;";
 // From schema versions 1 to 3: leases learn what each device's host did to prepare it.
 constexpr const char* kMigrateFrom3 = "ALTER TABLE leases ADD COLUMN grants TEXT NOT NULL DEFAULT '';";
+// From schema versions 1 to 5: leases carry the job label their guest gave. (Version 5 added the estimates
+// table, which kSchema creates where it is missing.)
+constexpr const char* kMigrateFrom5 = "ALTER TABLE leases ADD COLUMN label TEXT NOT NULL DEFAULT '';";
 
 // A histogram's bins as text: numbers separated by spaces, each exact (17 significant digits).
 std::string format_numbers(const std::vector<double>& values) {
@@ -145,7 +148,7 @@ std::vector<std::string> split_devices(const std::string& s) {
 constexpr const char* kLeaseColumns =
     "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
     "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
-    "preemptions, end_reason, relayed, grants";
+    "preemptions, end_reason, relayed, grants, label";
 
 // A lease's grants as stored: a JSON array of device.prepare results (the agent protocol's form,
 // docs/agent-protocol.md), "" when there are none.
@@ -202,6 +205,7 @@ Result<Lease> lease_from_row(Stmt& s) {
   auto grants = grants_from_text(l.id, s.text(22));
   if (!grants) return grants.error();
   l.grants = std::move(*grants);
+  l.label = s.text(23);
   return l;
 }
 
@@ -380,6 +384,9 @@ class SqliteStore final : public Store {
     }
     if (version >= 1 && version <= 3) {
       if (auto s = exec(kMigrateFrom3, "upgrading the schema from version 3"); !s) return s;
+    }
+    if (version >= 1 && version <= 5) {
+      if (auto s = exec(kMigrateFrom5, "upgrading the schema from version 5"); !s) return s;
     }
     if (auto s = exec(kSchema, "creating the schema"); !s) return s;
     if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
@@ -662,6 +669,7 @@ class SqliteStore final : public Store {
         s.bind(21, l.end_reason);
         s.bind(22, static_cast<std::int64_t>(l.relayed));
         s.bind(23, grants_text(l.grants));
+        s.bind(24, l.label);
         if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
       }
     }
@@ -691,7 +699,7 @@ class SqliteStore final : public Store {
     // An upsert, not INSERT OR REPLACE: an update in place leaves alone the index entries of columns that keep
     // their value.
     std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
-                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23) "
+                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) "
                       "ON CONFLICT(id) DO UPDATE SET ";
     {
       std::string cols = kLeaseColumns;

@@ -61,9 +61,10 @@ typedef struct accelpool_acquire_options {
   uint32_t count;        /* 0 means 1 */
   double estimate_s;     /* < 0: no estimate */
   double timeout_s;      /* < 0: wait forever */
+  const char* label;     /* NULL or "": none; the job's name (e.g. its command), the pool learns run times by it */
 } accelpool_acquire_options;
 
-/* kind NULL, bitstream NULL, count 1, no estimate, no timeout. */
+/* kind NULL, bitstream NULL, count 1, no estimate, no timeout, no label. */
 accelpool_acquire_options accelpool_acquire_options_default(void);
 
 /* Acquires and waits until the devices are ready. */

@@ -91,6 +91,7 @@ struct LeaseInfo {
   LeaseState state = LeaseState::unknown;
   bool ready = false;
   std::string tenant, guest, kind, bitstream, end_reason;
+  std::string label;  // the job's name given at acquire ("" none)
   std::uint32_t count = 0;
   std::vector<DeviceInfo> devices;
   double created_at = 0, granted_at = 0, expires_at = 0;
@@ -110,6 +111,8 @@ struct AcquireOptions {
   std::string bitstream;                     // optional
   std::uint32_t count = 1;                   // all or nothing
   std::optional<double> estimate_s;          // run-time estimate for sjf/srpt policies
+  std::string label;                         // optional name of the job, e.g. its command: the pool learns run
+                                             // times per label (1-64 characters of [A-Za-z0-9._:-])
   std::optional<Seconds> timeout;            // none: wait as long as it takes
   LeaseCallback on_revoking;                 // optional; set here so a revocation right after the grant is seen
   LeaseCallback on_ended;                    // optional: the lease ended without our release (expired, revoked)

@@ -78,8 +78,13 @@ struct AcquireParams {
   std::string bitstream;
   std::uint32_t count = 1;
   std::optional<double> estimate_s;
+  std::string label{};   // "" or 1-64 characters of [A-Za-z0-9._:-]; a tenant uses at most kMaxLabelsPerTenant
   bool relayed = false;  // a relay vouches for guest and guest_host (see Caller)
 };
+
+// The most distinct job labels one tenant's leases may carry (AcquireParams::label): each one is a group the
+// scheduler learns run times for and the store keeps, so a guest cannot grow them without bound.
+inline constexpr std::size_t kMaxLabelsPerTenant = 1000;
 
 // The longest drain deadline accepted (one year), in seconds.
 inline constexpr double kMaxDrainDeadlineS = 365.0 * 86400;

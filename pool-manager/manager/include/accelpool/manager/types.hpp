@@ -36,6 +36,7 @@ struct Lease {
   std::string bitstream;   // "" when any image will do
   std::uint32_t count = 1;
   std::optional<double> estimate_s;
+  std::string label;       // the guest's name for its job ("" none); learned run times are grouped by it
   LeaseState state = LeaseState::queued;
   double created_at = 0;
   double granted_at = 0;       // last grant
