@@ -49,7 +49,7 @@ build)
   need cpack
   need dpkg-deb
   build=$1 out=$2
-  [ -f "$build/CPackConfig.cmake" ] || skip "$build builds no packages: CMAKE_INSTALL_PREFIX is not /usr (reconfigure with -DCMAKE_INSTALL_PREFIX=/usr)"
+  [ -f "$build/CPackConfig.cmake" ] || skip "$build builds no packages: a sanitizer or fuzz build, or CMAKE_INSTALL_PREFIX is not /usr (reconfigure with -DCMAKE_INSTALL_PREFIX=/usr)"
   rm -rf "$out"
   mkdir -p "$out"
   cpack -G DEB --config "$build/CPackConfig.cmake" -B "$out" >"$out/cpack.log" 2>&1 || { cat "$out/cpack.log"; fail "cpack failed"; }
