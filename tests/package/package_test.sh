@@ -7,7 +7,7 @@
 #                                                 starts from the packaged manager.toml with the sample bitstreams,
 #                                                 programs built outside the tree against libaccelpool-shim-dev
 #                                                 (pkg-config and find_package) and the static accelpool-run lease
-#                                                 a device from it
+#                                                 a device from it; the packaged agent joins it
 #   package_test.sh systemd  DEBS_DIR             systemd-analyze verify accepts the packaged units
 # A tool that is absent makes the check say so and exit 77 (skipped).
 set -euo pipefail
@@ -203,7 +203,34 @@ CPP
   kill -TERM "${pids[0]}"
   wait "${pids[0]}" || fail "the packaged manager did not stop cleanly on SIGTERM"
   pids=()
-  echo "pool: the packaged manager, guest tools and shim work together"
+
+  # The packaged agent joins: the manager again on the same state, its packaged config with the [agents] table its
+  # comments describe; the packaged agent.toml with this manager, a token file, folders in the scratch folder and
+  # no libvirt (no VMs here).
+  echo "agent-token-of-the-package-test" >"$scratch/agent.token"
+  { cat "$root/etc/accelpool/manager.toml"
+    printf '[agents]\nlisten = ["127.0.0.1:0"]\ntoken_file = "%s"\n' "$scratch/agent.token"; } >"$scratch/manager-agents.toml"
+  rm -f "$state/endpoints.json"
+  "$root/usr/bin/accelpool-manager" --config "$scratch/manager-agents.toml" --data-dir "$state" \
+    --guest-tcp 127.0.0.1:0 --admin 127.0.0.1:0 >"$scratch/manager2.log" 2>&1 &
+  pids+=($!)
+  eventually test -s "$state/endpoints.json" || { cat "$scratch/manager2.log"; fail "the manager with agents did not start"; }
+  admin_url=$(sed -n 's/.*"admin":"\([^"]*\)".*/\1/p' "$state/endpoints.json")
+  agents=$(sed -n 's/.*"agents":"\([^"]*\)".*/\1/p' "$state/endpoints.json")
+  sed -e "s#^manager = .*#manager = \"$agents\"#" -e "s#^token_file = .*#token_file = \"$scratch/agent.token\"#" \
+      -e "s#/var/lib/accelpool-agent/#$scratch/agent/#" -e "s#^images_url = .*#images_url = \"$admin_url\"#" \
+      -e '/^\[libvirt\]/d' -e '/^uri = /d' "$root/etc/accelpool/agent.toml" >"$scratch/agent.toml"
+  "$root/usr/bin/accelpool-agent" --config "$scratch/agent.toml" >"$scratch/agent.log" 2>&1 &
+  pids+=($!)
+  agent_joined() { curl -sf -o /dev/null -H "Authorization: Bearer $admin_token" "$admin_url/v1/devices/hv-01/sim:1"; }
+  eventually agent_joined || { cat "$scratch/agent.log" "$scratch/manager2.log"; fail "the packaged agent did not join"; }
+  grep -q 'registered with the manager' "$scratch/agent.log" || { cat "$scratch/agent.log"; fail "the agent did not say it registered"; }
+  [ -d "$scratch/agent/bitstreams" ] || fail "the agent did not create its image cache folder"
+  echo "pool: the packaged agent joined with the packaged agent.toml's devices (hv-01/sim:0, hv-01/sim:1)"
+  for p in "${pids[@]}"; do kill -TERM "$p"; done
+  for p in "${pids[@]}"; do wait "$p" || fail "a packaged daemon did not stop cleanly on SIGTERM"; done
+  pids=()
+  echo "pool: the packaged manager, agent, guest tools and shim work together"
   ;;
 
 systemd)
