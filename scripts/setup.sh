@@ -27,6 +27,9 @@ packages=(
   slurm-wlm munge
   # hypervisor attacher: parses libvirt's domain XML and metadata (libvirt-dev does not pull it in)
   libxml2-dev
+  # Debian packages (packaging/, ctest -L package): lintian checks them, help2man writes the man pages from --help
+  lintian
+  help2man
 )
 
 # The admin API's contract tools (tests/contract) come from npm: Node.js and npm, from Debian where the machine has

@@ -188,6 +188,35 @@ TEST_CASE("an uploaded OpenCL bitstream is granted on a split PoCL sub-device, p
 #endif
 }
 
+TEST_CASE("a manager warns at start when its bitstream registry is empty, not when it is seeded",
+          "[integration][bitstreams]") {
+  Manager empty(base_config(sim_u250_host() + "[bitstreams]\nseed = \"\"\n"));
+  CHECK_THAT(empty.daemon.output(), Catch::Contains("warning: the bitstream registry " + empty.registry_dir().string() +
+                                                    " is empty") &&
+                                        Catch::Contains("(0 bitstreams)"));
+  Manager seeded(base_config(sim_u250_host()));
+  CHECK_THAT(seeded.daemon.output(), !Catch::Contains("is empty") && !Catch::Contains("(0 bitstreams)"));
+  CHECK(seeded.get("/v1/bitstreams").json().at("bitstreams").as_array().size() > 0);
+}
+
+TEST_CASE("a new version of a bitstream needs a new image file name", "[integration][bitstreams]") {
+  Manager m(base_config(sim_u250_host()));
+  const std::string compatible = "\"pthread-*\"", kernels = "\"saxpy\"";
+  REQUIRE(m.upload(manifest_toml("saxpy", "1.0.0", "cpu", "saxpy.cl", kSaxpy, compatible, kernels), kSaxpy).status == 201);
+  // Version 2.0.0 naming the image file of 1.0.0 is refused and changes nothing.
+  auto before = m.get("/v1/bitstreams").body;
+  auto same_file = m.upload(manifest_toml("saxpy", "2.0.0", "cpu", "saxpy.cl", kSaxpy, compatible, kernels), kSaxpy);
+  CHECK(same_file.status == 409);
+  CHECK(error_code(same_file) == "already_exists");
+  CHECK_THAT(error_message(same_file), Catch::Contains("field 'file'") && Catch::Contains("saxpy.cl"));
+  CHECK(m.get("/v1/bitstreams").body == before);
+  // Under a file name of its own it is registered, and becomes the version acquires get.
+  auto own_file = m.upload(manifest_toml("saxpy", "2.0.0", "cpu", "saxpy-2.0.0.cl", kSaxpy, compatible, kernels), kSaxpy);
+  CHECK(own_file.status == 201);
+  CHECK(m.get("/v1/bitstreams/saxpy").json().at("version").as_string() == "2.0.0");
+  CHECK(m.get("/v1/bitstreams/saxpy/1.0.0").status == 200);
+}
+
 TEST_CASE("deleting a bitstream is refused while a queued or granted lease uses it", "[integration][bitstreams]") {
   Manager m(base_config(sim_u250_host()));
   auto g = m.guest("vm-del");
@@ -410,7 +439,7 @@ TEST_CASE("accelpoolctl registers, lists and deletes bitstreams", "[integration]
   CHECK_FALSE(fs::exists(m.registry_dir() / "saxpy.cl"));
 }
 
-TEST_CASE("a host agent fetches the manager's image by sha256 into its cache folder and programs it",
+TEST_CASE("a host agent creates its missing cache folder, fetches the manager's image by sha256 into it and programs it",
           "[integration][bitstreams][agents]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
@@ -420,9 +449,10 @@ TEST_CASE("a host agent fetches the manager's image by sha256 into its cache fol
   std::string url = "http://127.0.0.1:" + std::to_string(m.port());
   std::string sha(m.get("/v1/bitstreams/vadd_u250").json().at("sha256").as_string());
 
-  // The host's registry folder starts empty: the agent fetches what the manager names.
+  // The host's registry folder does not exist yet: the agent creates it (it has an images_url) and fetches what the
+  // manager names.
   accelpool::testing::ScratchDir host_dir("agent-host");
-  fs::create_directories(host_dir.path() / "bitstreams");
+  REQUIRE_FALSE(fs::exists(host_dir.path() / "bitstreams"));
   auto config = host_dir.path() / "agent.toml";
   write_file(config, "[agent]\nmanager = \"" + m.daemon.endpoints().agents + "\"\ntoken = \"" + kAgentToken +
                          "\"\nhost = \"hv1\"\nheartbeat_interval_ms = 100\nbitstreams = \"" +

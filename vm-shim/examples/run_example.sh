@@ -3,7 +3,11 @@
 #
 #   ACCELPOOL_POOL=tcp://127.0.0.1:7070 ACCELPOOL_TOKEN=apt_... vm-shim/examples/run_example.sh [KIND]
 set -eu
+# accelpool-run: $ACCELPOOL_RUN, else the one on PATH, else the build tree's (build/bin) beside this source tree.
 RUN=${ACCELPOOL_RUN:-accelpool-run}
+if [ -z "${ACCELPOOL_RUN:-}" ] && ! command -v accelpool-run >/dev/null 2>&1; then
+  RUN="$(dirname "$0")/../../build/bin/accelpool-run"
+fi
 KIND=${1:-fpga}
 exec "$RUN" --kind "$KIND" --timeout 60 --estimate 5 -- sh -c '
   echo "lease $ACCELPOOL_LEASE: $ACCELPOOL_COUNT $ACCELPOOL_KIND device(s): $ACCELPOOL_DEVICES"

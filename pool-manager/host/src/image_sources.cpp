@@ -90,6 +90,11 @@ std::unique_ptr<ImageSource> registry_images(std::shared_ptr<bitstreams::SharedR
 
 Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& dir, std::string images_url,
                                                    std::string token) {
+  // A cache that fetches what it lacks may start empty: create it (a fresh host's state folder has none yet).
+  if (std::error_code ec; !images_url.empty() && !std::filesystem::exists(dir, ec)) {
+    if (std::filesystem::create_directories(dir, ec); ec)
+      return make_error("io_error", "bitstream registry: cannot create " + dir.string() + ": " + ec.message());
+  }
   auto registry = bitstreams::Registry::open(dir);
   if (!registry) return registry.error();
   return std::unique_ptr<ImageSource>(

@@ -141,6 +141,15 @@ int run_daemon(const Config& given, std::ostream& out) {
   for (const auto& r : (*registry)->rejected()) {
     std::fprintf(stderr, "accelpool-manager: bitstream left out: %s\n", r.error.message.c_str());
   }
+  // An empty registry is legal (a pool of names only) but usually a missing seed: say so, since every acquire that
+  // names a bitstream for a kind an in-process host serves will be refused.
+  if ((*registry)->list().empty()) {
+    std::fprintf(stderr,
+                 "accelpool-manager: warning: the bitstream registry %s is empty: acquires naming a bitstream are "
+                 "refused (not_found) until one is registered (accelpoolctl bitstreams register FILE.toml; "
+                 "[bitstreams] seed fills a new registry, docs/bitstreams.md)\n",
+                 (*registry)->dir().c_str());
+  }
   auto catalog = std::make_shared<ImageCatalog>(*registry);
   CoreOptions core_options = config.core;
   core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };

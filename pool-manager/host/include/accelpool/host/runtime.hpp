@@ -56,7 +56,8 @@ std::unique_ptr<ImageSource> registry_images(std::shared_ptr<bitstreams::SharedR
 
 // A host's own registry folder (accelpool-agent's cache). An image it lacks is fetched by sha256 from the
 // manager's admin API at `images_url` ("" fetches nothing) with `token`, verified and added to the folder
-// (bitstreams::fetch_image). Errors: Registry::open's ("not_found" when `dir` is not a folder).
+// (bitstreams::fetch_image). With an `images_url`, a missing `dir` is created (an empty cache); without one it must
+// exist. Errors: Registry::open's ("not_found" when `dir` is not a folder), "io_error" when it cannot be created.
 Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& dir, std::string images_url,
                                                    std::string token);
 
