@@ -27,6 +27,8 @@ packages=(
   slurm-wlm munge
   # hypervisor attacher: parses libvirt's domain XML and metadata (libvirt-dev does not pull it in)
   libxml2-dev
+  # the dashboard's browser test (tests/browser): headless Chromium, driven over the DevTools protocol
+  chromium
 )
 
 # The admin API's contract tools (tests/contract) come from npm: Node.js and npm, from Debian where the machine has
