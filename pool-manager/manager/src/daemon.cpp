@@ -279,9 +279,11 @@ int run_daemon(const Config& given, std::ostream& out) {
     });
   };
   // The dashboards' live view (GET /v1/events): after a commit that changed something, the admin server sends its
-  // watchers what changed, at most every kStreamInterval (one refresh serves every watcher). Nothing while none
-  // watch.
+  // watchers what changed, at most every kStreamInterval (one refresh serves every watcher), and never more than
+  // a tenth of the owner thread's time: a refresh reads the whole pool, so on a large one the gap grows to nine
+  // times the last refresh's duration. Nothing while none watch.
   constexpr auto kStreamInterval = std::chrono::milliseconds(250);
+  auto stream_gap = std::chrono::steady_clock::duration(kStreamInterval);
   EventStream events(*core, clock);
   AdminServer* watched = nullptr;  // the admin server, once it runs
   asio::steady_timer publish_timer(ioc);
@@ -290,12 +292,14 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto request_publish = [&] {
     if (!watched || publish_armed || watched->watchers() == 0) return;
     publish_armed = true;
-    publish_timer.expires_at(std::max(std::chrono::steady_clock::now(), last_publish + kStreamInterval));
+    publish_timer.expires_at(std::max(std::chrono::steady_clock::now(), last_publish + stream_gap));
     publish_timer.async_wait([&](boost::system::error_code ec) {
       publish_armed = false;
       if (ec) return;
-      last_publish = std::chrono::steady_clock::now();
+      auto start = std::chrono::steady_clock::now();
       watched->publish();
+      last_publish = std::chrono::steady_clock::now();
+      stream_gap = std::max<std::chrono::steady_clock::duration>(kStreamInterval, 9 * (last_publish - start));
     });
   };
   // One transaction for everything handled since the last one, then the held replies, then notifications.
