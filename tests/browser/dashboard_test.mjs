@@ -8,8 +8,9 @@
 //   --screenshots: where the PNGs of the main views go (default: WORK/screenshots); docs/dashboard/ holds a run's.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
+
+import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
@@ -43,86 +44,25 @@ function findChromium() {
 }
 const chromium = findChromium();
 if (!chromium) fail('no chromium on PATH: install Debian\'s chromium package (scripts/setup.sh does); this test cannot run without it');
+const eventually = waiter(kHungAfterMs, fail);
 if (typeof WebSocket !== 'function') fail('this Node.js has no WebSocket: run it with --experimental-websocket (Node 20) or Node 22+');
-
-async function eventually(what, probe) {
-  const deadline = Date.now() + kHungAfterMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > deadline) fail(`${what}: not within ${kHungAfterMs / 1000} s`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function request(port, method, target, { token, body } = {}) {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const headers = {};
-    if (token) headers.authorization = `Bearer ${token}`;
-    if (payload !== undefined) headers['content-type'] = 'application/json';
-    const req = http.request({ host: '127.0.0.1', port, method, path: target, headers, agent: false }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json = null;
-        try { json = JSON.parse(text); } catch { /* not JSON */ }
-        resolve({ status: res.statusCode, headers: res.headers, text, json });
-      });
-    });
-    req.setTimeout(kHungAfterMs, () => req.destroy(new Error(`${method} ${target}: no answer`)));
-    req.on('error', reject);
-    if (payload !== undefined) req.write(payload);
-    req.end();
-  });
-}
 
 // --- the pool: a manager (one static host) and a host agent with two simulated FPGAs --------------------------------
 fs.rmSync(args.work, { recursive: true, force: true });
 fs.mkdirSync(args.work, { recursive: true });
 const shots = args.screenshots ?? path.join(args.work, 'screenshots');
 fs.mkdirSync(shots, { recursive: true });
-fs.writeFileSync(path.join(args.work, 'manager.toml'), `[leases]
-ttl_s = 60
-revoke_grace_s = 5
-[guest]
-tcp = "127.0.0.1:0"
-unix = ""
-[admin]
-listen = "127.0.0.1:0"
-[agents]
-listen = ["127.0.0.1:0"]
-token = "${kAgentToken}"
-[[hosts]]
-name = "local"
-backend = "static"
-[[hosts.devices]]
-kind = "asic"
-count = 1
-[[tenants]]
-name = "t"
-[[tenants]]
-name = "u"
-`);
 const log = (name) => fs.openSync(path.join(args.work, name), 'a');
 const managerData = path.join(args.work, 'manager');
-const manager = spawn(args.manager, ['--config', path.join(args.work, 'manager.toml'), '--data-dir', managerData],
-                      { stdio: ['ignore', log('manager.log'), log('manager.log')] });
-children.push(manager);
-manager.on('exit', (code) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${fs.readFileSync(path.join(args.work, 'manager.log'), 'utf8')}`); });
-const endpoints = await eventually('accelpool-manager writes endpoints.json', () => {
-  try {
-    const e = JSON.parse(fs.readFileSync(path.join(managerData, 'endpoints.json'), 'utf8'));
-    return e.pid === manager.pid ? e : null;
-  } catch { return null; }
+const started = await startManager({
+  bin: args.manager, work: args.work, dataDir: managerData, eventually, fail,
+  config: loopbackConfig({ agentToken: kAgentToken, kind: 'asic', count: 1, tenants: ['t', 'u'],
+                           leases: 'ttl_s = 60\nrevoke_grace_s = 5\n' }),
+  onExit: (code, text) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${text}`); },
 });
-const started = fs.readFileSync(path.join(args.work, 'manager.log'), 'utf8');
-const tokenOf = (what) => {
-  const m = started.match(new RegExp(`^${what} \\(shown once\\): (\\S+)$`, 'm'));
-  if (!m) fail(`no '${what}' line in the manager's output:\n${started}`);
-  return m[1];
-};
+const manager = started.process;
+children.push(manager);
+const { endpoints, tokenOf } = started;
 const admin = tokenOf('admin token');
 const tenantT = tokenOf('guest token for tenant t');
 const tenantU = tokenOf('guest token for tenant u');
@@ -243,7 +183,7 @@ if (index.status !== 200 || !/script-src 'self'/.test(csp) || /unsafe-inline/.te
     index.headers['x-content-type-options'] !== 'nosniff' || !/^text\/html/.test(index.headers['content-type'])) {
   fail(`GET / answered ${index.status} with headers ${JSON.stringify(index.headers)}`);
 }
-if (/<script>|\son\w+="/.test(index.text)) fail('the page has inline script, which its CSP forbids');
+if (/<script>|\son\w+="/.test(index.body)) fail('the page has inline script, which its CSP forbids');
 await viewport(1280, 900);
 await page('Page.navigate', { url: `${base}/` });
 await waitPage('the sign-in form shows', `!!document.querySelector('#token') && !document.querySelector('#sign-in').hidden`);

@@ -18,6 +18,8 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 
+import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
+
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
 for (const key of ['manager', 'tools', 'spec', 'work']) {
@@ -56,6 +58,8 @@ process.stdout.write(lint.stderr.split('\n').filter((l) => !/[║╔╚]/.test(l
 if (lint.status !== 0) fail(`redocly lint found problems in ${args.spec} (exit ${lint.status})`);
 
 // --- helpers ----------------------------------------------------------------------------------------------------
+const eventually = waiter(kHungAfterMs, fail);
+
 function freePort() {
   return new Promise((resolve) => {
     const s = net.createServer();
@@ -63,38 +67,6 @@ function freePort() {
       const { port } = s.address();
       s.close(() => resolve(port));
     });
-  });
-}
-
-async function eventually(what, probe) {
-  const deadline = Date.now() + kHungAfterMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > deadline) fail(`${what}: not within ${kHungAfterMs / 1000} s`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-// One HTTP/1.1 request; the body may be a string (sent as is) or an object (sent as JSON).
-function request(port, method, target, { token, body, contentType, headers: extra } = {}) {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
-    const headers = { ...extra };
-    if (token) headers.authorization = `Bearer ${token}`;
-    if (payload !== undefined) {
-      headers['content-type'] = contentType ?? 'application/json';
-      headers['content-length'] = Buffer.byteLength(payload);
-    }
-    const req = http.request({ host: '127.0.0.1', port, method, path: target, headers, agent: false }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
-    });
-    req.setTimeout(kHungAfterMs, () => req.destroy(new Error(`${method} ${target}: no answer`)));
-    req.on('error', reject);
-    if (payload !== undefined) req.write(payload);
-    req.end();
   });
 }
 
@@ -140,44 +112,15 @@ class Guest {
 // --- 2. The running manager, behind Prism -------------------------------------------------------------------------
 fs.rmSync(args.work, { recursive: true, force: true });
 fs.mkdirSync(args.work, { recursive: true });
-fs.writeFileSync(path.join(args.work, 'manager.toml'), `[leases]
-ttl_s = 600
-[limits]
-max_body_bytes = ${kMaxBody}
-[guest]
-tcp = "127.0.0.1:0"
-unix = ""
-[admin]
-listen = "127.0.0.1:0"
-[agents]
-listen = ["127.0.0.1:0"]
-token = "${kAgentToken}"
-[[hosts]]
-name = "local"
-backend = "static"
-[[hosts.devices]]
-kind = "fpga"
-count = 2
-[[tenants]]
-name = "alpha"
-`);
-const managerLog = path.join(args.work, 'manager.log');
-const manager = spawn(args.manager, ['--config', path.join(args.work, 'manager.toml'), '--data-dir', args.work],
-                      { stdio: ['ignore', fs.openSync(managerLog, 'w'), fs.openSync(managerLog, 'a')] });
-children.push(manager);
-manager.on('exit', (code) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${fs.readFileSync(managerLog, 'utf8')}`); });
-const endpoints = await eventually('accelpool-manager writes endpoints.json', () => {
-  try {
-    const e = JSON.parse(fs.readFileSync(path.join(args.work, 'endpoints.json'), 'utf8'));
-    return e.pid === manager.pid ? e : null;
-  } catch { return null; }
+const started = await startManager({
+  bin: args.manager, work: args.work, dataDir: args.work, eventually, fail,
+  config: loopbackConfig({ agentToken: kAgentToken, kind: 'fpga', count: 2, tenants: ['alpha'],
+                           leases: `ttl_s = 600\n[limits]\nmax_body_bytes = ${kMaxBody}\n` }),
+  onExit: (code, log) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${log}`); },
 });
-const started = fs.readFileSync(managerLog, 'utf8');
-const tokenOf = (what) => {
-  const m = started.match(new RegExp(`^${what} \\(shown once\\): (\\S+)$`, 'm'));
-  if (!m) fail(`no '${what}' line in the manager's output:\n${started}`);
-  return m[1];
-};
+const manager = started.process;
+children.push(manager);
+const { endpoints, tokenOf } = started;
 const admin = tokenOf('admin token');
 const tenant = tokenOf('guest token for tenant alpha');
 const adminPort = Number(endpoints.admin.split(':').pop());
