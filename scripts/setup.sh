@@ -30,6 +30,8 @@ packages=(
   # Debian packages (packaging/, ctest -L package): lintian checks them, help2man writes the man pages from --help
   lintian
   help2man
+  # the dashboard's browser test (tests/browser): headless Chromium, driven over the DevTools protocol
+  chromium
 )
 
 # The admin API's contract tools (tests/contract) come from npm: Node.js and npm, from Debian where the machine has

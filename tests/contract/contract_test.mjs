@@ -18,6 +18,8 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 
+import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
+
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
 for (const key of ['manager', 'tools', 'spec', 'work']) {
@@ -56,6 +58,8 @@ process.stdout.write(lint.stderr.split('\n').filter((l) => !/[║╔╚]/.test(l
 if (lint.status !== 0) fail(`redocly lint found problems in ${args.spec} (exit ${lint.status})`);
 
 // --- helpers ----------------------------------------------------------------------------------------------------
+const eventually = waiter(kHungAfterMs, fail);
+
 function freePort() {
   return new Promise((resolve) => {
     const s = net.createServer();
@@ -63,38 +67,6 @@ function freePort() {
       const { port } = s.address();
       s.close(() => resolve(port));
     });
-  });
-}
-
-async function eventually(what, probe) {
-  const deadline = Date.now() + kHungAfterMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > deadline) fail(`${what}: not within ${kHungAfterMs / 1000} s`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-// One HTTP/1.1 request; the body may be a string (sent as is) or an object (sent as JSON).
-function request(port, method, target, { token, body, contentType } = {}) {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
-    const headers = {};
-    if (token) headers.authorization = `Bearer ${token}`;
-    if (payload !== undefined) {
-      headers['content-type'] = contentType ?? 'application/json';
-      headers['content-length'] = Buffer.byteLength(payload);
-    }
-    const req = http.request({ host: '127.0.0.1', port, method, path: target, headers, agent: false }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
-    });
-    req.setTimeout(kHungAfterMs, () => req.destroy(new Error(`${method} ${target}: no answer`)));
-    req.on('error', reject);
-    if (payload !== undefined) req.write(payload);
-    req.end();
   });
 }
 
@@ -140,44 +112,15 @@ class Guest {
 // --- 2. The running manager, behind Prism -------------------------------------------------------------------------
 fs.rmSync(args.work, { recursive: true, force: true });
 fs.mkdirSync(args.work, { recursive: true });
-fs.writeFileSync(path.join(args.work, 'manager.toml'), `[leases]
-ttl_s = 600
-[limits]
-max_body_bytes = ${kMaxBody}
-[guest]
-tcp = "127.0.0.1:0"
-unix = ""
-[admin]
-listen = "127.0.0.1:0"
-[agents]
-listen = ["127.0.0.1:0"]
-token = "${kAgentToken}"
-[[hosts]]
-name = "local"
-backend = "static"
-[[hosts.devices]]
-kind = "fpga"
-count = 2
-[[tenants]]
-name = "alpha"
-`);
-const managerLog = path.join(args.work, 'manager.log');
-const manager = spawn(args.manager, ['--config', path.join(args.work, 'manager.toml'), '--data-dir', args.work],
-                      { stdio: ['ignore', fs.openSync(managerLog, 'w'), fs.openSync(managerLog, 'a')] });
-children.push(manager);
-manager.on('exit', (code) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${fs.readFileSync(managerLog, 'utf8')}`); });
-const endpoints = await eventually('accelpool-manager writes endpoints.json', () => {
-  try {
-    const e = JSON.parse(fs.readFileSync(path.join(args.work, 'endpoints.json'), 'utf8'));
-    return e.pid === manager.pid ? e : null;
-  } catch { return null; }
+const started = await startManager({
+  bin: args.manager, work: args.work, dataDir: args.work, eventually, fail,
+  config: loopbackConfig({ agentToken: kAgentToken, kind: 'fpga', count: 2, tenants: ['alpha'],
+                           leases: `ttl_s = 600\n[limits]\nmax_body_bytes = ${kMaxBody}\n` }),
+  onExit: (code, log) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${log}`); },
 });
-const started = fs.readFileSync(managerLog, 'utf8');
-const tokenOf = (what) => {
-  const m = started.match(new RegExp(`^${what} \\(shown once\\): (\\S+)$`, 'm'));
-  if (!m) fail(`no '${what}' line in the manager's output:\n${started}`);
-  return m[1];
-};
+const manager = started.process;
+children.push(manager);
+const { endpoints, tokenOf } = started;
 const admin = tokenOf('admin token');
 const tenant = tokenOf('guest token for tenant alpha');
 const adminPort = Number(endpoints.admin.split(':').pop());
@@ -256,6 +199,17 @@ await check(200, 'GET', '/healthz');
 await check(200, 'GET', '/readyz');
 await check(200, 'GET', '/metrics');
 await check(200, 'GET', '/v1/openapi.yaml');
+
+// The dashboard's files (no token), and revalidation by ETag.
+const page = await check(200, 'GET', '/', { token: '' });
+await check(304, 'GET', '/', { token: '', headers: { 'if-none-match': page.headers.etag }, label: 'unchanged' });
+if (!/script-src 'self'/.test(page.headers['content-security-policy'] ?? '') || page.headers['x-content-type-options'] !== 'nosniff') {
+  mismatches.push(`GET /: no Content-Security-Policy or nosniff header: ${JSON.stringify(page.headers)}`);
+}
+const script = await check(200, 'GET', '/assets/app.js', { token: '' });
+await check(304, 'GET', '/assets/app.js', { token: '', headers: { 'if-none-match': script.headers.etag }, label: 'unchanged' });
+await check(200, 'GET', '/assets/app.css', { token: '' });
+await check(404, 'GET', '/assets/nothing.js', { token: '' });
 
 // A tenant's guest holds a lease; which device it got is read back.
 const guest = await Guest.connect(guestPort, tenant, 'vm-1');
@@ -382,6 +336,44 @@ await check(200, 'POST', `/v1/leases/${held.id}/revoke`, { body: { reason: 'cont
 await guest.lease('release', { lease: held.id });
 await check(409, 'POST', `/v1/leases/${held.id}/revoke`, { label: 'it has ended' });
 
+// The event stream never ends, so Prism (which reads a whole answer) cannot stand in the middle: its first event
+// is read from the manager directly and checked against what the document says of it (status, content type, the
+// snapshot's members, each token's view). Its refusals (401, 400) go through Prism below.
+async function firstEvent(token) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: adminPort, path: '/v1/events', agent: false,
+                               headers: { authorization: `Bearer ${token}` } }, (res) => {
+      let text = '';
+      res.on('data', (c) => {
+        text += c.toString('utf8');
+        const end = text.indexOf('\n\n');
+        if (end < 0) return;
+        req.destroy();
+        resolve({ status: res.statusCode, type: res.headers['content-type'], event: text.slice(0, end) });
+      });
+    });
+    req.setTimeout(kHungAfterMs, () => req.destroy(new Error('GET /v1/events: no first event')));
+    req.on('error', (e) => (e.code === 'ECONNRESET' ? null : reject(e)));
+    req.end();
+  });
+}
+for (const [who, token, role] of [['admin', admin, 'admin'], ['tenant', tenant, 'tenant']]) {
+  const first = await firstEvent(token);
+  ++calls;
+  if (!seen.has('get /v1/events')) seen.set('get /v1/events', new Set());
+  seen.get('get /v1/events').add(first.status);
+  const [eventLine, dataLine] = first.event.split('\n');
+  let snapshot = null;
+  try { snapshot = JSON.parse(dataLine.replace(/^data: /, '')); } catch { /* reported below */ }
+  const members = ['seq', 'viewer', 'summary', 'devices', 'hosts', 'leases', 'queue'];
+  if (first.status !== 200 || first.type !== 'text/event-stream' || eventLine !== 'event: snapshot' || !snapshot ||
+      !members.every((m) => m in snapshot) || snapshot.viewer.role !== role ||
+      snapshot.devices.length !== 2) {
+    mismatches.push(`GET /v1/events (direct, ${who} token): ${first.status} ${first.type}: ${first.event.slice(0, 300)}`);
+  }
+}
+await check(400, 'GET', '/v1/events', { body: 'this is not JSON', contentType: 'text/plain', label: 'a body' });
+
 // Every operation with each wrong credential, a body that is not JSON, and a body over the limit.
 const concrete = (template) => template.replace('{host}/{local_id}', freeDevice).replace('{host}', 'local')
   .replace('{id}', String(held.id)).replace('{bitstream}', 'vadd').replace('{version}', '1.0.0')
@@ -391,6 +383,7 @@ for (const op of operations.filter((o) => !o.public)) {
   const method = op.method.toUpperCase();
   await check(401, method, target, { token: '', label: 'no token' });
   await check(401, method, target, { token: 'not-a-token', label: 'an unknown token' });
+  if (op.template === '/v1/events') continue;  // a tenant's token is welcome; the other refusals: above
   await check(403, method, target, { token: tenant, label: 'a tenant token' });
   if (!op.template.startsWith('/v1/images/')) {
     await check(400, method, target, { token: admin, body: 'this is not JSON', contentType: 'text/plain', label: 'a body that is not JSON' });

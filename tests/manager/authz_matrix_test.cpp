@@ -55,7 +55,8 @@ std::vector<Operation> operations(const std::string& yaml) {
 std::string concrete(std::string path) {
   static const std::map<std::string, std::string> values = {
       {"{host}", "local"},  {"{local_id}", "fpga0"}, {"{id}", "1"},     {"{bitstream}", "vadd"},
-      {"{version}", "1.0"}, {"{name}", "a"},         {"{sha256}", std::string(64, '0')}};
+      {"{version}", "1.0"}, {"{name}", "a"},         {"{sha256}", std::string(64, '0')},
+      {"{file}", "app.js"}};
   for (const auto& [k, v] : values) {
     for (auto p = path.find(k); p != std::string::npos; p = path.find(k)) path.replace(p, k.size(), v);
   }
@@ -94,13 +95,14 @@ TEST_CASE("every admin API operation answers each credential as the authorizatio
                                           {"rotated tenant token", rotated},
                                           {"agent token", kAgentToken}};
   // What each credential may do: public operations are open to all; images by sha256 take the agent token or
-  // the admin token; everything else under /v1 takes the admin token only. A valid tenant token is told it is
-  // the wrong kind of token everywhere.
+  // the admin token; the dashboard's event stream takes the admin token or a tenant's (its own view); everything
+  // else under /v1 takes the admin token only. A valid tenant token is told it is the wrong kind of token there.
   auto expected = [](const Operation& op, const std::string& credential) {
     if (op.is_public) return Outcome::allowed;
     const bool images = op.path.rfind("/v1/images/", 0) == 0;
     if (credential == "admin token") return Outcome::allowed;
     if (credential == "agent token" && images) return Outcome::allowed;
+    if (credential == "tenant token" && op.path == "/v1/events") return Outcome::allowed;
     if (credential == "tenant token") return Outcome::forbidden;
     return Outcome::unauthorized;
   };

@@ -47,7 +47,8 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-// Reads until the peer closes, a complete response is in, or kHungAfter passes (then sets `timed_out`).
+// Reads until the peer closes, a complete response is in (for an event stream, which does not end: its headers
+// and first event), or kHungAfter passes (then sets `timed_out`).
 std::string read_all(int fd, bool* timed_out = nullptr) {
   std::string out;
   auto deadline = std::chrono::steady_clock::now() + kHungAfter;
@@ -70,6 +71,8 @@ std::string read_all(int fd, bool* timed_out = nullptr) {
         std::size_t len = std::stoul(out.substr(cl + 16));
         if (out.size() >= end + 4 + len) break;
       }
+      auto type = out.find("Content-Type: text/event-stream");
+      if (type != std::string::npos && type < end && out.find("\n\n", end + 4) != std::string::npos) break;
     }
   }
   return out;

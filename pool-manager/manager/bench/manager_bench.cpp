@@ -32,6 +32,7 @@
 // usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--rate R] [--unix 1]
 //                                [--network-thread 1] [--agent-devices N [--agent PATH]] [--sample S] [--hold-ms H]
 //                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1]]
+//                                [--watchers N]
 #include "agent_swarm.hpp"
 
 #include <accelpool/common/connect.hpp>
@@ -52,6 +53,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -399,6 +401,61 @@ struct BenchOptions {
   int devices_per_agent = 100;
   bool full_heartbeats = false;  // emulated agents list every device in every heartbeat (as before deltas)
   bool storms = false;           // after the guest load: all agents drop, return, and the manager restarts
+  int watchers = 0;              // dashboards watching GET /v1/events during the run
+};
+
+// N connections watching GET /v1/events, read by one thread until destroyed: what ten open dashboards cost.
+class Watchers {
+ public:
+  Watchers(int admin_port, const std::string& token, int n) {
+    const std::string req = "GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token + "\r\n\r\n";
+    for (int i = 0; i < n; ++i) {
+      int fd = connect_tcp(admin_port);
+      if (fd < 0 || ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+        std::fprintf(stderr, "a watcher could not open GET /v1/events\n");
+        if (fd >= 0) ::close(fd);
+        continue;
+      }
+      fds_.push_back(fd);
+    }
+    reader_ = std::thread([this] { read_all(); });
+  }
+  ~Watchers() {
+    stop_ = true;
+    reader_.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  std::size_t watching() const { return fds_.size(); }
+  std::uint64_t bytes() const { return bytes_; }
+  std::uint64_t events() const { return events_; }
+
+ private:
+  void read_all() {
+    std::vector<pollfd> polled;
+    for (int fd : fds_) polled.push_back({fd, POLLIN, 0});
+    std::vector<char> last(fds_.size(), 0);  // each stream's last byte: an event ends with a blank line
+    char buf[65536];
+    while (!stop_) {
+      if (::poll(polled.data(), polled.size(), 50) <= 0) continue;
+      for (std::size_t i = 0; i < polled.size(); ++i) {
+        if (!(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = ::recv(polled[i].fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          polled[i].fd = -1;  // closed: poll skips it
+          continue;
+        }
+        bytes_ += static_cast<std::uint64_t>(n);
+        for (ssize_t k = 0; k < n; ++k) {
+          if (buf[k] == '\n' && last[i] == '\n') ++events_;
+          last[i] = buf[k];
+        }
+      }
+    }
+  }
+  std::vector<int> fds_;
+  std::thread reader_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> bytes_{0}, events_{0};
 };
 
 constexpr const char* kSoakAgentToken = "soak-agent-token-0123456789";
@@ -556,6 +613,8 @@ void bench_daemon(const BenchOptions& o) {
     std::printf("admin     GET /v1/devices?limit=500 at %ld devices: p50 %.1f ms, max %.1f ms, %zu bytes\n",
                 agent_devices_total + 1, pct(list_ms, 0.5), *std::max_element(list_ms.begin(), list_ms.end()), list_bytes);
   }
+  std::unique_ptr<Watchers> watchers;
+  if (o.watchers > 0) watchers = std::make_unique<Watchers>(admin_port, daemon.admin_token, o.watchers);
   std::vector<SoakSample> samples;
   auto sample = [&](double t, long cycles) {
     samples.push_back(soak_sample(t, cycles, pid, agent, admin_port, dir));
@@ -701,6 +760,11 @@ void bench_daemon(const BenchOptions& o) {
                 (static_cast<double>(b.db_bytes + b.wal_bytes) - static_cast<double>(a.db_bytes + a.wal_bytes)) / (1 << 20));
   }
   const double guest_cpu_s = proc_cpu_s(pid) - guest_cpu0;
+  if (watchers) {
+    std::printf("watchers  %zu dashboards on GET /v1/events: %llu events, %.1f MiB received\n", watchers->watching(),
+                static_cast<unsigned long long>(watchers->events()), static_cast<double>(watchers->bytes()) / (1 << 20));
+    watchers.reset();
+  }
   const ProcSample guest_end = proc_sample(pid);
   for (auto& k : conns) ::close(k.fd);
   ::close(ep);
@@ -791,6 +855,7 @@ int main(int argc, char** argv) {
     else if (a == "--devices-per-agent") o.devices_per_agent = std::stoi(v);
     else if (a == "--full-heartbeats") o.full_heartbeats = v == "1";
     else if (a == "--storms") o.storms = v == "1";
+    else if (a == "--watchers") o.watchers = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;

@@ -1,5 +1,6 @@
 #include "admin_api.hpp"
 
+#include "dashboard_assets.hpp"
 #include "json_codec.hpp"
 #include "metrics.hpp"
 
@@ -166,6 +167,44 @@ ApiResponse method_not_allowed(const std::string& method, const std::string& pat
   return AdminApi::error(405, "method_not_allowed", method + " is not allowed on " + path);
 }
 
+// The dashboard's pages run only this server's scripts and styles (no inline script, nothing from elsewhere),
+// talk only to it, and are never framed.
+const char* const kDashboardCsp =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// GET / (the dashboard's page) and GET /assets/NAME: built-in files with their content type, the CSP, and an ETag
+// (revalidated on every use: Cache-Control no-cache, 304 when unchanged).
+ApiResponse dashboard_file(const ApiRequest& req, const std::string& name, const std::string& path) {
+  if (req.method != "GET") return method_not_allowed(req.method, path);
+  const DashboardAsset* a = find_dashboard_asset(name);
+  if (!a) return AdminApi::error(404, "not_found", "no dashboard file " + path);
+  bool unchanged = req.if_none_match == a->etag;
+  ApiResponse r{unchanged ? 304 : 200, std::string(a->content_type), unchanged ? "" : std::string(a->body), {}};
+  r.headers = {{"Content-Security-Policy", kDashboardCsp},
+               {"X-Frame-Options", "DENY"},
+               {"Referrer-Policy", "no-referrer"},
+               {"Cache-Control", "no-cache"},
+               {"ETag", std::string(a->etag)}};
+  return r;
+}
+
+// A state-changing call from a page of another origin is refused: with a bearer token a browser never sends on its
+// own this is defence in depth (docs/dashboard.md). Calls without an Origin header (tools, agents) pass.
+std::optional<ApiResponse> cross_origin_refusal(const ApiRequest& req) {
+  if (req.method == "GET" || req.method == "HEAD" || req.origin.empty()) return std::nullopt;
+  if (req.origin == "http://" + req.host || req.origin == "https://" + req.host) return std::nullopt;
+  return AdminApi::error(403, "forbidden", "cross-origin " + req.method + " refused: Origin '" + req.origin +
+                                               "' is not this server ('" + req.host + "')");
+}
+
+// The bearer token of `req`, or nullopt when it has none.
+std::optional<std::string> bearer_token(const ApiRequest& req) {
+  const std::string prefix = "Bearer ";
+  if (req.authorization.rfind(prefix, 0) != 0) return std::nullopt;
+  return req.authorization.substr(prefix.size());
+}
+
 }  // namespace
 
 ApiResponse AdminApi::error(int status, const std::string& code, const std::string& message) {
@@ -219,16 +258,21 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (m != "GET") return method_not_allowed(m, path);
     return {200, "application/yaml", openapi_};
   }
+  // The dashboard (docs/dashboard.md): its page and files need no token; what they show comes from /v1 with one.
+  if (seg.empty()) return dashboard_file(req, "index.html", path);
+  if (seg.size() == 2 && seg[0] == "assets") return dashboard_file(req, seg[1], path);
+  if (auto refused = cross_origin_refusal(req)) return *refused;
 
   if (seg.empty() || seg[0] != "v1") return error(404, "not_found", "no route " + path);
   // Images by sha256, for host agents (their agent token) as well as admins.
   if (seg.size() >= 3 && seg.size() <= 4 && seg[1] == "images") return image(req, seg);
-  // Everything under /v1 needs the admin token.
-  const std::string prefix = "Bearer ";
-  if (req.authorization.rfind(prefix, 0) != 0) {
-    return error(401, "unauthorized", "missing 'Authorization: Bearer <admin token>' header");
+  if (seg.size() == 2 && seg[1] == "events") {
+    return error(404, "not_found", "GET /v1/events is a stream: this server has none");  // with one, admin_http took it
   }
-  std::string token = req.authorization.substr(prefix.size());
+  // Everything under /v1 needs the admin token.
+  auto bearer = bearer_token(req);
+  if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <admin token>' header");
+  const std::string& token = *bearer;
   if (!core_.check_admin(token)) {
     if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot use the admin API");
     return error(401, "unauthorized", "wrong admin token");
@@ -540,6 +584,14 @@ UploadOutcome register_upload(bitstreams::SharedRegistry& registry, const std::s
 
 }  // namespace
 
+std::variant<Viewer, ApiResponse> AdminApi::stream_viewer(const ApiRequest& req) const {
+  auto token = bearer_token(req);
+  if (!token) return error(401, "unauthorized", "missing 'Authorization: Bearer <admin or tenant token>' header");
+  if (core_.check_admin(*token)) return Viewer{};
+  if (auto tenant = core_.authenticate(*token)) return Viewer{*tenant};
+  return error(401, "unauthorized", "wrong token: it is neither an admin token nor a tenant's token");
+}
+
 ApiResponse AdminApi::upload(const ApiRequest& req) {
   auto answer = [this](const UploadOutcome& outcome) {
     if (!outcome.added) return outcome.refusal;
@@ -563,11 +615,9 @@ ApiResponse AdminApi::upload(const ApiRequest& req) {
 ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string>& seg) {
   std::string path = req.target.substr(0, req.target.find('?'));
   if (seg.size() == 4 && seg[3] != "manifest") return error(404, "not_found", "no route " + path);
-  const std::string prefix = "Bearer ";
-  if (req.authorization.rfind(prefix, 0) != 0) {
-    return error(401, "unauthorized", "missing 'Authorization: Bearer <agent or admin token>' header");
-  }
-  std::string token = req.authorization.substr(prefix.size());
+  auto bearer = bearer_token(req);
+  if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <agent or admin token>' header");
+  const std::string& token = *bearer;
   bool agent = !agent_token_.empty() && token.size() == agent_token_.size() && constant_time_equal(token, agent_token_);
   if (!agent && !core_.check_admin(token)) {
     if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot read images");

@@ -5,11 +5,16 @@
 #include <accelpool/manager/core.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
+#include "event_stream.hpp"
+
 #include <boost/json/object.hpp>
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 namespace accelpool::manager {
 
@@ -21,12 +26,16 @@ struct ApiRequest {
   std::string target;         // path and query, e.g. "/v1/leases?state=queued"
   std::string authorization;  // the Authorization header, "" if absent
   std::string body;
+  std::string origin = {};         // the Origin header, "" if absent
+  std::string host = {};           // the Host header, "" if absent
+  std::string if_none_match = {};  // the If-None-Match header, "" if absent
 };
 
 struct ApiResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers = {};  // more response headers (the dashboard's)
 };
 
 class AdminApi {
@@ -48,6 +57,9 @@ class AdminApi {
   void set_catalog(std::shared_ptr<ImageCatalog> catalog) { catalog_ = std::move(catalog); }
   // The host agents' token: it may read images by sha256 (GET /v1/images/{sha256}[/manifest]) and nothing else.
   void set_agent_token(std::string token) { agent_token_ = std::move(token); }
+  // Who may watch GET /v1/events with this request's bearer token: an admin, or the tenant the token belongs to.
+  // Errors: an error response (401 missing or wrong token).
+  std::variant<Viewer, ApiResponse> stream_viewer(const ApiRequest& request) const;
   // A JSON error response: {"error":{"code":...,"message":...}}.
   static ApiResponse error(int status, const std::string& code, const std::string& message);
 

@@ -1,16 +1,20 @@
 // HTTP/1.1 for the admin API: one Beast session per connection, one request at a time, bounded header and
-// body sizes, a deadline per request. Request handling itself is AdminApi's.
+// body sizes, a deadline per request. Request handling itself is AdminApi's. A GET /v1/events turns its
+// connection into a Server-Sent Events stream (EventStream) until the client goes.
 #include "admin_http.hpp"
 
 #include "accept_loop.hpp"
 #include "admin_api.hpp"
+#include "event_stream.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
 
 namespace accelpool::manager {
@@ -20,29 +24,48 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+// A connection streaming GET /v1/events.
+class Watcher {
+ public:
+  virtual ~Watcher() = default;
+  virtual void send_delta() = 0;  // the event stream's last delta, as this watcher sees it
+  virtual void end_stream() = 0;
+};
+
 struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
-  Impl(asio::io_context& ioc, AdminApi& api, HttpLimits limits)
-      : listening(ioc.get_executor(), ""), api(api), limits(limits) {}  // named by start()
+  Impl(asio::io_context& ioc, AdminApi& api, HttpLimits limits, EventStream* events)
+      : listening(ioc.get_executor(), ""), api(api), limits(limits), events(events) {}  // named by start()
   Listening<tcp> listening;
   AdminApi& api;
   HttpLimits limits;
+  EventStream* events;
   std::size_t connections = 0;
   std::map<asio::ip::address, std::size_t> per_source;  // open connections by source address
+  std::map<Watcher*, std::weak_ptr<Watcher>> watchers;
   bool stopped = false;
 
   void accept();
+  void publish() {
+    if (watchers.empty()) return;
+    events->refresh();
+    auto now = watchers;  // a watcher that fails leaves the map meanwhile
+    for (auto& [raw, weak] : now) {
+      if (auto w = weak.lock()) w->send_delta();
+    }
+  }
 };
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public Watcher, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, asio::ip::address source, std::shared_ptr<AdminServer::Impl> server)
       : stream_(std::move(socket)), source_(source), server_(std::move(server)) {
     ++server_->connections;
     ++server_->per_source[source_];
   }
-  ~Session() {
+  ~Session() override {
+    server_->watchers.erase(this);
     --server_->connections;
     if (--server_->per_source[source_] == 0) server_->per_source.erase(source_);
   }
@@ -92,6 +115,12 @@ class Session : public std::enable_shared_from_this<Session> {
     in.target = std::string(req.target());
     in.authorization = std::string(req[http::field::authorization]);
     in.body = std::move(req.body());
+    in.origin = std::string(req[http::field::origin]);
+    in.host = std::string(req[http::field::host]);
+    in.if_none_match = std::string(req[http::field::if_none_match]);
+    if (server_->events && in.method == "GET" && in.target.substr(0, in.target.find('?')) == "/v1/events") {
+      return start_stream(in, req.version());
+    }
     // Most answers come at once; an upload's comes later, from the owner thread's queue.
     server_->api.handle(std::move(in), [self = shared_from_this(), version = req.version(),
                                         keep_alive = req.keep_alive()](ApiResponse out) {
@@ -103,6 +132,8 @@ class Session : public std::enable_shared_from_this<Session> {
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), version);
     res->set(http::field::server, "accelpool-manager");
     res->set(http::field::content_type, r.content_type);
+    res->set("X-Content-Type-Options", "nosniff");
+    for (const auto& [name, value] : r.headers) res->set(name, value);
     if (r.status == 401) res->set(http::field::www_authenticate, "Bearer");
     res->keep_alive(keep_alive);
     res->body() = r.body;
@@ -119,6 +150,82 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream_.close();
   }
+
+  // --- GET /v1/events ---------------------------------------------------------------------------------------------
+  // The response's headers and a snapshot, then a delta per publish, until the client closes. No deadline: memory
+  // is bounded by the backlog limit instead (a slow reader loses deltas and gets a snapshot).
+  void start_stream(const ApiRequest& in, unsigned version) {
+    auto admitted = server_->api.stream_viewer(in);
+    if (auto* refusal = std::get_if<ApiResponse>(&admitted)) return write(*refusal, version, false);
+    if (!in.body.empty()) {
+      return write(AdminApi::error(400, "invalid_argument", "GET /v1/events takes no body"), version, false);
+    }
+    viewer_ = std::get<Viewer>(admitted);
+    // The others first get what changed up to now, so this snapshot and their deltas go on from the same state.
+    if (server_->watchers.empty()) server_->events->refresh();
+    else server_->publish();
+    server_->watchers[this] = std::weak_ptr<Session>(shared_from_this());
+    stream_.expires_never();
+    std::string head = std::string("HTTP/1.") + (version == 10 ? "0" : "1") +
+                       " 200 OK\r\nServer: accelpool-manager\r\nContent-Type: text/event-stream\r\n"
+                       "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n";
+    backlog_.push_back(std::make_shared<const std::string>(head + server_->events->snapshot(viewer_)));
+    pump();
+    watch_close();
+  }
+
+  void send_delta() override {
+    if (resync_) return;  // a snapshot follows anyway
+    std::string event = server_->events->delta(viewer_);
+    if (backlog_bytes_ + event.size() > server_->limits.max_stream_backlog_bytes) {
+      backlog_.clear();
+      backlog_bytes_ = 0;
+      resync_ = true;
+      return;
+    }
+    backlog_bytes_ += event.size();
+    backlog_.push_back(std::make_shared<const std::string>(std::move(event)));
+    pump();
+  }
+
+  void end_stream() override {
+    server_->watchers.erase(this);
+    close();
+  }
+
+  // Writes the next event, if none is being written.
+  void pump() {
+    if (writing_) return;
+    if (backlog_.empty() && resync_) {
+      resync_ = false;
+      backlog_.push_back(std::make_shared<const std::string>(server_->events->snapshot(viewer_)));
+    }
+    if (backlog_.empty()) return;
+    auto next = backlog_.front();
+    backlog_.pop_front();
+    if (backlog_bytes_ >= next->size()) backlog_bytes_ -= next->size();
+    writing_ = true;
+    asio::async_write(stream_, asio::buffer(*next), [self = shared_from_this(), next](beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (ec) return self->end_stream();
+      self->pump();
+    });
+  }
+
+  // The client sends nothing more; a read ends when it closes.
+  void watch_close() {
+    stream_.async_read_some(asio::buffer(probe_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->end_stream();
+      self->watch_close();
+    });
+  }
+
+  Viewer viewer_;
+  std::deque<std::shared_ptr<const std::string>> backlog_;  // events not yet being written
+  std::size_t backlog_bytes_ = 0;
+  bool writing_ = false;
+  bool resync_ = false;  // deltas were dropped: the next write is a snapshot
+  std::array<char, 256> probe_{};
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -148,8 +255,9 @@ AdminServer::AdminServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 AdminServer::~AdminServer() { stop(); }
 
 Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, const std::string& address,
-                                                         unsigned short port, AdminApi& api, HttpLimits limits) {
-  auto impl = std::make_shared<Impl>(ioc, api, limits);
+                                                         unsigned short port, AdminApi& api, HttpLimits limits,
+                                                         EventStream* events) {
+  auto impl = std::make_shared<Impl>(ioc, api, limits, events);
   beast::error_code ec;
   auto addr = asio::ip::make_address(address, ec);
   if (ec) return make_error("listen", "admin address '" + address + "': " + ec.message());
@@ -167,11 +275,19 @@ Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, c
 
 unsigned short AdminServer::port() const { return impl_->listening.acceptor.local_endpoint().port(); }
 
+void AdminServer::publish() { impl_->publish(); }
+
+std::size_t AdminServer::watchers() const { return impl_->watchers.size(); }
+
 void AdminServer::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
   beast::error_code ec;
   impl_->listening.acceptor.close(ec);
+  auto watchers = impl_->watchers;
+  for (auto& [raw, weak] : watchers) {
+    if (auto w = weak.lock()) w->end_stream();
+  }
 }
 
 }  // namespace accelpool::manager

@@ -14,6 +14,7 @@ class io_context;
 namespace accelpool::manager {
 
 class AdminApi;
+class EventStream;
 
 struct HttpLimits {
   std::size_t max_body_bytes = 1 << 20;
@@ -26,17 +27,27 @@ struct HttpLimits {
   // Connections from one source address at most; more are closed at accept, so that one client cannot take
   // every connection.
   std::size_t max_connections_per_source = 32;
+  // GET /v1/events: the events queued for one watcher beyond the one being written, at most. A watcher that falls
+  // further behind loses them and gets a fresh snapshot once it has read what is in flight (drop and resync).
+  std::size_t max_stream_backlog_bytes = 4 << 20;
 };
 
 class AdminServer {
  public:
   // Listens on `address:port` (port 0: any free port) and serves `api` on `ioc`'s thread. Out of file
-  // descriptors, it pauses accepting and says so on stderr (accept_loop).
+  // descriptors, it pauses accepting and says so on stderr (accept_loop). With `events`, GET /v1/events streams
+  // it (Server-Sent Events, docs/dashboard.md) to each watcher `api.stream_viewer` admits.
   // Errors: "listen" with the system's message.
   static Result<std::unique_ptr<AdminServer>> start(boost::asio::io_context& ioc, const std::string& address,
-                                                    unsigned short port, AdminApi& api, HttpLimits limits);
+                                                    unsigned short port, AdminApi& api, HttpLimits limits,
+                                                    EventStream* events = nullptr);
   ~AdminServer();
   unsigned short port() const;
+  // Refreshes the event stream from the core and sends each watcher its delta. Call after a commit that changed
+  // something. Nothing is read from the core while nobody watches.
+  void publish();
+  // How many watch GET /v1/events now.
+  std::size_t watchers() const;
   // Stops accepting; open connections finish their current request and close.
   void stop();
 

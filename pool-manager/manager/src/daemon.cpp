@@ -6,6 +6,7 @@
 #include "admin_api.hpp"
 #include "admin_http.hpp"
 #include "data_lock.hpp"
+#include "event_stream.hpp"
 #include "guest_protocol.hpp"
 #include "guest_server.hpp"
 #include "host_event_queue.hpp"
@@ -286,11 +287,37 @@ int run_daemon(const Config& given, std::ostream& out) {
       request_commit();
     });
   };
+  // The dashboards' live view (GET /v1/events): after a commit that changed something, the admin server sends its
+  // watchers what changed, at most every kStreamInterval (one refresh serves every watcher), and never more than
+  // a tenth of the owner thread's time: a refresh reads the whole pool, so on a large one the gap grows to nine
+  // times the last refresh's duration. Nothing while none watch.
+  constexpr auto kStreamInterval = std::chrono::milliseconds(250);
+  auto stream_gap = std::chrono::steady_clock::duration(kStreamInterval);
+  EventStream events(*core, clock);
+  AdminServer* watched = nullptr;  // the admin server, once it runs
+  asio::steady_timer publish_timer(ioc);
+  bool publish_armed = false;
+  std::chrono::steady_clock::time_point last_publish{};
+  auto request_publish = [&] {
+    if (!watched || publish_armed || watched->watchers() == 0) return;
+    publish_armed = true;
+    publish_timer.expires_at(std::max(std::chrono::steady_clock::now(), last_publish + stream_gap));
+    publish_timer.async_wait([&](boost::system::error_code ec) {
+      publish_armed = false;
+      if (ec) return;
+      auto start = std::chrono::steady_clock::now();
+      watched->publish();
+      last_publish = std::chrono::steady_clock::now();
+      stream_gap = std::max<std::chrono::steady_clock::duration>(kStreamInterval, 9 * (last_publish - start));
+    });
+  };
   // One transaction for everything handled since the last one, then the held replies, then notifications.
   bool commit_posted = false;
   auto commit_all = [&] {
+    bool changed = core->has_uncommitted();
     core->commit([&] { guests.send_held(); });
     arm();
+    if (changed) request_publish();
   };
   // Calls the network thread already queued behind the commit join it: under load one transaction (and one
   // write per connection) then covers many calls. Bounded, so a steady stream of calls cannot hold replies back.
@@ -342,8 +369,9 @@ int run_daemon(const Config& given, std::ostream& out) {
   limits.max_connections = config.max_connections;
   limits.header_timeout_s = config.admin_header_timeout_s;
   limits.max_connections_per_source = config.admin_max_connections_per_source;
-  auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits);
+  auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits, &events);
   if (!admin) return fail(admin.error().message);
+  watched = admin->get();
   // Tenants and tokens, only now that every listener is bound: a start that failed before created none. Created
   // ones print their token once, after the commit that stores their hashes.
   std::vector<TenantConfig> tenants = config.tenants;
@@ -387,6 +415,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     std::fprintf(stderr, "accelpool-manager: signal %d, shutting down\n", sig);
     (*admin)->stop();
     timer.cancel();
+    publish_timer.cancel();
     ioc.stop();
   });
   ioc.run();

@@ -1,0 +1,323 @@
+// The dashboard in a real browser (docs/dashboard.md): Debian's headless Chromium, driven over the DevTools
+// protocol (raw CDP on a WebSocket, no library), against the real accelpool-manager with a real accelpool-agent,
+// and guests that are the real accelpool-run. Every wait is on a condition (a DOM state, an API answer, a process
+// exit) with one generous limit that only fails a hung test; nothing sleeps.
+//
+// Usage: node --experimental-websocket dashboard_test.mjs --manager BIN --agent BIN --run BIN --work DIR
+//        [--chromium BIN] [--screenshots DIR]
+//   --screenshots: where the PNGs of the main views go (default: WORK/screenshots); docs/dashboard/ holds a run's.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
+for (const key of ['manager', 'agent', 'run', 'work']) {
+  if (!args[key]) {
+    console.error(`dashboard: missing --${key}`);
+    process.exit(2);
+  }
+}
+const kHungAfterMs = 120000;
+const kAgentToken = 'dashboard-agent-token-0123456789';
+const children = [];
+let stopping = false;
+process.on('exit', () => children.forEach((c) => c.kill('SIGKILL')));
+
+function fail(message) {
+  console.error(`dashboard: FAIL: ${message}`);
+  process.exit(1);
+}
+const step = (what) => console.log(`dashboard: ${what}`);
+
+function findChromium() {
+  if (args.chromium) return fs.existsSync(args.chromium) ? args.chromium : null;
+  for (const dir of (process.env.PATH || '').split(':')) {
+    for (const name of ['chromium', 'chromium-browser']) {
+      const p = path.join(dir, name);
+      if (fs.existsSync(p)) return p;
+    }
+  }
+  return null;
+}
+const chromium = findChromium();
+if (!chromium) fail('no chromium on PATH: install Debian\'s chromium package (scripts/setup.sh does); this test cannot run without it');
+const eventually = waiter(kHungAfterMs, fail);
+if (typeof WebSocket !== 'function') fail('this Node.js has no WebSocket: run it with --experimental-websocket (Node 20) or Node 22+');
+
+// --- the pool: a manager (one static host) and a host agent with two simulated FPGAs --------------------------------
+fs.rmSync(args.work, { recursive: true, force: true });
+fs.mkdirSync(args.work, { recursive: true });
+const shots = args.screenshots ?? path.join(args.work, 'screenshots');
+fs.mkdirSync(shots, { recursive: true });
+const log = (name) => fs.openSync(path.join(args.work, name), 'a');
+const managerData = path.join(args.work, 'manager');
+const started = await startManager({
+  bin: args.manager, work: args.work, dataDir: managerData, eventually, fail,
+  config: loopbackConfig({ agentToken: kAgentToken, kind: 'asic', count: 1, tenants: ['t', 'u'],
+                           leases: 'ttl_s = 60\nrevoke_grace_s = 5\n' }),
+  onExit: (code, text) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${text}`); },
+});
+const manager = started.process;
+children.push(manager);
+const { endpoints, tokenOf } = started;
+const admin = tokenOf('admin token');
+const tenantT = tokenOf('guest token for tenant t');
+const tenantU = tokenOf('guest token for tenant u');
+const adminPort = Number(endpoints.admin.split(':').pop());
+const base = endpoints.admin;
+const api = (method, target, body) => request(adminPort, method, target, { token: admin, body });
+
+fs.writeFileSync(path.join(args.work, 'agent.toml'), `[agent]
+manager = "${endpoints.agents}"
+token = "${kAgentToken}"
+host = "agent-a"
+heartbeat_interval_ms = 200
+[backends.sim]
+devices = "fpga:sim-u250:2"
+program_base_ms = 5
+attach = "network"
+`);
+const agent = spawn(args.agent, ['--config', path.join(args.work, 'agent.toml')], { stdio: ['ignore', log('agent.log'), log('agent.log')] });
+children.push(agent);
+agent.on('exit', (code) => { if (!stopping) fail(`accelpool-agent exited (${code})`); });
+const agentDevices = await eventually('the agent\'s devices join the pool', async () => {
+  const r = await api('GET', '/v1/devices?host=agent-a');
+  const names = r.json?.devices?.filter((d) => d.state === 'free').map((d) => d.name) ?? [];
+  return names.length === 2 ? names.sort() : null;
+});
+step(`manager on ${base}, agent-a with ${agentDevices.join(', ')}`);
+
+// --- Chromium and the DevTools protocol ---------------------------------------------------------------------------
+const browser = spawn(chromium, ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+                                 '--no-first-run', '--no-default-browser-check', '--remote-debugging-port=0', '--window-size=1280,900',
+                                 `--user-data-dir=${path.join(args.work, 'profile')}`, 'about:blank'],
+                      { stdio: ['ignore', 'ignore', 'pipe'] });
+children.push(browser);
+let browserErr = '';
+const devtools = await new Promise((resolve) => {
+  const timer = setTimeout(() => fail(`chromium gave no DevTools address within ${kHungAfterMs / 1000} s:\n${browserErr}`), kHungAfterMs);
+  browser.stderr.on('data', (d) => {
+    browserErr += d.toString();
+    const m = browserErr.match(/DevTools listening on (ws:\/\/\S+)/);
+    if (m) {
+      clearTimeout(timer);
+      resolve(m[1]);
+    }
+  });
+  browser.on('exit', (code) => { if (!stopping) fail(`chromium exited (${code}):\n${browserErr}`); });
+});
+
+class Cdp {
+  constructor(url) {
+    this.ws = new WebSocket(url);
+    this.next = 1;
+    this.waiting = new Map();
+    this.listeners = [];
+    this.ws.addEventListener('message', (m) => {
+      const msg = JSON.parse(m.data);
+      if (msg.id !== undefined && this.waiting.has(msg.id)) {
+        const { resolve, method } = this.waiting.get(msg.id);
+        this.waiting.delete(msg.id);
+        if (msg.error) fail(`CDP ${method}: ${msg.error.message}`);
+        resolve(msg.result);
+      } else if (msg.method) {
+        for (const l of this.listeners) l(msg);
+      }
+    });
+  }
+  open() { return new Promise((resolve, reject) => { this.ws.addEventListener('open', resolve); this.ws.addEventListener('error', reject); }); }
+  send(method, params = {}, sessionId) {
+    const id = this.next++;
+    return new Promise((resolve) => {
+      this.waiting.set(id, { resolve, method });
+      this.ws.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
+    });
+  }
+}
+const cdp = new Cdp(devtools);
+await cdp.open();
+const { targetId } = await cdp.send('Target.createTarget', { url: 'about:blank' });
+const { sessionId } = await cdp.send('Target.attachToTarget', { targetId, flatten: true });
+const page = (method, params) => cdp.send(method, params, sessionId);
+// Whatever the page logs as an error (a CSP refusal, an exception) fails the test at the end.
+const pageErrors = [];
+cdp.listeners.push((msg) => {
+  if (msg.sessionId !== sessionId) return;
+  if (msg.method === 'Runtime.exceptionThrown') pageErrors.push(msg.params.exceptionDetails.exception?.description ?? msg.params.exceptionDetails.text);
+  if (msg.method === 'Log.entryAdded' && msg.params.entry.level === 'error' && !/the server responded with a status of 4\d\d/.test(msg.params.entry.text)) {
+    pageErrors.push(msg.params.entry.text);
+  }
+});
+await page('Runtime.enable');
+await page('Log.enable');
+await page('Page.enable');
+
+async function evaluate(expression) {
+  const r = await page('Runtime.evaluate', { expression, returnByValue: true, awaitPromise: true });
+  if (r.exceptionDetails) fail(`page: ${expression}: ${r.exceptionDetails.exception?.description ?? r.exceptionDetails.text}`);
+  return r.result.value;
+}
+const waitPage = (what, expression) => eventually(what, () => evaluate(expression));
+const click = (selector) => evaluate(`(() => { const e = document.querySelector(${JSON.stringify(selector)});
+  if (!e) throw new Error('no ' + ${JSON.stringify(selector)}); if (e.disabled) throw new Error(${JSON.stringify(selector)} + ' is disabled');
+  e.click(); return true; })()`);
+const type = (selector, value) => evaluate(`(() => { const e = document.querySelector(${JSON.stringify(selector)});
+  e.focus(); e.value = ${JSON.stringify(value)}; e.dispatchEvent(new Event('input', { bubbles: true })); return true; })()`);
+const submit = (selector) => evaluate(`document.querySelector(${JSON.stringify(selector)}).requestSubmit() ?? true`);
+async function viewport(width, height, mobile = false) {
+  await page('Emulation.setDeviceMetricsOverride', { width, height, deviceScaleFactor: 1, mobile });
+}
+async function screenshot(name) {
+  const { data } = await page('Page.captureScreenshot', { format: 'png', captureBeyondViewport: true });
+  fs.writeFileSync(path.join(shots, `${name}.png`), Buffer.from(data, 'base64'));
+  step(`screenshot ${name}.png`);
+}
+
+// --- 1. The page and its headers ----------------------------------------------------------------------------------
+const index = await request(adminPort, 'GET', '/');
+const csp = index.headers['content-security-policy'] ?? '';
+if (index.status !== 200 || !/script-src 'self'/.test(csp) || /unsafe-inline/.test(csp) || !/frame-ancestors 'none'/.test(csp) ||
+    index.headers['x-content-type-options'] !== 'nosniff' || !/^text\/html/.test(index.headers['content-type'])) {
+  fail(`GET / answered ${index.status} with headers ${JSON.stringify(index.headers)}`);
+}
+if (/<script>|\son\w+="/.test(index.body)) fail('the page has inline script, which its CSP forbids');
+await viewport(1280, 900);
+await page('Page.navigate', { url: `${base}/` });
+await waitPage('the sign-in form shows', `!!document.querySelector('#token') && !document.querySelector('#sign-in').hidden`);
+await screenshot('sign-in');
+
+// --- 2. A wrong token is refused, with the reason -----------------------------------------------------------------
+await type('#token', 'not-a-token-at-all');
+await submit('#sign-in-form');
+const refusal = await waitPage('a wrong token is refused on the page', `document.querySelector('#sign-in-error').textContent`);
+if (!/wrong token/.test(refusal)) fail(`the refusal says '${refusal}', not why`);
+if (!(await evaluate(`document.querySelector('#app').hidden`))) fail('the pool shows after a wrong token');
+step(`wrong token refused: "${refusal}"`);
+
+// --- 3. The admin signs in and sees the devices -------------------------------------------------------------------
+await type('#token', admin);
+await submit('#sign-in-form');
+await waitPage('the admin view opens', `!document.querySelector('#app').hidden && document.querySelector('#viewer').textContent === 'admin'`);
+await click('#tab-devices');
+const listed = (await api('GET', '/v1/devices')).json.devices.map((d) => d.name).sort();
+const shown = await waitPage('the page lists every device the API lists', `(() => {
+  const names = [...document.querySelectorAll('#devices-table tr[data-device]')].map((r) => r.dataset.device).sort();
+  return names.join(',') === ${JSON.stringify(listed.join(','))} ? names : null; })()`);
+step(`devices on the page: ${shown.join(', ')}`);
+await waitPage('both hosts show', `document.querySelectorAll('#hosts-table tr[data-host]').length === 2`);
+await screenshot('devices');
+
+// --- 4. Leases appear and end as guests (accelpool-run) acquire and release ---------------------------------------
+// A holds one FPGA until its stdin gets a line; B asks for both, so it waits in the queue until A is done.
+function guest(name, count) {
+  const child = spawn(args.run, ['--pool', `tcp://${endpoints.guest_tcp}`, '--token', tenantT, '--guest', name, '--kind', 'fpga',
+                                 '--count', String(count), '--', 'head', '-n', '1'],
+                      { stdio: ['pipe', 'ignore', log(`${name}.log`)] });
+  children.push(child);
+  child.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  return child;
+}
+await click('#tab-leases');
+const a = guest('vm-a', 1);
+const leaseA = await waitPage('lease A appears live on the page', `(() => {
+  const row = [...document.querySelectorAll('#live-table tr[data-lease]')].find((r) => r.textContent.includes('vm-a'));
+  return row && row.textContent.includes('granted') ? Number(row.dataset.lease) : null; })()`);
+if ((await api('GET', `/v1/leases/${leaseA}`)).json.state !== 'granted') fail(`lease ${leaseA} shows granted, the API disagrees`);
+step(`lease ${leaseA} (vm-a) granted, on the page`);
+const b = guest('vm-b', 2);
+await click('#tab-queue');
+const leaseB = await waitPage('lease B waits in the queue on the page', `(() => {
+  const row = [...document.querySelectorAll('#queue-table tr[data-lease]')].find((r) => r.textContent.includes('vm-b'));
+  return row ? Number(row.dataset.lease) : null; })()`);
+if ((await api('GET', `/v1/leases/${leaseB}`)).json.state !== 'queued') fail(`lease ${leaseB} shows queued, the API disagrees`);
+await screenshot('queue');
+await click('#tab-leases');
+await screenshot('leases');
+a.stdin.end('done\n');
+if ((await a.exited) !== 0) fail(`accelpool-run vm-a exited ${await a.exited}`);
+await waitPage('lease A ends on the page (released) and B is granted', `(() => {
+  const ended = document.querySelector('#recent-table tr[data-lease="${leaseA}"]');
+  const live = document.querySelector('#live-table tr[data-lease="${leaseB}"]');
+  return !!ended && ended.textContent.includes('released') && !document.querySelector('#live-table tr[data-lease="${leaseA}"]') &&
+    !!live && live.textContent.includes('granted'); })()`);
+step(`lease ${leaseA} ended released, lease ${leaseB} granted from the queue`);
+b.stdin.end('done\n');
+if ((await b.exited) !== 0) fail(`accelpool-run vm-b exited ${await b.exited}`);
+await waitPage('lease B ends on the page', `!!document.querySelector('#recent-table tr[data-lease="${leaseB}"]') &&
+  !document.querySelector('#live-table tr[data-lease="${leaseB}"]')`);
+await submit('#history-form');
+await waitPage('the paged history lists both ended leases', `!!document.querySelector('#history-table tr[data-lease="${leaseA}"]') &&
+  !!document.querySelector('#history-table tr[data-lease="${leaseB}"]')`);
+
+// --- 5. Drain a device from the page; the API agrees --------------------------------------------------------------
+const target = agentDevices[0];
+await click('#tab-devices');
+await waitPage(`${target}'s drain button is ready`, `!!document.querySelector('#devices-table tr[data-device="${target}"] button[data-action="drain"]:not([disabled])')`);
+await click(`#devices-table tr[data-device="${target}"] button[data-action="drain"]`);
+await waitPage(`${target} shows draining on the page`, `document.querySelector('#devices-table tr[data-device="${target}"]').textContent.includes('draining')`);
+const drained = (await api('GET', `/v1/devices/${target}`)).json;
+if (drained.draining !== true) fail(`the page drained ${target}, the API says ${JSON.stringify(drained)}`);
+step(`${target} drained from the page; the API agrees`);
+await click(`#devices-table tr[data-device="${target}"] button[data-action="undrain"]`);
+await waitPage(`${target} shows free again`, `document.querySelector('#devices-table tr[data-device="${target}"]').textContent.includes('free')`);
+if ((await api('GET', `/v1/devices/${target}`)).json.draining !== false) fail(`the page undrained ${target}, the API disagrees`);
+
+// --- 6. Switch the policy from the page; a bad one is refused with the API's reason --------------------------------
+await click('#tab-overview');
+await type('#policy', 'nonsense');
+await submit('#policy-form');
+const bad = await waitPage('a bad policy is refused on the page', `(() => { const s = document.querySelector('#status');
+  return s.classList.contains('bad') && s.textContent.includes('/v1/policy') ? s.textContent : null; })()`);
+if ((await api('GET', '/v1/policy')).json.policy !== 'fifo+first-fit') fail('a refused policy changed the pool\'s');
+step(`bad policy refused: "${bad}"`);
+await type('#policy', 'sjf+first-fit');
+await submit('#policy-form');
+await waitPage('the page shows the new policy', `document.querySelector('#policy-now').textContent === 'policy sjf+first-fit'`);
+if ((await api('GET', '/v1/policy')).json.policy !== 'sjf+first-fit') fail('the page switched the policy, the API disagrees');
+step('policy switched to sjf+first-fit from the page; the API agrees');
+await waitPage('the charts have points', `document.querySelectorAll('#chart-busy polyline').length === 1`);
+await screenshot('overview');
+await viewport(390, 844, true);
+await screenshot('overview-phone');
+await viewport(1280, 900);
+
+// --- 7. A tenant's view: its own leases only, no actions -----------------------------------------------------------
+const other = spawn(args.run, ['--pool', `tcp://${endpoints.guest_tcp}`, '--token', tenantU, '--guest', 'vm-u', '--kind', 'fpga',
+                               '--', 'head', '-n', '1'], { stdio: ['pipe', 'ignore', log('vm-u.log')] });
+children.push(other);
+const otherExited = new Promise((resolve) => other.on('exit', resolve));
+const leaseU = await eventually('tenant u\'s lease is granted', async () => {
+  const r = await api('GET', '/v1/leases?tenant=u&state=granted');
+  return r.json?.leases?.[0]?.id;
+});
+await click('#sign-out');
+await waitPage('signed out', `!document.querySelector('#sign-in').hidden`);
+await type('#token', tenantT);
+await submit('#sign-in-form');
+await waitPage('tenant t\'s view opens', `document.querySelector('#viewer').textContent === 'tenant t' && document.body.classList.contains('tenant')`);
+await click('#tab-leases');
+await click('#tab-devices');
+const tenantView = await waitPage('the tenant sees the devices, no actions, not tenant u\'s lease', `(() => {
+  const rows = [...document.querySelectorAll('#devices-table tr[data-device]')];
+  if (rows.length !== ${listed.length}) return null;
+  const leaseIds = rows.map((r) => r.querySelector('[data-lease-cell]').textContent).filter((t) => t);
+  return { leaseIds, actions: document.querySelectorAll('button[data-action]').length,
+           bitstreams: getComputedStyle(document.querySelector('#tab-bitstreams')).display }; })()`);
+if (tenantView.leaseIds.length !== 0 || tenantView.actions !== 0 || tenantView.bitstreams !== 'none') {
+  fail(`tenant t sees another tenant's lease (${leaseU}) or admin actions: ${JSON.stringify(tenantView)}`);
+}
+step('tenant t sees the devices without tenant u\'s lease and without actions');
+await screenshot('tenant');
+other.stdin.end('done\n');
+await otherExited;
+
+if (pageErrors.length) fail(`the page logged errors:\n${pageErrors.join('\n')}`);
+stopping = true;
+await cdp.send('Browser.close');
+manager.kill('SIGTERM');
+agent.kill('SIGTERM');
+console.log('dashboard: PASS');
+process.exit(0);
