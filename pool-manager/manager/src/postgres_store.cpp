@@ -100,7 +100,10 @@ class PgResult {
     const char* s = r_ ? PQresultErrorField(r_, PG_DIAG_SQLSTATE) : nullptr;
     return s ? s : "";
   }
+  // The server's primary message ("ERROR:" and the PL/pgSQL context left out), else libpq's whole message.
   std::string message() const {
+    const char* primary = r_ ? PQresultErrorField(r_, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
+    if (primary && *primary) return primary;
     const char* m = r_ ? PQresultErrorMessage(r_) : nullptr;
     std::string out = m && *m ? m : "no result";
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
