@@ -189,6 +189,26 @@ TEST_CASE("ten times the leader is killed and the standby takes over: every ackn
     launch_standby(*standby, standby_name);
   }
   CHECK(PostgresCluster::shared().sql(db, "SELECT epoch FROM leader") == "11");
+
+  // Operators see who leads, since when, and the standby.
+  const int port = leader->endpoints().admin_port;
+  auto view = http(port, "GET", "/v1/leadership", admin);
+  REQUIRE(view.status == 200);
+  const auto v = view.json().as_object();
+  CHECK(v.at("shared").as_bool());
+  CHECK(v.at("epoch").to_number<int>() == 11);
+  CHECK(v.at("leader").at("name").as_string() == leader_name);
+  CHECK(v.at("leader").at("admin_url").as_string() == "http://127.0.0.1:" + std::to_string(port));
+  CHECK(v.at("since").to_number<double>() > 0);
+  REQUIRE(v.at("standbys").as_array().size() == 1);
+  CHECK(v.at("standbys").at(0).at("name").as_string() == standby_name);
+  auto [code, text] = run_command(std::string(ACCELPOOLCTL_BIN) + " --url http://127.0.0.1:" + std::to_string(port) +
+                                  " --token " + admin + " status");
+  INFO(text);
+  CHECK(code == 0);
+  CHECK(text.find("leader   " + leader_name) != std::string::npos);
+  CHECK(text.find("epoch 11 since ") != std::string::npos);
+  CHECK(text.find("standby  " + standby_name) != std::string::npos);
 }
 
 TEST_CASE("a leader paused past its timeout is fenced: once resumed it writes nothing and steps down",

@@ -4,6 +4,7 @@
 
 #include <accelpool/manager/core.hpp>
 #include <accelpool/manager/host_driver.hpp>
+#include <accelpool/manager/store.hpp>
 
 #include <boost/json/object.hpp>
 
@@ -48,6 +49,9 @@ class AdminApi {
   void set_catalog(std::shared_ptr<ImageCatalog> catalog) { catalog_ = std::move(catalog); }
   // The host agents' token: it may read images by sha256 (GET /v1/images/{sha256}[/manifest]) and nothing else.
   void set_agent_token(std::string token) { agent_token_ = std::move(token); }
+  // Who leads the managers of a shared (PostgreSQL) store, for GET /v1/leadership (docs/ha.md). Without one the
+  // manager is alone on its SQLite store and says so.
+  void set_leadership(std::function<Result<Leadership>()> leadership) { leadership_ = std::move(leadership); }
   // A JSON error response: {"error":{"code":...,"message":...}}.
   static ApiResponse error(int status, const std::string& code, const std::string& message);
 
@@ -59,6 +63,7 @@ class AdminApi {
   std::function<void()> commit_;
   std::shared_ptr<ImageCatalog> catalog_;
   std::string agent_token_;
+  std::function<Result<Leadership>()> leadership_;
   Poster post_;
   // While handle(request, respond) routes: its request and responder, which an upload takes to answer later.
   ApiRequest* deferrable_ = nullptr;

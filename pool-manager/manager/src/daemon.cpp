@@ -380,6 +380,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   api.set_catalog(catalog);
   api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
+  if (shared) api.set_leadership([shared] { return shared->leadership(); });
   auto admin_ep = parse_endpoint(config.admin_listen);
   if (!admin_ep) return fail("admin.listen: " + admin_ep.error().message);
   HttpLimits limits;
