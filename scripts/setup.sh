@@ -14,6 +14,9 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libssl-dev
   # store
   libsqlite3-dev sqlite3
+  # the PostgreSQL store (libpq) and the server its tests start privately (initdb, pg_ctl; docs/ha.md)
+  libpq-dev
+  postgresql
   # metrics
   prometheus-cpp-dev
   # device backends: XRT, OpenCL ICD loader + PoCL

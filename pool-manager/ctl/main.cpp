@@ -309,6 +309,7 @@ int main(int argc, char** argv) {
   auto* estimates = command(&app, "estimates",
                             "run times the scheduler learned, per group (tenant, bitstream, gang size, label) and per kind");
   auto* health = command(&app, "health", "/healthz and /readyz; exit status 1 when not ready");
+  auto* status = command(&app, "status", "which manager leads, since when, and the standbys (docs/ha.md)");
 
   if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   if (o.url.empty()) o.url = "http://127.0.0.1:7080";
@@ -495,6 +496,23 @@ int main(int argc, char** argv) {
                              : call(o, "GET", "/v1/policy");
     if (out(v)) return 0;
     std::cout << str(v.at("policy")) << "\n";
+  } else if (status->parsed()) {
+    auto v = call(o, "GET", "/v1/leadership");
+    if (out(v)) return 0;
+    if (!v.at("shared").as_bool()) {
+      std::cout << "alone on its SQLite store: no standbys\n";
+      return 0;
+    }
+    const auto& l = v.at("leader");
+    const auto since = static_cast<std::time_t>(v.at("since").to_number<double>());
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&since));
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back({"leader", str(l.at("name")), str(l.at("admin_url")), str(l.at("guest_tcp")),
+                    "epoch " + str(v.at("epoch")) + " since " + when});
+    for (const auto& s : v.at("standbys").as_array())
+      rows.push_back({"standby", str(s.at("name")), str(s.at("admin_url")), str(s.at("guest_tcp")), "-"});
+    table({"ROLE", "NAME", "ADMIN", "GUESTS", "LEADS"}, rows);
   } else if (estimates->parsed()) {
     auto v = call(o, "GET", "/v1/estimates");
     if (out(v)) return 0;

@@ -323,6 +323,8 @@ await check(409, 'DELETE', '/v1/admin-tokens/admin', { label: 'the only one left
 await check(200, 'GET', '/v1/policy');
 await check(200, 'PUT', '/v1/policy', { body: { policy: 'fifo+first-fit' } });
 await check(400, 'PUT', '/v1/policy', { body: { policy: 'nonsense' } });
+await check(200, 'GET', '/v1/leadership');
+await check(400, 'GET', '/v1/leadership?x=1');
 await check(200, 'GET', '/v1/stats');
 await check(200, 'GET', '/v1/estimates');
 await check(400, 'GET', '/v1/estimates?window=60');

@@ -221,3 +221,24 @@ max_connections = 10
           std::string::npos);
   }
 }
+
+TEST_CASE("the PostgreSQL store and [ha]: a URL, this manager's name, the leader's timeout", "[config][ha]") {
+  TempDir dir;
+  auto c = load_text(dir, "[store]\nurl = \"postgresql:///pool?host=/run/postgresql\"\n"
+                          "[ha]\nname = \"m1\"\nleader_timeout_s = 3\nstandby_poll_s = 0.25\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->store_url == "postgresql:///pool?host=/run/postgresql");
+  CHECK(c->ha.name == "m1");
+  CHECK(c->ha.leader_timeout_s == 3);
+  CHECK(c->ha.standby_poll_s == 0.25);
+  CHECK(default_config().store_url.empty());  // SQLite stays the default
+
+  CHECK(required_refusal(dir, "[store]\nurl = \"mysql://x\"\n").find("m.toml:2:7: store.url must be a PostgreSQL URL") !=
+        std::string::npos);
+  CHECK(required_refusal(dir, "[store]\nurl = \"postgresql://h/db\"\nfile = \"x.db\"\n")
+            .find("store.file is for the SQLite store; it cannot go with store.url") != std::string::npos);
+  CHECK(required_refusal(dir, "[ha]\nname = \"m1\"\n").find("[ha] needs the PostgreSQL store ([store] url)") !=
+        std::string::npos);
+  CHECK(required_refusal(dir, "[store]\nurl = \"postgresql://h/db\"\n[ha]\nleader_timeout_s = 0\n")
+            .find("ha.leader_timeout_s must be > 0") != std::string::npos);
+}

@@ -1,5 +1,6 @@
 #include "test_support.hpp"
 #include "hung_after.hpp"
+#include "postgres_cluster.hpp"
 
 #include <sqlite3.h>
 
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 using namespace accelpool::manager;
@@ -26,15 +28,6 @@ Lease stored_lease(LeaseId id, LeaseState state, double ended_at) {
   return l;
 }
 
-// Makes a store file at `file` holding `leases`, and closes it.
-void write_leases(const std::filesystem::path& file, std::vector<Lease> leases) {
-  auto opened = open_sqlite_store(file, false);
-  REQUIRE(opened.is_ok());
-  Batch b;
-  b.leases = std::move(leases);
-  REQUIRE((*opened)->apply(b).is_ok());
-}
-
 // The store in `file`, which must open (the test stops there when it does not).
 std::unique_ptr<Store> open_store(const std::filesystem::path& file, bool full_sync) {
   auto opened = open_sqlite_store(file, full_sync);
@@ -42,11 +35,83 @@ std::unique_ptr<Store> open_store(const std::filesystem::path& file, bool full_s
   return std::move(*opened);
 }
 
+// Where one test's stores live. open(name) reaches the same store again for the same name, once the store opened
+// before under that name is closed.
+struct StoreKind {
+  virtual ~StoreKind() = default;
+  virtual std::unique_ptr<Store> open(const std::string& name) = 0;
+  // Runs SQL on store `name` behind the store's back (to damage it).
+  virtual void sql(const std::string& name, const std::string& statement) = 0;
+};
+
+// SQLite files in a temporary folder.
+struct SqliteStores : StoreKind {
+  TempDir dir;
+  std::unique_ptr<Store> open(const std::string& name) override { return open_store(dir.path / (name + ".db"), false); }
+  void sql(const std::string& name, const std::string& statement) override {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open((dir.path / (name + ".db")).c_str(), &db) == SQLITE_OK);
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db, statement.c_str(), nullptr, nullptr, &err);
+    INFO((err ? err : ""));
+    sqlite3_free(err);
+    sqlite3_close(db);
+    REQUIRE(rc == SQLITE_OK);
+  }
+};
+
+// Databases of the test process's private PostgreSQL cluster; each store opened leads (it may write).
+struct PostgresStores : StoreKind {
+  std::map<std::string, std::string> databases;  // name -> database
+  std::unique_ptr<Store> open(const std::string& name) override {
+    static int created = 0;
+    auto& cluster = accelpool::testing::PostgresCluster::shared();
+    if (!databases.count(name)) {
+      databases[name] = "t" + std::to_string(++created);
+      cluster.create_database(databases[name]);
+    }
+    auto opened = open_postgres_store(cluster.url(databases[name]));
+    INFO((opened.is_ok() ? "" : opened.error().message));
+    REQUIRE(opened.is_ok());
+    // The session of the store closed before under this name ends on the server a moment after it closed.
+    REQUIRE(accelpool::testing::eventually([&] {
+      auto led = (*opened)->try_lead({"test", "", "", ""}, 60);
+      REQUIRE(led.is_ok());
+      return *led;
+    }));
+    return std::move(*opened);
+  }
+  void sql(const std::string& name, const std::string& statement) override {
+    accelpool::testing::PostgresCluster::shared().sql(databases.at(name), statement);
+  }
+};
+
+// Makes store `name` of `kind` holding `leases`, and closes it.
+void write_leases(StoreKind& kind, const std::string& name, std::vector<Lease> leases) {
+  const auto store = kind.open(name);
+  Batch b;
+  b.leases = std::move(leases);
+  REQUIRE(store->apply(b).is_ok());
+}
+
 }  // namespace
 
-TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
-  TempDir dir;
-  const auto owned = open_store(dir.path / "s.db", true);
+// A test case run on each store: "<title> (SQLite)" tagged [store], and "<title> (PostgreSQL)" tagged
+// [store][postgres], in the test process's private cluster (ctest runs those under the label postgres).
+#define STORE_TEST_CASE(title, body)                                 \
+  TEST_CASE(title " (SQLite)", "[store]") {                          \
+    SqliteStores kind;                                               \
+    body(kind);                                                      \
+  }                                                                  \
+  TEST_CASE(title " (PostgreSQL)", "[store][postgres]") {            \
+    PostgresStores kind;                                             \
+    body(kind);                                                      \
+  }
+
+namespace {
+
+void round_trip(StoreKind& kind) {
+  const auto owned = kind.open("s");
   Store& store = *owned;
   Batch b;
   Lease l = stored_lease(7, LeaseState::granted, 0);
@@ -100,12 +165,34 @@ TEST_CASE("the SQLite store round-trips a batch atomically", "[store]") {
   REQUIRE(snap2.is_ok());
   CHECK(snap2->leases.size() == 1);
   CHECK(snap2->devices.size() == 1);
+}
 
+}  // namespace
+
+STORE_TEST_CASE("a store round-trips a batch atomically", round_trip)
+
+TEST_CASE("the SQLite store writes a consistent backup while in use", "[store]") {
+  TempDir dir;
+  const auto store = open_store(dir.path / "s.db", true);
+  Batch b;
+  b.leases.push_back(stored_lease(7, LeaseState::granted, 0));
+  REQUIRE(store->apply(b).is_ok());
   TempDir other;
-  REQUIRE(store.backup(other.path / "copy.db").is_ok());
+  REQUIRE(store->backup(other.path / "copy.db").is_ok());
   auto copy = open_sqlite_store(other.path / "copy.db", false);
   REQUIRE(copy.is_ok());
   CHECK((*copy)->load(10)->leases.size() == 1);
+}
+
+TEST_CASE("the PostgreSQL store refuses a backup and names PostgreSQL's tools", "[store][postgres]") {
+  PostgresStores kind;
+  const auto store = kind.open("s");
+  TempDir other;
+  auto s = store->backup(other.path / "copy.db");
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.error().code == "store");
+  CHECK(s.error().message.find("pg_dump") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(other.path / "copy.db"));
 }
 
 TEST_CASE("a file that is not a database gives a clear error", "[store]") {
@@ -117,9 +204,10 @@ TEST_CASE("a file that is not a database gives a clear error", "[store]") {
   CHECK(opened.error().message.find("junk.db") != std::string::npos);
 }
 
-TEST_CASE("old ended leases are pruned from the store, live ones and the newest id stay", "[store]") {
-  TempDir dir;
-  const auto owned = open_store(dir.path / "s.db", false);
+namespace {
+
+void prune(StoreKind& kind) {
+  const auto owned = kind.open("s");
   Store& store = *owned;
   Batch b;
   b.leases.push_back(stored_lease(1, LeaseState::released, 100));  // old: pruned
@@ -139,6 +227,10 @@ TEST_CASE("old ended leases are pruned from the store, live ones and the newest 
   CHECK(ids == std::vector<LeaseId>{2, 3, 4});
   CHECK(snap->max_lease_id == 4);
 }
+
+}  // namespace
+
+STORE_TEST_CASE("old ended leases are pruned from the store, live ones and the newest id stay", prune)
 
 TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bounded", "[store]") {
   TempDir dir;
@@ -175,11 +267,11 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
 }
 
 TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
-  TempDir dir;
-  auto file = dir.path / "v1.db";
+  SqliteStores kind;
+  auto file = kind.dir.path / "v1.db";
   // Version 1 had the same tables with full indexes and no `relayed`, `grants` or `label` column: make one from a
   // store of today, with two leases in it.
-  write_leases(file, {stored_lease(5, LeaseState::granted, 0), stored_lease(6, LeaseState::released, 3)});
+  write_leases(kind, "v1", {stored_lease(5, LeaseState::granted, 0), stored_lease(6, LeaseState::released, 3)});
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
@@ -228,9 +320,9 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   CHECK(version == 6);
 }
 
-TEST_CASE("the store keeps learned run times per group, a later row of a group replacing the earlier", "[store]") {
-  TempDir dir;
-  auto file = dir.path / "s.db";
+namespace {
+
+void learned_run_times(StoreKind& kind) {
   auto record = [](bool whole_kind, std::uint64_t observations) {
     EstimateRecord e;
     e.kind = "fpga";
@@ -249,7 +341,7 @@ TEST_CASE("the store keeps learned run times per group, a later row of a group r
     return e;
   };
   {
-    const auto store = open_store(file, false);
+    const auto store = kind.open("s");
     Batch b;
     b.estimates = {record(false, 1), record(true, 1)};
     REQUIRE(store->apply(b).is_ok());
@@ -257,13 +349,13 @@ TEST_CASE("the store keeps learned run times per group, a later row of a group r
     again.estimates = {record(false, 2)};
     REQUIRE(store->apply(again).is_ok());
   }
-  const auto store = open_store(file, false);
+  const auto store = kind.open("s");
   auto snap = store->load(10);
   REQUIRE(snap.is_ok());
   REQUIRE(snap->estimates.size() == 2);
   // Ordered by kind, then the group of one tenant after the whole kind's (whole_kind sorts 0 before 1 in SQL).
   const auto& group = snap->estimates[0];
-  const auto& kind = snap->estimates[1];
+  const auto& kind_wide = snap->estimates[1];
   CHECK_FALSE(group.whole_kind);
   CHECK(group.tenant == "t");
   CHECK(group.bitstream == "aes");
@@ -272,24 +364,23 @@ TEST_CASE("the store keeps learned run times per group, a later row of a group r
   CHECK(group.observations == 2);
   CHECK(group.weights == record(false, 2).weights);
   CHECK(group.sums == record(false, 2).sums);
-  CHECK(kind.whole_kind);
-  CHECK(kind.observations == 1);
-  CHECK(kind.sums == record(true, 1).sums);
+  CHECK(kind_wide.whole_kind);
+  CHECK(kind_wide.observations == 1);
+  CHECK(kind_wide.sums == record(true, 1).sums);
 }
 
-TEST_CASE("a lease whose stored grants are not what the store writes is reported corrupt", "[store]") {
-  TempDir dir;
-  auto file = dir.path / "s.db";
-  write_leases(file, {stored_lease(5, LeaseState::granted, 0)});
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db, R"(UPDATE leases SET grants='[{"attach":"teleport"}]' WHERE id=5)", nullptr, nullptr,
-                       nullptr) == SQLITE_OK);
-  sqlite3_close(db);
-  auto opened = open_sqlite_store(file, false);
-  REQUIRE(opened.is_ok());
-  auto snap = (*opened)->load(10);
+void corrupt_grants(StoreKind& kind) {
+  write_leases(kind, "s", {stored_lease(5, LeaseState::granted, 0)});
+  kind.sql("s", R"(UPDATE leases SET grants='[{"attach":"teleport"}]' WHERE id=5)");
+  const auto store = kind.open("s");
+  auto snap = store->load(10);
   REQUIRE_FALSE(snap.is_ok());
   CHECK(snap.error().code == "corrupt");
   CHECK(snap.error().message == "lease 5 grants[0]: field 'attach' has unknown mode 'teleport'");
 }
+
+}  // namespace
+
+STORE_TEST_CASE("the store keeps learned run times per group, a later row of a group replacing the earlier",
+                learned_run_times)
+STORE_TEST_CASE("a lease whose stored grants are not what the store writes is reported corrupt", corrupt_grants)

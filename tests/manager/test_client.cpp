@@ -129,6 +129,20 @@ DaemonProcess::~DaemonProcess() {
 }
 
 void DaemonProcess::start() {
+  launch();
+  wait_started();
+}
+
+bool DaemonProcess::exited() {
+  if (pid_ <= 0) return true;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  pid_ = -1;
+  return true;
+}
+
+void DaemonProcess::launch() {
   std::filesystem::remove(dir_ / "endpoints.json");
   std::string out_file = (dir_ / "output.log").string();
   pid_t pid = ::fork();
@@ -157,6 +171,9 @@ void DaemonProcess::start() {
     ::_exit(127);
   }
   pid_ = pid;
+}
+
+void DaemonProcess::wait_started() {
   for (auto deadline = std::chrono::steady_clock::now() + kHungAfter; std::chrono::steady_clock::now() < deadline;) {
     std::string text = slurp(dir_ / "endpoints.json");
     if (!text.empty()) {

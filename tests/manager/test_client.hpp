@@ -34,6 +34,12 @@ class DaemonProcess {
   DaemonProcess(std::filesystem::path data_dir, std::string config);
   ~DaemonProcess();
   void start();                 // returns once endpoints.json of this process exists
+  // start() in two steps: launch() starts the process and returns at once (a standby, which writes endpoints.json
+  // only when it leads); wait_started() waits for its endpoints.json.
+  void launch();
+  void wait_started();
+  // Whether the process has exited (reaped now if so; exit_code() then tells how).
+  bool exited();
   void stop(int signal);        // SIGTERM for a graceful stop, SIGKILL for a crash; waits for the exit
   // The file descriptor limit (RLIMIT_NOFILE) the process starts with from the next start() on.
   void set_fd_limit(std::uint64_t soft, std::uint64_t hard) { fd_limit_ = {soft, hard}; }

@@ -33,6 +33,12 @@
 //                                [--network-thread 1] [--agent-devices N [--agent PATH]] [--sample S] [--hold-ms H]
 //                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1]]
 //                                [--watchers N]
+//                                [--store-url postgresql://...]
+//
+// --store-url runs the manager on the PostgreSQL store (an empty database; docs/ha.md) instead of SQLite.
+// --takeovers N (with --store-url) runs two managers on that store instead of the guest load, and N times kills
+// the leader (SIGKILL) and measures the takeover: from the kill to the first lease the standby, now leading,
+// grants to a guest that keeps trying it. The killed one comes back as the standby each time.
 #include "agent_swarm.hpp"
 
 #include <accelpool/common/connect.hpp>
@@ -456,6 +462,8 @@ class Watchers {
   std::thread reader_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> bytes_{0}, events_{0};
+  std::string store_url;         // "postgresql://...": the PostgreSQL store (an empty database) instead of SQLite
+  int takeovers = 0;             // > 0 (with store_url): kill the leader of two managers this many times
 };
 
 constexpr const char* kSoakAgentToken = "soak-agent-token-0123456789";
@@ -554,7 +562,8 @@ void bench_daemon(const BenchOptions& o) {
                                                     // the in-process host holds no fpga: the agents serve them all
                                                     "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"spare\"\ncount = 1\n"
                                               : "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
-                                                "count = " + std::to_string(devices) + "\n");
+                                                "count = " + std::to_string(devices) + "\n")
+                                      << (o.store_url.empty() ? "" : "[store]\nurl = \"" + o.store_url + "\"\n");
   std::fflush(stdout);
   Daemon daemon = start_daemon(o, dir);
   std::filesystem::copy_file(dir / "output.log", dir / "first_output.log", std::filesystem::copy_options::overwrite_existing);
@@ -832,6 +841,92 @@ void bench_daemon(const BenchOptions& o) {
   std::filesystem::remove_all(dir);
 }
 
+// The reply line of the one call in flight on blocking socket `fd` (notifications skipped); "" when it closed.
+std::string call_line(int fd, const std::string& request) {
+  const std::string line = request + "\n";
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) return "";
+  std::string in;
+  char buf[4096];
+  for (;;) {
+    for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
+      std::string reply = in.substr(0, nl);
+      in.erase(0, nl + 1);
+      if (reply.find("\"method\"") == std::string::npos) return reply;
+    }
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return "";
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+void bench_takeovers(const BenchOptions& o) {
+  auto base = std::filesystem::temp_directory_path() / ("apm-takeover-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  std::filesystem::path dirs[2] = {base / "m0", base / "m1"};
+  int guest_ports[2] = {free_port(), free_port()};
+  for (int i = 0; i < 2; ++i) {
+    std::filesystem::create_directories(dirs[i]);
+    std::ofstream(dirs[i] / "manager.toml")
+        << "[store]\nurl = \"" << o.store_url << "\"\n[ha]\nname = \"m" << i
+        << "\"\nleader_timeout_s = 10\nstandby_poll_s = 0.05\n[guest]\ntcp = \"127.0.0.1:" << guest_ports[i]
+        << "\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
+        << "[[hosts.devices]]\nkind = \"fpga\"\ncount = 4\n";
+  }
+  Daemon first = start_daemon(o, dirs[0]);
+  if (first.pid == 0) return;
+  const std::string token = first.token;
+  pid_t pids[2] = {first.pid, 0};
+  // Starts manager i as the standby and waits until it says so.
+  auto start_standby = [&](int i) {
+    pids[i] = spawn({o.manager, "--config", (dirs[i] / "manager.toml").string(), "--data-dir", dirs[i].string()},
+                    dirs[i] / "output.log", true);
+    for (;;) {
+      std::ifstream in(dirs[i] / "output.log");
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      if (text.find("standby m") != std::string::npos) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  start_standby(1);
+  std::vector<double> takeover_ms;
+  int leader = 0;
+  for (int k = 0; k < o.takeovers; ++k) {
+    const int standby = 1 - leader;
+    const auto killed = std::chrono::steady_clock::now();
+    ::kill(pids[leader], SIGKILL);
+    ::waitpid(pids[leader], nullptr, 0);
+    for (bool granted = false; !granted;) {  // a guest that keeps trying the standby's address
+      int fd = connect_tcp(guest_ports[standby]);
+      if (fd < 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      const std::string hello = call_line(fd, R"({"jsonrpc":"2.0","id":1,"method":"hello","params":{"protocol":1,"token":")" +
+                                                  token + R"(","guest":"takeover"}})");
+      const std::string reply = hello.find("\"result\"") == std::string::npos
+                                    ? ""
+                                    : call_line(fd, R"({"jsonrpc":"2.0","id":2,"method":"acquire","params":{"kind":"fpga"}})");
+      if (reply.find("\"granted\"") != std::string::npos) {
+        granted = true;
+        takeover_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed).count());
+        auto id = json::parse(reply).at("result").at("lease").at("id").to_number<long>();
+        call_line(fd, R"({"jsonrpc":"2.0","id":3,"method":"release","params":{"lease":)" + std::to_string(id) + "}}");
+      }
+      ::close(fd);
+    }
+    start_standby(leader);
+    leader = standby;
+  }
+  ::kill(pids[0], SIGKILL);
+  ::kill(pids[1], SIGKILL);
+  ::waitpid(pids[0], nullptr, 0);
+  ::waitpid(pids[1], nullptr, 0);
+  std::printf("takeover  %d kills: leader killed -> first grant by the new leader p50=%.0f ms p99=%.0f ms max=%.0f ms\n",
+              o.takeovers, pct(takeover_ms, 0.5), pct(takeover_ms, 0.99),
+              *std::max_element(takeover_ms.begin(), takeover_ms.end()));
+  std::filesystem::remove_all(base);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -856,6 +951,8 @@ int main(int argc, char** argv) {
     else if (a == "--full-heartbeats") o.full_heartbeats = v == "1";
     else if (a == "--storms") o.storms = v == "1";
     else if (a == "--watchers") o.watchers = std::stoi(v);
+    else if (a == "--store-url") o.store_url = v;
+    else if (a == "--takeovers") o.takeovers = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -866,6 +963,14 @@ int main(int argc, char** argv) {
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  if (o.takeovers > 0) {
+    if (o.store_url.empty()) {
+      std::fprintf(stderr, "--takeovers needs --store-url (managers share a PostgreSQL store)\n");
+      return 2;
+    }
+    bench_takeovers(o);
+    return 0;
   }
   bench_daemon(o);
   return 0;

@@ -480,6 +480,24 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     for (const auto& g : core_.learned_estimates()) groups.emplace_back(to_json(g));
     return ok(json::object{{"warmup", core_.learning_warmup()}, {"groups", std::move(groups)}});
   }
+  if (r1 == "leadership" && seg.size() == 2) {
+    if (m != "GET") return method_not_allowed(m, path);
+    if (!query.empty()) return from_error(unknown_query_parameter(query.begin()->first));
+    if (!leadership_) return ok(json::object{{"shared", false}, {"epoch", 0}, {"standbys", json::array{}}});
+    auto view = leadership_();
+    if (!view) return from_error(view.error());
+    auto manager = [](const ManagerInfo& i) {
+      return json::object{{"name", i.name}, {"admin_url", i.admin_url}, {"guest_tcp", i.guest_tcp}, {"agents", i.agents}};
+    };
+    json::array standbys;
+    for (const auto& s : view->standbys) standbys.emplace_back(manager(s));
+    return ok(json::object{{"shared", true},
+                           {"epoch", view->epoch},
+                           {"leader", manager(view->leader)},
+                           {"since", view->since},
+                           {"renewed_at", view->renewed_at},
+                           {"standbys", std::move(standbys)}});
+  }
   if (r1 == "stats" && seg.size() == 2) {
     if (m != "GET") return method_not_allowed(m, path);
     std::vector<double> windows = {60, 300, 3600};

@@ -4,6 +4,7 @@
 
 #include <accelpool/manager/core.hpp>
 #include <accelpool/manager/host_driver.hpp>
+#include <accelpool/manager/store.hpp>
 
 #include "event_stream.hpp"
 
@@ -60,6 +61,9 @@ class AdminApi {
   // Who may watch GET /v1/events with this request's bearer token: an admin, or the tenant the token belongs to.
   // Errors: an error response (401 missing or wrong token).
   std::variant<Viewer, ApiResponse> stream_viewer(const ApiRequest& request) const;
+  // Who leads the managers of a shared (PostgreSQL) store, for GET /v1/leadership (docs/ha.md). Without one the
+  // manager is alone on its SQLite store and says so.
+  void set_leadership(std::function<Result<Leadership>()> leadership) { leadership_ = std::move(leadership); }
   // A JSON error response: {"error":{"code":...,"message":...}}.
   static ApiResponse error(int status, const std::string& code, const std::string& message);
 
@@ -71,6 +75,7 @@ class AdminApi {
   std::function<void()> commit_;
   std::shared_ptr<ImageCatalog> catalog_;
   std::string agent_token_;
+  std::function<Result<Leadership>()> leadership_;
   Poster post_;
   // While handle(request, respond) routes: its request and responder, which an upload takes to answer later.
   ApiRequest* deferrable_ = nullptr;

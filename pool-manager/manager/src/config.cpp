@@ -96,18 +96,41 @@ Result<Config> load_config(const std::filesystem::path& file) {
     return make_error("config", o.str());
   }
   Config c;
-  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams"}, "the top level"));
+  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams", "ha"}, "the top level"));
   std::string data_dir = c.data_dir.string();
   ACCELPOOL_TRY(read(file, root, "data_dir", data_dir, "top level"));
   c.data_dir = data_dir;
   if (c.data_dir.is_relative()) c.data_dir = file.parent_path() / c.data_dir;
-  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents", "bitstreams"}) {
+  for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents", "bitstreams", "ha"}) {
     if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "store")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"file", "full_sync"}, "[store]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"file", "full_sync", "url"}, "[store]"));
     ACCELPOOL_TRY(read(file, *t, "file", c.store_file, "store"));
     ACCELPOOL_TRY(read(file, *t, "full_sync", c.full_sync, "store"));
+    ACCELPOOL_TRY(read(file, *t, "url", c.store_url, "store"));
+    if (const auto* n = t->get("url")) {
+      if (c.store_url.rfind("postgresql://", 0) != 0 && c.store_url.rfind("postgres://", 0) != 0) {
+        return make_error("config", where(file, *n) + ": store.url must be a PostgreSQL URL (postgresql://...)");
+      }
+      for (const char* sqlite_only : {"file", "full_sync"}) {
+        if (t->get(sqlite_only)) {
+          return make_error("config", where(file, *t->get(sqlite_only)) + ": store." + sqlite_only +
+                                          " is for the SQLite store; it cannot go with store.url");
+        }
+      }
+    }
+  }
+  if (auto* t = sub(root, "ha")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"name", "leader_timeout_s", "standby_poll_s"}, "[ha]"));
+    if (c.store_url.empty()) {
+      return make_error("config", where(file, *t) + ": [ha] needs the PostgreSQL store ([store] url)");
+    }
+    ACCELPOOL_TRY(read(file, *t, "name", c.ha.name, "ha"));
+    ACCELPOOL_TRY(read(file, *t, "leader_timeout_s", c.ha.leader_timeout_s, "ha"));
+    ACCELPOOL_TRY(read(file, *t, "standby_poll_s", c.ha.standby_poll_s, "ha"));
+    if (!(c.ha.leader_timeout_s > 0)) return make_error("config", where(file, *t) + ": ha.leader_timeout_s must be > 0");
+    if (!(c.ha.standby_poll_s > 0)) return make_error("config", where(file, *t) + ": ha.standby_poll_s must be > 0");
   }
   if (auto* t = sub(root, "guest")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s"}, "[guest]"));

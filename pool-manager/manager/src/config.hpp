@@ -60,9 +60,18 @@ struct AgentsConfig {
   std::size_t max_connections = 256;      // agent connections, registered or not
 };
 
+// Several managers on one PostgreSQL store, one leading ([ha], docs/ha.md).
+struct HaConfig {
+  std::string name;               // this manager among them; "" : the host name and the admin port
+  double leader_timeout_s = 10;   // a leader that has not renewed for this long may be replaced (fenced)
+  double standby_poll_s = 0.5;    // how often a standby tries to take over
+};
+
 struct Config {
   std::filesystem::path data_dir = "accelpool-data";
   std::string store_file = "pool.db";  // relative to data_dir
+  std::string store_url;  // "postgresql://...": the PostgreSQL store instead of the SQLite file (docs/ha.md)
+  HaConfig ha;
   bool full_sync = false;
   bool new_store = false;  // command line only (--new-store): a missing or empty store may start a new pool
   std::string guest_tcp = "127.0.0.1:7070";

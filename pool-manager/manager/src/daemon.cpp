@@ -33,6 +33,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <thread>
 #include <unistd.h>
 
 namespace accelpool::manager {
@@ -99,6 +100,47 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
 #endif
 }
 
+// This manager as the other managers of a shared store see it, from its configuration (addresses as configured;
+// published as bound once it leads).
+ManagerInfo configured_identity(const Config& config) {
+  ManagerInfo me;
+  me.name = config.ha.name;
+  if (me.name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    me.name = std::string(host) + ":" + config.admin_listen.substr(config.admin_listen.rfind(':') + 1);
+  }
+  me.admin_url = "http://" + config.admin_listen;
+  me.guest_tcp = config.guest_tcp;
+  if (!config.agents.listen.empty()) me.agents = config.agents.listen.front();
+  return me;
+}
+
+// Blocks until this manager leads the shared store: meanwhile it is a standby, which announces itself and tries
+// to take over every standby_poll_s, and says on stderr who leads (once per leader). Errors: the store's.
+Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const HaConfig& ha) {
+  std::uint64_t told = 0;
+  while (true) {
+    auto led = store.try_lead(me, ha.leader_timeout_s);
+    if (!led) return led.error();
+    if (*led) {
+      std::fprintf(stderr, "accelpool-manager: %s leads the pool (epoch %llu)\n", me.name.c_str(),
+                   static_cast<unsigned long long>(store.epoch()));
+      return Status::ok();
+    }
+    if (auto s = store.announce(me, ha.leader_timeout_s); !s) return s;
+    auto view = store.leadership();
+    if (!view) return view.error();
+    if (view->epoch != told) {
+      told = view->epoch;
+      std::fprintf(stderr, "accelpool-manager: standby %s: %s leads (epoch %llu, admin %s); taking over when it is gone\n",
+                   me.name.c_str(), view->leader.name.c_str(), static_cast<unsigned long long>(view->epoch),
+                   view->leader.admin_url.c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(ha.standby_poll_s * 1e6)));
+  }
+}
+
 }  // namespace
 
 int run_daemon(const Config& given, std::ostream& out) {
@@ -131,10 +173,23 @@ int run_daemon(const Config& given, std::ostream& out) {
   HostEventQueue host_events(ioc, [&request_commit] { request_commit(); });
   Poster post = [&host_events](std::function<void()> f) { host_events.post(std::move(f)); };
 
-  // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created.
-  auto store = open_sqlite_store(config.data_dir / config.store_file, config.full_sync,
-                                 config.new_store ? StoreCreation::allow_new : StoreCreation::first_only);
-  if (!store) return fail(store.error().message);
+  // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created. On a shared
+  // (PostgreSQL) store this manager waits as a standby until it leads; then it restores the pool from the store
+  // as a restart does (leases continue, each with a fresh TTL).
+  std::unique_ptr<Store> store;
+  SharedStore* shared = nullptr;
+  if (config.store_url.empty()) {
+    auto opened = open_sqlite_store(config.data_dir / config.store_file, config.full_sync,
+                                    config.new_store ? StoreCreation::allow_new : StoreCreation::first_only);
+    if (!opened) return fail(opened.error().message);
+    store = std::move(*opened);
+  } else {
+    auto opened = open_postgres_store(config.store_url);
+    if (!opened) return fail(opened.error().message);
+    shared = opened->get();
+    if (auto s = wait_for_leadership(*shared, configured_identity(config), config.ha); !s) return fail(s.error().message);
+    store = std::move(*opened);
+  }
 
   // The bitstream registry: in-process hosts program its images, agents get their sha256, acquires are checked.
   auto registry = bitstreams::SharedRegistry::open(config.bitstreams_dir(), config.bitstreams_seed());
@@ -160,7 +215,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   core_options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
 
   SystemClock clock;
-  auto core_r = PoolCore::create(core_options, clock, **store);
+  auto core_r = PoolCore::create(core_options, clock, *store);
   if (!core_r) return fail(core_r.error().message);
   std::unique_ptr<PoolCore> core = std::move(*core_r);
 
@@ -361,6 +416,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   api.set_catalog(catalog);
   api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
+  if (shared) api.set_leadership([shared] { return shared->leadership(); });
   auto admin_ep = parse_endpoint(config.admin_listen);
   if (!admin_ep) return fail("admin.listen: " + admin_ep.error().message);
   HttpLimits limits;
@@ -401,14 +457,41 @@ int run_daemon(const Config& given, std::ostream& out) {
   if (!tcp_text.empty()) out << "accelpool-manager: guests on tcp " << tcp_text << "\n";
   if (!unix_text.empty()) out << "accelpool-manager: guests on unix " << unix_text << "\n";
   if (!agents_text.empty()) out << "accelpool-manager: host agents on " << agents_text << "\n";
-  out << "accelpool-manager: store " << (config.data_dir / config.store_file).string() << ", policy "
-      << core->policy() << "\n";
+  if (shared) {
+    // Clients and standbys learn where the leader is from the store: the addresses as bound (ports chosen now).
+    ManagerInfo bound = configured_identity(config);
+    bound.admin_url = admin_url;
+    bound.guest_tcp = tcp_text;
+    bound.agents = agents_text;
+    if (auto s = shared->publish(bound); !s) return fail(s.error().message);
+    out << "accelpool-manager: store PostgreSQL, leading as " << bound.name << " (epoch " << shared->epoch()
+        << "), policy " << core->policy() << "\n";
+  } else {
+    out << "accelpool-manager: store " << (config.data_dir / config.store_file).string() << ", policy "
+        << core->policy() << "\n";
+  }
   out << "accelpool-manager: bitstream registry " << catalog->registry()->dir().string() << " ("
       << catalog->registry()->list().size() << " bitstreams)\n";
   out.flush();
-  // Last: whoever waits for endpoints.json (tests, scripts) finds the tokens and URLs above already written.
-  if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text, agents_text); !s) return fail(s.error().message);
+  // The leader renews its term every third of its timeout (every commit renews it too). A renewal that fails
+  // means another manager leads, or the store is gone: this one steps down at once, before it answers anything
+  // more; nothing unwritten was acknowledged.
+  asio::steady_timer renew_timer(ioc);
+  std::function<void()> arm_renewal = [&] {
+    renew_timer.expires_after(std::chrono::microseconds(static_cast<long>(config.ha.leader_timeout_s * 1e6 / 3)));
+    renew_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto s = shared->renew(); !s) {
+        std::fprintf(stderr, "accelpool-manager: stepping down: %s\n", s.error().message.c_str());
+        std::fflush(stderr);
+        std::_Exit(kSteppedDownExit);
+      }
+      arm_renewal();
+    });
+  };
+  if (shared) arm_renewal();
 
+  // Before endpoints.json: whoever sees it may stop the manager at once, and a SIGTERM then is a graceful stop.
   asio::signal_set signals(ioc, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -416,8 +499,12 @@ int run_daemon(const Config& given, std::ostream& out) {
     (*admin)->stop();
     timer.cancel();
     publish_timer.cancel();
+    renew_timer.cancel();
     ioc.stop();
   });
+  // Last: whoever waits for endpoints.json (tests, scripts) finds the tokens and URLs above already written.
+  if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text, agents_text); !s) return fail(s.error().message);
+
   ioc.run();
 #ifdef ACCELPOOL_HAVE_AGENT_LINK
   // Its I/O thread posts to the owner queue: it stops first. What it posts while stopping is never run.
@@ -429,7 +516,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   request_commit = [] {};
   admin->reset();
   core.reset();  // joins the hosts' workers
-  store->reset();
+  store.reset();
   return 0;
 }
 

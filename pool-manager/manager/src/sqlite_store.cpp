@@ -1,8 +1,8 @@
 // The SQLite store: one connection, WAL journal, one transaction per Batch.
-#include <accelpool/agent/wire.hpp>
+#include "store_rows.hpp"
+
 #include <accelpool/manager/store.hpp>
 
-#include <boost/json.hpp>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -13,23 +13,21 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 namespace accelpool::manager {
 
 namespace {
 
+using namespace store_rows;
+
 // 2: the lease indexes are partial (live leases by id, ended leases by end time), so a lease that changes
 // state touches only the index it enters or leaves.
 // 3: leases record whether a relay vouched for their guest (`relayed`).
 // 4: leases record what each device's host did to prepare it (`grants`).
 // 5: the scheduler's learned run times (`estimates`, one row per group; from 4 the table is simply created).
+// 6: leases carry the job label their guest gave (`label`).
 constexpr int kSchemaVersion = 6;
-
-// A live lease: queued, granted or revoking. Spelled as comparisons, not IN (...): SQLite evaluates an IN list
-// through a temporary table on every row it writes to a partial index with that predicate.
-#define ACCELPOOL_LIVE_LEASE "(state='queued' OR state='granted' OR state='revoking')"
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,32 +63,6 @@ constexpr const char* kMigrateFrom3 = "ALTER TABLE leases ADD COLUMN grants TEXT
 // table, which kSchema creates where it is missing.)
 constexpr const char* kMigrateFrom5 = "ALTER TABLE leases ADD COLUMN label TEXT NOT NULL DEFAULT '';";
 
-// A histogram's bins as text: numbers separated by spaces, each exact (17 significant digits).
-std::string format_numbers(const std::vector<double>& values) {
-  std::string out;
-  char buf[32];
-  for (double v : values) {
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    out += (out.empty() ? "" : " ") + std::string(buf);
-  }
-  return out;
-}
-
-// The inverse of format_numbers; nullopt if a field is not a number.
-std::optional<std::vector<double>> parse_numbers(const std::string& text) {
-  std::vector<double> out;
-  const char* p = text.c_str();
-  while (*p) {
-    char* end = nullptr;
-    const double v = std::strtod(p, &end);
-    if (end == p) return std::nullopt;
-    out.push_back(v);
-    p = end;
-    while (*p == ' ') ++p;
-  }
-  return out;
-}
-
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
 }
@@ -125,89 +97,6 @@ class Stmt {
   sqlite3_stmt* stmt_ = nullptr;
   int rc_ = SQLITE_ERROR;
 };
-
-std::string join_devices(const std::vector<std::string>& devices) {
-  std::string out;
-  for (const auto& d : devices) {
-    if (!out.empty()) out += ',';
-    out += d;
-  }
-  return out;
-}
-
-std::vector<std::string> split_devices(const std::string& s) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(s);
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-constexpr const char* kLeaseColumns =
-    "id, tenant, guest, guest_host, kind, bitstream, count, estimate_s, state, created_at, granted_at, "
-    "first_granted_at, ended_at, expires_at, revoke_deadline, requeue_on_deadline, ready, devices, reprogrammed, "
-    "preemptions, end_reason, relayed, grants, label";
-
-// A lease's grants as stored: a JSON array of device.prepare results (the agent protocol's form,
-// docs/agent-protocol.md), "" when there are none.
-std::string grants_text(const std::vector<host::PrepareResult>& grants) {
-  if (grants.empty()) return "";
-  boost::json::array a;
-  for (const auto& g : grants) a.emplace_back(agent::prepare_result_json(g));
-  return boost::json::serialize(a);
-}
-
-// The grants of lease `id` stored as `text`. Errors: "corrupt" naming the lease and what is wrong.
-Result<std::vector<host::PrepareResult>> grants_from_text(LeaseId id, const std::string& text) {
-  std::vector<host::PrepareResult> out;
-  if (text.empty()) return out;
-  const std::string where = "lease " + std::to_string(id) + " grants";
-  boost::system::error_code ec;
-  auto parsed = boost::json::parse(text, ec);
-  if (ec || !parsed.is_array()) return make_error("corrupt", where + ": not a JSON array");
-  for (const auto& v : parsed.get_array()) {
-    auto g = agent::parse_prepare_result(v, where + "[" + std::to_string(out.size()) + "]");
-    if (!g) return make_error("corrupt", g.error().message);
-    out.push_back(std::move(*g));
-  }
-  return out;
-}
-
-// The lease in the current row of a statement that selects kLeaseColumns. Errors: "corrupt".
-Result<Lease> lease_from_row(Stmt& s) {
-  Lease l;
-  l.id = static_cast<LeaseId>(s.integer(0));
-  l.tenant = s.text(1);
-  l.guest = s.text(2);
-  l.guest_host = s.text(3);
-  l.kind = s.text(4);
-  l.bitstream = s.text(5);
-  l.count = static_cast<std::uint32_t>(s.integer(6));
-  if (!s.is_null(7)) l.estimate_s = s.real(7);
-  auto state = parse_lease_state(s.text(8));
-  if (!state) return make_error("corrupt", "lease " + std::to_string(l.id) + " has unknown state '" + s.text(8) + "'");
-  l.state = *state;
-  l.created_at = s.real(9);
-  l.granted_at = s.real(10);
-  l.first_granted_at = s.real(11);
-  l.ended_at = s.real(12);
-  l.expires_at = s.real(13);
-  l.revoke_deadline = s.real(14);
-  l.requeue_on_deadline = s.integer(15) != 0;
-  l.ready = s.integer(16) != 0;
-  l.devices = split_devices(s.text(17));
-  l.reprogrammed = static_cast<std::uint32_t>(s.integer(18));
-  l.preemptions = static_cast<std::uint32_t>(s.integer(19));
-  l.end_reason = s.text(20);
-  l.relayed = s.integer(21) != 0;
-  auto grants = grants_from_text(l.id, s.text(22));
-  if (!grants) return grants.error();
-  l.grants = std::move(*grants);
-  l.label = s.text(23);
-  return l;
-}
 
 // Steps through every row of `s` into `out`. Errors: "store", "corrupt".
 Status read_lease_rows(sqlite3* db, Stmt& s, std::vector<Lease>& out) {
@@ -437,20 +326,7 @@ class SqliteStore final : public Store {
              "SELECT name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id "
              "FROM devices ORDER BY sched_id");
       if (!s.ok()) return db_error(db_, "reading devices");
-      while (sqlite3_step(s.get()) == SQLITE_ROW) {
-        DeviceRecord d;
-        d.name = s.text(0);
-        d.host = s.text(1);
-        d.local_id = s.text(2);
-        d.kind = s.text(3);
-        d.model = s.text(4);
-        d.passthrough = s.integer(5) != 0;
-        d.loaded = s.text(6);
-        d.draining = s.integer(7) != 0;
-        d.available = s.integer(8) != 0;
-        d.sched_id = static_cast<std::uint32_t>(s.integer(9));
-        snap.devices.push_back(std::move(d));
-      }
+      while (sqlite3_step(s.get()) == SQLITE_ROW) snap.devices.push_back(device_from_row(s));
     }
     auto read_leases = [&](const std::string& sql) -> Status {
       Stmt s(db_, sql.c_str());
@@ -696,24 +572,10 @@ class SqliteStore final : public Store {
         "host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, "
         "passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
         "available=excluded.available, sched_id=excluded.sched_id");
-    // An upsert, not INSERT OR REPLACE: an update in place leaves alone the index entries of columns that keep
-    // their value.
+    // An upsert, not INSERT OR REPLACE (see lease_update_set).
     std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
                       ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) "
-                      "ON CONFLICT(id) DO UPDATE SET ";
-    {
-      std::string cols = kLeaseColumns;
-      bool first = true;
-      for (std::size_t at = 0; at < cols.size();) {
-        std::size_t comma = cols.find(',', at);
-        std::string col = cols.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-        col.erase(0, col.find_first_not_of(' '));
-        at = comma == std::string::npos ? cols.size() : comma + 1;
-        if (col == "id") continue;
-        sql += (first ? "" : ", ") + col + "=excluded." + col;
-        first = false;
-      }
-    }
+                      "ON CONFLICT(id) DO UPDATE SET " + lease_update_set();
     lease_ = std::make_unique<Stmt>(db_, sql.c_str());
     estimate_ = std::make_unique<Stmt>(
         db_, "INSERT OR REPLACE INTO estimates(kind, whole_kind, tenant, bitstream, count, label, observations, weights, "

@@ -1,4 +1,4 @@
-// Durable pool state behind an interface: SQLite now, another database later.
+// Durable pool state behind an interface: SQLite (embedded, the default) or PostgreSQL (shared by managers).
 #pragma once
 
 #include <accelpool/common/result.hpp>
@@ -80,5 +80,61 @@ enum class StoreCreation {
 // Errors: "store_missing", "store".
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& file, bool full_sync,
                                                  StoreCreation creation = StoreCreation::first_only);
+
+// One manager as the others see it in a shared store: its name and where clients reach it.
+struct ManagerInfo {
+  std::string name;       // unique among the managers of one store ([ha] name)
+  std::string admin_url;  // "http://host:port"
+  std::string guest_tcp;  // "host:port", "" for none
+  std::string agents;     // "host:port" of the agent listener, "" for none
+};
+
+// Who leads the managers of a shared store (docs/ha.md).
+struct Leadership {
+  std::uint64_t epoch = 0;  // 0: nobody ever led
+  ManagerInfo leader;
+  double since = 0;         // when the leader took over (Unix seconds, the database's clock)
+  double renewed_at = 0;    // the leader's last renewal (same clock)
+  std::vector<ManagerInfo> standbys;  // managers that announced themselves within their timeout, the leader left out
+};
+
+// A store several managers share, of which one at a time leads and writes. Every write transaction (apply)
+// first checks that this manager's epoch is still the store's: a manager that lost the leadership (paused past
+// its timeout, cut off) can never write again; its apply fails with "fenced" and changes nothing.
+// All calls on the owner thread (one connection).
+class SharedStore : public Store {
+ public:
+  // One attempt to lead: succeeds when nobody leads, when the leader's database session is gone (its process
+  // died or its connection broke), or when the leader did not renew within its timeout (then its session is
+  // ended, which rolls back what it had in flight). On success the epoch goes up by one and is this store's from
+  // now: true. false: another manager leads. Never blocks on a live leader. Errors: "store".
+  virtual Result<bool> try_lead(const ManagerInfo& me, double timeout_s) = 0;
+
+  // The leader renews its term (call well within its timeout, e.g. every third of it; every apply renews too).
+  // Errors: "fenced" when another manager took over (this one must stop writing and step down), "store".
+  virtual Status renew() = 0;
+
+  // The leader publishes where clients reach it (its addresses as bound, after it took over). Errors: "fenced",
+  // "store".
+  virtual Status publish(const ManagerInfo& me) = 0;
+
+  // A standby says it is there (shown to operators as a standby until `timeout_s` after its last call).
+  // Errors: "store".
+  virtual Status announce(const ManagerInfo& me, double timeout_s) = 0;
+
+  // Who leads now, and the standbys. Errors: "store".
+  virtual Result<Leadership> leadership() = 0;
+
+  // This store's epoch: the one its writes are fenced with; 0 before it leads.
+  virtual std::uint64_t epoch() const = 0;
+};
+
+// PostgreSQL through libpq. `url` is a libpq connection string: "postgresql://user@host:5432/db", or over a Unix
+// socket "postgresql:///db?host=/run/postgresql" (the folder holding the socket). Creates the schema where the
+// database has none, upgrades an older one (versioned, in one transaction); refuses a newer one. Every apply is
+// one transaction committed with synchronous_commit on: durable on the server before it returns. backup() is
+// refused (use pg_dump, docs/ha.md). Writes only while leading (try_lead): before that every apply fails with
+// "fenced". Errors: "store" with the server's message.
+Result<std::unique_ptr<SharedStore>> open_postgres_store(const std::string& url);
 
 }  // namespace accelpool::manager
