@@ -9,7 +9,8 @@
 # Each suite replays the fuzzers' seed corpora (fuzz/corpus/) through the harnesses (tests "fuzz: ..."); the
 # opt-in phase "fuzz" does the same with the libFuzzer build (build-fuzz/, clang).
 # The sanitizer runs leave out the tests labelled "vm" (real VMs booted under libvirt: minutes each, and their
-# programs are the static guest tools, which cannot be built with a sanitizer).
+# programs are the static guest tools, which cannot be built with a sanitizer), "package" (a sanitizer build makes
+# no Debian packages) and "docs" (the documentation's examples, run as a user would, with the normal build).
 # ACCELPOOL_TEST_PHASES (default "normal tsan") picks phases, e.g. ACCELPOOL_TEST_PHASES="asan fuzz".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +62,8 @@ sanitized_suite() {
 }
 
 normal_suite() {
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo || return 1
+  # /usr: the prefix of the Debian packages the tests labelled "package" build and check (docs/testing.md).
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr || return 1
   timed "normal build" cmake --build build -j"$jobs" || return 1
   timed "normal ctest" ctest --test-dir build --output-on-failure -j"$jobs" --timeout 900
 }
@@ -71,8 +73,8 @@ failed=()
 for phase in $phases; do
   case $phase in
     normal) normal_suite || failed+=("$phase") ;;
-    asan) sanitized_suite asan address "vm" || failed+=("$phase") ;;
-    tsan) sanitized_suite tsan thread "vm" || failed+=("$phase") ;;
+    asan) sanitized_suite asan address "vm|package|docs" || failed+=("$phase") ;;
+    tsan) sanitized_suite tsan thread "vm|package|docs" || failed+=("$phase") ;;
     fuzz) timed "fuzz regress" scripts/fuzz.sh --regress || failed+=("$phase") ;;
     *)
       echo "test.sh: unknown phase '$phase' (normal, asan, tsan, fuzz)" >&2
