@@ -408,6 +408,8 @@ struct BenchOptions {
   bool full_heartbeats = false;  // emulated agents list every device in every heartbeat (as before deltas)
   bool storms = false;           // after the guest load: all agents drop, return, and the manager restarts
   int watchers = 0;              // dashboards watching GET /v1/events during the run
+  std::string store_url;         // "postgresql://...": the PostgreSQL store (an empty database) instead of SQLite
+  int takeovers = 0;             // > 0 (with store_url): kill the leader of two managers this many times
 };
 
 // N connections watching GET /v1/events, read by one thread until destroyed: what ten open dashboards cost.
@@ -462,8 +464,6 @@ class Watchers {
   std::thread reader_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> bytes_{0}, events_{0};
-  std::string store_url;         // "postgresql://...": the PostgreSQL store (an empty database) instead of SQLite
-  int takeovers = 0;             // > 0 (with store_url): kill the leader of two managers this many times
 };
 
 constexpr const char* kSoakAgentToken = "soak-agent-token-0123456789";
