@@ -52,6 +52,8 @@ std::string device_state_name(std::optional<sched::DeviceState> s) {
     case sched::DeviceState::leased: return "leased";
     case sched::DeviceState::draining: return "draining";
     case sched::DeviceState::unavailable: return "unavailable";
+    case sched::DeviceState::shared: return "shared";
+    case sched::DeviceState::holding: return "holding";
   }
   return "unknown";
 }
