@@ -483,7 +483,43 @@ void Scheduler::grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, b
 // Lets the placement policy choose the request's devices into e.devices.
 void Scheduler::place(Entry& e, const FreeIndex::Eligible& eligible) {
   e.devices.clear();
+  if (!parent_of_.empty() && place_on_slots(e, eligible)) return;
   placement_->place(e.request, eligible, e.devices);
+}
+
+// Slot by slot, the free slot that (1) keeps its device's demand within its bandwidth (slowdown 1) if any does,
+// then (2) holds the request's image, then (3) is on the device with the least demand, then the lowest id.
+// O(count x free eligible slots).
+bool Scheduler::place_on_slots(Entry& e, const FreeIndex::Eligible& eligible) {
+  std::vector<DeviceId> candidates;
+  auto collect = [&](const DeviceGroup& g) {
+    for (DeviceId id : g.free()) candidates.push_back(id);
+  };
+  eligible.each(eligible.passthrough, collect);
+  eligible.each(eligible.network, collect);
+  if (candidates.empty() || !slots_[candidates.front()].is_slot) return false;
+  const Request& r = e.request;
+  std::unordered_map<DeviceId, double> added;  // demand this grant puts on each device so far
+  auto demand_on = [&](DeviceId parent) {
+    auto d = slot_demand_.find(parent);
+    auto a = added.find(parent);
+    return (d == slot_demand_.end() ? 0.0 : d->second) + (a == added.end() ? 0.0 : a->second);
+  };
+  for (std::uint32_t k = 0; k < r.count; ++k) {
+    std::optional<std::tuple<bool, bool, double, DeviceId>> best;
+    for (DeviceId id : candidates) {
+      if (std::find(e.devices.begin(), e.devices.end(), id) != e.devices.end()) continue;
+      const Slot& s = slots_[id];
+      const double after = demand_on(parent_of_.at(id)) + r.demand;
+      const bool reprogram = r.bitstream != kNoBitstream && s.device.loaded != r.bitstream;
+      const std::tuple<bool, bool, double, DeviceId> score{after > 1.0, reprogram, after, id};
+      if (!best || score < *best) best = score;
+    }
+    const DeviceId chosen = std::get<3>(*best);
+    e.devices.push_back(chosen);
+    added[parent_of_.at(chosen)] += r.demand;
+  }
+  return true;
 }
 
 // Makes a request that is in no queue a running lease on e.devices, which must be free.
@@ -499,6 +535,7 @@ Grant Scheduler::start(Entry& e, Time granted_at, bool protect) {
     assert(s.state == DeviceState::free);
     s.holder = e.request.id;
     set_use(s, /*held=*/true, /*on_hold=*/false);
+    if (s.is_slot) slot_demand_[parent_of_.at(id)] += e.request.demand;
     const bool reprogram = e.request.bitstream != kNoBitstream && s.device.loaded != e.request.bitstream;
     if (e.request.bitstream != kNoBitstream) s.device.loaded = e.request.bitstream;
     if (spec_.hold_s) ++leased_with_[s.device.loaded];
@@ -572,6 +609,7 @@ void Scheduler::stop_running(Entry& e, Time now, bool may_hold) {
   for (DeviceId id : e.devices) {
     Slot& s = slots_[id];
     set_use(s, /*held=*/false, /*on_hold=*/false);
+    if (s.is_slot) slot_demand_[parent_of_.at(id)] -= e.request.demand;
     if (auto n = leased_with_.find(s.device.loaded); n != leased_with_.end() && n->second > 0) --n->second;
     if (may_hold && spec_.hold_s) maybe_hold(s, now);
   }

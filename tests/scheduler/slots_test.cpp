@@ -282,3 +282,28 @@ TEST_CASE("hold rule: a request defers, at most hold_s, to a device of its image
     CHECK(due.grants[0].devices[0].reprogram);
   }
 }
+
+TEST_CASE("slot placement keeps each device's demand within its bandwidth, then prefers the loaded image",
+          "[slots]") {
+  auto s = two_sliced_devices();  // device 0: slots 1, 2; device 3: slots 4, 5
+  auto with_demand = [](RequestId id, double demand, BitstreamId b = kNoBitstream) {
+    Request r = of_kind(req(id, 0), kSlot, b);
+    r.demand = demand;
+    return r;
+  };
+  // 0.6 on device 0; a second 0.6 there would make 1.2 > 1: it goes to device 3.
+  CHECK(devices(submit(*s, with_demand(1, 0.6), 0)) == std::vector<DeviceId>{1});
+  CHECK(devices(submit(*s, with_demand(2, 0.6), 0)) == std::vector<DeviceId>{4});
+  // 0.3 fits either (0.9 each): the lowest id.
+  CHECK(devices(submit(*s, with_demand(3, 0.3), 0)) == std::vector<DeviceId>{2});
+  // 0.5 fits neither (1.4 on device 0, 1.1 on device 3): oversubscribed, the least loaded device takes it.
+  CHECK(devices(submit(*s, with_demand(4, 0.5), 0)) == std::vector<DeviceId>{5});
+  release(*s, 3, 1);
+  release(*s, 4, 1);
+  // Slot 2 (device 0, demand 0.6) and slot 5 (device 3, demand 0.6) are free; slot 5 holds nothing, slot 2 holds
+  // nothing: a request for an image already on neither takes the lowest id.
+  CHECK(devices(submit(*s, with_demand(5, 0.2, 9), 2)) == std::vector<DeviceId>{2});
+  release(*s, 5, 3);
+  // Slot 2 now holds image 9: a request for 9 with demand 0.3 takes it (0.9, no programming) over slot 5.
+  CHECK(devices(submit(*s, with_demand(6, 0.3, 9), 4)) == std::vector<DeviceId>{2});
+}

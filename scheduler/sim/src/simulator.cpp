@@ -415,6 +415,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     if (auto shares = shares_.find(kind); shares != shares_.end()) {
       if (!(jb.demand >= 0 && jb.demand <= 1)) return make_error("invalid_argument", job_name(j) + ": demand must be in [0, 1]");
       r.models = sch::shapes_admitting(shares->second, 1.0, jb.demand);
+      r.demand = jb.demand;
       if (r.models == 0) {
         return make_error("invalid_argument", job_name(j) + ": demand " + fmt_num(jb.demand) + " exceeds the share of every slot");
       }

@@ -248,6 +248,9 @@ class Scheduler {
   void dequeue(Entry& e);
   void grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, bool protect, Decisions& out);
   void place(Entry& e, const FreeIndex::Eligible& eligible);
+  // Interference-aware placement of a request on slots (docs/policies.md, "Slots and interference"); false,
+  // choosing nothing, if the eligible devices are no slots.
+  bool place_on_slots(Entry& e, const FreeIndex::Eligible& eligible);
   Grant start(Entry& e, Time granted_at, bool protect);
   // Frees the lease's devices; `may_hold`: they may go on hold (a lease that ended, not one preempted).
   void stop_running(Entry& e, Time now, bool may_hold = false);
@@ -360,6 +363,7 @@ class Scheduler {
   std::unordered_map<DeviceId, DeviceId> parent_of_;
   std::unordered_map<DeviceId, std::vector<DeviceId>> slots_of_;
   std::unordered_map<DeviceId, std::uint32_t> busy_slots_;
+  std::unordered_map<DeviceId, double> slot_demand_;  // by device: demand of the leases on its slots
   // The hold rule: arrivals per bitstream (mean gap, decayed), devices on hold, and (with hold_s only) the
   // waiting requests of each bitstream by key.
   struct ArrivalRate {
