@@ -158,6 +158,7 @@ backend = "static"
 [[hosts.devices]]
 kind = "fpga"
 count = 2
+slots = 2
 [[tenants]]
 name = "alpha"
 `);
@@ -284,6 +285,8 @@ await check(200, 'GET', '/v1/devices');
 await check(200, 'GET', '/v1/devices?host=local&state=leased&limit=1');
 await check(400, 'GET', '/v1/devices?state=bogus');
 await check(200, 'GET', `/v1/devices/${heldDevice}`);
+await check(200, 'GET', `/v1/devices/${freeDevice}:slot1`, { label: 'a slot' });
+await check(200, 'GET', '/v1/devices?state=shared');
 await check(404, 'GET', '/v1/devices/local/nope');
 await check(200, 'POST', `/v1/devices/${freeDevice}/drain`, { body: { deadline_s: 60 } });
 await check(400, 'POST', `/v1/devices/${freeDevice}/drain`, { body: { deadline_s: 'soon' } });

@@ -74,7 +74,11 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
     std::vector<HostDevice> devs;
     std::map<std::string, int> next;
     for (const auto& g : h.devices) {
-      for (int i = 0; i < g.count; ++i) devs.push_back({g.kind + std::to_string(next[g.kind]++), g.kind, g.model, g.passthrough, ""});
+      for (int i = 0; i < g.count; ++i) {
+        HostDevice d{g.kind + std::to_string(next[g.kind]++), g.kind, g.model, g.passthrough, ""};
+        d.slots = g.slots;
+        devs.push_back(std::move(d));
+      }
     }
     return make_static_host(h.name, std::move(devs), std::move(post));
   }

@@ -84,14 +84,24 @@ struct AcquireParams {
 // The longest drain deadline accepted (one year), in seconds.
 inline constexpr double kMaxDrainDeadlineS = 365.0 * 86400;
 
-struct DeviceView {
-  DeviceRecord record;
-  std::string state;  // free, leased, draining, unavailable
+// A slot of a device as listings show it: its device name, state, what it holds and the lease holding it.
+struct SlotView {
+  std::string name;
+  std::string state;
+  std::string loaded;
   std::optional<LeaseId> lease;
-  std::optional<double> drain_deadline;  // when the lease still on this drained device is revoked
 };
 
-// Which devices a listing wants. Every field set must match; `state` is free, leased, draining or unavailable.
+struct DeviceView {
+  DeviceRecord record;
+  std::string state;  // free, leased, draining, unavailable, shared, holding (scheduler DeviceState)
+  std::optional<LeaseId> lease;
+  std::optional<double> drain_deadline;  // when the lease still on this drained device is revoked
+  std::vector<SlotView> slots;           // its slots, in order (record.parent names a slot's device)
+};
+
+// Which devices a listing wants. Every field set must match; `state` is one of DeviceView's. Listings show whole
+// devices, each with its slots (DeviceView::slots); device() finds a slot by its name too.
 struct DeviceFilter {
   std::optional<std::string> host;
   std::optional<std::string> kind;
