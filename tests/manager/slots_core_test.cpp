@@ -13,13 +13,17 @@ std::vector<HostDevice> device_with_slots(std::uint32_t slots) {
   return devices;
 }
 
-Lease acquire_kind(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream = "") {
+accelpool::Result<Lease> try_acquire(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream) {
   AcquireParams p;
   p.tenant = "a";
   p.guest = guest;
   p.kind = kind;
   p.bitstream = bitstream;
-  auto r = pool.core->acquire(p);
+  return pool.core->acquire(p);
+}
+
+Lease acquire_kind(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream = "") {
+  auto r = try_acquire(pool, guest, kind, bitstream);
   if (!r) FAIL(r.error().code + ": " + r.error().message);
   return *r;
 }
@@ -114,4 +118,27 @@ TEST_CASE("a host may not declare too many slots, nor a device named as a slot",
   REQUIRE_FALSE(r2);
   CHECK(r2.error().message.find("gpu0:slot0") != std::string::npos);
   CHECK_FALSE(pool.core->host_known("h2"));
+}
+
+TEST_CASE("a partial image goes on a slot, a full image takes the whole device", "[core][slots]") {
+  CoreOptions options;
+  options.image_partial = [](const std::string& bitstream) -> std::optional<bool> {
+    if (bitstream == "partial-a" || bitstream == "partial-b") return true;
+    if (bitstream == "full") return false;
+    return std::nullopt;  // not in the registry: the kind asked for decides
+  };
+  Pool pool(device_with_slots(2), options);
+  Lease a = acquire_kind(pool, "vm1", "fpga", "partial-a");
+  CHECK(a.kind == "fpga:slot");
+  CHECK(a.devices == std::vector<std::string>{"local/fpga0:slot0"});
+  Lease b = acquire_kind(pool, "vm2", "fpga:slot", "partial-b");
+  CHECK(b.devices == std::vector<std::string>{"local/fpga0:slot1"});
+  Lease full = acquire_kind(pool, "vm3", "fpga", "full");
+  CHECK(full.kind == "fpga");
+  CHECK(full.state == LeaseState::queued);  // the device is shared by the two slot leases
+  auto refused = try_acquire(pool, "vm4", "fpga:slot", "full");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == "incompatible");
+  Lease unknown = acquire_kind(pool, "vm5", "fpga", "not-registered");
+  CHECK(unknown.kind == "fpga");
 }

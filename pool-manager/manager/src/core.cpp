@@ -1135,8 +1135,9 @@ bool PoolCore::check_admin(const std::string& token) const { return !impl_->admi
 
 // --- leases ----------------------------------------------------------------------------------------------------
 
-Result<Lease> PoolCore::acquire(const AcquireParams& p) {
+Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   auto& m = *impl_;
+  AcquireParams p = asked;  // its kind becomes a slot kind for a partial image
   auto tit = m.tenants.find(p.tenant);
   if (tit == m.tenants.end()) return make_error("not_found", "no tenant " + p.tenant);
   if (!common::valid_guest_id(p.guest)) {
@@ -1152,6 +1153,15 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
   if (p.count < 1 || p.count > 4096) return make_error("invalid_argument", "count must be in 1..4096");
   if (p.estimate_s && (!std::isfinite(*p.estimate_s) || *p.estimate_s < 0 || *p.estimate_s > 1e9)) {
     return make_error("invalid_argument", "estimate_s must be a number in [0, 1e9]");
+  }
+  if (auto partial = m.options.image_partial && !p.bitstream.empty() ? m.options.image_partial(p.bitstream)
+                                                                       : std::nullopt) {
+    const bool slot_asked = p.kind.ends_with(":slot");
+    if (*partial && !slot_asked) p.kind = slot_kind(p.kind);
+    if (!*partial && slot_asked) {
+      return make_error("incompatible", "bitstream " + p.bitstream + " is a full image: it takes a whole device, not a "
+                                        "slot (kind '" + p.kind + "')");
+    }
   }
   const auto kind = m.kinds.find(p.kind);
   if (!kind) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");

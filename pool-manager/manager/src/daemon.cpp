@@ -152,6 +152,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   core_options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
   // Leases go only to devices of the models their bitstream's manifest lists as compatible.
   core_options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
+  core_options.image_partial = [catalog](const std::string& bitstream) { return catalog->is_partial(bitstream); };
 
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, **store);

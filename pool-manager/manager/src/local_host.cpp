@@ -250,6 +250,12 @@ std::optional<std::vector<std::string>> ImageCatalog::compatible_of(const std::s
   return b->manifest.compatible;
 }
 
+std::optional<bool> ImageCatalog::is_partial(const std::string& bitstream) const {
+  auto b = registry_->get(bitstream);
+  if (!b) return std::nullopt;
+  return b->manifest.partial;
+}
+
 Status ImageCatalog::check(const std::string& kind, const std::string& bitstream) const {
   if (bitstream.empty() || !kind_uses_images(kind)) return Status::ok();
   auto b = registry_->get(bitstream);

@@ -134,6 +134,10 @@ class ImageCatalog {
   // such name. In memory: reads no file.
   std::optional<std::vector<std::string>> compatible_of(const std::string& bitstream) const;
 
+  // Whether the highest version of `bitstream` in the registry is a partial image (manifest `image = partial`);
+  // nullopt when it holds no such name. In memory: reads no file.
+  std::optional<bool> is_partial(const std::string& bitstream) const;
+
   // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
   std::string sha256_of(const std::string& bitstream) const;
 
