@@ -2,7 +2,8 @@
 # Reproduces docs/results.md: every scheduling policy replayed on the real Philly trace (82,247 jobs) on 440
 # devices with the trace's own arrival times (offered load 0.85), first with no run-time estimates at all
 # (the scheduler knows only what it learns from finished jobs), then with exact estimates for reference; then
-# on Alibaba's GPU trace of 2023 (6,178 jobs, 26 devices, own arrival times) and a synthetic FPGA workload.
+# on Alibaba's GPU trace of 2023 (6,178 jobs, 26 devices, own arrival times) and a synthetic FPGA workload, then
+# FPGA sharing (the hold rule, slots: scripts/fpga_sharing.sh).
 # Writes the tables to docs/results.md, JSON and SVG plots to docs/results/.
 # Usage: scripts/results.sh            (builds into build/ first; set BUILD=dir to use another build folder)
 set -euo pipefail
@@ -189,6 +190,8 @@ At load 0.95 the average JCT is fifo 18,535 s, sjf 14,956 ± 77 s, srpt 9,024 ±
 estimates off by a factor of e at one sigma, sjf's average is 19% below fifo's at 0.95 but 66% above srpt's,
 and srpt stays within 3% of las at every load. Every group's mean and interval: `docs/results/sweep/groups.csv`.
 TAIL
+  echo
+  scripts/fpga_sharing.sh "$SIM"
 } > docs/results.md
 rm docs/results/philly.txt docs/results/philly-oracle.txt docs/results/fpga.txt docs/results/alibaba.txt \
   docs/results/sensitivity.txt

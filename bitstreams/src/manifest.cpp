@@ -165,6 +165,12 @@ Status validate_manifest(const Manifest& m, std::string_view origin) {
     return field_error(origin, "sha256", "'" + m.sha256 + "' is not 64 lowercase hex digits");
   if (!(m.programming_seconds >= 0) || !std::isfinite(m.programming_seconds))
     return field_error(origin, "programming_seconds", "must be a number >= 0");
+  if (m.partial && (m.slot_shape.empty() || !all_of(m.slot_shape, "._-")))
+    return field_error(origin, "slot_shape", "a partial image must name the slot shape it fits ([a-z0-9._-])");
+  if (!m.partial && !m.slot_shape.empty())
+    return field_error(origin, "slot_shape", "only a partial image (image = \"partial\") fits a slot");
+  if (!(m.bandwidth_demand >= 0 && m.bandwidth_demand <= 1))
+    return field_error(origin, "bandwidth_demand", "must be a share of the device's bandwidth, from 0 to 1");
   std::set<std::string> seen;
   for (const auto& k : m.kernels) {
     if (k.empty()) return field_error(origin, "kernels", "contains an empty kernel name");
@@ -188,7 +194,8 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
     return make_error("invalid_manifest", os.str());
   }
   static const std::set<std::string, std::less<>> known = {"name", "version", "kind", "compatible", "file", "sha256",
-                                                           "programming_seconds", "kernels", "format", "description"};
+                                                           "programming_seconds", "kernels", "format", "description",
+                                                           "image", "slot_shape", "bandwidth_demand"};
   for (const auto& [key, node] : t) {
     if (!known.count(key.str())) return field_error(origin, key.str(), "unknown field");
   }
@@ -216,16 +223,37 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
     if (!kernels) return kernels.error();
     m.kernels = *kernels;
   }
-  if (const toml::node* ps = t.get("programming_seconds")) {
-    if (ps->is_integer()) {
-      m.programming_seconds = static_cast<double>(*ps->value<std::int64_t>());
-    } else if (ps->is_floating_point()) {
-      m.programming_seconds = *ps->value<double>();
+  // A number field (integer or float) into `out`; an error if it is of another type.
+  auto number = [&](const char* key, double& out) -> Status {
+    const toml::node* n = t.get(key);
+    if (n->is_integer()) {
+      out = static_cast<double>(*n->value<std::int64_t>());
+    } else if (n->is_floating_point()) {
+      out = *n->value<double>();
     } else {
-      return field_error(origin, "programming_seconds", "expected a number");
+      return field_error(origin, key, "expected a number");
     }
-  } else {
+    return Status::ok();
+  };
+  if (!t.contains("programming_seconds")) {
     return field_error(origin, "programming_seconds", "missing (a number of seconds)");
+  }
+  if (auto st = number("programming_seconds", m.programming_seconds); !st) return st.error();
+  if (t.contains("image")) {
+    auto image = required_string(t, "image", origin);
+    if (!image) return image.error();
+    if (*image != "full" && *image != "partial") {
+      return field_error(origin, "image", "'" + *image + "' is not one of full, partial");
+    }
+    m.partial = *image == "partial";
+  }
+  if (t.contains("slot_shape")) {
+    auto shape = required_string(t, "slot_shape", origin);
+    if (!shape) return shape.error();
+    m.slot_shape = *shape;
+  }
+  if (t.contains("bandwidth_demand")) {
+    if (auto st = number("bandwidth_demand", m.bandwidth_demand); !st) return st.error();
   }
   if (t.contains("description")) {
     auto d = required_string(t, "description", origin);
@@ -271,6 +299,11 @@ std::string to_toml(const Manifest& m) {
   os << "programming_seconds = " << s << "\n";
   os << "compatible = " << toml_array(m.compatible) << "\n";
   os << "kernels = " << toml_array(m.kernels) << "\n";
+  if (m.partial) os << "image = \"partial\"\nslot_shape = " << toml_quote(m.slot_shape) << "\n";
+  if (m.bandwidth_demand > 0) {
+    std::snprintf(secs, sizeof secs, "%.17g", m.bandwidth_demand);
+    os << "bandwidth_demand = " << secs << "\n";
+  }
   return os.str();
 }
 

@@ -59,7 +59,9 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
   while (true) {
     const auto plus = text.find('+');
     const auto part = text.substr(0, plus);
-    if (part.empty()) return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+age=SLOWDOWN][+nopreempt])");
+    if (part.empty()) {
+      return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+age=SLOWDOWN][+hold=SECONDS][+nopreempt])");
+    }
     if (index == 0) {
       spec.ordering = std::string(part);
     } else if (part.starts_with("guard=")) {
@@ -70,6 +72,11 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
     } else if (part.starts_with("age=")) {
       spec.age_slowdown = positive_number(part.substr(4));
       if (!spec.age_slowdown) return fail("age needs a positive slowdown, got '" + std::string(part.substr(4)) + "'");
+    } else if (part == "hold") {
+      spec.hold_s = kDefaultHoldS;
+    } else if (part.starts_with("hold=")) {
+      spec.hold_s = positive_number(part.substr(5));
+      if (!spec.hold_s) return fail("hold needs a positive number of seconds, got '" + std::string(part.substr(5)) + "'");
     } else if (part == "nopreempt") {
       spec.preemption = false;
     } else if (index == 1) {
@@ -91,6 +98,7 @@ std::string PolicySpec::to_string() const {
   out << ordering << '+' << placement;
   if (tail_guard_s) out << "+guard=" << *tail_guard_s;
   if (age_slowdown) out << "+age=" << *age_slowdown;
+  if (hold_s) out << "+hold=" << *hold_s;
   if (!preemption) out << "+nopreempt";
   return out.str();
 }
@@ -110,6 +118,10 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
     if (error) *error = "age must be a positive slowdown";
     return nullptr;
   }
+  if (spec.hold_s && !(*spec.hold_s > 0)) {
+    if (error) *error = "hold must be a positive number of seconds";
+    return nullptr;
+  }
   return std::unique_ptr<Scheduler>(new Scheduler(spec, std::move(ordering), std::move(placement)));
 }
 
@@ -118,7 +130,13 @@ Scheduler::Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering,
     : spec_(std::move(spec)),
       ordering_(std::move(ordering)),
       placement_(std::move(placement)),
-      free_(placement_->needs()) {}
+      free_(index_needs()) {}
+
+IndexNeeds Scheduler::index_needs() const {
+  IndexNeeds needs = placement_->needs();
+  needs.by_bitstream = needs.by_bitstream || spec_.hold_s.has_value();  // the hold rule reads what free devices hold
+  return needs;
+}
 
 // --- device slots --------------------------------------------------------------------------------------------
 
@@ -130,9 +148,20 @@ const Scheduler::Slot* Scheduler::slot(DeviceId id) const {
   return const_cast<Scheduler*>(this)->slot(id);
 }
 
-// A device is in the free index exactly when it is present, available, not draining and not held.
+// A device is in the free index exactly when it is present, available, not draining, not held, not on hold and
+// not shared (see DeviceState).
+bool Scheduler::open_for_slots(const Slot& parent) const {
+  return parent.present && parent.available && !parent.draining && !parent.held && !parent.on_hold;
+}
+
 void Scheduler::refresh_slot(Slot& s) {
-  const bool should_be_free = s.present && s.available && !s.draining && !s.held;
+  bool shared = false;
+  if (s.has_slots) {
+    auto busy = busy_slots_.find(s.device.id);
+    shared = busy != busy_slots_.end() && busy->second > 0;
+  }
+  if (s.is_slot) shared = shared || !open_for_slots(slots_[parent_of_.at(s.device.id)]);
+  const bool should_be_free = s.present && s.available && !s.draining && !s.held && !s.on_hold && !shared;
   const bool is_free = s.state == DeviceState::free;
   if (should_be_free && !is_free) {
     free_.insert(s.device);
@@ -145,9 +174,29 @@ void Scheduler::refresh_slot(Slot& s) {
   s.state = should_be_free ? DeviceState::free
             : s.held       ? DeviceState::leased
             : !s.available || !s.present ? DeviceState::unavailable
-                                         : DeviceState::draining;
+            : s.draining   ? DeviceState::draining
+            : shared       ? DeviceState::shared
+                           : DeviceState::holding;
   s.counted = s.present || s.held;
   if (s.counted) ++state_counts_[static_cast<std::size_t>(s.state)];
+}
+
+void Scheduler::set_use(Slot& s, bool held, bool on_hold) {
+  const bool was_busy = s.held || s.on_hold;
+  const bool was_open = s.has_slots && open_for_slots(s);
+  s.held = held;
+  s.on_hold = on_hold;
+  refresh_slot(s);
+  const bool busy = held || on_hold;
+  if (s.is_slot && busy != was_busy) {
+    const DeviceId parent = parent_of_.at(s.device.id);
+    std::uint32_t& n = busy_slots_[parent];
+    n = busy ? n + 1 : n - 1;
+    refresh_slot(slots_[parent]);
+  }
+  if (s.has_slots && open_for_slots(s) != was_open) {
+    for (DeviceId child : slots_of_.at(s.device.id)) refresh_slot(slots_[child]);
+  }
 }
 
 std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, Decisions& out) {
@@ -159,7 +208,9 @@ std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, D
   }
   if (device.id >= slots_.size()) slots_.resize(device.id + 1);
   Slot& s = slots_[device.id];
+  const bool is_slot = s.is_slot;  // set by add_slot
   s = Slot{};
+  s.is_slot = is_slot;
   s.device = device;
   s.present = true;
   s.state = DeviceState::unavailable;  // not in the index yet; refresh_slot puts it there
@@ -170,15 +221,47 @@ std::optional<Rejection> Scheduler::add_device(const Device& device, Time now, D
   return std::nullopt;
 }
 
+std::optional<Rejection> Scheduler::add_slot(const Device& slot_device, DeviceId parent, Time now, Decisions& out) {
+  const Slot* p = slot(parent);
+  if (!p || !p->present) {
+    return Rejection{"slot " + id_text(slot_device.id) + ": no device " + id_text(parent) + " to be a slot of"};
+  }
+  if (p->is_slot) {
+    return Rejection{"slot " + id_text(slot_device.id) + ": device " + id_text(parent) + " is itself a slot"};
+  }
+  if (slot(slot_device.id)) return Rejection{"device " + id_text(slot_device.id) + " already exists"};
+  // Registered before add_device indexes it, so that it enters the free index only if its device is open.
+  if (slot_device.id >= slots_.size()) slots_.resize(slot_device.id + 1);
+  parent_of_[slot_device.id] = parent;
+  slots_of_[parent].push_back(slot_device.id);
+  slots_[parent].has_slots = true;
+  slots_[slot_device.id].is_slot = true;
+  if (auto rejected = add_device(slot_device, now, out)) {
+    parent_of_.erase(slot_device.id);
+    slots_of_[parent].pop_back();
+    slots_[slot_device.id].is_slot = false;
+    return rejected;
+  }
+  return std::nullopt;
+}
+
 template <class Change>
 std::optional<Rejection> Scheduler::change_device(DeviceId id, Time now, Decisions& out, bool revoke_holder,
                                                   Change change) {
   last_now_ = std::max(last_now_, now);
   Slot* s = slot(id);
   if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  if (s->on_hold) end_hold(id);
   change(*s);
   refresh_slot(*s);
   if (revoke_holder && s->held) mark_revoking(entry(s->holder), PreemptReason::device_failed, out);
+  if (s->has_slots) {
+    for (DeviceId child : slots_of_.at(id)) {
+      Slot& c = slots_[child];
+      refresh_slot(c);
+      if (revoke_holder && c.held) mark_revoking(entry(c.holder), PreemptReason::device_failed, out);
+    }
+  }
   dispatch(now, out);
   return std::nullopt;
 }
@@ -202,6 +285,7 @@ std::optional<Rejection> Scheduler::set_draining(DeviceId id, bool draining, Tim
 std::optional<Rejection> Scheduler::set_loaded(DeviceId id, BitstreamId loaded) {
   Slot* s = slot(id);
   if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  if (s->on_hold) end_hold(id);
   const bool indexed = s->state == DeviceState::free;
   if (indexed) free_.erase(s->device);
   s->device.loaded = loaded;
@@ -299,10 +383,14 @@ std::size_t Scheduler::usable_by(const Entry& lease, const Request& r) const {
   std::size_t usable = 0;
   for (DeviceId id : lease.devices) {
     const Slot& s = slots_[id];
-    const bool reachable = s.device.attach == AttachMode::network || s.device.host == r.guest_host;
-    if (reachable && model_in(r.models, s.device.model) && s.present && s.available && !s.draining) ++usable;
+    if (suits(s.device, r) && s.present && s.available && !s.draining) ++usable;
   }
   return usable;
+}
+
+bool Scheduler::suits(const Device& d, const Request& r) {
+  const bool reachable = d.attach == AttachMode::network || d.host == r.guest_host;
+  return d.kind == r.kind && reachable && model_in(r.models, d.model);
 }
 
 FreeIndex::Eligible Scheduler::eligible(const Request& r) const {
@@ -324,6 +412,10 @@ void Scheduler::enqueue(Entry& e, Time now) {
     aging_[e.request.kind].insert({e.ages_at, e.request.arrival, e.request.id});
     if (e.estimate_s) bucket.by_remaining.insert({remaining_estimate(e), e.key});
   }
+  if (spec_.hold_s) {
+    if (e.request.bitstream != kNoBitstream) waiting_for_[e.request.bitstream].insert(e.key);
+    waiting_since_[e.request.kind].insert({e.request.arrival, e.request.id});
+  }
   ++waiting_count_;
 }
 
@@ -336,6 +428,16 @@ void Scheduler::dequeue(Entry& e) {
     auto& aging = aging_[e.request.kind];
     aging.erase({e.ages_at, e.request.arrival, e.request.id});
     if (aging.empty()) aging_.erase(e.request.kind);
+  }
+  if (spec_.hold_s) {
+    if (e.request.bitstream != kNoBitstream) {
+      auto w = waiting_for_.find(e.request.bitstream);
+      w->second.erase(e.key);
+      if (w->second.empty()) waiting_for_.erase(w);
+    }
+    auto since = waiting_since_.find(e.request.kind);
+    since->second.erase({e.request.arrival, e.request.id});
+    if (since->second.empty()) waiting_since_.erase(since);
   }
   --waiting_count_;
 }
@@ -351,10 +453,13 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
                      " are reachable from its guest's host: it can never be served"};
   }
   Entry& e = add_entry(request);
+  if (spec_.hold_s) observe_arrival(request, now);
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
-  // the only candidate, so it is granted at once without passing through the buckets.
+  // the only candidate, so it is granted at once without passing through the buckets (unless devices are on
+  // hold for its bitstream: serve_held gives it those).
   apply_key_changes(now);
-  if (waiting_count_ == 0 && reservations_.empty() && !(spec_.ages() && aged(e, now))) {
+  if (waiting_count_ == 0 && reservations_.empty() && !(spec_.ages() && aged(e, now)) &&
+      !held_for_.contains(request.bitstream) && !(spec_.hold_s && deferred(e, now))) {
     const auto eligible = this->eligible(request);
     if (eligible.free() >= request.count) {
       place(e, eligible);
@@ -378,7 +483,43 @@ void Scheduler::grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, b
 // Lets the placement policy choose the request's devices into e.devices.
 void Scheduler::place(Entry& e, const FreeIndex::Eligible& eligible) {
   e.devices.clear();
+  if (!parent_of_.empty() && place_on_slots(e, eligible)) return;
   placement_->place(e.request, eligible, e.devices);
+}
+
+// Slot by slot, the free slot that (1) keeps its device's demand within its bandwidth (slowdown 1) if any does,
+// then (2) holds the request's image, then (3) is on the device with the least demand, then the lowest id.
+// O(count x free eligible slots).
+bool Scheduler::place_on_slots(Entry& e, const FreeIndex::Eligible& eligible) {
+  std::vector<DeviceId> candidates;
+  auto collect = [&](const DeviceGroup& g) {
+    for (DeviceId id : g.free()) candidates.push_back(id);
+  };
+  eligible.each(eligible.passthrough, collect);
+  eligible.each(eligible.network, collect);
+  if (candidates.empty() || !slots_[candidates.front()].is_slot) return false;
+  const Request& r = e.request;
+  std::unordered_map<DeviceId, double> added;  // demand this grant puts on each device so far
+  auto demand_on = [&](DeviceId parent) {
+    auto d = slot_demand_.find(parent);
+    auto a = added.find(parent);
+    return (d == slot_demand_.end() ? 0.0 : d->second) + (a == added.end() ? 0.0 : a->second);
+  };
+  for (std::uint32_t k = 0; k < r.count; ++k) {
+    std::optional<std::tuple<bool, bool, double, DeviceId>> best;
+    for (DeviceId id : candidates) {
+      if (std::find(e.devices.begin(), e.devices.end(), id) != e.devices.end()) continue;
+      const Slot& s = slots_[id];
+      const double after = demand_on(parent_of_.at(id)) + r.demand;
+      const bool reprogram = r.bitstream != kNoBitstream && s.device.loaded != r.bitstream;
+      const std::tuple<bool, bool, double, DeviceId> score{after > 1.0, reprogram, after, id};
+      if (!best || score < *best) best = score;
+    }
+    const DeviceId chosen = std::get<3>(*best);
+    e.devices.push_back(chosen);
+    added[parent_of_.at(chosen)] += r.demand;
+  }
+  return true;
 }
 
 // Makes a request that is in no queue a running lease on e.devices, which must be free.
@@ -392,11 +533,12 @@ Grant Scheduler::start(Entry& e, Time granted_at, bool protect) {
   for (DeviceId id : e.devices) {
     Slot& s = slots_[id];
     assert(s.state == DeviceState::free);
-    s.held = true;
     s.holder = e.request.id;
-    refresh_slot(s);
+    set_use(s, /*held=*/true, /*on_hold=*/false);
+    if (s.is_slot) slot_demand_[parent_of_.at(id)] += e.request.demand;
     const bool reprogram = e.request.bitstream != kNoBitstream && s.device.loaded != e.request.bitstream;
     if (e.request.bitstream != kNoBitstream) s.device.loaded = e.request.bitstream;
+    if (spec_.hold_s) ++leased_with_[s.device.loaded];
     g.devices.push_back({id, reprogram});
   }
   ledger_.lease_started(e.request.tenant, e.request.count, granted_at);
@@ -457,7 +599,7 @@ void Scheduler::untrack_running(Entry& e) {
   e.key_change_at.reset();
 }
 
-void Scheduler::stop_running(Entry& e, Time now) {
+void Scheduler::stop_running(Entry& e, Time now, bool may_hold) {
   if (e.phase == RequestPhase::running) untrack_running(e);  // a revoking lease was untracked already
   const double ran = std::max(0.0, now - e.granted_at);
   e.attained_s += ran;
@@ -466,8 +608,10 @@ void Scheduler::stop_running(Entry& e, Time now) {
   if (e.phase == RequestPhase::revoking) revoking_devices_[e.request.kind] -= e.request.count;
   for (DeviceId id : e.devices) {
     Slot& s = slots_[id];
-    s.held = false;
-    refresh_slot(s);
+    set_use(s, /*held=*/false, /*on_hold=*/false);
+    if (s.is_slot) slot_demand_[parent_of_.at(id)] -= e.request.demand;
+    if (auto n = leased_with_.find(s.device.loaded); n != leased_with_.end() && n->second > 0) --n->second;
+    if (may_hold && spec_.hold_s) maybe_hold(s, now);
   }
   e.devices.clear();
   --running_count_;
@@ -478,7 +622,7 @@ void Scheduler::forget(Entry& e, Time now) {
     estimator_.observe(e.request, e.attained_device_s + e.request.count * std::max(0.0, now - e.granted_at));
   }
   if (e.phase == RequestPhase::waiting) dequeue(e);
-  else stop_running(e, now);
+  else stop_running(e, now, /*may_hold=*/true);
   remove_entry(e);
 }
 
@@ -571,6 +715,14 @@ std::optional<Time> Scheduler::next_wakeup() const {
     if (!next || t < *next) next = t;
   };
   if (!key_changes_.empty()) consider(key_changes_.begin()->first);
+  if (!hold_ends_.empty()) consider(std::max(hold_ends_.begin()->first, std::nextafter(last_now_, last_now_ + 1)));
+  if (spec_.hold_s) {
+    // The next waiting request whose deferral ends (it has waited hold_s): it may then take any device.
+    for (const auto& [kind, since] : waiting_since_) {
+      auto it = since.upper_bound({last_now_ - *spec_.hold_s, std::numeric_limits<RequestId>::max()});
+      if (it != since.end()) consider(std::max(it->first + *spec_.hold_s, std::nextafter(last_now_, last_now_ + 1)));
+    }
+  }
   if (spec_.ages()) {
     // The next request to age: the first one per kind that has not aged yet.
     for (const auto& [kind, aging] : aging_) {
@@ -579,6 +731,152 @@ std::optional<Time> Scheduler::next_wakeup() const {
     }
   }
   return next;
+}
+
+// --- the hold rule -------------------------------------------------------------------------------------------
+//
+// See docs/policies.md, "The hold rule". Arrivals of each bitstream are modelled as Poisson with the mean gap
+// between them (decayed: each new gap weighs 1/kHoldGapWeight, the first few weigh equally). A device whose
+// lease ended while it holds bitstream b goes on hold for b, for at most hold_s seconds, when
+//   - no request of its kind has waited longer than hold_s and no preempting request waits for its kind, and
+//   - a request for b waits now, or the next one is more likely than not within hold_s: with gap g (the mean
+//     gap, or the time since the last arrival if that is longer, so a bitstream no longer asked for stops
+//     being held) that is 1 - exp(-hold_s / g) >= 1/2, i.e. hold_s / g >= ln 2; and at most
+//     max(1, floor(hold_s / g)) devices (the arrivals expected within hold_s) are on hold for b at once.
+// A device on hold serves only requests for b (serve_held, before the ordering's own choice) and is freed for
+// everyone when its time is up.
+
+namespace {
+constexpr double kHoldGapWeight = 8;           // decay of the mean gap: the last ~8 gaps count
+constexpr std::uint64_t kHoldMinArrivals = 3;  // arrivals of a bitstream before its rate is trusted
+}  // namespace
+
+void Scheduler::observe_arrival(const Request& r, Time now) {
+  if (r.bitstream == kNoBitstream) return;
+  if (r.bitstream >= arrivals_.size()) arrivals_.resize(std::size_t{r.bitstream} + 1);
+  ArrivalRate& a = arrivals_[r.bitstream];
+  if (a.seen > 0) {
+    const double gap = std::max(0.0, now - a.last);
+    const double weight = std::max(1.0 / static_cast<double>(a.seen), 1.0 / kHoldGapWeight);
+    a.mean_gap += weight * (gap - a.mean_gap);
+  }
+  a.last = std::max(a.last, now);
+  ++a.seen;
+}
+
+// Whether the rate of bitstream b makes a request for it more likely than not within hold_s.
+bool Scheduler::likely_soon(BitstreamId b, Time now) const {
+  if (b >= arrivals_.size() || arrivals_[b].seen < kHoldMinArrivals) return false;
+  const ArrivalRate& a = arrivals_[b];
+  const double gap = std::max(a.mean_gap, now - a.last);
+  return !(gap > 0) || *spec_.hold_s / gap >= std::log(2.0);
+}
+
+bool Scheduler::deferred(const Entry& e, Time now) const {
+  const Request& r = e.request;
+  if (r.bitstream == kNoBitstream || now - r.arrival >= *spec_.hold_s) return false;
+  auto leased = leased_with_.find(r.bitstream);
+  if (leased == leased_with_.end() || leased->second == 0) return false;  // no device of its image will free
+  // Completions of b run at its arrival rate in steady state: defer only if one is likely within hold_s.
+  if (!likely_soon(r.bitstream, now)) return false;
+  const auto eligible = this->eligible(r);
+  std::size_t loaded = 0;
+  auto count = [&](const DeviceGroup& g) { loaded += g.holding(r.bitstream).size(); };
+  eligible.each(eligible.passthrough, count);
+  eligible.each(eligible.network, count);
+  return loaded < r.count;
+}
+
+const PriorityKey* Scheduler::first_not_deferred(const Bucket& bucket, Time now) const {
+  std::size_t examined = 0;
+  for (const PriorityKey& k : bucket.by_key) {
+    if (!deferred(entry(k.id), now)) return &k;
+    if (++examined == kMaxBackfillExamined) break;
+  }
+  return nullptr;
+}
+
+void Scheduler::maybe_hold(Slot& s, Time now) {
+  const BitstreamId b = s.device.loaded;
+  if (b == kNoBitstream || s.state != DeviceState::free) return;
+  const KindId kind = s.device.kind;
+  if (reservations_.contains(kind)) return;
+  if (auto since = waiting_since_.find(kind);
+      since != waiting_since_.end() && !since->second.empty() && now - since->second.begin()->first > *spec_.hold_s) {
+    return;
+  }
+  std::size_t cap = 1;
+  if (!waiting_for_.contains(b)) {
+    if (!likely_soon(b, now)) return;
+    const ArrivalRate& a = arrivals_[b];
+    const double gap = std::max(a.mean_gap, now - a.last);
+    const double expected = gap > 0 ? *spec_.hold_s / gap : 1e9;
+    cap = static_cast<std::size_t>(std::max(1.0, std::min(std::floor(expected), 1e9)));
+  } else {
+    cap = std::numeric_limits<std::size_t>::max();  // a request for b waits: serve_held gives it the device now
+  }
+  std::set<DeviceId>& held = held_for_[b];
+  if (held.size() >= cap) return;
+  const Time until = now + *spec_.hold_s;
+  held.insert(s.device.id);
+  holds_[s.device.id] = Hold{until, b};
+  hold_ends_.insert({until, s.device.id});
+  set_use(s, s.held, /*on_hold=*/true);
+}
+
+void Scheduler::end_hold(DeviceId id) {
+  auto it = holds_.find(id);
+  if (it == holds_.end()) return;
+  const Hold hold = it->second;
+  holds_.erase(it);
+  hold_ends_.erase({hold.until, id});
+  auto held = held_for_.find(hold.bitstream);
+  held->second.erase(id);
+  if (held->second.empty()) held_for_.erase(held);
+  Slot& s = slots_[id];
+  set_use(s, s.held, /*on_hold=*/false);
+}
+
+void Scheduler::end_holds_due(Time now) {
+  while (!hold_ends_.empty() && hold_ends_.begin()->first <= now) end_hold(hold_ends_.begin()->second);
+}
+
+void Scheduler::end_all_holds() {
+  while (!holds_.empty()) end_hold(holds_.begin()->first);
+}
+
+// For each bitstream with devices on hold, its waiting requests best first: one that the held devices it suits
+// cover is started on them; one that needs more takes them with free devices through placement, if enough are
+// free. O(waiting requests of those bitstreams x held devices).
+void Scheduler::serve_held(Time now, Decisions& out) {
+  std::vector<BitstreamId> bitstreams;
+  for (const auto& [b, held] : held_for_) {
+    if (waiting_for_.contains(b)) bitstreams.push_back(b);
+  }
+  for (BitstreamId b : bitstreams) {
+    std::vector<RequestId> candidates;
+    for (const PriorityKey& k : waiting_for_.at(b)) candidates.push_back(k.id);
+    for (RequestId id : candidates) {
+      auto held = held_for_.find(b);
+      if (held == held_for_.end()) break;
+      Entry& e = entry(id);
+      std::vector<DeviceId> usable;
+      for (DeviceId d : held->second) {
+        if (suits(slots_[d].device, e.request)) usable.push_back(d);
+      }
+      if (usable.empty()) continue;
+      if (usable.size() >= e.request.count) {
+        usable.resize(e.request.count);
+        for (DeviceId d : usable) end_hold(d);
+        dequeue(e);
+        e.devices = std::move(usable);
+        out.grants.push_back(start(e, now, /*protect=*/false));
+      } else if (eligible(e.request).free() + usable.size() >= e.request.count) {
+        for (DeviceId d : usable) end_hold(d);
+        grant(e, eligible(e.request), now, /*protect=*/false, out);
+      }
+    }
+  }
 }
 
 // --- dispatch ------------------------------------------------------------------------------------------------
@@ -696,7 +994,9 @@ void Scheduler::dispatch(Time now, Decisions& out) {
   apply_key_changes(now);
   std::set<KindId> blocked;          // kinds whose free devices are held for a preempting request
   std::map<KindId, Window> windows;  // kinds with an aged request waiting: only backfill that keeps its place
+  if (!holds_.empty()) end_holds_due(now);
   if (spec_.ages()) serve_aged(now, out, windows);
+  if (!holds_.empty()) serve_held(now, out);
   if (!reservations_.empty()) serve_reserved(now, out, blocked);
   const bool per_tenant = ordering_->per_tenant();
   while (free_count_ > 0 && !buckets_.empty()) {
@@ -716,7 +1016,11 @@ void Scheduler::dispatch(Time now, Decisions& out) {
       }
       if (free_.eligible(bk.kind, bk.host, bk.models).free() >= bk.count) {
         const PriorityKey* head = &*it->second.by_key.begin();
-        if (auto w = windows.find(bk.kind); w != windows.end()) head = backfill_candidate(bk, it->second, w->second, now);
+        if (auto w = windows.find(bk.kind); w != windows.end()) {
+          head = backfill_candidate(bk, it->second, w->second, now);
+        } else if (spec_.hold_s) {
+          head = first_not_deferred(it->second, now);
+        }
         if (!head) {
           ++it;
           continue;
@@ -795,10 +1099,11 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
   }
   for (Entry* e : waiting) dequeue(*e);
   for (Entry* e : running) untrack_running(*e);  // under the old policy's indexes
+  end_all_holds();
   spec_ = spec;
   ordering_ = std::move(ordering);
   placement_ = std::move(placement);
-  free_ = FreeIndex(placement_->needs());
+  free_ = FreeIndex(index_needs());
   for (const Slot& s : slots_) {
     if (s.state == DeviceState::free) free_.insert(s.device);
   }
@@ -825,6 +1130,29 @@ std::optional<DeviceState> Scheduler::device_state(DeviceId id) const {
 const Device* Scheduler::device(DeviceId id) const {
   const Slot* s = slot(id);
   return s ? &s->device : nullptr;
+}
+
+std::vector<DeviceId> Scheduler::slots_of(DeviceId id) const {
+  std::vector<DeviceId> out;
+  if (auto it = slots_of_.find(id); it != slots_of_.end()) {
+    for (DeviceId child : it->second) {
+      if (slot(child)) out.push_back(child);
+    }
+  }
+  return out;
+}
+
+std::optional<DeviceId> Scheduler::parent_of(DeviceId id) const {
+  if (!slot(id)) return std::nullopt;
+  auto it = parent_of_.find(id);
+  if (it == parent_of_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<Scheduler::Hold> Scheduler::hold_of(DeviceId id) const {
+  auto it = holds_.find(id);
+  if (it == holds_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<DeviceId> Scheduler::devices_of(RequestId id) const {

@@ -121,3 +121,35 @@ TEST_CASE("sha256 matches the FIPS 180-2 test vector", "[sha256]") {
   CHECK(missing.error().code == "io_error");
   CHECK_THAT(missing.error().message, Catch::Contains("/nonexistent/accelpool/file"));
 }
+
+TEST_CASE("a partial image names its slot shape and bandwidth demand", "[manifest][slots]") {
+  auto m = parse_manifest(with("kernels = [\"vadd\"]",
+                               "kernels = [\"vadd\"]\nimage = \"partial\"\nslot_shape = \"quarter\"\nbandwidth_demand = 0.2"),
+                          "vadd.toml");
+  REQUIRE(m.is_ok());
+  CHECK(m->partial);
+  CHECK(m->slot_shape == "quarter");
+  CHECK(m->bandwidth_demand == Approx(0.2));
+  auto back = parse_manifest(to_toml(*m), "again.toml");
+  REQUIRE(back.is_ok());
+  CHECK(back->partial);
+  CHECK(back->slot_shape == "quarter");
+  CHECK(back->bandwidth_demand == Approx(0.2));
+  // A full image (the default) writes none of the three.
+  auto full = parse_manifest(kValid, "vadd.toml");
+  REQUIRE(full.is_ok());
+  CHECK_FALSE(full->partial);
+  CHECK(to_toml(*full).find("image") == std::string::npos);
+
+  auto error = [](const std::string& text) { return parse_manifest(text, "p.toml").error().message; };
+  CHECK(error(with("kernels = [\"vadd\"]", "kernels = [\"vadd\"]\nimage = \"partial\"")) ==
+        "manifest p.toml: field 'slot_shape': a partial image must name the slot shape it fits ([a-z0-9._-])");
+  CHECK(error(with("kernels = [\"vadd\"]", "kernels = [\"vadd\"]\nslot_shape = \"quarter\"")) ==
+        "manifest p.toml: field 'slot_shape': only a partial image (image = \"partial\") fits a slot");
+  CHECK(error(with("kernels = [\"vadd\"]", "kernels = [\"vadd\"]\nimage = \"half\"")) ==
+        "manifest p.toml: field 'image': 'half' is not one of full, partial");
+  CHECK(error(with("kernels = [\"vadd\"]", "kernels = [\"vadd\"]\nbandwidth_demand = 1.5")) ==
+        "manifest p.toml: field 'bandwidth_demand': must be a share of the device's bandwidth, from 0 to 1");
+  CHECK(error(with("kernels = [\"vadd\"]", "kernels = [\"vadd\"]\nbandwidth_demand = \"high\"")) ==
+        "manifest p.toml: field 'bandwidth_demand': expected a number");
+}

@@ -114,7 +114,7 @@ fs.rmSync(args.work, { recursive: true, force: true });
 fs.mkdirSync(args.work, { recursive: true });
 const started = await startManager({
   bin: args.manager, work: args.work, dataDir: args.work, eventually, fail,
-  config: loopbackConfig({ agentToken: kAgentToken, kind: 'fpga', count: 2, tenants: ['alpha'],
+  config: loopbackConfig({ agentToken: kAgentToken, kind: 'fpga', count: 2, slots: 2, tenants: ['alpha'],
                            leases: `ttl_s = 600\n[limits]\nmax_body_bytes = ${kMaxBody}\n` }),
   onExit: (code, log) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${log}`); },
 });
@@ -238,6 +238,8 @@ await check(200, 'GET', '/v1/devices');
 await check(200, 'GET', '/v1/devices?host=local&state=leased&limit=1');
 await check(400, 'GET', '/v1/devices?state=bogus');
 await check(200, 'GET', `/v1/devices/${heldDevice}`);
+await check(200, 'GET', `/v1/devices/${freeDevice}:slot1`, { label: 'a slot' });
+await check(200, 'GET', '/v1/devices?state=shared');
 await check(404, 'GET', '/v1/devices/local/nope');
 await check(200, 'POST', `/v1/devices/${freeDevice}/drain`, { body: { deadline_s: 60 } });
 await check(400, 'POST', `/v1/devices/${freeDevice}/drain`, { body: { deadline_s: 'soon' } });

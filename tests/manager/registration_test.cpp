@@ -165,3 +165,35 @@ TEST_CASE("accelpool-agent configured with the name of the manager's own host ex
   CHECK(m.device("local/asic0").at("available").as_bool());
 #endif
 }
+
+TEST_CASE("an agent declares slots of a device: they join the pool; a bad slot count is refused",
+          "[integration][agents][registration][slots]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
+#else
+  Manager m;
+  auto a = m.agent_connection();
+  for (const json::value& bad : {json::value(-1), json::value("two"), json::value(65)}) {
+    auto params = register_params("hv-slots", "d0");
+    params["devices"].as_array()[0].as_object()["slots"] = bad;
+    auto reply = a.call("agent.register", params);
+    REQUIRE(reply.contains("error"));
+    CHECK(error_word(reply) == "invalid_argument");
+    CHECK_THAT(error_message(reply), Catch::Contains("field 'slots' must be an integer in 0..64"));
+  }
+  auto params = register_params("hv-slots", "d0");
+  params["devices"].as_array()[0].as_object()["slots"] = 2;
+  REQUIRE(a.call("agent.register", params).contains("result"));
+  const auto device = m.device("hv-slots/d0");
+  const auto& slots = device.at("slots").as_array();
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[0].at("name") == "hv-slots/d0:slot0");
+  CHECK(slots[1].at("name") == "hv-slots/d0:slot1");
+  CHECK(slots[1].at("state") == "free");
+  auto slot = http(m.daemon.endpoints().admin_port, "GET", "/v1/devices/hv-slots/d0:slot1", m.admin);
+  REQUIRE(slot.status == 200);
+  CHECK(slot.json().at("kind") == "asic:slot");
+  // A device registered without the field has no slots (older agents).
+  CHECK(m.device("local/asic0").at("slots").as_array().empty());
+#endif
+}

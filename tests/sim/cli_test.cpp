@@ -153,3 +153,18 @@ TEST_CASE("cli: the Philly sample replays at a given load", "[sim][cli]") {
   CHECK(j.find("\"jobs\": 2000") != std::string::npos);
   CHECK(j.find("\"offered_load\": 0.85") != std::string::npos);
 }
+
+TEST_CASE("cli: slots, partial images and the hold rule", "[sim][cli][slots]") {
+  // Every image partial, 4 slots per device: the run succeeds and programs slots (partial images).
+  auto r = run_sim("--synthetic 300 --devices 4 --slots 4 --slot-share 0.5 --partial-reconfig-s 0.5 "
+                   "--partial-fraction 1 --demand 0.1:0.4 --bitstreams 4 --load 2 --policy fifo+affinity+hold=30 "
+                   "--self-check --quiet");
+  INFO(r.text);
+  CHECK(r.code == 0);
+  CHECK(r.text.find("fifo+affinity+hold=30") != std::string::npos);
+  check_rejected("--synthetic 10 --devices 2 --partial-fraction 1 --demand 0.5", "--demand \"0.5\": expected MIN:MAX");
+  check_rejected("--synthetic 10 --devices 2 --slots 2 --slot-share 0.25 --partial-fraction 1 --demand 0.3:0.4",
+                 "exceeds the share of every slot");
+  check_rejected("--synthetic 10 --devices 2 --partial-fraction 1", "the pool has no devices of kind \"fpga/slot\"");
+  check_rejected("--synthetic 10 --devices 2 --policy fifo+hold=-1", "hold needs a positive number of seconds");
+}

@@ -363,7 +363,7 @@ TEST_CASE("pool file: errors name the file and the place", "[sim][pool]") {
   CHECK(err(R"({"hosts": [{"devices": [{"attach": "usb"}]}]})") ==
         "pool.json: hosts[0].devices[0].attach: expected \"network\" or \"passthrough\"");
   CHECK(err(R"({"hosts": [{"devices": [{"colour": "red"}]}]})") ==
-        "pool.json: hosts[0].devices[0]: unknown key \"colour\" (known: kind, model, attach, count)");
+        "pool.json: hosts[0].devices[0]: unknown key \"colour\" (known: kind, model, attach, count, slots, slot_share)");
   CHECK(err(R"({"hosts": [{"name": "a", "devices": [{}]}, {"name": "a", "devices": [{}]}]})") ==
         "pool.json: hosts[1].name: host \"a\" declared twice");
   CHECK(err(R"({"models": {"m": {"reconfig_s": -1}}, "hosts": [{"devices": [{}]}]})") ==

@@ -48,12 +48,13 @@ export function request(port, method, target, { token, body, contentType, header
 }
 
 // A manager.toml on loopback with ephemeral ports: guests over TCP, the admin API, host agents with `agentToken`, one
-// static host "local" with `count` devices of `kind`, and the `tenants` named. `leases` (TOML lines) go first, in
+// static host "local" with `count` devices of `kind` (each with `slots` slots when > 0), and the `tenants` named. `leases` (TOML lines) go first, in
 // [leases] (and may open other sections).
-export function loopbackConfig({ agentToken, kind, count, tenants, leases = '' }) {
+export function loopbackConfig({ agentToken, kind, count, slots = 0, tenants, leases = '' }) {
   return `[leases]\n${leases}[guest]\ntcp = "127.0.0.1:0"\nunix = ""\n[admin]\nlisten = "127.0.0.1:0"\n` +
     `[agents]\nlisten = ["127.0.0.1:0"]\ntoken = "${agentToken}"\n` +
     `[[hosts]]\nname = "local"\nbackend = "static"\n[[hosts.devices]]\nkind = "${kind}"\ncount = ${count}\n` +
+    (slots > 0 ? `slots = ${slots}\n` : '') +
     tenants.map((t) => `[[tenants]]\nname = "${t}"\n`).join('');
 }
 

@@ -329,8 +329,9 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         if (k == "host") f.host = v;
         else if (k == "kind") f.kind = v;
         else if (k == "state") {
-          if (v != "free" && v != "leased" && v != "draining" && v != "unavailable")
-            return error(400, "invalid_argument", "query 'state' must be free, leased, draining or unavailable");
+          if (v != "free" && v != "leased" && v != "draining" && v != "unavailable" && v != "shared" && v != "holding")
+            return error(400, "invalid_argument",
+                         "query 'state' must be free, leased, draining, unavailable, shared or holding");
           f.state = v;
         } else if (auto s = read_page_param(k, v, spec); !s) {
           return from_error(s.error());

@@ -257,7 +257,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
         }
       }
       if (const toml::node* dn = t->get("devices")) {
-        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices", {"kind", "model", "count", "attach"});
+        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices", {"kind", "model", "count", "attach", "slots"});
         if (!devices) return devices.error();
         for (const toml::table* dt : *devices) {
           StaticDeviceGroup g;
@@ -267,6 +267,11 @@ Result<Config> load_config(const std::filesystem::path& file) {
           ACCELPOOL_TRY(read(file, *dt, "model", g.model, "hosts.devices"));
           ACCELPOOL_TRY(read(file, *dt, "count", count, "hosts.devices"));
           ACCELPOOL_TRY(read(file, *dt, "attach", attach, "hosts.devices"));
+          ACCELPOOL_TRY(read(file, *dt, "slots", g.slots, "hosts.devices"));
+          if (g.slots > kMaxSlotsPerDevice) {
+            return make_error("config", where(file, *dt) + ": hosts.devices.slots must be in 0.." +
+                                            std::to_string(kMaxSlotsPerDevice));
+          }
           if (attach != "network" && attach != "passthrough") {
             return make_error("config", where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
           }

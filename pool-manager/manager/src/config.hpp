@@ -17,6 +17,7 @@ struct StaticDeviceGroup {
   std::string model;  // "" (not declared): leases of any bitstream may use it (no model to check)
   int count = 1;
   bool passthrough = false;
+  std::uint32_t slots = 0;  // partial-reconfiguration slots of each device (HostDevice::slots)
 };
 
 struct HostConfig {

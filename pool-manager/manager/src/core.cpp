@@ -52,6 +52,8 @@ std::string device_state_name(std::optional<sched::DeviceState> s) {
     case sched::DeviceState::leased: return "leased";
     case sched::DeviceState::draining: return "draining";
     case sched::DeviceState::unavailable: return "unavailable";
+    case sched::DeviceState::shared: return "shared";
+    case sched::DeviceState::holding: return "holding";
   }
   return "unknown";
 }
@@ -231,7 +233,10 @@ struct PoolCore::Impl {
       if (const Lease* l = find_any(id)) batch.leases.push_back(*l);
     }
     for (const auto& name : dirty_devices) {
-      if (auto it = devices.find(name); it != devices.end()) batch.devices.push_back(it->second);
+      // Slots are derived from their host's report at each attach: only whole devices are stored.
+      if (auto it = devices.find(name); it != devices.end() && it->second.parent.empty()) {
+        batch.devices.push_back(it->second);
+      }
     }
     dirty_leases.clear();
     dirty_devices.clear();
@@ -681,6 +686,36 @@ struct PoolCore::Impl {
     return sd;
   }
 
+  // Registers the slots `hd` declares for `parent` that the pool does not know yet, each a device of its own named
+  // "<parent>:slot<N>" (slot_local_id) of kind slot_kind(parent's kind) and the parent's model. Slot records
+  // are kept out of the host table: host operations reach them through their device (the scheduler stops
+  // granting the slots of a device out of service, and preempts their leases).
+  Status add_slots(const DeviceRecord& parent, const HostDevice& hd, double t, sched::Decisions& out) {
+    for (std::uint32_t n = 0; n < hd.slots; ++n) {
+      const std::string local = slot_local_id(parent.local_id, n);
+      const std::string name = parent.host + "/" + local;
+      if (devices.count(name)) continue;
+      DeviceRecord slot;
+      slot.name = name;
+      slot.host = parent.host;
+      slot.local_id = local;
+      slot.kind = slot_kind(parent.kind);
+      slot.model = parent.model;
+      slot.passthrough = parent.passthrough;
+      slot.parent = parent.name;
+      slot.sched_id = next_sched_id++;
+      by_sched_id[slot.sched_id] = name;
+      auto& rec = devices[name] = std::move(slot);
+      const sched::KindId kind = kinds.intern(rec.kind);
+      const bool new_model = !models_of_kind(kind).find(rec.model);
+      if (auto r = scheduler->add_slot(sched_device(rec), parent.sched_id, t, out)) {
+        return make_error("invalid_argument", "slot " + name + ": " + r->error);
+      }
+      if (new_model) widen_models(kind, t, out);
+    }
+    return Status::ok();
+  }
+
   Status restore(Snapshot snap) {
     double t = now();
     if (auto s = restore_learned(snap.estimates); !s) return s;
@@ -839,6 +874,19 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     }
     if (!reported.insert(hd.local_id).second)
       return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' twice");
+    if (hd.slots > kMaxSlotsPerDevice) {
+      return make_error("invalid_argument", "host " + name + " declares " + std::to_string(hd.slots) +
+                                                " slots on device '" + hd.local_id + "' (at most " +
+                                                std::to_string(kMaxSlotsPerDevice) + ")");
+    }
+  }
+  for (const auto& hd : *found) {
+    for (std::uint32_t n = 0; n < hd.slots; ++n) {
+      if (reported.count(slot_local_id(hd.local_id, n))) {
+        return make_error("invalid_argument", "host " + name + " reports device '" + slot_local_id(hd.local_id, n) +
+                                                  "', the name of a slot of device '" + hd.local_id + "'");
+      }
+    }
   }
   double t = m.now();
   sched::Decisions out;
@@ -875,6 +923,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       }
       if (m.draining_hosts.count(name)) (void)m.drain(rec, true, std::nullopt, t, out);
       m.touch(rec);
+      if (auto s = m.add_slots(rec, hd, t, out); !s) return s;
     } else {
       // Only the device's own change is written; the host's return is one meta row below.
       ++known_reported;
@@ -884,6 +933,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
         d.available = usable;
         m.touch(d);
       }
+      if (auto s = m.add_slots(d, hd, t, out); !s) return s;
     }
   }
   // Known devices the host no longer reports become unavailable; looked for only when some are missing.
@@ -1092,8 +1142,9 @@ bool PoolCore::check_admin(const std::string& token) const { return !impl_->admi
 
 // --- leases ----------------------------------------------------------------------------------------------------
 
-Result<Lease> PoolCore::acquire(const AcquireParams& p) {
+Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   auto& m = *impl_;
+  AcquireParams p = asked;  // its kind becomes a slot kind for a partial image
   auto tit = m.tenants.find(p.tenant);
   if (tit == m.tenants.end()) return make_error("not_found", "no tenant " + p.tenant);
   if (!common::valid_guest_id(p.guest)) {
@@ -1117,6 +1168,15 @@ Result<Lease> PoolCore::acquire(const AcquireParams& p) {
       return make_error("quota_exceeded", "tenant " + p.tenant + " already gave " + std::to_string(kMaxLabelsPerTenant) +
                                               " distinct labels, the most one tenant may use; reuse one of them or "
                                               "give none");
+    }
+  }
+  if (auto partial = m.options.image_partial && !p.bitstream.empty() ? m.options.image_partial(p.bitstream)
+                                                                       : std::nullopt) {
+    const bool slot_asked = p.kind.ends_with(":slot");
+    if (*partial && !slot_asked) p.kind = slot_kind(p.kind);
+    if (!*partial && slot_asked) {
+      return make_error("incompatible", "bitstream " + p.bitstream + " is a full image: it takes a whole device, not a "
+                                        "slot (kind '" + p.kind + "')");
     }
   }
   const auto kind = m.kinds.find(p.kind);
@@ -1332,7 +1392,9 @@ std::vector<Lease> PoolCore::queue() const {
 
 std::vector<DeviceView> PoolCore::devices() const {
   std::vector<DeviceView> out;
-  for (const auto& [name, _] : impl_->devices) out.push_back(*device(name));
+  for (const auto& [name, d] : impl_->devices) {
+    if (d.parent.empty()) out.push_back(*device(name));
+  }
   return out;
 }
 
@@ -1345,6 +1407,12 @@ Result<DeviceView> PoolCore::device(const std::string& name) const {
   v.state = device_state_name(impl_->scheduler->device_state(it->second.sched_id));
   if (auto h = impl_->holder.find(name); h != impl_->holder.end()) v.lease = h->second;
   if (auto dl = impl_->drain_deadlines.find(name); dl != impl_->drain_deadlines.end()) v.drain_deadline = dl->second;
+  for (sched::DeviceId id : impl_->scheduler->slots_of(it->second.sched_id)) {
+    const DeviceRecord& slot = *impl_->device_by_sched(id);
+    SlotView sv{slot.name, device_state_name(impl_->scheduler->device_state(id)), slot.loaded, std::nullopt};
+    if (auto h = impl_->holder.find(slot.name); h != impl_->holder.end()) sv.lease = h->second;
+    v.slots.push_back(std::move(sv));
+  }
   return v;
 }
 
@@ -1352,6 +1420,7 @@ DevicePage PoolCore::device_page(const DeviceFilter& filter, const PageSpec& spe
   auto& m = *impl_;
   DevicePage page;
   auto match = [&](const std::string&, const DeviceRecord& d) {
+    if (!d.parent.empty()) return false;  // a slot is shown with its device
     if (filter.kind && d.kind != *filter.kind) return false;
     return !filter.state || device_state_name(m.scheduler->device_state(d.sched_id)) == *filter.state;
   };
@@ -1448,9 +1517,13 @@ Status PoolCore::reset_device(const std::string& name) {
   auto& m = *impl_;
   auto it = m.devices.find(name);
   if (it == m.devices.end()) return make_error("not_found", "no device " + name);
-  if (m.holder.count(name)) {
-    return make_error("invalid_state", "device " + name + " is leased (lease " + std::to_string(m.holder.at(name)) +
-                                           "): drain it and revoke the lease first");
+  std::vector<std::string> parts{name};  // the device and its slots: none may be leased
+  for (sched::DeviceId id : m.scheduler->slots_of(it->second.sched_id)) parts.push_back(m.device_by_sched(id)->name);
+  for (const auto& part : parts) {
+    if (m.holder.count(part)) {
+      return make_error("invalid_state", "device " + part + " is leased (lease " + std::to_string(m.holder.at(part)) +
+                                             "): drain it and revoke the lease first");
+    }
   }
   m.host_call(it->second.host, [&m, name, local = it->second.local_id](HostDriver& h) {
     h.reset(local, [&m, name](Status s, std::string loaded) { m.on_device_reset(name, s, std::move(loaded)); });

@@ -76,7 +76,11 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
     std::vector<HostDevice> devs;
     std::map<std::string, int> next;
     for (const auto& g : h.devices) {
-      for (int i = 0; i < g.count; ++i) devs.push_back({g.kind + std::to_string(next[g.kind]++), g.kind, g.model, g.passthrough, ""});
+      for (int i = 0; i < g.count; ++i) {
+        HostDevice d{g.kind + std::to_string(next[g.kind]++), g.kind, g.model, g.passthrough, ""};
+        d.slots = g.slots;
+        devs.push_back(std::move(d));
+      }
     }
     return make_static_host(h.name, std::move(devs), std::move(post));
   }
@@ -213,6 +217,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   core_options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
   // Leases go only to devices of the models their bitstream's manifest lists as compatible.
   core_options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
+  core_options.image_partial = [catalog](const std::string& bitstream) { return catalog->is_partial(bitstream); };
 
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, *store);

@@ -116,6 +116,15 @@ json::object to_json(const DeviceView& d) {
   o["available"] = d.record.available;
   o["lease"] = d.lease ? json::value(*d.lease) : json::value(nullptr);
   o["drain_deadline"] = d.drain_deadline ? json::value(*d.drain_deadline) : json::value(nullptr);
+  o["parent"] = d.record.parent.empty() ? json::value(nullptr) : json::value(d.record.parent);
+  json::array slots;
+  for (const auto& s : d.slots) {
+    slots.emplace_back(json::object{{"name", s.name},
+                                    {"state", s.state},
+                                    {"loaded", s.loaded},
+                                    {"lease", s.lease ? json::value(*s.lease) : json::value(nullptr)}});
+  }
+  o["slots"] = std::move(slots);
   return o;
 }
 

@@ -89,16 +89,24 @@ class StaticHost final : public HostDriver {
  public:
   StaticHost(std::string name, std::vector<HostDevice> devices, Poster post)
       : name_(std::move(name)), devices_(std::move(devices)), post_(std::move(post)) {
-    for (const auto& d : devices_) loaded_[d.local_id] = d.loaded;
+    for (const auto& d : devices_) {
+      loaded_[d.local_id] = d.loaded;
+      for (std::uint32_t n = 0; n < d.slots; ++n) loaded_[slot_local_id(d.local_id, n)] = "";
+    }
   }
   const std::string& name() const override { return name_; }
   Result<std::vector<HostDevice>> devices() override { return devices_; }
   void prepare(const host::PrepareRequest& request, PrepareDone done) override {
     host::PrepareResult result;  // what the configuration declares; nothing is attached
     for (const auto& d : devices_) {
-      if (d.local_id != request.device) continue;
-      result.details.kind = d.kind;
-      result.details.model = d.model;
+      for (std::uint32_t n = 0; n < d.slots && result.details.kind.empty(); ++n) {
+        if (slot_local_id(d.local_id, n) == request.device) result.details.kind = slot_kind(d.kind);
+      }
+      if (d.local_id == request.device) result.details.kind = d.kind;
+      if (!result.details.kind.empty()) {
+        result.details.model = d.model;
+        break;
+      }
     }
     complete(request.device, request.bitstream.empty() ? nullptr : &request.bitstream,
              [done = std::move(done), result = std::move(result)](Status s, std::string loaded) mutable {
@@ -240,6 +248,12 @@ std::optional<std::vector<std::string>> ImageCatalog::compatible_of(const std::s
   auto b = registry_->get(bitstream);
   if (!b) return std::nullopt;
   return b->manifest.compatible;
+}
+
+std::optional<bool> ImageCatalog::is_partial(const std::string& bitstream) const {
+  auto b = registry_->get(bitstream);
+  if (!b) return std::nullopt;
+  return b->manifest.partial;
 }
 
 Status ImageCatalog::check(const std::string& kind, const std::string& bitstream) const {

@@ -12,7 +12,11 @@ namespace {
 
 Result<PoolSpec> make_pool(const PoolSource& source) {
   if (!source.path.empty()) return load_pool_file(source.path);
-  return PoolSpec::homogeneous(source.devices, source.reconfig_s, source.attach_s);
+  PoolSpec pool = PoolSpec::homogeneous(source.devices, source.reconfig_s, source.attach_s);
+  pool.default_cost.partial_reconfig_s = source.partial_reconfig_s;
+  pool.hosts[0].devices[0].slots = source.slots;
+  pool.hosts[0].devices[0].slot_share = source.slot_share;
+  return pool;
 }
 
 // Keeps the jobs arriving in the window (seconds after the first arrival).

@@ -79,6 +79,15 @@ int main(int argc, char** argv) {
   app.add_option("--bitstreams", gen.bitstreams, "Synthetic: number of bitstreams, Zipf-popular")->group("Synthetic trace");
   app.add_option("--zipf", gen.zipf_s, "Synthetic: Zipf exponent of bitstream popularity")->group("Synthetic trace");
   app.add_option("--tenants", gen.tenants, "Synthetic: number of tenants (uniform)")->group("Synthetic trace");
+  app.add_option("--partial-fraction", gen.partial_fraction,
+                 "Synthetic: chance that a bitstream is a partial image (its jobs ask for slots, kind <kind>/slot)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group("Synthetic trace");
+  std::string demand_range;
+  app.add_option("--demand", demand_range,
+                 "Synthetic: MIN:MAX, bandwidth demand of each partial image (share of its device), uniform")
+      ->type_name("MIN:MAX")
+      ->group("Synthetic trace");
 
   std::uint32_t devices = 0;
   double reconfig_s = 0, attach_s = 0;
@@ -92,6 +101,17 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->group("Pool");
   app.add_option("--attach-s", attach_s, "With --devices: seconds to attach a device to a guest")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Pool");
+  std::uint32_t slots = 0;
+  double slot_share = 1, partial_reconfig_s = 0;
+  app.add_option("--slots", slots, "With --devices: partial-reconfiguration slots per device (kind fpga/slot)")
+      ->check(CLI::Range(0U, 64U))
+      ->group("Pool");
+  app.add_option("--slot-share", slot_share, "With --slots: share of its device's bandwidth a slot's lease may demand")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group("Pool");
+  app.add_option("--partial-reconfig-s", partial_reconfig_s, "With --slots: seconds to program a slot with a partial image")
       ->check(CLI::NonNegativeNumber)
       ->group("Pool");
 
@@ -150,12 +170,13 @@ int main(int argc, char** argv) {
 
   if (trace_path.empty() && synthetic == 0) return fail("give a trace: --trace FILE or --synthetic N (see --help)");
   if (devices == 0 && pool_path.empty()) return fail("give a pool: --devices N or --pool FILE (see --help)");
-  if (!pool_path.empty() && (reconfig_s > 0 || attach_s > 0)) {
-    return fail("--reconfig-s and --attach-s apply to --devices; with --pool put costs in the pool file");
+  if (!pool_path.empty() && (reconfig_s > 0 || attach_s > 0 || slots > 0)) {
+    return fail("--reconfig-s, --attach-s and --slots apply to --devices; with --pool put them in the pool file");
   }
   if (synthetic == 0) {
     for (const char* flag : {"--rate", "--runtime-dist", "--mean-runtime", "--sigma", "--pareto-alpha",
-                             "--pareto-min", "--pareto-max", "--gangs", "--bitstreams", "--zipf", "--tenants"}) {
+                             "--pareto-min", "--pareto-max", "--gangs", "--bitstreams", "--zipf", "--tenants",
+                             "--partial-fraction", "--demand"}) {
       if (app.count(flag) > 0) return fail(std::string(flag) + " applies only to --synthetic");
     }
   }
@@ -191,12 +212,32 @@ int main(int argc, char** argv) {
     if (!gangs.empty()) {
       if (auto st = sim::parse_gang_mix(gangs, gen); !st) return fail(st.error().message);
     }
+    if (!demand_range.empty()) {
+      const auto colon = demand_range.find(':');
+      try {
+        if (colon == std::string::npos) throw std::invalid_argument("no colon");
+        std::size_t used = 0;
+        gen.demand_min = std::stod(demand_range.substr(0, colon), &used);
+        if (used != colon) throw std::invalid_argument("trailing");
+        const std::string max = demand_range.substr(colon + 1);
+        gen.demand_max = std::stod(max, &used);
+        if (used != max.size()) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        return fail("--demand \"" + demand_range + "\": expected MIN:MAX, e.g. 0.1:0.5");
+      }
+    }
     experiment.trace.generator = gen;
   } else {
     experiment.trace.path = trace_path;
     experiment.trace.format = format == "philly" ? sim::TraceFormat::philly : sim::TraceFormat::native;
   }
-  experiment.pool = {.devices = devices, .reconfig_s = reconfig_s, .attach_s = attach_s, .path = pool_path};
+  experiment.pool = {.devices = devices,
+                     .reconfig_s = reconfig_s,
+                     .attach_s = attach_s,
+                     .slots = slots,
+                     .slot_share = slot_share,
+                     .partial_reconfig_s = partial_reconfig_s,
+                     .path = pool_path};
   experiment.load = load;
   experiment.estimates = estimates;
   experiment.policies = specs;

@@ -68,7 +68,7 @@ class PoolParser {
         const std::string dw = where + ".devices[" + std::to_string(k) + "]";
         const json& d = h["devices"][k];
         if (!d.is_object()) return fail(dw, "expected an object");
-        if (auto st = only(d, dw, {"kind", "model", "attach", "count"}); !st) return st.error();
+        if (auto st = only(d, dw, {"kind", "model", "attach", "count", "slots", "slot_share"}); !st) return st.error();
         DeviceGroupSpec g;
         for (const char* key : {"kind", "model"}) {
           if (!d.contains(key)) continue;
@@ -89,6 +89,20 @@ class PoolParser {
           auto c = count(d["count"], dw + ".count");
           if (!c) return c.error();
           g.count = static_cast<std::uint32_t>(*c);
+        }
+        if (d.contains("slots")) {
+          const json& v = d["slots"];
+          if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 64) {
+            return fail(dw + ".slots", "expected an integer from 0 to 64");
+          }
+          g.slots = static_cast<std::uint32_t>(v.get<std::int64_t>());
+        }
+        if (d.contains("slot_share")) {
+          const json& v = d["slot_share"];
+          if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1)) {
+            return fail(dw + ".slot_share", "expected a number in (0, 1]");
+          }
+          g.slot_share = v.get<double>();
         }
         host.devices.push_back(g);
       }
@@ -126,15 +140,16 @@ class PoolParser {
   }
   Result<ModelCost> cost(const json& v, const std::string& where) const {
     if (!v.is_object()) return fail(where, "expected an object {\"reconfig_s\": S, \"attach_s\": S}");
-    if (auto st = only(v, where, {"reconfig_s", "attach_s"}); !st) return st.error();
+    if (auto st = only(v, where, {"reconfig_s", "attach_s", "partial_reconfig_s"}); !st) return st.error();
     ModelCost c;
-    for (const char* key : {"reconfig_s", "attach_s"}) {
+    for (const char* key : {"reconfig_s", "attach_s", "partial_reconfig_s"}) {
       if (!v.contains(key)) continue;
       const json& x = v[key];
       if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() < 0) {
         return fail(where + "." + key, "expected a number of seconds >= 0");
       }
-      (std::string(key) == "reconfig_s" ? c.reconfig_s : c.attach_s) = x.get<double>();
+      const std::string k = key;
+      (k == "reconfig_s" ? c.reconfig_s : k == "attach_s" ? c.attach_s : c.partial_reconfig_s) = x.get<double>();
     }
     return c;
   }

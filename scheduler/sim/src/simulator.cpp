@@ -3,6 +3,8 @@
 #include <accelpool/sim/lower_bound.hpp>
 #include <accelpool/sim/simulator.hpp>
 
+#include <accelpool/scheduler/interference.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -115,6 +117,7 @@ struct alignas(64) JobState {
   bool arrived = false;
   bool running = false;
   bool done = false;
+  float weight = 1;                // devices' worth of the lease: 1 a whole device, 1/n a slot of n
 };
 
 // What a device is and who holds it, for checking grants, setup costs and the self-checks. The devices of
@@ -127,6 +130,15 @@ struct DeviceInfo {
   std::uint32_t next_in_lease = kNone;  // the holder's next device, or kNone
   std::uint32_t cost = 0;               // index into Engine::costs_
   sch::AttachMode attach = sch::AttachMode::network;
+  std::uint32_t parent = kNone;         // a slot: its device
+  float weight = 1;                     // 1 a whole device, 1/n a slot of n
+};
+
+// A job running on slots: its speed (1 alone, less while its devices' slot leases demand more bandwidth than
+// the device has) and when its remaining work was last brought up to date.
+struct SlotRun {
+  double rate = 1;
+  double since = 0;
 };
 
 class Engine {
@@ -162,6 +174,7 @@ class Engine {
 
   std::unique_ptr<sch::Scheduler> sched_;
   sch::NameTable kinds_, bitstreams_, tenants_, hosts_, labels_;
+  std::map<sch::KindId, std::vector<double>> shares_;  // slot kinds: the share of each shape (model)
   std::vector<DeviceInfo> devices_;
   std::vector<ModelCost> costs_;  // of each device group of the pool
   // Per job index (the request id, replay order). The trace's Job records are large, so the run reads each
@@ -174,6 +187,15 @@ class Engine {
   std::vector<double> runtime_;
   std::vector<double> first_start_;             // -1 until the first grant
   void free_lease(JobState& s);
+  // Slot jobs (interference): brings a running slot job's remaining work up to `now` at its current rate.
+  void settle(std::uint32_t j, double now);
+  // Adds (+1) or removes (-1) a slot job's demand on its devices, then re-rates every slot job on them.
+  void change_demand(std::uint32_t j, int sign, double now);
+  bool on_slots(std::uint32_t j) const { return devices_[state_[j].first_device].parent != kNone; }
+  std::vector<double> device_demand_;                 // by device: demand of the slot leases on its slots
+  std::vector<std::vector<std::uint32_t>> slot_jobs_;  // by device: jobs running on its slots
+  std::vector<SlotRun> slot_run_;                     // by job index; empty unless the pool has slots
+  std::uint64_t top_devices_ = 0;                     // devices, not counting slots
   std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
   std::optional<double> pending_tick_;
   std::optional<double> ticked_at_;  // time of the last tick, while no other event has happened since
@@ -231,6 +253,29 @@ Status Engine::setup(const sch::PolicySpec& policy) {
       }
       const auto cost_index = static_cast<std::uint32_t>(costs_.size());
       costs_.push_back(cost);
+      if (g.slots > 0 && !(g.slot_share > 0 && g.slot_share <= 1)) {
+        return make_error("invalid_argument", "pool: slot_share must be in (0, 1], got " + fmt_num(g.slot_share));
+      }
+      // Slot shapes are the slot kind's models, one per distinct share.
+      sch::KindId slot_kind = 0;
+      sch::ModelId shape = 0;
+      if (g.slots > 0) {
+        slot_kind = kinds_.intern(g.kind + kSlotKindSuffix);
+        std::vector<double>& shares = shares_[slot_kind];
+        auto it = std::find(shares.begin(), shares.end(), g.slot_share);
+        if (it == shares.end() && shares.size() >= sch::kMaxModelsPerKind) {
+          return make_error("invalid_argument", "pool: too many slot shares for kind " + g.kind);
+        }
+        if (it == shares.end()) it = shares.insert(shares.end(), g.slot_share);
+        shape = static_cast<sch::ModelId>(it - shares.begin());
+      }
+      auto count_reachable = [&](sch::KindId k, std::uint64_t n) {
+        if (g.attach == sch::AttachMode::network) {
+          network[k] += n;
+        } else {
+          passthrough[{k, host}] += n;
+        }
+      };
       for (std::uint32_t i = 0; i < g.count; ++i) {
         sch::Device d;
         d.id = static_cast<sch::DeviceId>(devices_.size());
@@ -241,15 +286,29 @@ Status Engine::setup(const sch::PolicySpec& policy) {
           return internal("scheduler rejected device " + std::to_string(d.id) + ": " + rej->error);
         }
         devices_.push_back({host, kind, kNone, kNone, cost_index, g.attach});
-        if (g.attach == sch::AttachMode::network) {
-          ++network[kind];
-        } else {
-          ++passthrough[{kind, host}];
+        ++top_devices_;
+        count_reachable(kind, 1);
+        const sch::DeviceId parent = d.id;
+        for (std::uint32_t k = 0; k < g.slots; ++k) {
+          sch::Device slot = d;
+          slot.id = static_cast<sch::DeviceId>(devices_.size());
+          slot.kind = slot_kind;
+          slot.model = shape;
+          if (auto rej = sched_->add_slot(slot, parent, 0, out)) {
+            return internal("scheduler rejected slot " + std::to_string(slot.id) + ": " + rej->error);
+          }
+          devices_.push_back({host, slot_kind, kNone, kNone, cost_index, g.attach, parent,
+                              1.0F / static_cast<float>(g.slots)});
         }
+        if (g.slots > 0) count_reachable(slot_kind, g.slots);
       }
     }
   }
   if (devices_.empty()) return make_error("invalid_argument", "the pool has no devices");
+  if (!shares_.empty()) {
+    device_demand_.assign(devices_.size(), 0.0);
+    slot_jobs_.resize(devices_.size());
+  }
   if (!out.empty()) return internal("scheduler made decisions with no requests");
 
   // Jobs: replay order is (arrival, id); the request id is the position in that order. The Job records are
@@ -300,6 +359,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   arrival_.resize(n);
   runtime_.resize(n);
   first_start_.assign(n, -1.0);
+  if (!shares_.empty()) slot_run_.resize(n);
   // Names repeat across jobs: look them up by view in small caches (no string copies), and remember the
   // reachable device count of the last (kind, host).
   std::unordered_map<std::string_view, std::uint32_t> tenant_ids, bitstream_ids, label_ids;
@@ -352,6 +412,14 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     r.label = jb.label.empty() ? sch::kNoLabel : cached(label_ids, labels_, jb.label);
     r.count = jb.devices;
     r.guest_host = host;
+    if (auto shares = shares_.find(kind); shares != shares_.end()) {
+      if (!(jb.demand >= 0 && jb.demand <= 1)) return make_error("invalid_argument", job_name(j) + ": demand must be in [0, 1]");
+      r.models = sch::shapes_admitting(shares->second, 1.0, jb.demand);
+      r.demand = jb.demand;
+      if (r.models == 0) {
+        return make_error("invalid_argument", job_name(j) + ": demand " + fmt_num(jb.demand) + " exceeds the share of every slot");
+      }
+    }
     r.estimate_s = jb.estimate_s;
     r.arrival = jb.arrival_s;
     JobState& s = state_[j];
@@ -396,6 +464,7 @@ Status Engine::grant(const sch::Grant& g, double now) {
   }
   double reconfig = 0;
   double attach = 0;
+  float weight = 0;
   std::uint32_t* link = &s.first_device;
   for (const auto& dg : g.devices) {
     if (dg.device >= devices_.size()) return internal("grant of unknown device " + std::to_string(dg.device));
@@ -413,8 +482,9 @@ Status Engine::grant(const sch::Grant& g, double now) {
     *link = dg.device;
     link = &d.next_in_lease;
     const ModelCost& cost = costs_[d.cost];
+    weight += d.weight;
     if (dg.reprogram) {
-      reconfig = std::max(reconfig, cost.reconfig_s);
+      reconfig = std::max(reconfig, d.parent == kNone ? cost.reconfig_s : cost.partial_reconfig_s);
       ++s.reconfigs;
       ++reconfigs_;
     }
@@ -426,10 +496,62 @@ Status Engine::grant(const sch::Grant& g, double now) {
   s.running = true;
   s.lease_start = now;
   s.run_start = now + setup;
+  s.weight = weight;
   ++s.gen;
   busy_ += s.count;
   heap_.push({s.run_start + s.remaining, EventType::completion, j, s.gen});
+  if (!slot_run_.empty() && on_slots(j)) {
+    slot_run_[j] = {1.0, now};
+    change_demand(j, +1, now);
+  }
   return Status::ok();
+}
+
+void Engine::settle(std::uint32_t j, double now) {
+  JobState& s = state_[j];
+  SlotRun& run = slot_run_[j];
+  const double from = std::max(s.run_start, run.since);
+  if (now > from) {
+    const double work = std::min(s.remaining, run.rate * (now - from));
+    s.remaining -= work;
+    useful_device_s_ += s.weight * work;
+  }
+  run.since = std::max(run.since, now);
+  s.run_start = std::max(s.run_start, now);  // the work before now is counted: progress restarts from here
+}
+
+void Engine::change_demand(std::uint32_t j, int sign, double now) {
+  const double demand = job(j).demand * sign;
+  std::vector<std::uint32_t> boards;
+  for (std::uint32_t d = state_[j].first_device; d != kNone; d = devices_[d].next_in_lease) {
+    const std::uint32_t board = devices_[d].parent;
+    device_demand_[board] += demand;
+    auto& jobs = slot_jobs_[board];
+    if (sign > 0) {
+      jobs.push_back(j);
+    } else {
+      jobs.erase(std::find(jobs.begin(), jobs.end(), j));
+    }
+    if (std::find(boards.begin(), boards.end(), board) == boards.end()) boards.push_back(board);
+  }
+  // Every slot job on those devices runs at the speed its most crowded device allows from now on.
+  std::vector<std::uint32_t> affected;
+  for (std::uint32_t board : boards) {
+    for (std::uint32_t k : slot_jobs_[board]) {
+      if (std::find(affected.begin(), affected.end(), k) == affected.end()) affected.push_back(k);
+    }
+  }
+  for (std::uint32_t k : affected) {
+    settle(k, now);
+    JobState& s = state_[k];
+    double rate = 1;
+    for (std::uint32_t d = s.first_device; d != kNone; d = devices_[d].next_in_lease) {
+      rate = std::min(rate, 1.0 / sch::slowdown(device_demand_[devices_[d].parent], 1.0));
+    }
+    slot_run_[k].rate = rate;
+    ++s.gen;
+    heap_.push({s.run_start + s.remaining / rate, EventType::completion, k, s.gen});
+  }
 }
 
 // Gives the devices of the job's lease back: no holder, no chain.
@@ -449,11 +571,15 @@ Status Engine::preempt(const sch::Preemption& p, double now, sch::Decisions& out
   const auto j = static_cast<std::uint32_t>(p.request);
   JobState& s = state_[j];
   if (!s.running) return internal("preemption of " + job_name(j) + " which is not running");
+  if (!slot_run_.empty() && on_slots(j)) {
+    settle(j, now);
+    change_demand(j, -1, now);
+  }
   const double progress = std::clamp(now - s.run_start, 0.0, s.remaining);
   s.remaining -= progress;
-  const auto count = static_cast<double>(s.count);
-  useful_device_s_ += count * progress;
-  held_device_s_ += count * (now - s.lease_start);
+  const double weight = s.weight;
+  useful_device_s_ += weight * progress;
+  held_device_s_ += weight * (now - s.lease_start);
   free_lease(s);
   s.running = false;
   ++s.gen;
@@ -532,9 +658,13 @@ Status Engine::complete_together(const std::vector<std::uint32_t>& jobs, double 
 
 void Engine::finish_job(std::uint32_t j, double now) {
   JobState& s = state_[j];
-  const auto count = static_cast<double>(s.count);
-  useful_device_s_ += count * s.remaining;
-  held_device_s_ += count * (now - s.lease_start);
+  if (!slot_run_.empty() && on_slots(j)) {
+    settle(j, now);
+    change_demand(j, -1, now);
+  }
+  const double weight = s.weight;
+  useful_device_s_ += weight * s.remaining;
+  held_device_s_ += weight * (now - s.lease_start);
   s.remaining = 0;
   free_lease(s);
   s.running = false;
@@ -587,7 +717,10 @@ Status Engine::self_check(double now) {
     }
   }
   if (held != busy_) return internal("invariant: busy device count drifted");
-  if (sched_->free_count() + busy_ != devices_.size()) {
+  // Devices no lease holds are free, on hold, or shared (a device with a slot in use, a slot of a leased device).
+  const std::size_t idle = sched_->free_count() + sched_->count_in_state(sch::DeviceState::holding) +
+                           sched_->count_in_state(sch::DeviceState::shared);
+  if (idle + busy_ != devices_.size()) {
     return internal("invariant: scheduler has " + std::to_string(sched_->free_count()) + " free devices, expected " +
                     std::to_string(devices_.size() - busy_) + " at t=" + fmt_num(now));
   }
@@ -595,7 +728,7 @@ Status Engine::self_check(double now) {
   std::map<std::pair<sch::KindId, sch::HostId>, std::uint64_t> free_pt;
   std::map<sch::KindId, std::uint64_t> free_net;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
-    if (devices_[d].holder != kNone) continue;
+    if (sched_->device_state(static_cast<sch::DeviceId>(d)) != sch::DeviceState::free) continue;
     if (devices_[d].attach == sch::AttachMode::network) {
       ++free_net[devices_[d].kind];
     } else {
@@ -707,7 +840,7 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   RunResult r;
   r.policy = policy.to_string();
   r.jobs = n;
-  r.devices = devices_.size();
+  r.devices = top_devices_;
   if (options_.keep_per_job) r.per_job.reserve(n);
   std::vector<double> jct;
   std::vector<double> wait;
@@ -754,11 +887,11 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   r.p99_wait_s = percentiles(wait, {0.99})[0];
   r.p99_slowdown = percentiles(slow, {0.99})[0];
   r.makespan_s = last_finish - first_arrival;
-  const double capacity = static_cast<double>(devices_.size()) * r.makespan_s;
+  const double capacity = static_cast<double>(top_devices_) * r.makespan_s;
   r.utilization = capacity > 0 ? held_device_s_ / capacity : 0;
   r.useful_utilization = capacity > 0 ? useful_device_s_ / capacity : 0;
   r.lower_bound_avg_jct_s = options_.lower_bound_avg_jct_s ? *options_.lower_bound_avg_jct_s
-                                                           : lower_bound_avg_jct(trace_, devices_.size());
+                                                           : lower_bound_avg_jct(trace_, top_devices_);
   r.reconfigurations = reconfigs_;
   r.preemptions = preemptions_;
   r.events = events_;

@@ -158,6 +158,12 @@ struct FieldType {
 constexpr FieldType<double> kSeconds{parse_seconds, "a number >= 0"};
 constexpr FieldType<std::uint32_t> kCount{parse_count, "an integer >= 1"};
 constexpr FieldType<double> kTimestamp{parse_timestamp, "\"YYYY-MM-DD HH:MM:SS\""};
+constexpr FieldType<double> kShare{[](std::string_view text) -> std::optional<double> {
+                                     auto v = parse_seconds(text);
+                                     if (v && *v > 1) return std::nullopt;
+                                     return v;
+                                   },
+                                   "a number from 0 to 1"};
 
 // Parses field `index` of row `f` (column `name`) into `out`; the field_error when it is not of `type`.
 template <class T, class Out>
@@ -200,7 +206,7 @@ Error no_jobs(const std::string& source) { return make_error("invalid_argument",
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   LineReader reader(in, source);
   std::size_t width = 0;
-  auto header = read_header(reader, {"arrival_s", "runtime_s", "devices", "bitstream", "tenant", "estimate_s", "kind", "host", "label"},
+  auto header = read_header(reader, {"arrival_s", "runtime_s", "devices", "bitstream", "tenant", "estimate_s", "kind", "host", "label", "demand"},
                             {"arrival_s", "runtime_s"}, width);
   if (!header) return header.error();
   const auto& cols = *header;
@@ -211,7 +217,7 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   const auto c_arrival = *col("arrival_s"), c_runtime = *col("runtime_s");
   const auto c_devices = col("devices"), c_bitstream = col("bitstream"), c_tenant = col("tenant"),
              c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host"),
-             c_label = col("label");
+             c_label = col("label"), c_demand = col("demand");
 
   Trace trace;
   auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
@@ -230,6 +236,9 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
     if (c_kind && !f[*c_kind].empty()) job.kind = std::string(f[*c_kind]);
     if (c_host && !f[*c_host].empty()) job.host = std::string(f[*c_host]);
     if (c_label && !f[*c_label].empty()) job.label = std::string(f[*c_label]);
+    if (c_demand && !f[*c_demand].empty()) {
+      if (auto s = parse_field(reader, f, *c_demand, "demand", kShare, job.demand); !s) return s;
+    }
     trace.jobs.push_back(std::move(job));
     return Status::ok();
   });

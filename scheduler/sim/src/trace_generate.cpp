@@ -51,6 +51,10 @@ Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed) {
   if (spec.bitstreams == 0) return bad("bitstreams must be >= 1");
   if (spec.tenants == 0) return bad("tenants must be >= 1");
   if (!(spec.zipf_s >= 0) || !std::isfinite(spec.zipf_s)) return bad("zipf exponent must be >= 0");
+  if (!(spec.partial_fraction >= 0 && spec.partial_fraction <= 1)) return bad("partial fraction must be in [0, 1]");
+  if (!(spec.demand_min >= 0 && spec.demand_min <= spec.demand_max && spec.demand_max <= 1)) {
+    return bad("demands must satisfy 0 <= min <= max <= 1");
+  }
 
   std::vector<double> zipf_cum(spec.bitstreams);
   double z = 0;
@@ -66,6 +70,18 @@ Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed) {
   // Appended rather than "bs" + to_string(k): g++ 12 at -O3 warns falsely (-Wrestrict) on the latter.
   for (std::uint32_t k = 0; k < spec.bitstreams; ++k) bitstream_names[k].append("bs").append(std::to_string(k));
   for (std::uint32_t k = 0; k < spec.tenants; ++k) tenant_names[k].append("t").append(std::to_string(k));
+
+  // Which bitstreams are partial images, and their demands: a stream of their own (see GeneratorSpec).
+  std::vector<bool> partial(spec.bitstreams, false);
+  std::vector<double> demand(spec.bitstreams, 0.0);
+  if (spec.partial_fraction > 0) {
+    detail::Rng images(seed ^ 0x9e3779b97f4a7c15ULL);
+    for (std::uint32_t k = 0; k < spec.bitstreams; ++k) {
+      partial[k] = images.uniform() < spec.partial_fraction;
+      demand[k] = spec.demand_min + images.uniform() * (spec.demand_max - spec.demand_min);
+    }
+  }
+  const std::string slot_kind = spec.kind + kSlotKindSuffix;
 
   detail::Rng rng(seed);
   Trace trace;
@@ -86,9 +102,11 @@ Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed) {
         break;
     }
     job.devices = spec.gang_sizes[draw(rng, gang_cum)];
-    job.bitstream = bitstream_names[draw(rng, zipf_cum)];
+    const std::size_t image = draw(rng, zipf_cum);
+    job.bitstream = bitstream_names[image];
     job.tenant = tenant_names[std::min<std::size_t>(static_cast<std::size_t>(rng.uniform() * spec.tenants), spec.tenants - 1)];
-    job.kind = spec.kind;
+    job.kind = partial[image] ? slot_kind : spec.kind;
+    if (partial[image]) job.demand = demand[image];
     trace.jobs.push_back(std::move(job));
   }
   return trace;

@@ -28,10 +28,16 @@ struct Manifest {
   std::vector<std::string> compatible;  // device models / shells (VBNV); '*' and '?' wildcards allowed
   std::string file;     // image file name in the manifest's folder: [A-Za-z0-9._+-], no leading '.', not *.toml
   std::string sha256;   // 64 lowercase hex digits of the image file
-  double programming_seconds = 0;  // expected time to program a device with it
+  double programming_seconds = 0;  // expected time to program a device with it (a partial image: one slot)
   std::vector<std::string> kernels;  // kernel names the image provides
   ImageFormat format = ImageFormat::opaque;
   std::string description;  // optional, free text
+  // Partial reconfiguration (docs/bitstreams.md, "Partial images"): a partial image is programmed into one slot
+  // of a device whose shell has slots of shape `slot_shape`; `bandwidth_demand` is the share of the device's
+  // memory bandwidth it uses alone (0 to 1; 0: not stated), which decides the slots it is admitted to.
+  bool partial = false;
+  std::string slot_shape;  // required for a partial image, empty for a full one
+  double bandwidth_demand = 0;
 
   std::string id() const { return name + "@" + version; }
 };

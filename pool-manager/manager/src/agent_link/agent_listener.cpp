@@ -382,7 +382,8 @@ struct AgentListener::Impl {
       std::string w = "agent.register: devices[" + std::to_string(i) + "]";
       if (!v.is_object()) return reply(c, m, make_error("invalid_argument", w + " must be an object"));
       const auto& o = v.get_object();
-      if (auto s = only_fields(o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state", w); !s)
+      if (auto s = only_fields(o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state,slots", w);
+          !s)
         return reply(c, m, s);
       AgentDevice d;
       auto id = get_string(o, "id", w, true);
@@ -409,6 +410,13 @@ struct AgentListener::Impl {
       d.device.model = *model;
       d.device.passthrough = *pass;
       d.device.loaded = *loaded;
+      if (const auto* slots = o.if_contains("slots")) {  // optional (docs/agent-protocol.md): 0 when absent
+        if (!slots->is_int64() || slots->get_int64() < 0 || slots->get_int64() > manager::kMaxSlotsPerDevice) {
+          return reply(c, m, make_error("invalid_argument", w + ": field 'slots' must be an integer in 0.." +
+                                                                std::to_string(manager::kMaxSlotsPerDevice)));
+        }
+        d.device.slots = static_cast<std::uint32_t>(slots->get_int64());
+      }
       d.pci_bdf = *pci;
       d.health = h;
       d.detail = *detail;

@@ -62,6 +62,9 @@ struct Request {
   Time arrival = 0;
   LabelId label = kNoLabel;               // groups learned run times (see estimator.hpp), optional
   ModelSet models = kAnyModel;            // device models of its kind it may run on (those its bitstream fits)
+  // On slots: the share of its device's memory bandwidth it uses alone (0 to 1, interference.hpp). Placement
+  // spreads slot leases so that the demands on a device stay within its bandwidth where they can.
+  double demand = 0;
 };
 
 struct DeviceGrant {

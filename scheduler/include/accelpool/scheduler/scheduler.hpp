@@ -37,6 +37,9 @@ namespace accelpool::scheduler {
 // worse than fifo and gittins+age never worse than gittins, on average or p99 JCT (docs/results.md).
 inline constexpr double kDefaultAgeSlowdown = 100;
 
+// Longest a device may idle on hold for its loaded bitstream under `+hold` without a value (see hold_s).
+inline constexpr double kDefaultHoldS = 60;
+
 // A full policy: ordering + placement + tail rules, written "las+affinity" or "sjf+pack+guard=3600+age=10".
 struct PolicySpec {
   std::string ordering = "fifo";
@@ -47,16 +50,25 @@ struct PolicySpec {
   // only by the guard.
   std::optional<double> age_slowdown;
   bool preemption = true;              // allow preemption when the ordering is preemptive
+  // The hold rule (docs/policies.md, "The hold rule"): a device freed while holding a bitstream whose requests
+  // arrive often enough that one is more likely than not within `hold_s` seconds is kept for that bitstream
+  // (state `holding`) for at most `hold_s` seconds instead of being reprogrammed for another; a waiting request
+  // of its bitstream takes it first. Off when unset.
+  std::optional<double> hold_s;
 
   // Whether requests can age (a tail guard or slowdown aging).
   bool ages() const { return tail_guard_s || age_slowdown; }
-  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+age[=SLOWDOWN]][+nopreempt]" (`+age` alone:
-  // kDefaultAgeSlowdown). Returns nullopt and sets `error` if malformed.
+  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+age[=SLOWDOWN]][+hold[=SECONDS]][+nopreempt]" (`+age` alone:
+  // kDefaultAgeSlowdown; `+hold` alone: kDefaultHoldS). Returns nullopt and sets `error` if malformed.
   static std::optional<PolicySpec> parse(std::string_view text, std::string* error);
   std::string to_string() const;
 };
 
-enum class DeviceState : std::uint8_t { free, leased, draining, unavailable };
+// shared: not leased itself but unusable whole because a part of it is in use: a device with a slot held or on
+// hold, or a slot whose device is leased whole, on hold, draining or out of service.
+// holding: idle, kept for its loaded bitstream by the hold rule (PolicySpec::hold_s).
+enum class DeviceState : std::uint8_t { free, leased, draining, unavailable, shared, holding };
+inline constexpr std::size_t kDeviceStates = 6;
 
 enum class RequestPhase : std::uint8_t { waiting, running, revoking };
 
@@ -73,6 +85,14 @@ class Scheduler {
   // --- devices -------------------------------------------------------------------------------------
   // A new device joins the pool free. Rejected if the id is in use or its model is not below kMaxModelsPerKind.
   std::optional<Rejection> add_device(const Device& device, Time now, Decisions& out);
+  // A slot (partial-reconfiguration region) of present device `parent` joins the pool as a device of its own
+  // (usually of a kind of its own, e.g. "fpga/slot", and of a model naming its shape): slot leases of several
+  // requests run side by side on one device. The device is granted whole only while all its slots are free
+  // (otherwise it is `shared`); its slots are granted only while the device is neither leased whole, on hold,
+  // draining nor out of service (otherwise they are `shared`). A slot leaves with remove_device; the device's
+  // failure preempts the leases of its slots. Rejected as add_device, or if `parent` is no present device or
+  // is itself a slot.
+  std::optional<Rejection> add_slot(const Device& slot, DeviceId parent, Time now, Decisions& out);
   // The device leaves the pool. A lease holding it is preempted (reason device_failed).
   std::optional<Rejection> remove_device(DeviceId id, Time now, Decisions& out);
   // The device stops serving (fails, or its host stopped heartbeating): like remove, but it stays known and
@@ -140,6 +160,16 @@ class Scheduler {
   std::optional<RequestPhase> phase(RequestId id) const;
   std::optional<DeviceState> device_state(DeviceId id) const;
   const Device* device(DeviceId id) const;
+  // The slots of a device (added by add_slot, removed ones left out), in the order added; empty if none.
+  std::vector<DeviceId> slots_of(DeviceId id) const;
+  // The device a slot belongs to; nullopt for a device that is no slot.
+  std::optional<DeviceId> parent_of(DeviceId id) const;
+  // A device on hold (state `holding`): until when, and for which bitstream.
+  struct Hold {
+    Time until = 0;
+    BitstreamId bitstream = kNoBitstream;
+  };
+  std::optional<Hold> hold_of(DeviceId id) const;
   // Devices of a running or revoking lease; empty otherwise.
   std::vector<DeviceId> devices_of(RequestId id) const;
   // Waiting requests in the order the policy would serve them if devices were free. O(n log n).
@@ -174,6 +204,9 @@ class Scheduler {
     bool available : 1 = true;
     bool held : 1 = false;
     bool counted : 1 = false;  // its state is in state_counts_ (present or held)
+    bool is_slot : 1 = false;    // added by add_slot: parent_of_ names its device
+    bool has_slots : 1 = false;  // slots_of_ lists its slots
+    bool on_hold : 1 = false;    // kept for its loaded bitstream (holds_)
     RequestId holder = 0;
   };
   static_assert(sizeof(Slot) == 32);
@@ -215,13 +248,39 @@ class Scheduler {
   void dequeue(Entry& e);
   void grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, bool protect, Decisions& out);
   void place(Entry& e, const FreeIndex::Eligible& eligible);
+  // Interference-aware placement of a request on slots (docs/policies.md, "Slots and interference"); false,
+  // choosing nothing, if the eligible devices are no slots.
+  bool place_on_slots(Entry& e, const FreeIndex::Eligible& eligible);
   Grant start(Entry& e, Time granted_at, bool protect);
-  void stop_running(Entry& e, Time now);
+  // Frees the lease's devices; `may_hold`: they may go on hold (a lease that ended, not one preempted).
+  void stop_running(Entry& e, Time now, bool may_hold = false);
   // release() without the decision that follows: the request must be live.
   void forget(Entry& e, Time now);
   void make_free(Slot& s);
   void make_unfree(Slot& s);
   void refresh_slot(Slot& s);
+  // Sets whether a device is held by a lease and whether it is on hold, and re-indexes it with the devices
+  // that depend on it (a slot's device, a device's slots).
+  void set_use(Slot& s, bool held, bool on_hold);
+  // Whether the slots of `parent` may be granted now (present, available, not draining, not leased or on hold).
+  bool open_for_slots(const Slot& parent) const;
+  // --- the hold rule (PolicySpec::hold_s) ---
+  // Learns the arrival rate of the request's bitstream.
+  void observe_arrival(const Request& r, Time now);
+  // Puts a device just freed on hold for its loaded bitstream if the rule says so.
+  void maybe_hold(Slot& s, Time now);
+  bool likely_soon(BitstreamId b, Time now) const;
+  // Whether a waiting request for b passes its turn for now: it has waited less than hold_s, too few free
+  // devices it may use hold b, a device holding b is leased and b's rate makes one likely to free in time.
+  bool deferred(const Entry& e, Time now) const;
+  // The best request of a bucket that is not deferred, among its first kMaxBackfillExamined; nullptr if none.
+  const PriorityKey* first_not_deferred(const Bucket& bucket, Time now) const;
+  IndexNeeds index_needs() const;
+  void end_hold(DeviceId id);
+  void end_holds_due(Time now);
+  void end_all_holds();
+  // Grants devices on hold to waiting requests of their bitstream, best first.
+  void serve_held(Time now, Decisions& out);
   // The body of remove_device, set_available and set_draining: applies `change` to present device `id`'s slot,
   // re-indexes it, revokes the lease holding it when `revoke_holder`, and dispatches. A rejection when `id` is
   // no present device.
@@ -229,6 +288,8 @@ class Scheduler {
   std::optional<Rejection> change_device(DeviceId id, Time now, Decisions& out, bool revoke_holder, Change change);
   std::size_t reachable_devices(const Request& r) const;
   std::size_t usable_by(const Entry& lease, const Request& r) const;  // present devices of the lease `r` could use
+  // Whether `r` may be granted device `d` (its kind, reachable from its host, of its models).
+  static bool suits(const Device& d, const Request& r);
   // The free devices `r` may be granted: its kind, reachable from its host, of its models.
   FreeIndex::Eligible eligible(const Request& r) const;
   // Present devices of `d`'s kind, model and reach (its host if passthrough), counted in *_total_.
@@ -297,7 +358,26 @@ class Scheduler {
   std::size_t running_count_ = 0;
   std::size_t device_count_ = 0;
   std::size_t free_count_ = 0;
-  std::array<std::size_t, 4> state_counts_{};  // by DeviceState, kept by refresh_slot
+  std::array<std::size_t, kDeviceStates> state_counts_{};  // by DeviceState, kept by refresh_slot
+  // Slots: each slot's device, each device's slots, and how many of a device's slots are held or on hold.
+  std::unordered_map<DeviceId, DeviceId> parent_of_;
+  std::unordered_map<DeviceId, std::vector<DeviceId>> slots_of_;
+  std::unordered_map<DeviceId, std::uint32_t> busy_slots_;
+  std::unordered_map<DeviceId, double> slot_demand_;  // by device: demand of the leases on its slots
+  // The hold rule: arrivals per bitstream (mean gap, decayed), devices on hold, and (with hold_s only) the
+  // waiting requests of each bitstream by key.
+  struct ArrivalRate {
+    Time last = 0;
+    double mean_gap = 0;
+    std::uint64_t seen = 0;
+  };
+  std::vector<ArrivalRate> arrivals_;  // by bitstream id
+  std::map<DeviceId, Hold> holds_;
+  std::set<std::pair<Time, DeviceId>> hold_ends_;
+  std::map<BitstreamId, std::set<DeviceId>> held_for_;
+  std::unordered_map<BitstreamId, std::size_t> leased_with_;  // hold_s only: leased devices holding each image
+  std::map<BitstreamId, std::set<PriorityKey>> waiting_for_;
+  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> waiting_since_;  // by arrival, per kind
   Time last_now_ = 0;
 };
 

@@ -52,6 +52,12 @@ struct CoreOptions {
   // again when a device of a new model joins its kind. Called on the owner thread; must not call into the core.
   // Empty: every lease fits every model.
   std::function<std::optional<std::vector<std::string>>(const std::string& bitstream)> image_models;
+  // Whether a bitstream in the manager's registry is a partial image (its manifest's `image = partial`,
+  // ImageCatalog::is_partial); nullopt when the registry holds no such bitstream. A lease of a partial image
+  // asked of kind K goes on slots (kind K:slot, docs/hosts.md "Slots"); a lease of a full image asked of a slot
+  // kind is refused ("incompatible"). Called on the owner thread; must not call into the core. Empty: the kind
+  // asked for decides.
+  std::function<std::optional<bool>(const std::string& bitstream)> image_partial;
 };
 
 enum class LeaseEvent : std::uint8_t {
@@ -89,14 +95,24 @@ inline constexpr std::size_t kMaxLabelsPerTenant = 1000;
 // The longest drain deadline accepted (one year), in seconds.
 inline constexpr double kMaxDrainDeadlineS = 365.0 * 86400;
 
-struct DeviceView {
-  DeviceRecord record;
-  std::string state;  // free, leased, draining, unavailable
+// A slot of a device as listings show it: its device name, state, what it holds and the lease holding it.
+struct SlotView {
+  std::string name;
+  std::string state;
+  std::string loaded;
   std::optional<LeaseId> lease;
-  std::optional<double> drain_deadline;  // when the lease still on this drained device is revoked
 };
 
-// Which devices a listing wants. Every field set must match; `state` is free, leased, draining or unavailable.
+struct DeviceView {
+  DeviceRecord record;
+  std::string state;  // free, leased, draining, unavailable, shared, holding (scheduler DeviceState)
+  std::optional<LeaseId> lease;
+  std::optional<double> drain_deadline;  // when the lease still on this drained device is revoked
+  std::vector<SlotView> slots;           // its slots, in order (record.parent names a slot's device)
+};
+
+// Which devices a listing wants. Every field set must match; `state` is one of DeviceView's. Listings show whole
+// devices, each with its slots (DeviceView::slots); device() finds a slot by its name too.
 struct DeviceFilter {
   std::optional<std::string> host;
   std::optional<std::string> kind;
@@ -240,7 +256,7 @@ class PoolCore {
 
   // --- leases ---------------------------------------------------------------------------------------------
   // A new lease, returned queued or granted, on devices of its kind whose model its bitstream fits
-  // (CoreOptions::image_models). Errors: "invalid_argument", "not_found" (unknown tenant), "quota_exceeded" (the
+  // (CoreOptions::image_models); on slots for a partial image (CoreOptions::image_partial). Errors: "invalid_argument", "not_found" (unknown tenant), "quota_exceeded" (the
   // tenant's max_devices, or the guest already has max_live_per_guest live leases), "incompatible" (its bitstream
   // fits no device model of its kind; the message names the bitstream's models and the kind's), "infeasible" (no
   // such devices in the pool, or too few of the models it fits).

@@ -37,7 +37,20 @@ struct HostDevice {
   bool passthrough = true;
   std::string loaded;  // bitstream name the device holds now, "" for none or unknown
   bool usable = true;  // false: the host reports it failed (attach_host's caller lists it in HostReport::unusable)
+  // Partial-reconfiguration slots of the device (docs/hosts.md, "Slots"): 0 for none. Each slot joins the pool
+  // as a device of kind slot_kind(kind) named slot_local_id(local_id, n), n in [0, slots); the host is asked to
+  // prepare and release it under that local id.
+  std::uint32_t slots = 0;
 };
+
+// The most slots one device may declare.
+inline constexpr std::uint32_t kMaxSlotsPerDevice = 64;
+// The kind of the slots of devices of `kind` ("fpga" -> "fpga:slot"): a lease asks for a slot by this kind.
+inline std::string slot_kind(const std::string& kind) { return kind + ":slot"; }
+// The local id of slot `n` of device `local_id` ("fpga0", 1 -> "fpga0:slot1").
+inline std::string slot_local_id(const std::string& local_id, std::uint32_t n) {
+  return local_id + ":slot" + std::to_string(n);
+}
 
 // Runs a completion on the pool's owner thread. Must not run it inline: it queues it.
 using Poster = std::function<void(std::function<void()>)>;
@@ -120,6 +133,10 @@ class ImageCatalog {
   // The `compatible` patterns of the highest version of `bitstream` in the registry; nullopt when it holds no
   // such name. In memory: reads no file.
   std::optional<std::vector<std::string>> compatible_of(const std::string& bitstream) const;
+
+  // Whether the highest version of `bitstream` in the registry is a partial image (manifest `image = partial`);
+  // nullopt when it holds no such name. In memory: reads no file.
+  std::optional<bool> is_partial(const std::string& bitstream) const;
 
   // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
   std::string sha256_of(const std::string& bitstream) const;

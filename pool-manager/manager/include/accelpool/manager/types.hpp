@@ -105,6 +105,9 @@ struct DeviceRecord {
   bool available = true;  // the device itself: its host's health reports, its failed operations (a lost host's
                           // devices keep theirs; the loss is the host's, stored once as meta host_lost:<host>)
   std::uint32_t sched_id = 0;  // stable dense id used by the scheduler
+  // A slot (partial-reconfiguration region, docs/hosts.md "Slots"): the name of its device; "" for a whole
+  // device. Slot records are derived from their host's report at each attach and never stored.
+  std::string parent{};
 };
 
 struct TenantRecord {

@@ -30,6 +30,9 @@ struct PoolSource {
   std::uint32_t devices = 0;
   double reconfig_s = 0;
   double attach_s = 0;
+  std::uint32_t slots = 0;          // per device (DeviceGroupSpec::slots)
+  double slot_share = 1;
+  double partial_reconfig_s = 0;
   std::string path;
 };
 

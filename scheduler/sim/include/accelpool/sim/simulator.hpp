@@ -31,7 +31,15 @@ struct Job {
   std::string kind = "fpga";
   std::string host;                     // where the guest runs; "" = the pool's first host
   std::string label;                    // groups learned run times (e.g. the job's command); "" = none
+  // A job of a slot kind ("<kind>/slot", see DeviceGroupSpec::slots) runs a partial image on slots: `demand`
+  // is the share of its device's memory bandwidth it uses alone (0 to 1; 0: negligible). It may take only a
+  // slot whose share admits it, and it runs slower while the slot leases of its device demand more than the
+  // device has (scheduler/interference.hpp).
+  double demand = 0;
 };
+
+// The kind of the slots of devices of kind K: K + kSlotKindSuffix ("fpga/slot").
+inline constexpr const char* kSlotKindSuffix = "/slot";
 
 struct Trace {
   std::vector<Job> jobs;  // any order; the simulator replays by arrival, ties by id
@@ -39,8 +47,9 @@ struct Trace {
 
 // Cost of one device model: seconds to program a new bitstream, and seconds to attach it to a guest.
 struct ModelCost {
-  double reconfig_s = 0;
+  double reconfig_s = 0;          // a full image on the whole device
   double attach_s = 0;
+  double partial_reconfig_s = 0;  // a partial image on one slot
 };
 
 // A group of identical devices on one host.
@@ -49,6 +58,11 @@ struct DeviceGroupSpec {
   std::string model = "generic";
   scheduler::AttachMode attach = scheduler::AttachMode::network;
   std::uint32_t count = 1;
+  // Partial-reconfiguration slots per device (0: none). Each device then also offers `slots` devices of kind
+  // "<kind>/slot" (scheduler: add_slot), each admitting a lease whose demand is at most `slot_share` of the
+  // device's bandwidth; the device is leased whole only while all its slots are free.
+  std::uint32_t slots = 0;
+  double slot_share = 1;
 };
 
 struct HostSpec {
@@ -65,6 +79,7 @@ struct PoolSpec {
 
   // `devices` network-attached "fpga" devices of model "generic" on one host "host0".
   static PoolSpec homogeneous(std::uint32_t devices, double reconfig_s = 0, double attach_s = 0);
+  // Devices, not counting slots (a slot is part of its device).
   std::uint64_t total_devices() const;
   const ModelCost& cost(const std::string& model) const;
 };

@@ -16,7 +16,7 @@
 namespace accelpool::sim {
 
 // Native CSV: a header naming columns, then one job per line. `arrival_s` and `runtime_s` are required;
-// `devices`, `bitstream`, `tenant`, `estimate_s`, `kind`, `host`, `label` are optional, in any order. An empty
+// `devices`, `bitstream`, `tenant`, `estimate_s`, `kind`, `host`, `label`, `demand` are optional, in any order. An empty
 // optional cell takes the default. Blank lines and lines starting with '#' are skipped. Job ids are the
 // 0-based data row numbers. `source` names the input in error messages.
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source);
@@ -52,9 +52,17 @@ struct GeneratorSpec {
   double zipf_s = 1.0;
   std::uint32_t tenants = 1;
   std::string kind = "fpga";
+  // FPGA mix: each bitstream is a partial image with probability `partial_fraction` (0: all full images); jobs
+  // of a partial image ask for slots (kind "<kind>/slot") and carry its bandwidth demand, drawn once per
+  // bitstream uniformly from [demand_min, demand_max]. Drawn from a stream of their own, so the rest of the
+  // trace is the same whatever these are.
+  double partial_fraction = 0;
+  double demand_min = 0;
+  double demand_max = 0;
 };
 // Errors: jobs == 0, non-positive rates or means, gang_sizes/gang_weights empty or of different lengths,
-// bitstreams == 0, tenants == 0, bad Pareto bounds.
+// bitstreams == 0, tenants == 0, bad Pareto bounds, partial_fraction outside [0, 1], demands not
+// 0 <= demand_min <= demand_max <= 1.
 Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed);
 
 // Parses "1:0.7,2:0.2,8:0.1" (size:weight pairs) into gang_sizes/gang_weights.

@@ -1,0 +1,144 @@
+// Slot leases in the core: a static host's device with slots, a real SQLite store.
+#include "test_support.hpp"
+
+using namespace accelpool::manager;
+using namespace accelpool::manager::test;
+
+namespace {
+
+// One fpga device "local/fpga0" with `slots` slots.
+std::vector<HostDevice> device_with_slots(std::uint32_t slots) {
+  auto devices = make_devices("fpga", 1);
+  devices[0].slots = slots;
+  return devices;
+}
+
+accelpool::Result<Lease> try_acquire(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream) {
+  AcquireParams p;
+  p.tenant = "a";
+  p.guest = guest;
+  p.kind = kind;
+  p.bitstream = bitstream;
+  return pool.core->acquire(p);
+}
+
+Lease acquire_kind(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream = "") {
+  auto r = try_acquire(pool, guest, kind, bitstream);
+  if (!r) FAIL(r.error().code + ": " + r.error().message);
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("slot leases share a device, the whole device waits until every slot is free", "[core][slots]") {
+  Pool pool(device_with_slots(2));
+  Lease a = acquire_kind(pool, "vm1", "fpga:slot", "kernel-a");
+  Lease b = acquire_kind(pool, "vm2", "fpga:slot", "kernel-b");
+  REQUIRE(a.state == LeaseState::granted);
+  REQUIRE(b.state == LeaseState::granted);
+  CHECK(a.devices == std::vector<std::string>{"local/fpga0:slot0"});
+  CHECK(b.devices == std::vector<std::string>{"local/fpga0:slot1"});
+  Lease c = acquire_kind(pool, "vm3", "fpga:slot");
+  Lease whole = acquire_kind(pool, "vm4", "fpga");
+  CHECK(c.state == LeaseState::queued);
+  CHECK(whole.state == LeaseState::queued);
+  pool.posts.drain();  // the host programs both slots
+  CHECK(pool.get(a.id).ready);
+  CHECK(pool.get(b.id).ready);
+
+  auto device = pool.core->device("local/fpga0");
+  REQUIRE(device.is_ok());
+  CHECK(device->state == "shared");
+  REQUIRE(device->slots.size() == 2);
+  CHECK(device->slots[0].name == "local/fpga0:slot0");
+  CHECK(device->slots[0].state == "leased");
+  CHECK(device->slots[0].lease == a.id);
+  CHECK(device->slots[0].loaded == "kernel-a");
+  CHECK(device->slots[1].lease == b.id);
+  CHECK(device->slots[1].loaded == "kernel-b");
+  auto slot = pool.core->device("local/fpga0:slot1");
+  REQUIRE(slot.is_ok());
+  CHECK(slot->record.parent == "local/fpga0");
+  CHECK(slot->record.kind == "fpga:slot");
+  // Listings show whole devices only, each with its slots.
+  REQUIRE(pool.core->devices().size() == 1);
+  CHECK(pool.core->devices()[0].slots.size() == 2);
+  CHECK(pool.core->device_page({}, {}).devices.size() == 1);
+  // A device with a leased slot is not reset under it.
+  CHECK(pool.core->reset_device("local/fpga0").error().code == "invalid_state");
+
+  REQUIRE(pool.core->release(Pool::owner(a), a.id).is_ok());
+  CHECK(pool.get(c.id).state == LeaseState::granted);
+  CHECK(pool.get(c.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+  CHECK(pool.get(whole.id).state == LeaseState::queued);
+  REQUIRE(pool.core->release(Pool::owner(b), b.id).is_ok());
+  REQUIRE(pool.core->release(Pool::owner(c), c.id).is_ok());
+  CHECK(pool.get(whole.id).state == LeaseState::granted);
+  CHECK(pool.get(whole.id).devices == std::vector<std::string>{"local/fpga0"});
+  CHECK(pool.core->device("local/fpga0:slot0")->state == "shared");
+}
+
+TEST_CASE("slots are not stored: a restart derives them from the host again", "[core][slots]") {
+  Pool pool(device_with_slots(2));
+  pool.posts.drain();
+  const auto rows_before = pool.store->device_rows;
+  Lease a = acquire_kind(pool, "vm1", "fpga:slot", "kernel-a");
+  pool.posts.drain();
+  CHECK(pool.store->device_rows == rows_before);  // what a slot holds is never written
+  pool.restart(device_with_slots(2));
+  CHECK(pool.core->device("local/fpga0")->slots.size() == 2);
+  // The lease held a slot the store does not know: it could not be restored.
+  CHECK(pool.get(a.id).state == LeaseState::revoked);
+  Lease b = acquire_kind(pool, "vm2", "fpga:slot");
+  CHECK(b.state == LeaseState::granted);
+}
+
+TEST_CASE("a device out of service takes its slots' leases with it", "[core][slots]") {
+  Pool pool(device_with_slots(2));
+  Lease a = acquire_kind(pool, "vm1", "fpga:slot");
+  pool.posts.drain();
+  REQUIRE(pool.core->set_device_usable("local/fpga0", false).is_ok());
+  CHECK(pool.get(a.id).state == LeaseState::queued);  // preempted (device_failed) and requeued
+  CHECK(pool.core->device("local/fpga0:slot0")->state != "free");
+  REQUIRE(pool.core->set_device_usable("local/fpga0", true).is_ok());
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+}
+
+TEST_CASE("a host may not declare too many slots, nor a device named as a slot", "[core][slots]") {
+  Pool pool(make_devices("fpga", 1));
+  auto many = make_devices("gpu", 1);
+  many[0].slots = kMaxSlotsPerDevice + 1;
+  auto r = pool.core->attach_host(make_static_host("h2", many, pool.posts.poster()));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == "invalid_argument");
+  auto clash = make_devices("gpu", 1);
+  clash[0].slots = 1;
+  clash.push_back({"gpu0:slot0", "gpu", "", false, ""});
+  auto r2 = pool.core->attach_host(make_static_host("h3", clash, pool.posts.poster()));
+  REQUIRE_FALSE(r2);
+  CHECK(r2.error().message.find("gpu0:slot0") != std::string::npos);
+  CHECK_FALSE(pool.core->host_known("h2"));
+}
+
+TEST_CASE("a partial image goes on a slot, a full image takes the whole device", "[core][slots]") {
+  CoreOptions options;
+  options.image_partial = [](const std::string& bitstream) -> std::optional<bool> {
+    if (bitstream == "partial-a" || bitstream == "partial-b") return true;
+    if (bitstream == "full") return false;
+    return std::nullopt;  // not in the registry: the kind asked for decides
+  };
+  Pool pool(device_with_slots(2), options);
+  Lease a = acquire_kind(pool, "vm1", "fpga", "partial-a");
+  CHECK(a.kind == "fpga:slot");
+  CHECK(a.devices == std::vector<std::string>{"local/fpga0:slot0"});
+  Lease b = acquire_kind(pool, "vm2", "fpga:slot", "partial-b");
+  CHECK(b.devices == std::vector<std::string>{"local/fpga0:slot1"});
+  Lease full = acquire_kind(pool, "vm3", "fpga", "full");
+  CHECK(full.kind == "fpga");
+  CHECK(full.state == LeaseState::queued);  // the device is shared by the two slot leases
+  auto refused = try_acquire(pool, "vm4", "fpga:slot", "full");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == "incompatible");
+  Lease unknown = acquire_kind(pool, "vm5", "fpga", "not-registered");
+  CHECK(unknown.kind == "fpga");
+}
