@@ -17,6 +17,7 @@ cat <<'TEXT'
 The FPGA mix above with 16 Zipf-popular bitstreams (exponent 1.1) and 8 s to program a full image (the order of
 an Alveo U250's full load, see docs/bitstreams.md), on 64 devices, `--estimates none`. Command:
 
+<!-- example: skip: abbreviated (the policy list); scripts/fpga_sharing.sh runs it in full, for minutes -->
 ```sh
 accelpool-sim --synthetic 20000 --runtime-dist lognormal --mean-runtime 600 --sigma 2 \
   --gangs 1:0.8,2:0.15,4:0.05 --bitstreams 16 --zipf 1.1 --tenants 4 --reconfig-s 8 --devices 64 \

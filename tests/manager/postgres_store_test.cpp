@@ -46,18 +46,25 @@ std::size_t stored_leases(Store& store) {
 
 }  // namespace
 
-TEST_CASE("a PostgreSQL database gets the current schema once; a newer one is refused", "[store][postgres]") {
+TEST_CASE("a PostgreSQL database gets the current schema once, and a newer one is refused", "[store][postgres]") {
   const auto db = fresh_database();
   auto& cluster = PostgresCluster::shared();
   open_shared(db).reset();
   open_shared(db).reset();  // a second open finds the schema there and changes nothing
-  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "1");
+  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "2");
   CHECK(cluster.sql(db, "SELECT count(*) FROM leader") == "1");
+  // A version 1 database (leases without their label) is upgraded in place.
+  cluster.sql(db, "ALTER TABLE leases DROP COLUMN label");
+  cluster.sql(db, "UPDATE accelpool_schema SET version = 1");
+  open_shared(db).reset();
+  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "2");
+  CHECK(cluster.sql(db, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'leases' AND "
+                        "column_name = 'label'") == "1");
   cluster.sql(db, "UPDATE accelpool_schema SET version = 99");
   auto opened = open_postgres_store(cluster.url(db));
   REQUIRE_FALSE(opened.is_ok());
   CHECK(opened.error().code == "store");
-  CHECK(opened.error().message.find("schema version 99, newer than this manager understands (1)") != std::string::npos);
+  CHECK(opened.error().message.find("schema version 99, newer than this manager understands (2)") != std::string::npos);
 }
 
 TEST_CASE("a PostgreSQL server that cannot be reached gives a clear error", "[store][postgres]") {
@@ -68,7 +75,7 @@ TEST_CASE("a PostgreSQL server that cannot be reached gives a clear error", "[st
   CHECK(opened.error().message.find("nonexistent-accelpool-folder") != std::string::npos);
 }
 
-TEST_CASE("of two managers on one database one leads; the other may not write until it takes over",
+TEST_CASE("of two managers on one database one leads, and the other may not write until it takes over",
           "[store][postgres]") {
   const auto db = fresh_database();
   auto a = open_shared(db);

@@ -166,7 +166,7 @@ TEST_CASE("accelpool-agent configured with the name of the manager's own host ex
 #endif
 }
 
-TEST_CASE("an agent declares slots of a device: they join the pool; a bad slot count is refused",
+TEST_CASE("an agent declares slots of a device: they join the pool, and a bad slot count is refused",
           "[integration][agents][registration][slots]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");

@@ -64,7 +64,7 @@ std::vector<DeviceId> devices(const Decisions& d, std::size_t grant = 0) {
 
 }  // namespace
 
-TEST_CASE("slot leases share a device; a whole-device lease needs all its slots free", "[slots]") {
+TEST_CASE("slot leases share a device, and a whole-device lease needs all its slots free", "[slots]") {
   auto s = two_sliced_devices();
   CHECK(s->free_count() == 6);
   CHECK(s->slots_of(0) == std::vector<DeviceId>{1, 2});
@@ -98,7 +98,7 @@ TEST_CASE("slot leases share a device; a whole-device lease needs all its slots 
   CHECK(s->device_state(1) == DeviceState::shared);
 }
 
-TEST_CASE("a device's failure preempts the leases of its slots; its return frees them", "[slots]") {
+TEST_CASE("a device's failure preempts the leases of its slots, and its return frees them", "[slots]") {
   auto s = two_sliced_devices();
   submit(*s, of_kind(req(1, 0), kSlot), 0);
   submit(*s, of_kind(req(2, 0), kSlot), 0);
@@ -134,7 +134,7 @@ TEST_CASE("add_slot rejects a missing device and a slot of a slot", "[slots]") {
   CHECK(s->slots_of(0) == std::vector<DeviceId>{1, 2});
 }
 
-TEST_CASE("interference: a demand takes only the slot shapes whose share admits it; slowdown is bounded", "[slots]") {
+TEST_CASE("interference: a demand takes only the slot shapes whose share admits it, and slowdown is bounded", "[slots]") {
   // Shapes: 0 = a quarter of the device's bandwidth, 1 = half of it. Capacity 16 GB/s.
   const std::vector<double> shares{0.25, 0.5};
   CHECK(shapes_admitting(shares, 16, 3) == 0b11);   // 3 <= 4 and 3 <= 8

@@ -41,7 +41,7 @@ RunResult run(const Trace& trace, const PoolSpec& pool, const std::string& polic
 
 }  // namespace
 
-TEST_CASE("two slot leases run side by side; their demands slow both; a whole lease waits", "[sim][slots]") {
+TEST_CASE("two slot leases run side by side, their demands slow both, and a whole lease waits", "[sim][slots]") {
   Trace trace;
   // Demands 0.8 + 0.8 = 1.6 of the device's bandwidth: both run at 1/1.6 of their speed.
   trace.jobs.push_back(slot_job(0, 0, 100, 0.8, "a"));
@@ -84,7 +84,7 @@ TEST_CASE("a demand above every slot's share is refused before the run", "[sim][
   CHECK(r.error().message == "job 0: demand 0.6 exceeds the share of every slot");
 }
 
-TEST_CASE("generator: partial images ask for slots and carry their demand; the rest of the trace is unchanged",
+TEST_CASE("generator: partial images ask for slots and carry their demand, and the rest of the trace is unchanged",
           "[sim][slots]") {
   GeneratorSpec spec;
   spec.jobs = 500;
