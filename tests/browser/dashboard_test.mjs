@@ -170,8 +170,17 @@ const submit = (selector) => evaluate(`document.querySelector(${JSON.stringify(s
 async function viewport(width, height, mobile = false) {
   await page('Emulation.setDeviceMetricsOverride', { width, height, deviceScaleFactor: 1, mobile });
 }
+// Waits for a laid-out page (right after a navigation or a viewport change Chromium may not have one yet, and
+// refuses a screenshot "with 0 width"), then captures the whole page.
 async function screenshot(name) {
-  const { data } = await page('Page.captureScreenshot', { format: 'png', captureBeyondViewport: true });
+  const size = await eventually(`the page is laid out for screenshot ${name}`, async () => {
+    const metrics = await page('Page.getLayoutMetrics');
+    const s = metrics.cssContentSize ?? metrics.contentSize;
+    return s && s.width > 0 && s.height > 0 ? s : null;
+  });
+  const { data } = await page('Page.captureScreenshot', {
+    format: 'png', captureBeyondViewport: true, clip: { x: 0, y: 0, width: size.width, height: size.height, scale: 1 },
+  });
   fs.writeFileSync(path.join(shots, `${name}.png`), Buffer.from(data, 'base64'));
   step(`screenshot ${name}.png`);
 }
