@@ -85,7 +85,8 @@ TEST_CASE("a host's join, loss, return and drain visit only that host's devices"
   CHECK(pool.visits() - at_start < pool_size);
 
   // The device gauges (counted as states change, not by a walk) agree with every device's state.
-  std::map<std::string, std::size_t> walked{{"free", 0}, {"leased", 0}, {"draining", 0}, {"unavailable", 0}};
+  std::map<std::string, std::size_t> walked{{"free", 0},        {"leased", 0}, {"draining", 0},
+                                            {"unavailable", 0}, {"shared", 0}, {"holding", 0}};
   for (const auto& d : pool.core->devices()) ++walked[d.state];
   CHECK(walked["unavailable"] == 1);  // newcomer's missing device
   CHECK(pool.core->devices_by_state() == walked);

@@ -56,6 +56,9 @@ TEST_CASE("slot leases share a device, the whole device waits until every slot i
   CHECK(device->slots[0].loaded == "kernel-a");
   CHECK(device->slots[1].lease == b.id);
   CHECK(device->slots[1].loaded == "kernel-b");
+  // The device gauge counts the shared device and each leased slot (a slot counts as a device).
+  CHECK(pool.core->devices_by_state().at("shared") == 1);
+  CHECK(pool.core->devices_by_state().at("leased") == 2);
   auto slot = pool.core->device("local/fpga0:slot1");
   REQUIRE(slot.is_ok());
   CHECK(slot->record.parent == "local/fpga0");

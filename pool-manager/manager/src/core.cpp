@@ -1673,7 +1673,7 @@ std::map<std::string, std::size_t> PoolCore::leases_by_state() const {
 std::map<std::string, std::size_t> PoolCore::devices_by_state() const {
   std::map<std::string, std::size_t> out;
   for (auto s : {sched::DeviceState::free, sched::DeviceState::leased, sched::DeviceState::draining,
-                 sched::DeviceState::unavailable}) {
+                 sched::DeviceState::unavailable, sched::DeviceState::shared, sched::DeviceState::holding}) {
     out[device_state_name(s)] = impl_->scheduler->count_in_state(s);  // kept by the scheduler: no walk
   }
   return out;
