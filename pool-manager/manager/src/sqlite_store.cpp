@@ -239,6 +239,7 @@ class SqliteStore final : public Store {
     begin_.reset();
     commit_.reset();
     rollback_.reset();
+    estimate_.reset();
     sqlite3_close(db_);  // fails (and leaks the connection) while any statement is still prepared
   }
 
