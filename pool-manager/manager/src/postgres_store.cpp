@@ -524,19 +524,15 @@ class PostgresStore final : public SharedStore {
 
   Result<Snapshot> read_snapshot(std::size_t recent_ended) {
     Snapshot snap;
-    auto r = query("SELECT kind, whole_kind, tenant, bitstream, count, label, observations, weights, sums FROM "
-                   "estimates ORDER BY kind, whole_kind, tenant, bitstream, count, label",
+    auto r = query(std::string("SELECT ") + kEstimateColumns +
+                       " FROM estimates ORDER BY kind, whole_kind, tenant, bitstream, count, label",
                    {}, "reading estimates");
     if (!r) return r.error();
     for (int i = 0; i < r->rows(); ++i) {
       PgRow s{r->get(), i};
-      EstimateRecord e{s.text(0), s.integer(1) != 0, s.text(2), s.text(3), static_cast<std::uint32_t>(s.integer(4)),
-                       s.text(5), static_cast<std::uint64_t>(s.integer(6)), {}, {}};
-      auto weights = parse_numbers(s.text(7)), sums = parse_numbers(s.text(8));
-      if (!weights || !sums) return make_error("corrupt", "estimates of kind " + e.kind + ": malformed histogram");
-      e.weights = std::move(*weights);
-      e.sums = std::move(*sums);
-      snap.estimates.push_back(std::move(e));
+      auto e = estimate_from_row(s);
+      if (!e) return e.error();
+      snap.estimates.push_back(std::move(*e));
     }
     r = query("SELECT key, value FROM meta", {}, "reading meta");
     if (!r) return r.error();

@@ -297,17 +297,14 @@ class SqliteStore final : public Store {
   Result<Snapshot> load(std::size_t recent_ended) override {
     Snapshot snap;
     {
-      Stmt s(db_, "SELECT kind, whole_kind, tenant, bitstream, count, label, observations, weights, sums FROM estimates "
-                  "ORDER BY kind, whole_kind, tenant, bitstream, count, label");
+      const std::string sql = std::string("SELECT ") + kEstimateColumns +
+                              " FROM estimates ORDER BY kind, whole_kind, tenant, bitstream, count, label";
+      Stmt s(db_, sql.c_str());
       if (!s.ok()) return db_error(db_, "reading estimates");
       while (sqlite3_step(s.get()) == SQLITE_ROW) {
-        EstimateRecord e{s.text(0), s.integer(1) != 0, s.text(2), s.text(3), static_cast<std::uint32_t>(s.integer(4)),
-                         s.text(5), static_cast<std::uint64_t>(s.integer(6)), {}, {}};
-        auto weights = parse_numbers(s.text(7)), sums = parse_numbers(s.text(8));
-        if (!weights || !sums) return make_error("corrupt", "estimates of kind " + e.kind + ": malformed histogram");
-        e.weights = std::move(*weights);
-        e.sums = std::move(*sums);
-        snap.estimates.push_back(std::move(e));
+        auto e = estimate_from_row(s);
+        if (!e) return e.error();
+        snap.estimates.push_back(std::move(*e));
       }
     }
     {

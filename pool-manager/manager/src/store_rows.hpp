@@ -77,6 +77,23 @@ Result<Lease> lease_from_row(Row& s) {
   return l;
 }
 
+// The columns of a learned group, in the order estimate_from_row reads them.
+inline constexpr const char* kEstimateColumns =
+    "kind, whole_kind, tenant, bitstream, count, label, observations, weights, sums";
+
+// The learned group in the current row of a result that selects kEstimateColumns (Row as for lease_from_row).
+// Errors: "corrupt".
+template <typename Row>
+Result<EstimateRecord> estimate_from_row(Row& s) {
+  EstimateRecord e{s.text(0), s.integer(1) != 0, s.text(2), s.text(3), static_cast<std::uint32_t>(s.integer(4)),
+                   s.text(5), static_cast<std::uint64_t>(s.integer(6)), {}, {}};
+  auto weights = parse_numbers(s.text(7)), sums = parse_numbers(s.text(8));
+  if (!weights || !sums) return make_error("corrupt", "estimates of kind " + e.kind + ": malformed histogram");
+  e.weights = std::move(*weights);
+  e.sums = std::move(*sums);
+  return e;
+}
+
 // The device in the current row of a result that selects
 // name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id.
 template <typename Row>
