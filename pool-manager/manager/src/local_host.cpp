@@ -206,14 +206,17 @@ void ImageCatalog::queue_verification_locked(const std::string& bitstream) const
 
 // On the worker: verifies the image (a stat; a hash only when its file changed) and records the verdict.
 void ImageCatalog::verify(const std::string& bitstream) {
+  std::uint64_t failures_before;
   {
     std::lock_guard lock(mu_);
     queued_.erase(bitstream);
+    failures_before = failures_recorded_;
   }
   auto b = registry_->get(bitstream);
   if (!b) return;
   auto verified = verified_->verify(*b);
   std::lock_guard lock(mu_);
+  if (failures_recorded_ != failures_before) return;  // a host found a file bad meanwhile: its verdict stands
   verdicts_.insert_or_assign(b->manifest.sha256, verified ? Status::ok() : Status(verified.error()));
 }
 
@@ -226,6 +229,7 @@ std::uint64_t ImageCatalog::image_hashes() const { return verified_->hashes(); }
 
 void ImageCatalog::record_failure(const std::string& sha256, const Error& error) {
   std::lock_guard lock(mu_);
+  ++failures_recorded_;
   verdicts_.insert_or_assign(sha256, Status(error));
 }
 

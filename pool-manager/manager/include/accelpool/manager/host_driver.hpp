@@ -158,6 +158,9 @@ class ImageCatalog {
   mutable std::deque<std::function<void()>> jobs_;
   mutable std::set<std::string> queued_;
   mutable std::map<std::string, Status> verdicts_;
+  // Counts record_failure calls: a verification that began before one must not store its verdict over the failure
+  // (it may have read the file before it changed; the next check queues a fresh verification).
+  std::uint64_t failures_recorded_ = 0;
   mutable bool busy_ = false;
   bool stopping_ = false;
   mutable std::condition_variable wake_, idle_;
