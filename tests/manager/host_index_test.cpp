@@ -111,10 +111,13 @@ TEST_CASE("a host known only from the store is listed, drained and returns throu
   REQUIRE(pool.core->set_host_draining(host_name(5), true).is_ok());
   CHECK(pool.visits() - before == kPerHost);
   CHECK(pool.core->host(host_name(5))->draining);
+  // It reconnects with the devices the store knows, unchanged: no device row is written again.
   before = pool.visits();
+  const auto rows_before = pool.store->device_rows;
   REQUIRE(pool.core->attach_host(make_static_host(host_name(5), make_devices("fpga", kPerHost), pool.posts.poster()))
               .is_ok());
   CHECK(pool.visits() - before == kPerHost);
+  CHECK(pool.store->device_rows == rows_before);
   CHECK(pool.count_state(host_name(5), "draining") == kPerHost);  // the drain outlived the restart
   CHECK(pool.core->host(host_name(5))->connected);
   CHECK_FALSE(pool.core->host(host_name(6))->connected);
