@@ -111,10 +111,13 @@ TEST_CASE("a host known only from the store is listed, drained and returns throu
   REQUIRE(pool.core->set_host_draining(host_name(5), true).is_ok());
   CHECK(pool.visits() - before == kPerHost);
   CHECK(pool.core->host(host_name(5))->draining);
+  // It reconnects with the devices the store knows, unchanged: no device row is written again.
   before = pool.visits();
+  const auto rows_before = pool.store->device_rows;
   REQUIRE(pool.core->attach_host(make_static_host(host_name(5), make_devices("fpga", kPerHost), pool.posts.poster()))
               .is_ok());
   CHECK(pool.visits() - before == kPerHost);
+  CHECK(pool.store->device_rows == rows_before);
   CHECK(pool.count_state(host_name(5), "draining") == kPerHost);  // the drain outlived the restart
   CHECK(pool.core->host(host_name(5))->connected);
   CHECK_FALSE(pool.core->host(host_name(6))->connected);
@@ -270,4 +273,25 @@ TEST_CASE("device and host listings come in pages that cover everything once", "
     REQUIRE(page.hosts.size() == 1);
     CHECK(page.hosts[0].name == host_name(2));
   }
+}
+
+TEST_CASE("a store that holds one device name twice is reported corrupt at start", "[core][restart]") {
+  // The store keys device rows by scheduler id and leaves names to the pool: two rows of one name can only come
+  // from a damaged store.
+  TempDir dir;
+  ManualClock clock;
+  {
+    auto store = open_sqlite_store(dir.path / "pool.db", false);
+    REQUIRE(store.is_ok());
+    Batch b;
+    b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", false, "", false, true, 0});
+    b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", false, "", false, true, 1});
+    REQUIRE((*store)->apply(b).is_ok());
+  }
+  auto store = open_sqlite_store(dir.path / "pool.db", false);
+  REQUIRE(store.is_ok());
+  auto core = PoolCore::create(CoreOptions{}, clock, **store);
+  REQUIRE_FALSE(core.is_ok());
+  CHECK(core.error().code == "corrupt");
+  CHECK(core.error().message == "device h/d0 is stored twice");
 }

@@ -51,20 +51,46 @@ TEST_CASE("a PostgreSQL database gets the current schema once, and a newer one i
   auto& cluster = PostgresCluster::shared();
   open_shared(db).reset();
   open_shared(db).reset();  // a second open finds the schema there and changes nothing
-  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "2");
+  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "3");
   CHECK(cluster.sql(db, "SELECT count(*) FROM leader") == "1");
+  // Device rows keyed by their scheduler id (version 3), no second index by name.
+  const std::string device_indexes = "SELECT string_agg(indexdef, ' | ' ORDER BY indexname) FROM pg_indexes WHERE "
+                                     "tablename = 'devices'";
+  CHECK(cluster.sql(db, device_indexes) == "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
+  // Versions 1 and 2 kept device rows by name, with the scheduler id unique beside it.
+  const std::string devices_by_name =
+      "ALTER TABLE devices DROP CONSTRAINT devices_pkey; ALTER TABLE devices ADD PRIMARY KEY (name); "
+      "ALTER TABLE devices ADD CONSTRAINT devices_sched_id_key UNIQUE (sched_id); "
+      "INSERT INTO devices VALUES ('h/d0', 'h', 'd0', 'fpga', 'u250', 0, '', 0, 1, 7)";
   // A version 1 database (leases without their label) is upgraded in place.
+  cluster.sql(db, devices_by_name);
   cluster.sql(db, "ALTER TABLE leases DROP COLUMN label");
   cluster.sql(db, "UPDATE accelpool_schema SET version = 1");
   open_shared(db).reset();
-  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "2");
+  CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "3");
   CHECK(cluster.sql(db, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'leases' AND "
                         "column_name = 'label'") == "1");
+  CHECK(cluster.sql(db, device_indexes) == "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
+  CHECK(cluster.sql(db, "SELECT name || ' ' || sched_id FROM devices") == "h/d0 7");
+  // A version 2 database is upgraded in place: its device rows stay, and a later write of one updates it.
+  cluster.sql(db, "DELETE FROM devices");
+  cluster.sql(db, devices_by_name);
+  cluster.sql(db, "UPDATE accelpool_schema SET version = 2");
+  {
+    auto store = open_shared(db);
+    CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "3");
+    CHECK(cluster.sql(db, device_indexes) == "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
+    auto snap = store->load(10);
+    REQUIRE(snap.is_ok());
+    REQUIRE(snap->devices.size() == 1);
+    CHECK(snap->devices[0].name == "h/d0");
+    CHECK(snap->devices[0].sched_id == 7);
+  }
   cluster.sql(db, "UPDATE accelpool_schema SET version = 99");
   auto opened = open_postgres_store(cluster.url(db));
   REQUIRE_FALSE(opened.is_ok());
   CHECK(opened.error().code == "store");
-  CHECK(opened.error().message.find("schema version 99, newer than this manager understands (2)") != std::string::npos);
+  CHECK(opened.error().message.find("schema version 99, newer than this manager understands (3)") != std::string::npos);
 }
 
 TEST_CASE("a PostgreSQL server that cannot be reached gives a clear error", "[store][postgres]") {
@@ -147,13 +173,16 @@ TEST_CASE("a leader's batch that fails halfway leaves nothing, and the leader ke
   const auto db = fresh_database();
   auto a = open_shared(db);
   REQUIRE(*a->try_lead(manager("a"), 60));
+  // Device rows are keyed by scheduler id, names left to the pool: a unique index on names added behind the
+  // store's back makes the second row named h/d0 fail.
+  PostgresCluster::shared().sql(db, "CREATE UNIQUE INDEX devices_by_name ON devices(name)");
   Batch bad = one_lease(1);
   bad.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "", false, true, 0});
-  bad.devices.push_back({"h/d1", "h", "d1", "fpga", "m", true, "", false, true, 0});  // same scheduler id
+  bad.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "", false, true, 1});  // the same name
   auto failed = a->apply(bad);
   REQUIRE_FALSE(failed.is_ok());
   CHECK(failed.error().code == "store");
-  CHECK(failed.error().message.find("writing device h/d1") != std::string::npos);
+  CHECK(failed.error().message.find("writing device h/d0") != std::string::npos);
   CHECK(stored_leases(*a) == 0);
   REQUIRE(a->apply(one_lease(2)).is_ok());
   CHECK(stored_leases(*a) == 1);

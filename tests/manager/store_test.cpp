@@ -155,16 +155,20 @@ void round_trip(StoreKind& kind) {
   CHECK(snap->meta.at("k") == "v");
   CHECK(snap->max_lease_id == 7);
 
-  // A batch that fails halfway leaves nothing behind: two devices with the same scheduler id.
+  // A batch that fails halfway leaves nothing behind. The store keys device rows by scheduler id and leaves
+  // names to the pool; a unique index added behind its back makes a second row named h/d0 fail.
+  kind.sql("s", "CREATE UNIQUE INDEX devices_by_name ON devices(name)");
   Batch bad;
   bad.leases.push_back(l);
   bad.leases.back().id = 8;
-  bad.devices.push_back({"h/d1", "h", "d1", "fpga", "m", true, "", false, true, 0});
+  bad.meta.emplace_back("k", "changed");  // written before the devices
+  bad.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "", false, true, 1});
   CHECK_FALSE(store.apply(bad).is_ok());
   auto snap2 = store.load(100);
   REQUIRE(snap2.is_ok());
   CHECK(snap2->leases.size() == 1);
   CHECK(snap2->devices.size() == 1);
+  CHECK(snap2->meta.at("k") == "v");
 }
 
 }  // namespace
@@ -266,27 +270,58 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
   CHECK(snap->max_lease_id == next - 1);
 }
 
+namespace {
+
+// The devices table of schema versions 1 to 6 (rows keyed by name, the scheduler id unique), with one row.
+constexpr const char* kDevicesByName =
+    "DROP TABLE devices; CREATE TABLE devices (name TEXT PRIMARY KEY, host TEXT NOT NULL, local_id TEXT NOT NULL, "
+    "kind TEXT NOT NULL, model TEXT NOT NULL, passthrough INTEGER NOT NULL, loaded TEXT NOT NULL, "
+    "draining INTEGER NOT NULL, available INTEGER NOT NULL, sched_id INTEGER NOT NULL UNIQUE); "
+    "INSERT INTO devices VALUES ('h/d0', 'h', 'd0', 'fpga', 'u250', 0, '', 0, 1, 7); ";
+
+// Runs `sql` on the database `file` directly (as an older manager would have left it).
+void run_sql(const std::filesystem::path& file, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+  char* err = nullptr;
+  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  INFO((err ? err : ""));
+  sqlite3_free(err);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+// How the devices table of `file` is kept: its indexes (automatic ones included), and whether its rowid is
+// the scheduler id.
+std::string device_table_shape(const std::filesystem::path& file) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+  auto number = [&](const char* sql) {
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK);
+    std::int64_t n = -1;
+    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+  };
+  const auto indexes = number("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'devices'");
+  const auto same = number("SELECT count(*) = (SELECT count(*) FROM devices WHERE rowid = sched_id) FROM devices");
+  sqlite3_close(db);
+  return "indexes=" + std::to_string(indexes) + " rowid_is_sched_id=" + std::to_string(same);
+}
+
+}  // namespace
+
 TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   SqliteStores kind;
   auto file = kind.dir.path / "v1.db";
-  // Version 1 had the same tables with full indexes and no `relayed`, `grants` or `label` column: make one from a
-  // store of today, with two leases in it.
+  // Version 1 had the same tables with full indexes, no `relayed`, `grants` or `label` column, and device rows
+  // keyed by name: make one from a store of today, with two leases and a device in it.
   write_leases(kind, "v1", {stored_lease(5, LeaseState::granted, 0), stored_lease(6, LeaseState::released, 3)});
-  {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
-    const char* to_v1 =
-        "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
-        "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
-        "ALTER TABLE leases DROP COLUMN grants; ALTER TABLE leases DROP COLUMN label; DROP TABLE estimates; "
-        "PRAGMA user_version=1;";
-    char* err = nullptr;
-    int rc = sqlite3_exec(db, to_v1, nullptr, nullptr, &err);
-    INFO((err ? err : ""));
-    sqlite3_free(err);
-    REQUIRE(rc == SQLITE_OK);
-    sqlite3_close(db);
-  }
+  run_sql(file, "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
+                "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
+                "ALTER TABLE leases DROP COLUMN grants; ALTER TABLE leases DROP COLUMN label; DROP TABLE estimates; " +
+                    std::string(kDevicesByName) + "PRAGMA user_version=1;");
   {
     auto opened = open_sqlite_store(file, false);
     INFO((opened.is_ok() ? "" : opened.error().message));
@@ -302,6 +337,9 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
     CHECK(snap->leases[1].state == LeaseState::released);
     CHECK(snap->max_lease_id == 6);
     CHECK(snap->estimates.empty());  // the table of learned run times exists, empty
+    REQUIRE(snap->devices.size() == 1);
+    CHECK(snap->devices[0].name == "h/d0");
+    CHECK(snap->devices[0].sched_id == 7);
   }
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
@@ -317,7 +355,39 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   sqlite3_finalize(st);
   sqlite3_close(db);
   CHECK(indexes == std::vector<std::string>{"leases_ended_by_time", "leases_live_by_id"});
-  CHECK(version == 6);
+  CHECK(version == 7);
+  CHECK(device_table_shape(file) == "indexes=0 rowid_is_sched_id=1");
+}
+
+TEST_CASE("a store of schema version 6 keys its device rows by scheduler id after the upgrade, rows kept",
+          "[store]") {
+  SqliteStores kind;
+  auto file = kind.dir.path / "v6.db";
+  write_leases(kind, "v6", {stored_lease(5, LeaseState::granted, 0)});
+  run_sql(file, std::string(kDevicesByName) + "PRAGMA user_version=6;");
+  CHECK(device_table_shape(file) == "indexes=2 rowid_is_sched_id=0");  // the name's and the scheduler id's
+  auto opened = open_sqlite_store(file, false);
+  INFO((opened.is_ok() ? "" : opened.error().message));
+  REQUIRE(opened.is_ok());
+  auto snap = (*opened)->load(10);
+  REQUIRE(snap.is_ok());
+  REQUIRE(snap->devices.size() == 1);
+  CHECK(snap->devices[0].name == "h/d0");
+  CHECK(snap->devices[0].model == "u250");
+  CHECK(snap->devices[0].sched_id == 7);
+  CHECK(snap->leases.size() == 1);
+  // A later write of the device updates its row (keyed by the scheduler id), it adds none.
+  Batch b;
+  DeviceRecord d = snap->devices[0];
+  d.available = false;
+  b.devices.push_back(d);
+  REQUIRE((*opened)->apply(b).is_ok());
+  auto again = (*opened)->load(10);
+  REQUIRE(again.is_ok());
+  REQUIRE(again->devices.size() == 1);
+  CHECK_FALSE(again->devices[0].available);
+  opened->reset();
+  CHECK(device_table_shape(file) == "indexes=0 rowid_is_sched_id=1");
 }
 
 namespace {

@@ -210,18 +210,17 @@ Result<host::PrepareResult> parse_prepare_result(const json::value& value, std::
 }
 
 Status only_fields(const json::object& obj, std::string_view allowed, std::string_view where) {
+  // Whether `k` is a whole item of the list: found with a comma (or an end of the list) on both sides.
+  auto listed = [allowed](std::string_view k) {
+    for (auto at = allowed.find(k); at != std::string_view::npos; at = allowed.find(k, at + 1)) {
+      const auto end = at + k.size();
+      if ((at == 0 || allowed[at - 1] == ',') && (end == allowed.size() || allowed[end] == ',')) return true;
+    }
+    return false;
+  };
   for (const auto& kv : obj) {
     std::string_view k = kv.key();
-    bool ok = false;
-    std::string_view rest = allowed;
-    while (!rest.empty()) {
-      auto comma = rest.find(',');
-      std::string_view item = rest.substr(0, comma);
-      if (item == k) ok = true;
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-    if (!ok) return make_error("invalid_argument", std::string(where) + ": unknown field '" + std::string(k) + "'");
+    if (!listed(k)) return make_error("invalid_argument", std::string(where) + ": unknown field '" + std::string(k) + "'");
   }
   return Status::ok();
 }

@@ -214,9 +214,10 @@ bool wait_free_devices(int admin_port, long count, double timeout_s) {
   return false;
 }
 
-// CPU seconds (user + system) a process has used so far.
-double proc_cpu_s(pid_t pid) {
-  std::ifstream in(std::filesystem::path("/proc") / std::to_string(pid) / "stat");
+// CPU seconds (user + system) used so far by what `stat` describes (/proc/PID/stat: a process, its threads
+// together; /proc/PID/task/TID/stat: one thread).
+double stat_cpu_s(const std::filesystem::path& stat) {
+  std::ifstream in(stat);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   auto close = text.rfind(')');
   if (close == std::string::npos) return 0;
@@ -231,6 +232,31 @@ double proc_cpu_s(pid_t pid) {
     }
   }
   return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double proc_cpu_s(pid_t pid) { return stat_cpu_s(std::filesystem::path("/proc") / std::to_string(pid) / "stat"); }
+
+// The CPU seconds of the manager as a whole and of its two busy threads: the owner thread (the process's first)
+// and the agent listener's I/O thread (named "ap-agents"; 0 when it has none).
+struct ManagerCpu {
+  double total = 0, owner = 0, listener = 0;
+  ManagerCpu operator-(const ManagerCpu& o) const { return {total - o.total, owner - o.owner, listener - o.listener}; }
+};
+
+ManagerCpu manager_cpu(pid_t pid) {
+  const auto tasks = std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  ManagerCpu c;
+  c.total = proc_cpu_s(pid);
+  c.owner = stat_cpu_s(tasks / std::to_string(pid) / "stat");
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(tasks, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    std::ifstream comm(it->path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "ap-agents") c.listener = stat_cpu_s(it->path() / "stat");
+  }
+  return c;
 }
 
 // A guest that asks `list` again and again on a thread of its own, so a stalled owner thread shows as a slow
@@ -355,11 +381,12 @@ Storm settle(Clock::time_point started, Prober& probe, std::chrono::milliseconds
   return s;
 }
 
-void report_storm(const char* what, int agents, int devices_per_agent, const Storm& s, double cpu_s, const ProcSample& after) {
+void report_storm(const char* what, int agents, int devices_per_agent, const Storm& s, const ManagerCpu& cpu,
+                  const ProcSample& after) {
   std::printf("storm     %-8s agents=%d devices/agent=%d  %s in %.3f s  longest guest call %.3f s (%zu calls)  "
-              "manager cpu %.2f s  rss %.0f MiB\n",
+              "manager cpu %.2f s (owner thread %.2f, agent listener %.2f)  rss %.0f MiB\n",
               what, agents, devices_per_agent, s.settled ? "settled" : "NOT settled", s.seconds, s.longest_guest_s,
-              s.guest_calls, cpu_s, static_cast<double>(after.rss_kb) / 1024);
+              s.guest_calls, cpu.total, cpu.owner, cpu.listener, static_cast<double>(after.rss_kb) / 1024);
   std::fflush(stdout);
 }
 
@@ -599,13 +626,13 @@ void bench_daemon(const BenchOptions& o) {
     so.full_heartbeats = o.full_heartbeats;
     swarm = std::make_unique<bench::AgentSwarm>(so);
     Prober probe(port, token);
-    auto cpu0 = proc_cpu_s(pid);
+    auto cpu0 = manager_cpu(pid);
     auto t = Clock::now();
     swarm->connect_all();
     Storm join = settle(t, probe, poll, [&] {
       return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
     });
-    report_storm("join", o.agents, o.devices_per_agent, join, proc_cpu_s(pid) - cpu0, proc_sample(pid));
+    report_storm("join", o.agents, o.devices_per_agent, join, manager_cpu(pid) - cpu0, proc_sample(pid));
     if (!join.settled) {
       ::kill(pid, SIGKILL);
       return;
@@ -780,18 +807,18 @@ void bench_daemon(const BenchOptions& o) {
   if (swarm && o.storms && !failed) {
     Prober probe(port, token);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the prober says hello
-    auto cpu0 = proc_cpu_s(pid);
+    auto cpu0 = manager_cpu(pid);
     auto t = Clock::now();
     swarm->drop_all();
     Storm drop = settle(t, probe, poll, [&] { return device_gauge(admin_port, "unavailable") == agent_devices_total; });
-    report_storm("drop", o.agents, o.devices_per_agent, drop, proc_cpu_s(pid) - cpu0, proc_sample(pid));
-    cpu0 = proc_cpu_s(pid);
+    report_storm("drop", o.agents, o.devices_per_agent, drop, manager_cpu(pid) - cpu0, proc_sample(pid));
+    cpu0 = manager_cpu(pid);
     t = Clock::now();
     swarm->connect_all();
     Storm back = settle(t, probe, poll, [&] {
       return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
     });
-    report_storm("return", o.agents, o.devices_per_agent, back, proc_cpu_s(pid) - cpu0, proc_sample(pid));
+    report_storm("return", o.agents, o.devices_per_agent, back, manager_cpu(pid) - cpu0, proc_sample(pid));
     // A crash and restart: the agents reconnect as soon as the manager listens again.
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
@@ -801,12 +828,14 @@ void bench_daemon(const BenchOptions& o) {
     if (pid == 0) return;
     admin_port = daemon.admin_port;
     const double up_s = std::chrono::duration<double>(Clock::now() - t).count();
-    cpu0 = proc_cpu_s(pid);
+    cpu0 = manager_cpu(pid);  // what the start (loading the store, rebuilding the pool) took
     Storm restart = settle(t, probe, poll, [&] {
       return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
     });
-    report_storm("restart", o.agents, o.devices_per_agent, restart, proc_cpu_s(pid) - cpu0, proc_sample(pid));
-    std::printf("          restart: guest and agent ports listening after %.3f s\n", up_s);
+    report_storm("restart", o.agents, o.devices_per_agent, restart, manager_cpu(pid) - cpu0, proc_sample(pid));
+    std::printf("          restart: guest and agent ports listening after %.3f s (manager cpu %.2f s, owner thread "
+                "%.2f s)\n",
+                up_s, cpu0.total, cpu0.owner);
   }
   if (swarm) {
     std::printf("agents    %d x %d devices (%s heartbeats): guest phase manager cpu %.2f s (%.0f%% of one core), rss %.0f MiB, "

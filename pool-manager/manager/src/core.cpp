@@ -113,7 +113,7 @@ struct PoolCore::Impl {
   std::string policy_text;
 
   std::map<std::string, DeviceRecord> devices;            // by name
-  std::unordered_map<sched::DeviceId, std::string> by_sched_id;
+  std::unordered_map<sched::DeviceId, DeviceRecord*> by_sched_id;  // into `devices`
   std::unordered_map<std::string, LeaseId> holder;        // device name -> lease holding it
   sched::DeviceId next_sched_id = 0;
 
@@ -161,7 +161,9 @@ struct PoolCore::Impl {
   double last_now = 0;
 
   std::set<LeaseId> dirty_leases;
-  std::set<std::string> dirty_devices;
+  // Records of `devices` changed since the last commit, in scheduler id order (the store's key: new devices are
+  // written at the end of its table).
+  std::map<sched::DeviceId, const DeviceRecord*> dirty_devices;
   Batch batch;  // tenants and meta; leases and devices are copied from the dirty sets at flush
   std::vector<std::pair<Lease, LeaseEvent>> events;
   std::vector<std::string> rotated_tenants;  // tenants whose token changed, told to the listeners at the commit
@@ -185,8 +187,7 @@ struct PoolCore::Impl {
   }
   DeviceRecord* device_by_sched(sched::DeviceId id) {
     auto it = by_sched_id.find(id);
-    if (it == by_sched_id.end()) return nullptr;
-    return &devices.at(it->second);
+    return it == by_sched_id.end() ? nullptr : it->second;
   }
 
   // Adds a record of `devices` to its host's entry.
@@ -208,7 +209,7 @@ struct PoolCore::Impl {
 
   // --- durability -----------------------------------------------------------------------------------------
   void touch(const Lease& l) { dirty_leases.insert(l.id); }
-  void touch(const DeviceRecord& d) { dirty_devices.insert(d.name); }
+  void touch(const DeviceRecord& d) { dirty_devices.emplace(d.sched_id, &d); }  // d: a record of `devices`
   void emit(const Lease& l, LeaseEvent e) { events.emplace_back(l, e); }
   // A tenant created or changed since the last commit: an upsert (it undoes a delete pending in the batch).
   void write_tenant(const TenantRecord& t) {
@@ -232,11 +233,10 @@ struct PoolCore::Impl {
     for (LeaseId id : dirty_leases) {
       if (const Lease* l = find_any(id)) batch.leases.push_back(*l);
     }
-    for (const auto& name : dirty_devices) {
+    batch.devices.reserve(batch.devices.size() + dirty_devices.size());
+    for (const auto& [_, d] : dirty_devices) {
       // Slots are derived from their host's report at each attach: only whole devices are stored.
-      if (auto it = devices.find(name); it != devices.end() && it->second.parent.empty()) {
-        batch.devices.push_back(it->second);
-      }
+      if (d->parent.empty()) batch.devices.push_back(*d);
     }
     dirty_leases.clear();
     dirty_devices.clear();
@@ -704,8 +704,8 @@ struct PoolCore::Impl {
       slot.passthrough = parent.passthrough;
       slot.parent = parent.name;
       slot.sched_id = next_sched_id++;
-      by_sched_id[slot.sched_id] = name;
       auto& rec = devices[name] = std::move(slot);
+      by_sched_id[rec.sched_id] = &rec;
       const sched::KindId kind = kinds.intern(rec.kind);
       const bool new_model = !models_of_kind(kind).find(rec.model);
       if (auto r = scheduler->add_slot(sched_device(rec), parent.sched_id, t, out)) {
@@ -727,8 +727,12 @@ struct PoolCore::Impl {
     admin_tokens = AdminTokens(snap.meta);
     for (auto& d : snap.devices) {
       next_sched_id = std::max(next_sched_id, d.sched_id + 1);
-      by_sched_id[d.sched_id] = d.name;
-      index_device(devices[d.name] = d);
+      auto [at, added] = devices.try_emplace(d.name);
+      if (!added) return make_error("corrupt", "device " + d.name + " is stored twice");
+      DeviceRecord& rec = at->second;
+      rec = std::move(d);  // its name was copied into the key first
+      by_sched_id[rec.sched_id] = &rec;
+      index_device(rec);
     }
     last_id = snap.max_lease_id;
 
@@ -897,8 +901,8 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     std::string dev_name = name + "/" + hd.local_id;
     bool usable = !report.unusable.count(hd.local_id);
     ++m.device_visits;
-    auto known = entry.devices.find(dev_name);
-    if (known == entry.devices.end()) {
+    auto known = entry.devices.lower_bound(dev_name);  // the device, or where a new one goes
+    if (known == entry.devices.end() || known->first != dev_name) {
       DeviceRecord d;
       d.name = dev_name;
       d.host = name;
@@ -908,9 +912,9 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       d.passthrough = hd.passthrough;
       d.loaded = hd.loaded;
       d.sched_id = m.next_sched_id++;
-      m.by_sched_id[d.sched_id] = dev_name;
       auto& rec = m.devices[dev_name] = std::move(d);
-      entry.devices[dev_name] = &rec;
+      m.by_sched_id[rec.sched_id] = &rec;
+      entry.devices.emplace_hint(known, dev_name, &rec);
       const sched::KindId kind = m.kinds.intern(rec.kind);
       const bool new_model = !m.models_of_kind(kind).find(rec.model);
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {

@@ -27,6 +27,8 @@ using namespace store_rows;
 //    leadership: the `leader` row with its fencing epoch, the `managers` that announce themselves, and
 //    accelpool_fence(epoch), which every write transaction of the leader runs first.
 // 2: leases carry the job label their guest gave (`label`, as SQLite's schema version 6).
+// 3: a device row is keyed by its scheduler id, which never changes (as SQLite's schema version 7): one index to
+//    keep per row instead of two (the pool keeps names unique).
 constexpr const char* kMigrations[] = {
     R"sql(
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -73,6 +75,8 @@ BEGIN
 END $fence$;
 )sql",
     "ALTER TABLE leases ADD COLUMN label TEXT NOT NULL DEFAULT '';",
+    "ALTER TABLE devices DROP CONSTRAINT devices_pkey; ALTER TABLE devices DROP CONSTRAINT devices_sched_id_key; "
+    "ALTER TABLE devices ADD PRIMARY KEY (sched_id);",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -392,10 +396,10 @@ class PostgresStore final : public SharedStore {
         {"delete_tenant", "DELETE FROM tenants WHERE name = $1"},
         {"device",
          "INSERT INTO devices(name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id) "
-         "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT(name) DO UPDATE SET host=excluded.host, "
-         "local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, passthrough=excluded.passthrough, "
-         "loaded=excluded.loaded, draining=excluded.draining, available=excluded.available, "
-         "sched_id=excluded.sched_id"},
+         "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT(sched_id) DO UPDATE SET name=excluded.name, "
+         "host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, "
+         "passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
+         "available=excluded.available"},
         {"lease", lease_sql},
         {"estimate",
          "INSERT INTO estimates(kind, whole_kind, tenant, bitstream, count, label, observations, weights, sums) "

@@ -27,16 +27,18 @@ using namespace store_rows;
 // 4: leases record what each device's host did to prepare it (`grants`).
 // 5: the scheduler's learned run times (`estimates`, one row per group; from 4 the table is simply created).
 // 6: leases carry the job label their guest gave (`label`).
-constexpr int kSchemaVersion = 6;
+// 7: a device row is keyed by its scheduler id (the table's rowid), which never changes: a host joining appends
+// its rows at the end of one B-tree, with no second index by name to keep (the pool keeps names unique).
+constexpr int kSchemaVersion = 7;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
   name TEXT PRIMARY KEY, weight REAL NOT NULL, max_devices INTEGER NOT NULL, token_hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS devices (
-  name TEXT PRIMARY KEY, host TEXT NOT NULL, local_id TEXT NOT NULL, kind TEXT NOT NULL, model TEXT NOT NULL,
-  passthrough INTEGER NOT NULL, loaded TEXT NOT NULL, draining INTEGER NOT NULL, available INTEGER NOT NULL,
-  sched_id INTEGER NOT NULL UNIQUE);
+  sched_id INTEGER PRIMARY KEY, name TEXT NOT NULL, host TEXT NOT NULL, local_id TEXT NOT NULL, kind TEXT NOT NULL,
+  model TEXT NOT NULL, passthrough INTEGER NOT NULL, loaded TEXT NOT NULL, draining INTEGER NOT NULL,
+  available INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
   id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, guest TEXT NOT NULL, guest_host TEXT NOT NULL,
   kind TEXT NOT NULL, bitstream TEXT NOT NULL, count INTEGER NOT NULL, estimate_s REAL,
@@ -62,6 +64,17 @@ constexpr const char* kMigrateFrom3 = "ALTER TABLE leases ADD COLUMN grants TEXT
 // From schema versions 1 to 5: leases carry the job label their guest gave. (Version 5 added the estimates
 // table, which kSchema creates where it is missing.)
 constexpr const char* kMigrateFrom5 = "ALTER TABLE leases ADD COLUMN label TEXT NOT NULL DEFAULT '';";
+// From schema versions 1 to 6: device rows keyed by their scheduler id instead of their name.
+constexpr const char* kMigrateFrom6 = R"sql(
+CREATE TABLE devices_v7 (
+  sched_id INTEGER PRIMARY KEY, name TEXT NOT NULL, host TEXT NOT NULL, local_id TEXT NOT NULL, kind TEXT NOT NULL,
+  model TEXT NOT NULL, passthrough INTEGER NOT NULL, loaded TEXT NOT NULL, draining INTEGER NOT NULL,
+  available INTEGER NOT NULL);
+INSERT INTO devices_v7(sched_id, name, host, local_id, kind, model, passthrough, loaded, draining, available)
+  SELECT sched_id, name, host, local_id, kind, model, passthrough, loaded, draining, available FROM devices;
+DROP TABLE devices;
+ALTER TABLE devices_v7 RENAME TO devices;
+)sql";
 
 Error db_error(sqlite3* db, const std::string& what) {
   return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -266,22 +279,13 @@ class SqliteStore final : public Store {
       return make_error("store", "the database has schema version " + std::to_string(version) +
                                      ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
     }
-    if (version == 1) {
-      if (auto s = exec(kMigrateFrom1, "upgrading the schema from version 1"); !s) return s;
-    }
-    if (version == 1 || version == 2) {
-      if (auto s = exec(kMigrateFrom2, "upgrading the schema from version 2"); !s) return s;
-    }
-    if (version >= 1 && version <= 3) {
-      if (auto s = exec(kMigrateFrom3, "upgrading the schema from version 3"); !s) return s;
-    }
-    if (version >= 1 && version <= 5) {
-      if (auto s = exec(kMigrateFrom5, "upgrading the schema from version 5"); !s) return s;
-    }
-    if (auto s = exec(kSchema, "creating the schema"); !s) return s;
-    if (auto s = exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version"); !s) {
+    // Every step and the new version in one transaction: a failure halfway leaves the old schema whole.
+    if (auto s = exec("BEGIN IMMEDIATE", "upgrading the schema"); !s) return s;
+    if (auto s = migrate(version); !s) {
+      (void)exec("ROLLBACK", "rolling back the schema upgrade");
       return s;
     }
+    if (auto s = exec("COMMIT", "upgrading the schema"); !s) return s;
     // Checkpoints move to their own thread: this hook replaces SQLite's automatic checkpoint.
     if (auto s = checkpointer_.start(file); !s) return s;
     sqlite3_wal_hook(
@@ -445,6 +449,27 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
+  // Brings a schema of `version` (0: none) to kSchemaVersion, inside the caller's transaction.
+  Status migrate(std::int64_t version) {
+    if (version == 1) {
+      if (auto s = exec(kMigrateFrom1, "upgrading the schema from version 1"); !s) return s;
+    }
+    if (version == 1 || version == 2) {
+      if (auto s = exec(kMigrateFrom2, "upgrading the schema from version 2"); !s) return s;
+    }
+    if (version >= 1 && version <= 3) {
+      if (auto s = exec(kMigrateFrom3, "upgrading the schema from version 3"); !s) return s;
+    }
+    if (version >= 1 && version <= 5) {
+      if (auto s = exec(kMigrateFrom5, "upgrading the schema from version 5"); !s) return s;
+    }
+    if (version >= 1 && version <= 6) {
+      if (auto s = exec(kMigrateFrom6, "upgrading the schema from version 6"); !s) return s;
+    }
+    if (auto s = exec(kSchema, "creating the schema"); !s) return s;
+    return exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str(), "setting the schema version");
+  }
+
   // Runs a prepared statement that returns no rows.
   Status step(Stmt& st, const std::string& what) {
     st.reset();
@@ -566,10 +591,10 @@ class SqliteStore final : public Store {
     device_ = std::make_unique<Stmt>(
         db_,
         "INSERT INTO devices(name, host, local_id, kind, model, passthrough, loaded, draining, "
-        "available, sched_id) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(name) DO UPDATE SET "
-        "host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, "
-        "passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
-        "available=excluded.available, sched_id=excluded.sched_id");
+        "available, sched_id) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(sched_id) DO UPDATE SET "
+        "name=excluded.name, host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, "
+        "model=excluded.model, passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
+        "available=excluded.available");
     // An upsert, not INSERT OR REPLACE (see lease_update_set).
     std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
                       ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) "
