@@ -134,6 +134,8 @@ TEST_CASE("djsf fills free devices with the densest requests", "[scheduler][djsf
   submit(*s, req(2, 2, 1, 30), 2);  // work 30
   submit(*s, req(3, 3, 2, 10), 3);  // work 20
   CHECK(s->queue_order(3) == V{3, 2, 1});
+  CHECK(s->queue_order(3, 2) == V{3, 2});  // only the head: the first two in the same order
+  CHECK(s->queue_order(3, 0).empty());
   auto d = release(*s, 9, 4);
   CHECK(granted(d) == V{3, 2});  // 3 devices used; the 4-wide request waits
 }
@@ -466,6 +468,8 @@ TEST_CASE("slowdown aging counts the service a request already received", "[sche
   CHECK(s->queue_order(105) == V{3, 1});    // neither aged at 105: sjf order
   CHECK(s->queue_order(150) == V{3, 1});    // request 3 aged
   CHECK(s->queue_order(200) == V{3, 1});    // both aged, in the order they aged
+  CHECK(s->queue_order(150, 1) == V{3});     // the head only: the aged request
+  CHECK(s->queue_order(105, 1) == V{3});
   CHECK(granted(release(*s, 2, 105)) == V{3});
   CHECK(granted(release(*s, 3, 112)) == V{1});
 }

@@ -172,8 +172,9 @@ class Scheduler {
   std::optional<Hold> hold_of(DeviceId id) const;
   // Devices of a running or revoking lease; empty otherwise.
   std::vector<DeviceId> devices_of(RequestId id) const;
-  // Waiting requests in the order the policy would serve them if devices were free. O(n log n).
-  std::vector<RequestId> queue_order(Time now) const;
+  // Waiting requests in the order the policy would serve them if devices were free: the first `limit` of them.
+  // O(n log limit) for n waiting.
+  std::vector<RequestId> queue_order(Time now, std::size_t limit = SIZE_MAX) const;
   const TenantLedger& ledger() const { return ledger_; }
 
  private:
