@@ -1155,6 +1155,19 @@ std::optional<Scheduler::Hold> Scheduler::hold_of(DeviceId id) const {
   return it->second;
 }
 
+std::optional<Time> Scheduler::expected_start(RequestId id, Time now) const {
+  const Entry* e = find(id);
+  if (!e || e->phase != RequestPhase::waiting || !aged(*e, now)) return std::nullopt;
+  // Only the first aged request of its kind holds the reservation (serve_aged).
+  auto aging = aging_.find(e->request.kind);
+  if (aging == aging_.end() || aging->second.empty() || std::get<2>(*aging->second.begin()) != id) return std::nullopt;
+  const auto free = eligible(e->request).free();
+  if (free >= e->request.count) return std::nullopt;  // it fits now: served at the next dispatch
+  auto window = reservation_window(e->request, free, now);
+  if (!window || window->shadow <= now) return std::nullopt;
+  return window->shadow;
+}
+
 std::vector<DeviceId> Scheduler::devices_of(RequestId id) const {
   const Entry* e = find(id);
   if (!e) return {};

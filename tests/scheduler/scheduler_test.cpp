@@ -365,9 +365,13 @@ TEST_CASE("behind an aged gang, only jobs that end before its reservation start 
   release(*s, 2, 30);                 // the gang has waited 29 s: not aged, and one device is not enough
   CHECK(granted(submit(*s, req(4, 40, 1, 20), 40)) == V{4});  // not aged yet: ordinary sjf
   submit(*s, req(5, 45, 1, 5), 45);
+  CHECK_FALSE(s->expected_start(3, 50));  // not aged yet: no reservation, no estimate
   Decisions out;
   s->tick(51, out);  // the gang ages; its reservation starts at 100, when request 1 is estimated to end
   CHECK(out.empty());
+  REQUIRE(s->expected_start(3, 51));
+  CHECK(*s->expected_start(3, 51) == Approx(100));
+  CHECK_FALSE(s->expected_start(5, 51));  // no reservation of its own
   // At 60 a device frees: request 5 (5 s) ends by 100 and may use it; request 6 (50 s) may not.
   submit(*s, req(6, 59, 1, 50), 59);
   CHECK(granted(release(*s, 4, 60)) == V{5});
@@ -484,6 +488,9 @@ TEST_CASE("an aged request behind leases that outlived their estimates reserves 
   submit(*s, req(3, 0, 2, 50), 0);     // the gang, aged at 50
   submit(*s, req(4, 60, 1, 5000), 60);
   CHECK(granted(release(*s, 2, 70)) == V{4});
+  // Now the gang waits for request 1 (past its estimate) and request 4, estimated to end at 5,070: the later.
+  REQUIRE(s->expected_start(3, 70));
+  CHECK(*s->expected_start(3, 70) == Approx(5070));
   CHECK(granted(release(*s, 1, 100)).empty());  // the gang still needs both
   CHECK(granted(release(*s, 4, 5070)) == V{3});
 }
