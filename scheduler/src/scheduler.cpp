@@ -1155,13 +1155,26 @@ std::optional<Scheduler::Hold> Scheduler::hold_of(DeviceId id) const {
   return it->second;
 }
 
+std::optional<Time> Scheduler::expected_start(RequestId id, Time now) const {
+  const Entry* e = find(id);
+  if (!e || e->phase != RequestPhase::waiting || !aged(*e, now)) return std::nullopt;
+  // Only the first aged request of its kind holds the reservation (serve_aged).
+  auto aging = aging_.find(e->request.kind);
+  if (aging == aging_.end() || aging->second.empty() || std::get<2>(*aging->second.begin()) != id) return std::nullopt;
+  const auto free = eligible(e->request).free();
+  if (free >= e->request.count) return std::nullopt;  // it fits now: served at the next dispatch
+  auto window = reservation_window(e->request, free, now);
+  if (!window || window->shadow <= now) return std::nullopt;
+  return window->shadow;
+}
+
 std::vector<DeviceId> Scheduler::devices_of(RequestId id) const {
   const Entry* e = find(id);
   if (!e) return {};
   return e->devices;
 }
 
-std::vector<RequestId> Scheduler::queue_order(Time now) const {
+std::vector<RequestId> Scheduler::queue_order(Time now, std::size_t limit) const {
   struct Item {
     double rank;
     PriorityKey key;
@@ -1174,22 +1187,31 @@ std::vector<RequestId> Scheduler::queue_order(Time now) const {
     const double rank = per_tenant ? ordering_->tenant_rank(ledger_, bk.tenant, now) : 0;
     for (const PriorityKey& k : bucket.by_key) items.push_back({rank, k});
   }
-  std::sort(items.begin(), items.end());
+  // Aged requests come first, in the order they aged, as serve_aged would take them; then the rest by key.
+  auto aged_end = items.begin();
   if (spec_.ages()) {
-    // Aged requests come first, in the order they aged, as serve_aged would take them.
-    auto aged_end = std::stable_partition(items.begin(), items.end(), [&](const Item& i) {
-      return aged(entry(i.key.id), now);
-    });
-    std::sort(items.begin(), aged_end, [&](const Item& a, const Item& b) {
-      const Entry& ea = entry(a.key.id);
-      const Entry& eb = entry(b.key.id);
-      return std::tuple{ea.ages_at, ea.request.arrival, ea.request.id} <
-             std::tuple{eb.ages_at, eb.request.arrival, eb.request.id};
-    });
+    aged_end = std::partition(items.begin(), items.end(), [&](const Item& i) { return aged(entry(i.key.id), now); });
   }
+  auto aged_order = [&](const Item& a, const Item& b) {
+    const Entry& ea = entry(a.key.id);
+    const Entry& eb = entry(b.key.id);
+    return std::tuple{ea.ages_at, ea.request.arrival, ea.request.id} <
+           std::tuple{eb.ages_at, eb.request.arrival, eb.request.id};
+  };
+  // Sorts the first `n` of [first, last) into place; returns how many of `limit` are left for what follows.
+  auto head = [](auto first, auto last, std::size_t n, auto less) {
+    n = std::min<std::size_t>(n, static_cast<std::size_t>(last - first));
+    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(n), last, less);
+    return n;
+  };
+  std::size_t aged_shown = head(items.begin(), aged_end, limit, aged_order);
   std::vector<RequestId> ids;
-  ids.reserve(items.size());
-  for (const Item& i : items) ids.push_back(i.key.id);
+  ids.reserve(std::min(limit, items.size()));
+  for (auto it = items.begin(); it != items.begin() + static_cast<std::ptrdiff_t>(aged_shown); ++it) ids.push_back(it->key.id);
+  if (aged_shown == static_cast<std::size_t>(aged_end - items.begin())) {
+    std::size_t rest = head(aged_end, items.end(), limit - aged_shown, std::less<Item>{});
+    for (auto it = aged_end; it != aged_end + static_cast<std::ptrdiff_t>(rest); ++it) ids.push_back(it->key.id);
+  }
   return ids;
 }
 

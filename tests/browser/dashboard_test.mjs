@@ -7,6 +7,7 @@
 //        [--chromium BIN] [--screenshots DIR]
 //   --screenshots: where the PNGs of the main views go (default: WORK/screenshots); docs/dashboard/ holds a run's.
 import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -166,6 +167,20 @@ const click = (selector) => evaluate(`(() => { const e = document.querySelector(
   e.click(); return true; })()`);
 const type = (selector, value) => evaluate(`(() => { const e = document.querySelector(${JSON.stringify(selector)});
   e.focus(); e.value = ${JSON.stringify(value)}; e.dispatchEvent(new Event('input', { bubbles: true })); return true; })()`);
+// A key pressed on the keyboard, as the user would (focus moves with Tab; Enter presses the focused button).
+const keys = { Tab: { code: 'Tab', windowsVirtualKeyCode: 9 }, Enter: { code: 'Enter', windowsVirtualKeyCode: 13, text: '\r' } };
+async function press(key) {
+  await page('Input.dispatchKeyEvent', { type: 'keyDown', key, ...keys[key] });
+  await page('Input.dispatchKeyEvent', { type: 'keyUp', key, code: keys[key].code, windowsVirtualKeyCode: keys[key].windowsVirtualKeyCode });
+}
+// Presses Tab until the focused element matches `selector` (at most `limit` presses); fails if it never does.
+async function tabTo(selector, limit = 300) {
+  for (let i = 0; i < limit; i++) {
+    await press('Tab');
+    if (await evaluate(`document.activeElement?.matches(${JSON.stringify(selector)}) ?? false`)) return i + 1;
+  }
+  fail(`${limit} presses of Tab never reached ${selector}`);
+}
 const submit = (selector) => evaluate(`document.querySelector(${JSON.stringify(selector)}).requestSubmit() ?? true`);
 async function viewport(width, height, mobile = false) {
   await page('Emulation.setDeviceMetricsOverride', { width, height, deviceScaleFactor: 1, mobile });
@@ -274,6 +289,60 @@ await click(`#devices-table tr[data-device="${target}"] button[data-action="undr
 await waitPage(`${target} shows free again`, `document.querySelector('#devices-table tr[data-device="${target}"]').textContent.includes('free')`);
 if ((await api('GET', `/v1/devices/${target}`)).json.draining !== false) fail(`the page undrained ${target}, the API disagrees`);
 
+// --- 5b. The same with the keyboard only: Tab reaches the drain button, Enter presses it -----------------------------
+const second = agentDevices[1];
+const drainSelector = `#devices-table tr[data-device="${second}"] button[data-action="drain"]`;
+await evaluate(`document.activeElement?.blur() ?? true`);
+const presses = await tabTo(drainSelector);
+await press('Enter');
+await waitPage(`${second} shows draining after Enter`, `document.querySelector('#devices-table tr[data-device="${second}"]').textContent.includes('draining')`);
+if ((await api('GET', `/v1/devices/${second}`)).json.draining !== true) fail(`Enter on the drain button of ${second}: the API disagrees`);
+step(`${second} drained with the keyboard only (${presses} presses of Tab, then Enter); the API agrees`);
+await tabTo(`#devices-table tr[data-device="${second}"] button[data-action="undrain"]`);
+await press('Enter');
+await waitPage(`${second} shows free again`, `document.querySelector('#devices-table tr[data-device="${second}"]').textContent.includes('free')`);
+if ((await api('GET', `/v1/devices/${second}`)).json.draining !== false) fail(`the keyboard undrained ${second}, the API disagrees`);
+
+// --- 5c. Revoke a lease from the page; the API agrees ---------------------------------------------------------------
+await click('#tab-leases');
+const c = guest('vm-c', 1);
+const leaseC = await waitPage('lease C appears live on the page', `(() => {
+  const row = [...document.querySelectorAll('#live-table tr[data-lease]')].find((r) => r.textContent.includes('vm-c'));
+  return row && row.textContent.includes('granted') ? Number(row.dataset.lease) : null; })()`);
+await waitPage(`lease ${leaseC}'s revoke button is ready`, `!!document.querySelector('#live-table tr[data-lease="${leaseC}"] button[data-action="revoke"]:not([disabled])')`);
+await click(`#live-table tr[data-lease="${leaseC}"] button[data-action="revoke"]`);
+// The guest is told; accelpool-run stops its command and releases within the grace period (else the manager
+// ends the lease revoked at its deadline).
+const endedC = await waitPage(`lease ${leaseC} leaves the live table and ends`, `(() => {
+  const ended = document.querySelector('#recent-table tr[data-lease="${leaseC}"]');
+  return ended && !document.querySelector('#live-table tr[data-lease="${leaseC}"]') ? ended.querySelector('.state').textContent : null; })()`);
+const apiC = (await api('GET', `/v1/leases/${leaseC}`)).json;
+if (!['released', 'revoked'].includes(endedC) || apiC.state !== endedC) fail(`lease ${leaseC} revoked from the page shows ${endedC}; the API says ${JSON.stringify(apiC)}`);
+await c.exited;
+if (!/being revoked/.test(fs.readFileSync(path.join(args.work, 'vm-c.log'), 'utf8'))) fail(`the guest of lease ${leaseC} was not told of the revocation`);
+step(`lease ${leaseC} (vm-c) revoked from the page: the guest was told and the lease ended ${endedC}; the API agrees`);
+
+// --- 5d. Upload a bitstream from the page, then delete it ------------------------------------------------------------
+const image = crypto.randomBytes(4096);
+const imageFile = path.join(args.work, 'dash-upload-1.0.0.bin');
+fs.writeFileSync(imageFile, image);
+const sha = crypto.createHash('sha256').update(image).digest('hex');
+await click('#tab-bitstreams');
+await type('#upload-manifest', `name = "dash-upload"\nversion = "1.0.0"\nkind = "fpga"\nfile = "dash-upload-1.0.0.bin"\n` +
+  `format = "opaque"\nsha256 = "${sha}"\nprogramming_seconds = 0\ncompatible = ["*"]\n`);
+const { root } = await page('DOM.getDocument', {});
+const { nodeId } = await page('DOM.querySelector', { nodeId: root.nodeId, selector: '#upload-file' });
+await page('DOM.setFileInputFiles', { nodeId, files: [imageFile] });
+await submit('#upload-form');
+await waitPage('the uploaded bitstream is listed on the page', `!!document.querySelector('#bitstreams-table tr[data-bitstream="dash-upload"]')`);
+const uploaded = (await api('GET', '/v1/bitstreams/dash-upload/1.0.0')).json;
+if (uploaded?.sha256 !== sha) fail(`uploaded from the page; the API shows ${JSON.stringify(uploaded)}`);
+step(`bitstream dash-upload 1.0.0 uploaded from the page (sha256 ${sha.slice(0, 12)}...); the API agrees`);
+await click('#bitstreams-table tr[data-bitstream="dash-upload"] button[data-action="delete"]');
+await waitPage('the deleted bitstream leaves the page', `!document.querySelector('#bitstreams-table tr[data-bitstream="dash-upload"]')`);
+if ((await api('GET', '/v1/bitstreams/dash-upload/1.0.0')).status !== 404) fail('deleted from the page, the API still lists it');
+step('bitstream dash-upload deleted from the page; the API agrees');
+
 // --- 6. Switch the policy from the page; a bad one is refused with the API's reason --------------------------------
 await click('#tab-overview');
 await type('#policy', 'nonsense');
@@ -288,6 +357,13 @@ await waitPage('the page shows the new policy', `document.querySelector('#policy
 if ((await api('GET', '/v1/policy')).json.policy !== 'sjf+first-fit') fail('the page switched the policy, the API disagrees');
 step('policy switched to sjf+first-fit from the page; the API agrees');
 await waitPage('the charts have points', `document.querySelectorAll('#chart-busy polyline').length === 1`);
+// The wait and JCT charts of one tenant: the groups seen in the statistics are offered in the list.
+await waitPage('tenant t is offered in the chart list', `[...document.querySelector('#chart-group').options].some((o) => o.value === 'tenant t')`);
+await evaluate(`(() => { const s = document.querySelector('#chart-group'); s.value = 'tenant t';
+  s.dispatchEvent(new Event('change')); return true; })()`);
+await waitPage('the wait and JCT charts show tenant t', `[...document.querySelectorAll('.chart-group-name')].every((e) => e.textContent === 'tenant t') &&
+  document.querySelectorAll('#chart-wait polyline').length === 3 && document.querySelectorAll('#chart-jct polyline').length === 3`);
+step('wait and JCT charts switched to tenant t');
 await screenshot('overview');
 await viewport(390, 844, true);
 await screenshot('overview-phone');

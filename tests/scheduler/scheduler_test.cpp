@@ -134,6 +134,8 @@ TEST_CASE("djsf fills free devices with the densest requests", "[scheduler][djsf
   submit(*s, req(2, 2, 1, 30), 2);  // work 30
   submit(*s, req(3, 3, 2, 10), 3);  // work 20
   CHECK(s->queue_order(3) == V{3, 2, 1});
+  CHECK(s->queue_order(3, 2) == V{3, 2});  // only the head: the first two in the same order
+  CHECK(s->queue_order(3, 0).empty());
   auto d = release(*s, 9, 4);
   CHECK(granted(d) == V{3, 2});  // 3 devices used; the 4-wide request waits
 }
@@ -363,9 +365,13 @@ TEST_CASE("behind an aged gang, only jobs that end before its reservation start 
   release(*s, 2, 30);                 // the gang has waited 29 s: not aged, and one device is not enough
   CHECK(granted(submit(*s, req(4, 40, 1, 20), 40)) == V{4});  // not aged yet: ordinary sjf
   submit(*s, req(5, 45, 1, 5), 45);
+  CHECK_FALSE(s->expected_start(3, 50));  // not aged yet: no reservation, no estimate
   Decisions out;
   s->tick(51, out);  // the gang ages; its reservation starts at 100, when request 1 is estimated to end
   CHECK(out.empty());
+  REQUIRE(s->expected_start(3, 51));
+  CHECK(*s->expected_start(3, 51) == Approx(100));
+  CHECK_FALSE(s->expected_start(5, 51));  // no reservation of its own
   // At 60 a device frees: request 5 (5 s) ends by 100 and may use it; request 6 (50 s) may not.
   submit(*s, req(6, 59, 1, 50), 59);
   CHECK(granted(release(*s, 4, 60)) == V{5});
@@ -466,6 +472,8 @@ TEST_CASE("slowdown aging counts the service a request already received", "[sche
   CHECK(s->queue_order(105) == V{3, 1});    // neither aged at 105: sjf order
   CHECK(s->queue_order(150) == V{3, 1});    // request 3 aged
   CHECK(s->queue_order(200) == V{3, 1});    // both aged, in the order they aged
+  CHECK(s->queue_order(150, 1) == V{3});     // the head only: the aged request
+  CHECK(s->queue_order(105, 1) == V{3});
   CHECK(granted(release(*s, 2, 105)) == V{3});
   CHECK(granted(release(*s, 3, 112)) == V{1});
 }
@@ -480,6 +488,9 @@ TEST_CASE("an aged request behind leases that outlived their estimates reserves 
   submit(*s, req(3, 0, 2, 50), 0);     // the gang, aged at 50
   submit(*s, req(4, 60, 1, 5000), 60);
   CHECK(granted(release(*s, 2, 70)) == V{4});
+  // Now the gang waits for request 1 (past its estimate) and request 4, estimated to end at 5,070: the later.
+  REQUIRE(s->expected_start(3, 70));
+  CHECK(*s->expected_start(3, 70) == Approx(5070));
   CHECK(granted(release(*s, 1, 100)).empty());  // the gang still needs both
   CHECK(granted(release(*s, 4, 5070)) == V{3});
 }

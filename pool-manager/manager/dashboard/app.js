@@ -22,6 +22,7 @@ let view = 'overview';
 let devicePage = 0;
 let historyCursor = null;
 const samples = [];
+let chartGroup = 'all';           // whose wait and JCT the charts show: 'all', 'tenant NAME' or 'bitstream NAME'
 
 // --- sign-in and the stream -------------------------------------------------------------------------------------
 
@@ -53,6 +54,9 @@ function signOut() {
   stream = null;
   state.devices.clear(); state.hosts.clear(); state.leases.clear(); state.queue = []; state.recent = [];
   samples.length = 0;
+  for (const body of document.querySelectorAll('tbody')) body.replaceChildren();  // nothing of this viewer stays
+  $('#chart-group').replaceChildren(el('option', { value: 'all' }, 'the whole pool'));
+  chartGroup = 'all';
   document.body.classList.remove('tenant', 'admin');
   showSignedIn(false);
   $('#token').focus();
@@ -268,9 +272,7 @@ function renderOverview() {
   const rows = [];
   const group = (name, g) => rows.push(el('tr', {}, el('th', { scope: 'row' }, name), el('td', {}, String(g.wait_s.count)),
     ...[g.wait_s.avg, g.wait_s.p50, g.wait_s.p99, g.jct_s.avg, g.jct_s.p50, g.jct_s.p99].map((v) => el('td', {}, duration(v))))); 
-  group('all', s.stats.all);
-  for (const [t, g] of Object.entries(s.stats.by_tenant || {})) group(`tenant ${t}`, g);
-  for (const [b, g] of Object.entries(s.stats.by_bitstream || {})) group(`bitstream ${b || '(any)'}`, g);
+  for (const [key, g] of statGroups(s.stats)) group(key, g);
   fill($('#stats-table tbody'), rows);
   drawCharts();
 }
@@ -278,14 +280,35 @@ function renderOverview() {
 function sample() {
   if (!state.summary) return;
   const s = state.summary;
+  const groups = {};
+  for (const [key, g] of statGroups(s.stats)) {
+    groups[key] = { wait: [g.wait_s.avg, g.wait_s.p50, g.wait_s.p99], jct: [g.jct_s.avg, g.jct_s.p50, g.jct_s.p99] };
+  }
   samples.push({
-    t: now(), busy: counts().busy, queue: s.queue_length,
-    wait: [s.stats.all.wait_s.avg, s.stats.all.wait_s.p50, s.stats.all.wait_s.p99],
-    jct: [s.stats.all.jct_s.avg, s.stats.all.jct_s.p50, s.stats.all.jct_s.p99],
+    t: now(), busy: counts().busy, queue: s.queue_length, groups,
     events: [s.counters.reprogrammings, s.counters.preemptions],
   });
   if (samples.length > kSamples) samples.shift();
+  updateChartGroups();
   if (view === 'overview') drawCharts();
+}
+
+// The statistics' groups as [key, group]: the whole pool, each tenant, each bitstream.
+function statGroups(stats) {
+  return [['all', stats.all],
+    ...Object.entries(stats.by_tenant || {}).map(([t, g]) => [`tenant ${t}`, g]),
+    ...Object.entries(stats.by_bitstream || {}).map(([b, g]) => [`bitstream ${b || '(any)'}`, g])];
+}
+
+// Offers every group seen in the charts' history in the chart selector.
+function updateChartGroups() {
+  const select = $('#chart-group');
+  const known = new Set([...select.options].map((o) => o.value));
+  for (const x of samples) {
+    for (const key of Object.keys(x.groups)) {
+      if (!known.has(key)) { select.append(el('option', { value: key }, key)); known.add(key); }
+    }
+  }
 }
 
 const svgNs = 'http://www.w3.org/2000/svg';
@@ -318,8 +341,11 @@ function drawCharts() {
   const col = (f) => samples.map(f);
   drawLines($('#chart-busy'), [col((x) => x.busy)], ['s1']);
   drawLines($('#chart-queue'), [col((x) => x.queue)], ['s1']);
-  drawLines($('#chart-wait'), [0, 1, 2].map((i) => col((x) => x.wait[i])), ['s1', 's2', 's3']);
-  drawLines($('#chart-jct'), [0, 1, 2].map((i) => col((x) => x.jct[i])), ['s1', 's2', 's3']);
+  // A group without leases in a sample's window has no figures then: the line shows 0.
+  const of = (x, what, i) => (x.groups[chartGroup] ? x.groups[chartGroup][what][i] : 0);
+  drawLines($('#chart-wait'), [0, 1, 2].map((i) => col((x) => of(x, 'wait', i))), ['s1', 's2', 's3']);
+  drawLines($('#chart-jct'), [0, 1, 2].map((i) => col((x) => of(x, 'jct', i))), ['s1', 's2', 's3']);
+  for (const name of document.querySelectorAll('.chart-group-name')) name.textContent = chartGroup === 'all' ? 'whole pool' : chartGroup;
   drawLines($('#chart-events'), [0, 1].map((i) => col((x) => x.events[i])), ['s1', 's4']);
 }
 
@@ -361,7 +387,14 @@ function renderQueue() {
   fill($('#queue-table tbody'), state.queue.map((l) => el('tr', { 'data-lease': String(l.id) },
     el('td', {}, String(l.position)), el('th', { scope: 'row' }, String(l.id)), el('td', {}, l.tenant), el('td', {}, l.guest),
     el('td', {}, l.kind), el('td', {}, String(l.count)), el('td', {}, l.bitstream || '(any)'),
-    el('td', {}, duration(t - l.created_at)), el('td', {}, l.estimate_s === null ? '' : duration(l.estimate_s)))));
+    el('td', {}, duration(t - l.created_at)), el('td', {}, l.estimate_s === null ? '' : duration(l.estimate_s)),
+    el('td', { 'data-expected-start': '' }, expectedStart(l.expected_start, t)))));
+}
+
+// When the scheduler expects a waiting request to start (only where it has an estimate), from now.
+function expectedStart(at, t) {
+  if (at === null || at === undefined) return '';
+  return at <= t ? 'now' : `in ${duration(at - t)}`;
 }
 
 function renderLeases() {
@@ -440,6 +473,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#sign-in-form').addEventListener('submit', (e) => { e.preventDefault(); signIn($('#token').value.trim()); });
   $('#sign-out').addEventListener('click', signOut);
   for (const b of document.querySelectorAll('.tabs button')) b.addEventListener('click', () => showView(b.dataset.view));
+  $('#chart-group').addEventListener('change', () => { chartGroup = $('#chart-group').value; drawCharts(); });
   $('#device-filter').addEventListener('input', () => { devicePage = 0; renderDevices(); });
   $('#policy-form').addEventListener('submit', async (e) => {
     e.preventDefault();

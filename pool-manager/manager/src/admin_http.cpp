@@ -28,7 +28,8 @@ using tcp = asio::ip::tcp;
 class Watcher {
  public:
   virtual ~Watcher() = default;
-  virtual void send_delta() = 0;  // the event stream's last delta, as this watcher sees it
+  // The event stream's last refresh, as this watcher sees it: its first snapshot, then a delta per refresh.
+  virtual void send_delta() = 0;
   virtual void end_stream() = 0;
 };
 
@@ -42,11 +43,22 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
   std::size_t connections = 0;
   std::map<asio::ip::address, std::size_t> per_source;  // open connections by source address
   std::map<Watcher*, std::weak_ptr<Watcher>> watchers;
+  std::function<void()> publish_request;  // asks for a publish() soon (AdminServer::on_watch)
   bool stopped = false;
 
   void accept();
+  // A watcher came: the stream reads the pool (if none watched) and its snapshot goes out at the next publish.
+  void watch(Watcher* w, std::weak_ptr<Watcher> weak) {
+    watchers[w] = std::move(weak);
+    events->start();
+    if (publish_request) publish_request();
+  }
+  // A watcher went (or a connection that never watched): with the last one the stream forgets the pool.
+  void forget(Watcher* w) {
+    if (watchers.erase(w) && watchers.empty() && events) events->stop();
+  }
   void publish() {
-    if (watchers.empty()) return;
+    if (watchers.empty() || !events) return;
     events->refresh();
     auto now = watchers;  // a watcher that fails leaves the map meanwhile
     for (auto& [raw, weak] : now) {
@@ -65,7 +77,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
     ++server_->per_source[source_];
   }
   ~Session() override {
-    server_->watchers.erase(this);
+    server_->forget(this);
     --server_->connections;
     if (--server_->per_source[source_] == 0) server_->per_source.erase(source_);
   }
@@ -152,8 +164,9 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
   }
 
   // --- GET /v1/events ---------------------------------------------------------------------------------------------
-  // The response's headers and a snapshot, then a delta per publish, until the client closes. No deadline: memory
-  // is bounded by the backlog limit instead (a slow reader loses deltas and gets a snapshot).
+  // The response's headers at once, a snapshot at the next publish, then a delta per publish, until the client
+  // closes. No deadline: memory is bounded by the backlog limit instead (a slow reader loses deltas and gets a
+  // snapshot).
   void start_stream(const ApiRequest& in, unsigned version) {
     auto admitted = server_->api.stream_viewer(in);
     if (auto* refusal = std::get_if<ApiResponse>(&admitted)) return write(*refusal, version, false);
@@ -161,21 +174,32 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
       return write(AdminApi::error(400, "invalid_argument", "GET /v1/events takes no body"), version, false);
     }
     viewer_ = std::get<Viewer>(admitted);
-    // The others first get what changed up to now, so this snapshot and their deltas go on from the same state.
-    if (server_->watchers.empty()) server_->events->refresh();
-    else server_->publish();
-    server_->watchers[this] = std::weak_ptr<Session>(shared_from_this());
     stream_.expires_never();
     std::string head = std::string("HTTP/1.") + (version == 10 ? "0" : "1") +
                        " 200 OK\r\nServer: accelpool-manager\r\nContent-Type: text/event-stream\r\n"
                        "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n";
-    backlog_.push_back(std::make_shared<const std::string>(head + server_->events->snapshot(viewer_)));
+    backlog_.push_back(std::make_shared<const std::string>(std::move(head)));
+    awaiting_snapshot_ = true;
     pump();
     watch_close();
+    server_->watch(this, std::weak_ptr<Session>(shared_from_this()));
   }
 
   void send_delta() override {
-    if (resync_) return;  // a snapshot follows anyway
+    if (awaiting_snapshot_) {
+      // Its first event, the snapshot of this refresh (the others get its delta), in a turn of its own: several new
+      // watchers' snapshots do not hold the owner thread at once, and guests' calls run between them.
+      awaiting_snapshot_ = false;
+      snapshot_posted_ = true;
+      asio::post(stream_.get_executor(), [self = shared_from_this()] {
+        self->snapshot_posted_ = false;
+        if (!self->server_->events) return;
+        self->backlog_.push_back(self->server_->events->snapshot(self->viewer_));
+        self->pump();
+      });
+      return;
+    }
+    if (resync_ || snapshot_posted_) return;  // a snapshot follows anyway
     std::string event = server_->events->delta(viewer_);
     if (backlog_bytes_ + event.size() > server_->limits.max_stream_backlog_bytes) {
       backlog_.clear();
@@ -189,27 +213,36 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
   }
 
   void end_stream() override {
-    server_->watchers.erase(this);
+    server_->forget(this);
     close();
   }
 
-  // Writes the next event, if none is being written.
+  // Writes the next piece of the event being written, or of the next event, if no write is under way. A piece is at
+  // most kWriteChunk bytes, so a large snapshot goes out over several turns of the owner thread.
+  static constexpr std::size_t kWriteChunk = 256 << 10;
   void pump() {
     if (writing_) return;
-    if (backlog_.empty() && resync_) {
-      resync_ = false;
-      backlog_.push_back(std::make_shared<const std::string>(server_->events->snapshot(viewer_)));
+    if (!current_) {
+      if (backlog_.empty() && resync_ && server_->events) {
+        resync_ = false;
+        backlog_.push_back(server_->events->snapshot(viewer_));
+      }
+      if (backlog_.empty()) return;
+      current_ = backlog_.front();
+      backlog_.pop_front();
+      offset_ = 0;
+      if (backlog_bytes_ >= current_->size()) backlog_bytes_ -= current_->size();
     }
-    if (backlog_.empty()) return;
-    auto next = backlog_.front();
-    backlog_.pop_front();
-    if (backlog_bytes_ >= next->size()) backlog_bytes_ -= next->size();
+    const std::size_t n = std::min(kWriteChunk, current_->size() - offset_);
     writing_ = true;
-    asio::async_write(stream_, asio::buffer(*next), [self = shared_from_this(), next](beast::error_code ec, std::size_t) {
-      self->writing_ = false;
-      if (ec) return self->end_stream();
-      self->pump();
-    });
+    asio::async_write(stream_, asio::buffer(current_->data() + offset_, n),
+                      [self = shared_from_this(), keep = current_, n](beast::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        if (ec) return self->end_stream();
+                        self->offset_ += n;
+                        if (self->offset_ == self->current_->size()) self->current_.reset();
+                        self->pump();
+                      });
   }
 
   // The client sends nothing more; a read ends when it closes.
@@ -222,9 +255,13 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
 
   Viewer viewer_;
   std::deque<std::shared_ptr<const std::string>> backlog_;  // events not yet being written
+  std::shared_ptr<const std::string> current_;                // the event being written, from offset_ on
+  std::size_t offset_ = 0;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false;
   bool resync_ = false;  // deltas were dropped: the next write is a snapshot
+  bool awaiting_snapshot_ = false;  // watching, and the first publish (its snapshot) is still to come
+  bool snapshot_posted_ = false;    // its first snapshot is queued to go out in a turn of its own
   std::array<char, 256> probe_{};
 
   beast::tcp_stream stream_;
@@ -279,6 +316,8 @@ void AdminServer::publish() { impl_->publish(); }
 
 std::size_t AdminServer::watchers() const { return impl_->watchers.size(); }
 
+void AdminServer::on_watch(std::function<void()> publish_request) { impl_->publish_request = std::move(publish_request); }
+
 void AdminServer::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
@@ -288,6 +327,8 @@ void AdminServer::stop() {
   for (auto& [raw, weak] : watchers) {
     if (auto w = weak.lock()) w->end_stream();
   }
+  impl_->events = nullptr;  // connections that end later no longer reach it
+  impl_->publish_request = nullptr;
 }
 
 }  // namespace accelpool::manager

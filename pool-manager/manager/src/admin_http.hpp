@@ -4,6 +4,7 @@
 #include <accelpool/common/result.hpp>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,9 +44,11 @@ class AdminServer {
                                                     EventStream* events = nullptr);
   ~AdminServer();
   unsigned short port() const;
-  // Refreshes the event stream from the core and sends each watcher its delta. Call after a commit that changed
-  // something. Nothing is read from the core while nobody watches.
+  // Closes the event stream's refresh (EventStream::refresh: call once its work() is done) and sends each watcher
+  // its event: a new watcher its snapshot, the others the delta. Nothing while nobody watches.
   void publish();
+  // `publish_request` is called when a watcher comes: it should publish() soon (its snapshot waits for that).
+  void on_watch(std::function<void()> publish_request);
   // How many watch GET /v1/events now.
   std::size_t watchers() const;
   // Stops accepting; open connections finish their current request and close.

@@ -230,6 +230,7 @@ struct PoolCore::Impl {
   // Writes every pending change, then tells the listeners. A store that cannot write leaves the manager unable
   // to keep its promise of durability: it stops, and a restart resumes from the store.
   void commit(const std::function<void()>& after_write) {
+    if (tracking_touched) record_touched();
     for (LeaseId id : dirty_leases) {
       if (const Lease* l = find_any(id)) batch.leases.push_back(*l);
     }
@@ -259,6 +260,18 @@ struct PoolCore::Impl {
     rotated_tenants.clear();
     for (const auto& tenant : rotated) {
       for (auto* l : listeners) l->tenant_token_changed(tenant);
+    }
+  }
+
+  bool tracking_touched = false;
+  PoolCore::Touched touched;
+  void record_touched() {
+    touched.leases.insert(dirty_leases.begin(), dirty_leases.end());
+    touched.devices.insert(dirty_devices.begin(), dirty_devices.end());
+    for (const auto& [key, _] : batch.meta) {
+      for (std::string_view prefix : {"host_lost:", "host_draining:"}) {
+        if (key.starts_with(prefix)) touched.hosts.insert(key.substr(prefix.size()));
+      }
     }
   }
 
@@ -1384,9 +1397,9 @@ Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePage
   return page;
 }
 
-std::vector<Lease> PoolCore::queue() const {
+std::vector<Lease> PoolCore::queue(std::size_t limit) const {
   std::vector<Lease> out;
-  for (auto id : impl_->scheduler->queue_order(impl_->last_now)) {
+  for (auto id : impl_->scheduler->queue_order(impl_->last_now, limit)) {
     if (const Lease* l = impl_->find_any(id)) out.push_back(*l);
   }
   return out;
@@ -1693,5 +1706,12 @@ void PoolCore::set_group_commit(bool on) {
 bool PoolCore::has_uncommitted() const { return impl_->uncommitted(); }
 
 void PoolCore::commit(const std::function<void()>& after_write) { impl_->commit(after_write); }
+
+void PoolCore::track_touched(bool on) {
+  impl_->tracking_touched = on;
+  if (!on) impl_->touched = {};
+}
+
+PoolCore::Touched PoolCore::take_touched() { return std::exchange(impl_->touched, {}); }
 
 }  // namespace accelpool::manager

@@ -348,27 +348,33 @@ int run_daemon(const Config& given, std::ostream& out) {
     });
   };
   // The dashboards' live view (GET /v1/events): after a commit that changed something, the admin server sends its
-  // watchers what changed, at most every kStreamInterval (one refresh serves every watcher), and never more than
-  // a tenth of the owner thread's time: a refresh reads the whole pool, so on a large one the gap grows to nine
-  // times the last refresh's duration. Nothing while none watch.
+  // watchers what changed, at most every kStreamInterval (one refresh serves every watcher). The stream reads
+  // again only what the commits touched, kStreamSlice devices, hosts or leases per turn of this thread (guests'
+  // calls run between the slices), and nothing while none watch.
   constexpr auto kStreamInterval = std::chrono::milliseconds(250);
-  auto stream_gap = std::chrono::steady_clock::duration(kStreamInterval);
+  constexpr std::size_t kStreamSlice = 256;
   EventStream events(*core, clock);
+  core->track_touched(true);
   AdminServer* watched = nullptr;  // the admin server, once it runs
   asio::steady_timer publish_timer(ioc);
   bool publish_armed = false;
   std::chrono::steady_clock::time_point last_publish{};
+  std::function<void()> publish_step = [&] {
+    if (!events.work(kStreamSlice)) return asio::post(ioc, publish_step);
+    publish_armed = false;
+    watched->publish();
+    last_publish = std::chrono::steady_clock::now();
+  };
   auto request_publish = [&] {
     if (!watched || publish_armed || watched->watchers() == 0) return;
     publish_armed = true;
-    publish_timer.expires_at(std::max(std::chrono::steady_clock::now(), last_publish + stream_gap));
+    publish_timer.expires_at(std::max(std::chrono::steady_clock::now(), last_publish + kStreamInterval));
     publish_timer.async_wait([&](boost::system::error_code ec) {
-      publish_armed = false;
-      if (ec) return;
-      auto start = std::chrono::steady_clock::now();
-      watched->publish();
-      last_publish = std::chrono::steady_clock::now();
-      stream_gap = std::max<std::chrono::steady_clock::duration>(kStreamInterval, 9 * (last_publish - start));
+      if (ec) {
+        publish_armed = false;
+        return;
+      }
+      publish_step();
     });
   };
   // One transaction for everything handled since the last one, then the held replies, then notifications.
@@ -376,6 +382,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto commit_all = [&] {
     bool changed = core->has_uncommitted();
     core->commit([&] { guests.send_held(); });
+    events.note(core->take_touched());
     arm();
     if (changed) request_publish();
   };
@@ -433,6 +440,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits, &events);
   if (!admin) return fail(admin.error().message);
   watched = admin->get();
+  watched->on_watch([&] { request_publish(); });
   // Tenants and tokens, only now that every listener is bound: a start that failed before created none. Created
   // ones print their token once, after the commit that stores their hashes.
   std::vector<TenantConfig> tenants = config.tenants;

@@ -170,10 +170,16 @@ class Scheduler {
     BitstreamId bitstream = kNoBitstream;
   };
   std::optional<Hold> hold_of(DeviceId id) const;
+  // When a waiting request is expected to start, where the scheduler has an estimate: the request that holds its
+  // kind's reservation (aged past the tail guard or by slowdown, and not fitting now) starts when the running
+  // leases it waits for are estimated to end (the reservation's shadow time). nullopt for any other request, and
+  // when those leases have no estimate or outlived it. O(leases examined for the reservation).
+  std::optional<Time> expected_start(RequestId id, Time now) const;
   // Devices of a running or revoking lease; empty otherwise.
   std::vector<DeviceId> devices_of(RequestId id) const;
-  // Waiting requests in the order the policy would serve them if devices were free. O(n log n).
-  std::vector<RequestId> queue_order(Time now) const;
+  // Waiting requests in the order the policy would serve them if devices were free: the first `limit` of them.
+  // O(n log limit) for n waiting.
+  std::vector<RequestId> queue_order(Time now, std::size_t limit = SIZE_MAX) const;
   const TenantLedger& ledger() const { return ledger_; }
 
  private:

@@ -285,8 +285,8 @@ class PoolCore {
   // A page of every matching lease, ended ones read from the store (everything kept under keep_ended_s), so a
   // long history is listed whole, page by page, and no reply is unbounded. Errors: "store".
   Result<LeasePage> page(const LeaseFilter& filter, const LeasePageSpec& spec) const;
-  // Waiting leases in the order the policy would serve them.
-  std::vector<Lease> queue() const;
+  // Waiting leases in the order the policy would serve them: the first `limit` of them.
+  std::vector<Lease> queue(std::size_t limit = SIZE_MAX) const;
 
   // --- devices and hosts ----------------------------------------------------------------------------------
   // Every device, by name. Proportional to the pool: a reply to a client takes a page (device_page).
@@ -348,6 +348,18 @@ class PoolCore {
   // Writes every pending change in one transaction, runs `after_write` (send the held replies there), then
   // tells the listeners about the events. A store that cannot write ends the process (see flush in core.cpp).
   void commit(const std::function<void()>& after_write = {});
+
+  // What commits changed, for the dashboards' live view (event_stream.cpp), which re-reads only these: the
+  // devices and leases each commit wrote, and the hosts whose loss, return or draining it wrote. A device's
+  // derived view (its lease, a lost host's availability) changes with the lease or host named here, not always
+  // with the device itself. Recorded only while tracking is on (off by default); take_touched() hands over what
+  // was recorded since the last call and clears it.
+  struct Touched {
+    std::set<std::string> devices, hosts;
+    std::set<LeaseId> leases;
+  };
+  void track_touched(bool on);
+  Touched take_touched();
 
  private:
   struct Impl;
