@@ -1405,6 +1405,10 @@ std::vector<Lease> PoolCore::queue(std::size_t limit) const {
   return out;
 }
 
+std::optional<double> PoolCore::expected_start(LeaseId id) const {
+  return impl_->scheduler->expected_start(id, impl_->last_now);
+}
+
 // --- devices -----------------------------------------------------------------------------------------------------
 
 std::vector<DeviceView> PoolCore::devices() const {

@@ -217,6 +217,8 @@ std::string EventStream::queue_text(const Viewer& viewer) const {
     if (!viewer.admin() && queue_[i].tenant != viewer.tenant) continue;
     json::object o = to_json(queue_[i]);
     o["position"] = i + 1;
+    if (auto at = core_.expected_start(queue_[i].id)) o["expected_start"] = *at;
+    else o["expected_start"] = nullptr;
     out.emplace_back(std::move(o));
   }
   return json::serialize(out);

@@ -287,6 +287,9 @@ class PoolCore {
   Result<LeasePage> page(const LeaseFilter& filter, const LeasePageSpec& spec) const;
   // Waiting leases in the order the policy would serve them: the first `limit` of them.
   std::vector<Lease> queue(std::size_t limit = SIZE_MAX) const;
+  // When a waiting lease is expected to be granted, where the scheduler has an estimate (Scheduler::expected_start:
+  // the request its kind's reservation is for); nullopt otherwise.
+  std::optional<double> expected_start(LeaseId id) const;
 
   // --- devices and hosts ----------------------------------------------------------------------------------
   // Every device, by name. Proportional to the pool: a reply to a client takes a page (device_page).
