@@ -614,6 +614,7 @@ std::variant<Viewer, ApiResponse> AdminApi::stream_viewer(const ApiRequest& req)
 ApiResponse AdminApi::upload(const ApiRequest& req) {
   auto answer = [this](const UploadOutcome& outcome) {
     if (!outcome.added) return outcome.refusal;
+    core_.bitstream_changed(outcome.added->manifest.name);  // queued leases of that name fit its models now
     return ok(bitstream_json(*outcome.added, core_.devices(), core_.list(LeaseFilter{})), 201);
   };
   if (!deferrable_ || !post_) return answer(register_upload(*catalog_->registry(), req.body));
