@@ -8,6 +8,7 @@
 #include <cctype>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 namespace accelpool::bitstreams {
 namespace fs = std::filesystem;
@@ -239,7 +240,18 @@ Result<Bitstream> Registry::verify(std::string_view name, std::string_view versi
   return verify_bitstream(b->manifest, b->manifest_path);
 }
 
-Result<Bitstream> Registry::add(const Manifest& manifest, const fs::path& source_file) {
+Registry::Staged::~Staged() {
+  std::error_code ignore;
+  if (!image_.empty()) fs::remove(image_, ignore);
+  if (!manifest_file_.empty()) fs::remove(manifest_file_, ignore);
+}
+
+Registry::Staged::Staged(Staged&& other) noexcept
+    : verified_(std::move(other.verified_)),
+      image_(std::exchange(other.image_, {})),
+      manifest_file_(std::exchange(other.manifest_file_, {})) {}
+
+Status Registry::can_add(const Manifest& manifest) const {
   fs::path manifest_path = dir_ / (manifest.name + "-" + manifest.version + ".toml");
   if (auto st = validate_manifest(manifest, manifest_path.string()); !st) return st.error();
   if (by_id_.count(manifest.id()))
@@ -250,49 +262,62 @@ Result<Bitstream> Registry::add(const Manifest& manifest, const fs::path& source
   fs::path target = dir_ / manifest.file;
   if (fs::exists(target, ec))
     return make_error("already_exists", "bitstream registry: field 'file': " + target.string() + " already exists");
+  return Status::ok();
+}
+
+Result<Registry::Staged> Registry::stage(const fs::path& dir, const Manifest& manifest, const fs::path& source_file) {
+  fs::path manifest_path = dir / (manifest.name + "-" + manifest.version + ".toml");
+  if (auto st = validate_manifest(manifest, manifest_path.string()); !st) return st.error();
+  std::error_code ec;
   if (!fs::is_regular_file(source_file, ec))
     return make_error("missing_file", "register " + manifest.id() + ": source " + source_file.string() +
                                           " does not exist or is not a file");
-
   std::string suffix = random_suffix();
-  fs::path tmp_image = dir_ / (".tmp-" + manifest.file + "-" + suffix);
-  fs::path tmp_manifest = dir_ / (".tmp-" + manifest.name + "-" + suffix + ".toml.part");
-  auto cleanup = [&] {
-    std::error_code ignore;
-    fs::remove(tmp_image, ignore);
-    fs::remove(tmp_manifest, ignore);
-  };
-  if (!fs::copy_file(source_file, tmp_image, fs::copy_options::none, ec)) {
-    cleanup();
+  Staged staged;
+  staged.image_ = dir / (".tmp-" + manifest.file + "-" + suffix);
+  if (!fs::copy_file(source_file, staged.image_, fs::copy_options::none, ec)) {
     return make_error("io_error", "register " + manifest.id() + ": copying " + source_file.string() + " into " +
-                                      dir_.string() + " failed: " + ec.message());
+                                      dir.string() + " failed: " + ec.message());
   }
-  auto verified = verify_image(manifest, manifest_path, tmp_image);
-  if (!verified) {
-    cleanup();
-    return verified.error();
-  }
-  if (auto st = write_file_synced(tmp_manifest, to_toml(manifest)); !st) {
-    cleanup();
-    return st.error();
-  }
-  fs::rename(tmp_image, target, ec);
+  auto verified = verify_image(manifest, manifest_path, staged.image_);
+  if (!verified) return verified.error();
+  staged.verified_ = std::move(*verified);
+  staged.manifest_file_ = dir / (".tmp-" + manifest.name + "-" + suffix + ".toml.part");
+  if (auto st = write_file_synced(staged.manifest_file_, to_toml(manifest)); !st) return st.error();
+  return staged;
+}
+
+Result<Bitstream> Registry::commit(Staged staged) {
+  const Manifest& manifest = staged.verified_.manifest;
+  if (auto st = can_add(manifest); !st) return st.error();
+  fs::path manifest_path = dir_ / (manifest.name + "-" + manifest.version + ".toml");
+  fs::path target = dir_ / manifest.file;
+  std::error_code ec;
+  fs::rename(staged.image_, target, ec);
   if (ec) {
-    cleanup();
     return make_error("io_error", "register " + manifest.id() + ": rename into " + target.string() + " failed: " + ec.message());
   }
-  fs::rename(tmp_manifest, manifest_path, ec);
+  staged.image_.clear();
+  fs::rename(staged.manifest_file_, manifest_path, ec);
   if (ec) {
     std::error_code ignore;
     fs::remove(target, ignore);
-    cleanup();
     return make_error("io_error", "register " + manifest.id() + ": rename into " + manifest_path.string() +
                                       " failed: " + ec.message());
   }
-  Bitstream b = *verified;
+  staged.manifest_file_.clear();
+  Bitstream b = std::move(staged.verified_);
   b.file_path = target;
+  b.manifest_path = manifest_path;
   by_id_.emplace(b.id(), b);
   return b;
+}
+
+Result<Bitstream> Registry::add(const Manifest& manifest, const fs::path& source_file) {
+  if (auto st = can_add(manifest); !st) return st.error();
+  auto staged = stage(dir_, manifest, source_file);
+  if (!staged) return staged.error();
+  return commit(std::move(*staged));
 }
 
 Status Registry::remove(std::string_view name, std::string_view version) {

@@ -60,9 +60,20 @@ Result<Bitstream> SharedRegistry::verify(std::string_view name, std::string_view
   return registry_.verify(b->manifest.name, b->manifest.version);
 }
 
-Result<Bitstream> SharedRegistry::add(const Manifest& manifest, const fs::path& source_file) {
+Result<Bitstream> SharedRegistry::add(const Manifest& manifest, const fs::path& source_file,
+                                      const std::function<void()>& staged_hook) {
+  fs::path dir;
+  {
+    std::lock_guard lock(mu_);
+    if (auto st = registry_.can_add(manifest); !st) return st.error();
+    dir = registry_.dir();
+  }
+  // Copied and hashed without the lock: lookups (an acquire's, a host's) do not wait for it.
+  auto staged = Registry::stage(dir, manifest, source_file);
+  if (!staged) return staged.error();
+  if (staged_hook) staged_hook();
   std::lock_guard lock(mu_);
-  return registry_.add(manifest, source_file);
+  return registry_.commit(std::move(*staged));  // checks again: another add may have come first
 }
 
 Status SharedRegistry::remove(std::string_view name, std::string_view version) {
@@ -72,8 +83,7 @@ Status SharedRegistry::remove(std::string_view name, std::string_view version) {
 
 Result<std::string> SharedRegistry::read_image(std::string_view sha256, std::uint64_t offset, std::size_t max_bytes,
                                                std::uint64_t& total) const {
-  std::lock_guard lock(mu_);
-  auto b = registry_.find_by_sha256(sha256);
+  auto b = find_by_sha256(sha256);  // the file is read without the lock
   if (!b) return b.error();
   std::ifstream in(b->file_path, std::ios::binary);
   if (!in) return make_error("io_error", "bitstream " + b->id() + ": " + b->file_path.string() + " cannot be read");

@@ -1,6 +1,9 @@
 // Host agents on loopback: real accelpool-agent processes against the manager-side AgentListener + RemoteHost.
 #include <accelpool/manager/agent_listener.hpp>
 #include <accelpool/agent/wire.hpp>
+#include <accelpool/bitstreams/base64.hpp>
+#include <accelpool/bitstreams/sha256.hpp>
+#include <accelpool/bitstreams/shared_registry.hpp>
 
 #ifdef ACCELPOOL_AGENT_TEST_LIBVIRT
 #include <libvirt_harness.hpp>
@@ -10,6 +13,7 @@
 
 #include "child_exit.hpp"
 #include "hung_after.hpp"
+#include "sim_image.hpp"
 #include "skip.hpp"
 
 #include <fcntl.h>
@@ -28,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -300,11 +305,13 @@ std::string sim_pool(const std::string& devices, const std::string& more = "") {
 struct Fixture {
   Owner owner;
   std::unique_ptr<agent::AgentListener> listener;
-  explicit Fixture(std::chrono::milliseconds hb_timeout = 1500ms) {
+  explicit Fixture(std::chrono::milliseconds hb_timeout = 1500ms,
+                   std::shared_ptr<bitstreams::SharedRegistry> images = nullptr) {
     agent::ListenerOptions o;
     o.listen = {"127.0.0.1:0"};
     o.token = kToken;
     o.heartbeat_timeout = hb_timeout;
+    o.images = std::move(images);
     auto l = agent::AgentListener::create(o, owner.events(), owner.poster());
     REQUIRE(l);
     listener = std::move(*l);
@@ -630,7 +637,7 @@ TEST_CASE("with a bitstream registry prepare programs verified images and refuse
   r = f.owner.prepare(*a, prepare_request("sim:0", "nope", false, ""));
   CHECK(r.status.error().code == "not_found");
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "", vadd_sha, ""));
-  CHECK(r.status.error().code == "missing_file");  // no agent.images_url to fetch it from
+  CHECK(r.status.error().code == "not_found");  // the manager it asked has no such image
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "",
                                            "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a"));
   CHECK(r.status.error().code == "invalid_argument");
@@ -819,4 +826,175 @@ TEST_CASE("the agent's heartbeats carry only changes, and every 10th lists every
     CHECK(beats[i].params.contains("full") == full);
   }
   ::close(*lfd);
+}
+
+namespace {
+
+// `bytes` pseudo-random bytes (seeded: the same for every run).
+std::string random_bytes(std::size_t bytes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(bytes, '\0');
+  for (auto& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+// A manager-side registry (a folder of this test process) holding opaque images for the simulated devices.
+struct ManagerImages {
+  fs::path dir;
+  std::shared_ptr<bitstreams::SharedRegistry> registry;
+  explicit ManagerImages(const std::string& name) : dir(temp_dir() / name) {
+    fs::remove_all(dir);
+    auto r = bitstreams::SharedRegistry::open(dir / "registry");
+    REQUIRE(r);
+    registry = *r;
+  }
+  // Registers `content` as bitstream `name`; returns its sha256.
+  std::string add(const std::string& name, const std::string& content) {
+    fs::create_directories(dir / "upload");
+    auto source = dir / "upload" / (name + ".bin");
+    std::ofstream(source, std::ios::binary) << content;
+    auto added = registry->add(testing::sim_image_manifest(name, name + ".bin", content), source);
+    REQUIRE(added);
+    return added->manifest.sha256;
+  }
+};
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("an agent fetches an image it lacks over its link in pieces, verifies it and keeps it", "[images]") {
+  ManagerImages images("images-fetch");
+  // Several pieces: three whole ones and a short last one.
+  const std::string big = random_bytes(3 * agent::kImageChunk + 1000, 1);
+  const std::string big_sha = images.add("big", big);
+  Fixture f(1500ms, images.registry);
+  const fs::path cache = temp_dir() / "host-i-cache";  // does not exist yet: the agent creates it
+  AgentProcess a1("host-i", f.port(), "bitstreams = \"" + cache.string() + "\"\n" + sim_pool("fpga:sim-u250:2"));
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-i");
+
+  auto r = f.owner.prepare(*a, prepare_request("sim:0", "big", false, "", big_sha));
+  INFO(a1.log());
+  REQUIRE(r.status);
+  CHECK(r.loaded == "big");
+  auto held = bitstreams::Registry::open(cache);
+  REQUIRE(held);
+  auto kept = held->find_by_sha256(big_sha);
+  REQUIRE(kept);
+  CHECK(file_text(kept->file_path) == big);
+
+  // Kept: with the manager's copy gone, another device is programmed from the agent's folder.
+  REQUIRE(images.registry->remove("big", "1"));
+  r = f.owner.prepare(*a, prepare_request("sim:1", "big", false, "", big_sha));
+  REQUIRE(r.status);
+  CHECK(r.loaded == "big");
+}
+
+TEST_CASE("an image that is unknown to the manager or corrupt there is not kept and programs nothing", "[images]") {
+  ManagerImages images("images-bad");
+  const std::string good = random_bytes(agent::kImageChunk + 7, 2);
+  const std::string good_sha = images.add("good", good);
+  const std::string bad_sha = images.add("bad", random_bytes(2 * agent::kImageChunk, 3));
+  // The manager's file changes after registration: what it serves no longer hashes to the sha256.
+  std::ofstream(images.dir / "registry" / "bad.bin", std::ios::binary) << random_bytes(2 * agent::kImageChunk, 4);
+  Fixture f(1500ms, images.registry);
+  const fs::path cache = temp_dir() / "host-j-cache";
+  AgentProcess a1("host-j", f.port(), "bitstreams = \"" + cache.string() + "\"\n" + sim_pool("fpga:sim-u250:1"));
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-j");
+  INFO(a1.log());
+
+  auto r = f.owner.prepare(*a, prepare_request("sim:0", "good", false, "", good_sha));
+  REQUIRE(r.status);
+  r = f.owner.prepare(*a, prepare_request("sim:0", "bad", false, "", bad_sha));
+  REQUIRE_FALSE(r.status);
+  CHECK(r.status.error().code == "checksum_mismatch");
+  CHECK(r.status.error().message.find("fetch image " + bad_sha) != std::string::npos);
+  r = f.owner.prepare(*a, prepare_request("sim:0", "good", false, "", std::string(64, 'e')));
+  REQUIRE_FALSE(r.status);
+  CHECK(r.status.error().code == "not_found");
+  CHECK(r.status.error().message.find("no image with sha256 " + std::string(64, 'e')) != std::string::npos);
+  // The device still holds what it held, and the folder only the good image: no piece of the others is left.
+  r = f.owner.prepare(*a, prepare_request("sim:0", "", false, ""));
+  REQUIRE(r.status);
+  CHECK(r.loaded == "good");
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(cache)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{"good-1.toml", "good.bin"});
+}
+
+TEST_CASE("image requests need a registered agent, are answered in bounded pieces and name what is wrong",
+          "[images]") {
+  ManagerImages images("images-raw");
+  const std::string content = random_bytes(agent::kImageChunk + 100, 5);
+  const std::string sha = images.add("raw", content);
+  Fixture f(5000ms, images.registry);
+  RawClient raw(f.port());
+  auto read_line = [&](int id, std::uint64_t offset, std::uint64_t length, const std::string& more = "") {
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(id) + R"(,"method":"image.read","params":{"sha256":")" + sha +
+           R"(","offset":)" + std::to_string(offset) + R"(,"length":)" + std::to_string(length) + more + "}}";
+  };
+  // Before agent.register (which needs the agent token) nothing is served.
+  auto m = raw.call(read_line(2, 0, 10));
+  REQUIRE(m.error);
+  CHECK(m.error->code == "unauthorized");
+  m = raw.call(R"({"jsonrpc":"2.0","id":1,"method":"agent.register","params":{"token":")" + kToken +
+               R"(","host":"host-raw","protocol":1,"devices":[]}})");
+  REQUIRE(m.result);
+
+  m = raw.call(R"({"jsonrpc":"2.0","id":3,"method":"image.manifest","params":{"sha256":")" + sha + R"("}})");
+  REQUIRE(m.result);
+  CHECK(m.result->at("size").to_number<std::uint64_t>() == content.size());
+  auto manifest = bitstreams::parse_manifest(m.result->at("manifest").as_string(), "answer");
+  REQUIRE(manifest);
+  CHECK(manifest->sha256 == sha);
+  // A whole piece, the tail, and nothing past the end.
+  auto piece = [&](const agent::Message& answer) {
+    REQUIRE(answer.result);
+    auto bytes = bitstreams::base64_decode(answer.result->at("data").as_string());
+    REQUIRE(bytes);
+    return *bytes;
+  };
+  CHECK(piece(raw.call(read_line(4, 0, agent::kImageChunk))) == content.substr(0, agent::kImageChunk));
+  CHECK(piece(raw.call(read_line(5, content.size() - 10, 100))) == content.substr(content.size() - 10));
+  CHECK(piece(raw.call(read_line(6, content.size(), 100))).empty());
+  // What is wrong is named, and changes nothing.
+  auto refused = [&](const std::string& line) {
+    auto answer = raw.call(line);
+    REQUIRE(answer.error);
+    return *answer.error;
+  };
+  auto e = refused(read_line(7, 0, 0));
+  CHECK(e.code == "invalid_argument");
+  CHECK(e.message.find("field 'length'") != std::string::npos);
+  e = refused(read_line(8, 0, agent::kImageChunk + 1));
+  CHECK(e.code == "invalid_argument");
+  CHECK(e.message.find("field 'length'") != std::string::npos);
+  e = refused(read_line(9, 0, 10, R"(,"extra":1)"));
+  CHECK(e.code == "invalid_argument");
+  CHECK(e.message.find("'extra'") != std::string::npos);
+  e = refused(R"({"jsonrpc":"2.0","id":10,"method":"image.manifest","params":{"sha256":")" + std::string(64, 'f') +
+              R"("}})");
+  CHECK(e.code == "not_found");
+  e = refused(R"({"jsonrpc":"2.0","id":11,"method":"image.write","params":{}})");
+  CHECK(e.code == "method_not_found");
+  // The link serves on.
+  m = raw.call(R"({"jsonrpc":"2.0","id":12,"method":"agent.heartbeat","params":{"devices":[]}})");
+  CHECK(m.result);
+}
+
+TEST_CASE("the retired agent.images_url is refused, naming what replaced it", "[images]") {
+  AgentProcess a("host-old", 1,
+                 "bitstreams = \"" + (temp_dir() / "host-old-cache").string() +
+                     "\"\nimages_url = \"http://127.0.0.1:7080\"\n" + sim_pool("fpga:sim-u250:1"));
+  auto code = a.wait_exit(testing::kHungAfter);
+  REQUIRE(code);
+  CHECK(*code == 2);  // a bad config file
+  CHECK_THAT(a.log(), Catch::Contains("agent.images_url") && Catch::Contains("no longer supported") &&
+                          Catch::Contains("agent connection"));
 }

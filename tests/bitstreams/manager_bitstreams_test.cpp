@@ -1,12 +1,11 @@
 // The manager's bitstream registry end to end: the real accelpool-manager binary on loopback with its SQLite
 // store on disk, images uploaded over the admin API, acquires checked against the registry, devices programmed
 // through the real backends (PoCL through the ICD loader, the simulated backend with XRT-parsed xclbins), and
-// images fetched by sha256 the way host agents do.
+// images fetched by sha256 over the agent link by a real accelpool-agent.
 #include "../manager/test_client.hpp"
 #include "test_support.hpp"
 
 #include <accelpool/bitstreams/base64.hpp>
-#include <accelpool/bitstreams/image_fetch.hpp>
 #include <accelpool/bitstreams/registry.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
 #ifdef ACCELPOOL_TEST_HAVE_OPENCL
@@ -368,43 +367,31 @@ TEST_CASE("a bitstream for another device model, or an unknown one, is refused a
   CHECK(m.get("/v1/devices/local/sim:0").json().at("loaded").as_string() == "vadd_u250");
 }
 
-TEST_CASE("hosts fetch an image by sha256 with the agent token and cache it", "[integration][bitstreams][agents]") {
+TEST_CASE("the admin API serves an image and its manifest by sha256 to the agent or admin token",
+          "[integration][bitstreams][agents]") {
   Manager m(base_config(sim_u250_host()));
-  std::string url = "http://127.0.0.1:" + std::to_string(m.port());
   auto sample = m.get("/v1/bitstreams/vadd_u250");
   REQUIRE(sample.status == 200);
   std::string sha(sample.json().at("sha256").as_string());
+  const std::string image = "/v1/images/" + sha;
 
-  accelpool::testing::ScratchDir cache_dir("agent-cache");
-  auto cache = bitstreams::Registry::open(cache_dir.path());
-  REQUIRE(cache.is_ok());
-  auto fetched = bitstreams::fetch_image(*cache, url, kAgentToken, sha);
-  REQUIRE(fetched.is_ok());
-  CHECK(fetched->manifest.name == "vadd_u250");
-  CHECK(read_file(fetched->file_path) == read_file(m.registry_dir() / "vadd_u250.xclbin"));
-  REQUIRE(fetched->xclbin);
-  CHECK(fetched->xclbin->platform == kU250);
-  // A fresh registry object over the same folder finds it: the cache survives a restart.
-  auto reopened = bitstreams::Registry::open(cache_dir.path());
-  REQUIRE(reopened.is_ok());
-  CHECK(reopened->find_by_sha256(sha).is_ok());
-
-  CHECK(bitstreams::fetch_image(*cache, url, "wrong-token", sha).is_ok());  // cached: no request made
-  accelpool::testing::ScratchDir other_dir("agent-cache-2");
-  auto other = bitstreams::Registry::open(other_dir.path());
-  REQUIRE(other.is_ok());
-  CHECK(bitstreams::fetch_image(*other, url, "wrong-token", sha).error().code == "unauthorized");
-  CHECK(bitstreams::fetch_image(*other, url, m.guest_token, sha).error().code == "unauthorized");
-  CHECK(bitstreams::fetch_image(*other, url, kAgentToken, std::string(64, 'a')).error().code == "not_found");
-  CHECK(bitstreams::fetch_image(*other, url, kAgentToken, "xyz").error().code == "invalid_argument");
-  CHECK(other->list().empty());
+  // The bytes are read on the image catalog's worker and answered through the owner thread.
+  auto bytes = http(m.port(), "GET", image, kAgentToken);
+  REQUIRE(bytes.status == 200);
+  CHECK(bytes.body == read_file(m.registry_dir() / "vadd_u250.xclbin"));
+  CHECK(http(m.port(), "GET", image, m.admin).body == bytes.body);
+  auto manifest = http(m.port(), "GET", image + "/manifest", kAgentToken);
+  REQUIRE(manifest.status == 200);
+  auto parsed = bitstreams::parse_manifest(manifest.body, "answer");
+  REQUIRE(parsed.is_ok());
+  CHECK(parsed->sha256 == sha);
+  CHECK(http(m.port(), "GET", image, "wrong-token").status == 401);
+  CHECK(http(m.port(), "GET", image, m.guest_token).status == 403);
+  auto unknown = http(m.port(), "GET", "/v1/images/" + std::string(64, 'a'), kAgentToken);
+  CHECK(unknown.status == 404);
+  CHECK(error_code(unknown) == "not_found");
   // The agent token reads images and nothing else.
   CHECK(http(m.port(), "GET", "/v1/bitstreams", kAgentToken).status == 401);
-  CHECK(http(m.port(), "GET", "/v1/images/" + sha + "/manifest", m.admin).status == 200);
-
-  m.daemon.stop(SIGKILL);
-  CHECK(bitstreams::fetch_image(*cache, url, kAgentToken, sha).is_ok());  // served from the cache
-  CHECK(bitstreams::fetch_image(*other, url, kAgentToken, sha).error().code == "unavailable");
 }
 
 TEST_CASE("accelpoolctl registers, lists and deletes bitstreams", "[integration][bitstreams][ctl]") {
@@ -439,24 +426,31 @@ TEST_CASE("accelpoolctl registers, lists and deletes bitstreams", "[integration]
   CHECK_FALSE(fs::exists(m.registry_dir() / "saxpy.cl"));
 }
 
-TEST_CASE("a host agent creates its missing cache folder, fetches the manager's image by sha256 into it and programs it",
+TEST_CASE("a host agent creates its missing cache folder, fetches the manager's images over its link and programs them",
           "[integration][bitstreams][agents]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
   // The manager's own host serves another kind, so FPGAs come only from the agent.
-  Manager m(base_config("[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\n"));
-  std::string url = "http://127.0.0.1:" + std::to_string(m.port());
+  // Uploads up to 8 MiB (the image below is 1.5 MiB, base64 in JSON).
+  Manager m(base_config("[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\n") +
+            "[limits]\nmax_body_bytes = 8388608\n");
   std::string sha(m.get("/v1/bitstreams/vadd_u250").json().at("sha256").as_string());
+  // An image of several pieces of the link (agent::kImageChunk, 512 KiB): it streams in bounded pieces.
+  std::string big(3 * 512 * 1024 + 1000, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  REQUIRE(m.upload(manifest_toml("big_u250", "1.0.0", "fpga", "big_u250.bin", big, std::string("\"") + kU250 + "\"", ""),
+                   big)
+              .status == 201);
 
-  // The host's registry folder does not exist yet: the agent creates it (it has an images_url) and fetches what the
-  // manager names.
+  // The host's registry folder does not exist yet: the agent creates it and fetches what the manager names over
+  // its agent connection.
   accelpool::testing::ScratchDir host_dir("agent-host");
   REQUIRE_FALSE(fs::exists(host_dir.path() / "bitstreams"));
   auto config = host_dir.path() / "agent.toml";
   write_file(config, "[agent]\nmanager = \"" + m.daemon.endpoints().agents + "\"\ntoken = \"" + kAgentToken +
                          "\"\nhost = \"hv1\"\nheartbeat_interval_ms = 100\nbitstreams = \"" +
-                         (host_dir.path() / "bitstreams").string() + "\"\nimages_url = \"" + url + "\"\n[backends.sim]\ndevices = \"fpga:" + kU250 +
+                         (host_dir.path() / "bitstreams").string() + "\"\n[backends.sim]\ndevices = \"fpga:" + kU250 +
                          ":1\"\nprogram_base_ms = 5\nattach = \"network\"\n");
   pid_t agent = ::fork();
   if (agent == 0) {
@@ -486,5 +480,15 @@ TEST_CASE("a host agent creates its missing cache folder, fetches the manager's 
   REQUIRE(host_registry.is_ok());
   REQUIRE(host_registry->list().size() == 1);
   CHECK(host_registry->list()[0].manifest.sha256 == sha);
+  CHECK(lease_state(g.call("release", {{"lease", lease_id(r)}})) == "released");
+
+  auto second = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "big_u250"}});
+  REQUIRE(lease_state(second) == "granted");
+  REQUIRE(g.wait_notification("lease.granted", lease_id(second)));
+  CHECK(m.get("/v1/devices/hv1/sim:0").json().at("loaded").as_string() == "big_u250");
+  REQUIRE(host_registry->reload().is_ok());
+  auto kept = host_registry->get("big_u250");
+  REQUIRE(kept.is_ok());
+  CHECK(read_file(kept->file_path) == big);
 #endif
 }

@@ -5,10 +5,18 @@
 
 #include <catch2/catch.hpp>
 
+#include "sim_image.hpp"
 #include "test_support.hpp"
+
+#include <algorithm>
+#include <future>
+#include <latch>
+#include <thread>
 
 using namespace accelpool::bitstreams;
 using namespace accelpool::bitstreams::test;
+using accelpool::Result;
+using accelpool::make_error;
 
 TEST_CASE("base64 round-trips every length and refuses bad text", "[bitstreams][base64]") {
   std::string bytes;
@@ -67,4 +75,61 @@ TEST_CASE("a new shared registry folder is seeded with the samples, an existing 
   auto empty = SharedRegistry::open(dir.path() / "empty");
   REQUIRE(empty.is_ok());
   CHECK((*empty)->list().empty());
+}
+
+using accelpool::testing::sim_image_manifest;
+
+TEST_CASE("an add copies and hashes without the registry's lock, and of two racing adds of one name one wins",
+          "[bitstreams][shared]") {
+  ScratchDir dir("shared-add");
+  auto opened = SharedRegistry::open(dir.path() / "reg");
+  REQUIRE(opened.is_ok());
+  auto reg = *opened;
+  write_file(dir.path() / "one.bin", "first image");
+  write_file(dir.path() / "two.bin", "second image");
+
+  // While an add has staged and verified its image, lookups and another add go through: the lock is free.
+  // (Were it held, the calls below would wait for the hook, which waits for them: the test would hang.)
+  std::promise<void> staged, go_on;
+  Result<Bitstream> first = make_error("unset", "");  // checked after the join (Catch2 asserts on one thread)
+  std::thread adding([&] {
+    first = reg->add(sim_image_manifest("one", "one.bin", "first image"), dir.path() / "one.bin", [&] {
+      staged.set_value();
+      go_on.get_future().wait();
+    });
+  });
+  staged.get_future().wait();
+  CHECK(reg->list().empty());
+  CHECK(reg->find_by_sha256(sha256_bytes("first image")).error().code == "not_found");
+  CHECK(reg->add(sim_image_manifest("two", "two.bin", "second image"), dir.path() / "two.bin").is_ok());
+  go_on.set_value();
+  adding.join();
+  CHECK(first.is_ok());
+  CHECK(reg->list().size() == 2);
+
+  // Two adds of one name@version that both staged before either inserted: the second to insert is refused and
+  // leaves nothing behind.
+  write_file(dir.path() / "a.bin", "image a");
+  write_file(dir.path() / "b.bin", "image b");
+  std::latch both_staged(2);
+  auto racer = [&](const std::string& file, const std::string& bytes) {
+    return reg->add(sim_image_manifest("same", file, bytes), dir.path() / file, [&] { both_staged.arrive_and_wait(); });
+  };
+  Result<Bitstream> ra = make_error("unset", ""), rb = make_error("unset", "");
+  std::thread ta([&] { ra = racer("a.bin", "image a"); });
+  std::thread tb([&] { rb = racer("b.bin", "image b"); });
+  ta.join();
+  tb.join();
+  CHECK(ra.is_ok() != rb.is_ok());
+  const auto& refused = ra.is_ok() ? rb : ra;
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code == "already_exists");
+  auto same = reg->get("same");
+  REQUIRE(same.is_ok());
+  CHECK(read_file(same->file_path) == (ra.is_ok() ? "image a" : "image b"));
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "reg")) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{ra.is_ok() ? "a.bin" : "b.bin", "one-1.toml", "one.bin", "same-1.toml",
+                                          "two-1.toml", "two.bin"});
 }

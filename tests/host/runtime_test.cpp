@@ -10,6 +10,7 @@
 
 #include "hung_after.hpp"
 #include "scratch_dir.hpp"
+#include "sim_image.hpp"
 #include "skip.hpp"
 
 #ifdef ACCELPOOL_HOST_TEST_LIBVIRT
@@ -142,14 +143,8 @@ struct ScratchRegistry {
   explicit ScratchRegistry(const std::string& name, const std::string& bytes) {
     image = dir.path() / (name + ".bin");
     write(bytes);
-    bitstreams::Manifest m;
-    m.name = name;
-    m.version = "1";
-    m.kind = "fpga";
-    m.compatible = {"sim-*"};
-    m.file = name + ".bin";
-    m.sha256 = bitstreams::sha256_bytes(bytes);
-    std::ofstream(dir.path() / (name + "-1.toml")) << bitstreams::to_toml(m);
+    std::ofstream(dir.path() / (name + "-1.toml"))
+        << bitstreams::to_toml(accelpool::testing::sim_image_manifest(name, name + ".bin", bytes));
     auto r = bitstreams::SharedRegistry::open(dir.path());
     REQUIRE(r.is_ok());
     REQUIRE((*r)->list().size() == 1);

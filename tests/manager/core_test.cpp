@@ -752,6 +752,50 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
   CHECK(pool.core->device("local/fpga1")->state == "free");
 }
 
+TEST_CASE("registering a bitstream again with another compatible list re-checks the leases that wait for it",
+          "[core][models]") {
+  // fpga0 is a u250, fpga1 a u280. The registry's list for "img" changes as the test registers new versions.
+  auto compatible = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"u280"});
+  CoreOptions opts;
+  opts.image_models = [compatible](const std::string& bitstream) -> std::optional<std::vector<std::string>> {
+    if (bitstream == "img") return *compatible;
+    return std::nullopt;
+  };
+  Pool pool({{"fpga0", "fpga", "u250", false, ""}, {"fpga1", "fpga", "u280", false, ""}}, opts);
+  Lease holder = pool.acquire("a", "vm1", 1, "img");
+  CHECK(holder.devices == std::vector<std::string>{"local/fpga1"});
+  Lease waiting = pool.acquire("a", "vm2", 1, "img");
+  CHECK(waiting.state == LeaseState::queued);  // the u250 is free, but "img" does not fit it
+
+  // The image now fits the u250 too: the waiting lease is placed there at once.
+  *compatible = {"u280", "u250"};
+  pool.core->bitstream_changed("img");
+  pool.posts.drain();
+  CHECK(pool.get(waiting.id).state == LeaseState::granted);
+  CHECK(pool.get(waiting.id).devices == std::vector<std::string>{"local/fpga0"});
+  CHECK(pool.get(holder.id).state == LeaseState::granted);  // untouched
+
+  // Back to u280 only: a new waiting lease waits for the u280, not for the u250 that comes free.
+  *compatible = {"u280"};
+  pool.core->bitstream_changed("img");
+  Lease third = pool.acquire("a", "vm3", 1, "img");
+  CHECK(third.state == LeaseState::queued);
+  REQUIRE(pool.core->release(Pool::owner(pool.get(waiting.id)), waiting.id).is_ok());
+  pool.posts.drain();
+  CHECK(pool.get(third.id).state == LeaseState::queued);
+  CHECK(pool.core->device("local/fpga0")->state == "free");
+
+  // A list no device of the kind fits: the waiting lease ends, naming why; the granted one keeps its device.
+  *compatible = {"u9"};
+  pool.core->bitstream_changed("img");
+  pool.posts.drain();
+  const Lease ended = pool.get(third.id);
+  CHECK(ended.state == LeaseState::revoked);
+  CHECK_THAT(ended.end_reason, Catch::Contains("u9") && Catch::Contains("'fpga'"));
+  CHECK(pool.get(holder.id).state == LeaseState::granted);
+  CHECK(pool.core->queue_length() == 0);
+}
+
 TEST_CASE("a guest's job label groups what the pool learns, is checked, bounded per tenant, and kept", "[core]") {
   Pool pool(make_devices("fpga", 1));
   AcquireParams p;

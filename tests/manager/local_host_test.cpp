@@ -282,20 +282,47 @@ TEST_CASE("a local host refuses two backends reporting the same device id", "[ho
   CHECK(host.error().message.find("'d0'") != std::string::npos);
 }
 
-TEST_CASE("an admin upload is parsed, written and verified on the catalog's worker and answered on the owner thread",
-          "[host][bitstreams][admin]") {
+namespace {
+
+// The admin API over a pool and a one-image catalog, whose deferred answers come through `owner` (the test plays
+// the owner thread).
+struct DeferringApi {
   Pool pool;
   const std::string admin = "admin-token-0123456789";
-  REQUIRE(pool.core->set_admin_token(admin).is_ok());
   TempDir dir;
   std::string sha;
-  auto catalog = std::make_shared<ImageCatalog>(one_image_registry(dir, sha));
-  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
-  Metrics metrics(*pool.core);
-  AdminApi api(*pool.core, metrics, "", [] { return true; });
-  api.set_catalog(catalog);
+  std::shared_ptr<ImageCatalog> catalog;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<AdminApi> api;
   PostQueue owner;
-  api.set_poster(owner.poster());
+  DeferringApi() {
+    REQUIRE(pool.core->set_admin_token(admin).is_ok());
+    catalog = std::make_shared<ImageCatalog>(one_image_registry(dir, sha));
+    metrics = std::make_unique<Metrics>(*pool.core);
+    api = std::make_unique<AdminApi>(*pool.core, *metrics, "", [] { return true; });
+    api->set_catalog(catalog);
+    api->set_poster(owner.poster());
+  }
+  // Sends `request` (with the admin token); the answer is filled in when it comes.
+  std::shared_ptr<std::optional<ApiResponse>> handle(const std::string& method, const std::string& target,
+                                                     const std::string& body = "") {
+    auto answer = std::make_shared<std::optional<ApiResponse>>();
+    api->handle(ApiRequest{method, target, "Bearer " + admin, body}, [answer](ApiResponse r) { *answer = std::move(r); });
+    return answer;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an admin upload is parsed, written and verified on the catalog's worker and answered on the owner thread",
+          "[host][bitstreams][admin]") {
+  DeferringApi d;
+  Pool& pool = d.pool;
+  const std::string& admin = d.admin;
+  auto& catalog = d.catalog;
+  auto& owner = d.owner;
+  Metrics& metrics = *d.metrics;
+  catalog->add_devices({HostDevice{"d0", "fpga", "mem", true, ""}});
 
   bitstreams::Manifest m;
   m.name = "uploaded";
@@ -305,12 +332,9 @@ TEST_CASE("an admin upload is parsed, written and verified on the catalog's work
   m.sha256 = bitstreams::sha256_bytes("uploaded image");
   m.compatible = {"mem"};
   auto upload = [&](const std::string& content_base64) {
-    const std::string body = boost::json::serialize(
-        boost::json::object{{"manifest", bitstreams::to_toml(m)}, {"content_base64", content_base64}});
-    auto answer = std::make_shared<std::optional<ApiResponse>>();
-    api.handle(ApiRequest{"POST", "/v1/bitstreams", "Bearer " + admin, body},
-               [answer](ApiResponse r) { *answer = std::move(r); });
-    return answer;
+    return d.handle("POST", "/v1/bitstreams",
+                    boost::json::serialize(boost::json::object{{"manifest", bitstreams::to_toml(m)},
+                                                               {"content_base64", content_base64}}));
   };
 
   auto answer = upload(bitstreams::base64_encode("uploaded image"));
@@ -342,4 +366,30 @@ TEST_CASE("an admin upload is parsed, written and verified on the catalog's work
   const std::string body = boost::json::serialize(
       boost::json::object{{"manifest", bitstreams::to_toml(m)}, {"content_base64", bitstreams::base64_encode("v2")}});
   CHECK(direct.handle(ApiRequest{"POST", "/v1/bitstreams", "Bearer " + admin, body}).status == 201);
+}
+
+TEST_CASE("GET /v1/images/{sha256} reads the image on the catalog's worker and answers on the owner thread",
+          "[host][bitstreams][admin]") {
+  DeferringApi d;
+  auto get = [&](const std::string& target) { return d.handle("GET", target); };
+  const std::string& sha = d.sha;
+  auto& catalog = d.catalog;
+  auto& owner = d.owner;
+
+  auto image = get("/v1/images/" + sha);
+  CHECK_FALSE(*image);  // the calling (owner) thread read nothing
+  catalog->settle();    // the worker read it and posted the answer
+  CHECK_FALSE(*image);
+  owner.drain();
+  REQUIRE(*image);
+  CHECK((*image)->status == 200);
+  CHECK((*image)->content_type == "application/octet-stream");
+  CHECK((*image)->body == "image bytes");
+  // The manifest and the refusals need no file: answered at once.
+  auto manifest = get("/v1/images/" + sha + "/manifest");
+  REQUIRE(*manifest);
+  CHECK((*manifest)->status == 200);
+  auto unknown = get("/v1/images/" + std::string(64, '0'));
+  REQUIRE(*unknown);
+  CHECK((*unknown)->status == 404);
 }

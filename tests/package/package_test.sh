@@ -218,7 +218,7 @@ CPP
   admin_url=$(sed -n 's/.*"admin":"\([^"]*\)".*/\1/p' "$state/endpoints.json")
   agents=$(sed -n 's/.*"agents":"\([^"]*\)".*/\1/p' "$state/endpoints.json")
   sed -e "s#^manager = .*#manager = \"$agents\"#" -e "s#^token_file = .*#token_file = \"$scratch/agent.token\"#" \
-      -e "s#/var/lib/accelpool-agent/#$scratch/agent/#" -e "s#^images_url = .*#images_url = \"$admin_url\"#" \
+      -e "s#/var/lib/accelpool-agent/#$scratch/agent/#" \
       -e '/^\[libvirt\]/d' -e '/^uri = /d' "$root/etc/accelpool/agent.toml" >"$scratch/agent.toml"
   "$root/usr/bin/accelpool-agent" --config "$scratch/agent.toml" >"$scratch/agent.log" 2>&1 &
   pids+=($!)

@@ -3,6 +3,7 @@
 
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/backends/factory.hpp>
+#include <accelpool/bitstreams/base64.hpp>
 #include <accelpool/host/runtime.hpp>
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
 #include <accelpool/hypervisor/domain_channels.hpp>
@@ -13,8 +14,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <deque>
 #include <iostream>
+#include <map>
 #include <mutex>
 
 namespace accelpool::agent {
@@ -27,6 +30,8 @@ namespace {
 constexpr std::int64_t kRegisterId = 1;
 // Every this many heartbeats one lists every device's health (docs/agent-protocol.md, "Heartbeats").
 constexpr std::uint64_t kHeartbeatFullEvery = 10;
+// How long a request of the agent's own (an image piece) waits for the manager's answer.
+constexpr std::chrono::seconds kAnswerTimeout{60};
 
 class AgentImpl final : public Agent {
  public:
@@ -49,7 +54,7 @@ class AgentImpl final : public Agent {
     }
     std::unique_ptr<host::ImageSource> images;
     if (!cfg_.bitstreams.empty()) {
-      auto folder = host::folder_images(cfg_.bitstreams, cfg_.images_url, cfg_.token);
+      auto folder = host::folder_images(cfg_.bitstreams, std::make_shared<LinkImages>(*this));
       if (!folder) return make_error(folder.error().code, "bitstream registry: " + folder.error().message);
       images = std::move(*folder);
     }
@@ -111,6 +116,7 @@ class AgentImpl final : public Agent {
         registered_ = false;
         out_.clear();
         ++gen_;
+        answer_all(make_error("unavailable", "the connection to the manager at " + cfg_.manager + " ended"));
       } else {
         log(fd.error().message);
       }
@@ -150,7 +156,6 @@ class AgentImpl final : public Agent {
       out_ = request_line(kRegisterId, "agent.register", register_params());
     }
     LineBuffer in{kMaxLine};
-    std::int64_t next_id = kRegisterId + 1;
     auto next_hb = Clock::now() + cfg_.heartbeat_interval;
     while (!stop) {
       bool want_write;
@@ -174,7 +179,7 @@ class AgentImpl final : public Agent {
       std::lock_guard lock(mu_);
       if (registered_) {
         if (Clock::now() >= next_hb) {
-          out_ += request_line(next_id++, "agent.heartbeat", heartbeat_params());
+          out_ += request_line(next_id_++, "agent.heartbeat", heartbeat_params());
           next_hb = Clock::now() + cfg_.heartbeat_interval;
         }
         while (!notes_.empty()) {
@@ -197,6 +202,7 @@ class AgentImpl final : public Agent {
       return 0;
     }
     if (m->method.empty()) {
+      if (answered(*m)) return 0;
       bool is_register = m->id.is_int64() && m->id.get_int64() == kRegisterId;
       if (m->error) {
         log((is_register ? "registration refused: " : "heartbeat refused: ") + m->error->message);
@@ -282,6 +288,94 @@ class AgentImpl final : public Agent {
     }
     wake();
   }
+
+  // --- requests of the agent's own -----------------------------------------------------------------------------
+
+  // What a request of the agent's own is waiting for: the manager's answer. Guarded by mu_.
+  struct Asked {
+    std::optional<Result<json::value>> answer;
+  };
+
+  // Sends `method` to the manager and waits for its answer (up to kAnswerTimeout). Called by the runtime's threads,
+  // never by the connection thread. Errors: the manager's error, "unavailable" (not registered, the connection
+  // ended, no answer in time).
+  Result<json::value> ask(const std::string& method, json::object params) {
+    auto asked = std::make_shared<Asked>();
+    {
+      std::unique_lock lock(mu_);
+      if (!registered_) return make_error("unavailable", method + ": not connected to the manager at " + cfg_.manager);
+      const std::int64_t id = next_id_++;
+      asked_[id] = asked;
+      out_ += request_line(id, method, std::move(params));
+    }
+    wake();
+    std::unique_lock lock(mu_);
+    // The entry stays until its answer comes (answered() takes it) or the connection ends (answer_all): a late
+    // answer is not taken for another reply.
+    bool came = answered_.wait_for(lock, kAnswerTimeout, [&] { return asked->answer.has_value(); });
+    if (!came)
+      return make_error("unavailable", method + ": no answer from the manager within " +
+                                           std::to_string(kAnswerTimeout.count()) + " s");
+    return std::move(*asked->answer);
+  }
+
+  // A reply to one of ask()'s requests: hands it over. False for any other reply. Connection thread.
+  bool answered(const Message& m) {
+    std::lock_guard lock(mu_);
+    if (!m.id.is_int64()) return false;
+    auto it = asked_.find(m.id.get_int64());
+    if (it == asked_.end()) return false;
+    if (m.error) {
+      it->second->answer = Result<json::value>(*m.error);
+    } else {
+      it->second->answer = m.result.value_or(json::value(nullptr));
+    }
+    asked_.erase(it);
+    answered_.notify_all();
+    return true;
+  }
+
+  // Ends every wait of ask() with `why` (the connection ended). mu_ held.
+  void answer_all(const Error& why) {
+    for (auto& [id, asked] : asked_)
+      if (!asked->answer) asked->answer = Result<json::value>(why);
+    asked_.clear();
+    answered_.notify_all();
+  }
+
+  // The manager's images, over this agent's link: image.manifest, then image.read piece by piece.
+  class LinkImages final : public bitstreams::ImageFetcher {
+   public:
+    explicit LinkImages(AgentImpl& agent) : agent_(agent) {}
+    Result<Described> describe(std::string_view sha256) override {
+      auto r = agent_.ask("image.manifest", json::object{{"sha256", sha256}});
+      if (!r) return r.error();
+      const auto* o = r->if_object();
+      const auto* manifest = o ? o->if_contains("manifest") : nullptr;
+      const auto* size = o ? o->if_contains("size") : nullptr;
+      if (!manifest || !manifest->is_string() || !size || !size->is_number())
+        return make_error("invalid_argument", "image.manifest: the answer lacks a string 'manifest' and a 'size'");
+      std::error_code ec;
+      auto bytes = size->to_number<std::uint64_t>(ec);
+      if (ec) return make_error("invalid_argument", "image.manifest: field 'size' must be a non-negative integer");
+      return Described{std::string(manifest->get_string()), bytes};
+    }
+    Result<std::string> read(std::string_view sha256, std::uint64_t offset) override {
+      auto r = agent_.ask("image.read", json::object{{"sha256", sha256},
+                                                     {"offset", offset},
+                                                     {"length", static_cast<std::uint64_t>(kImageChunk)}});
+      if (!r) return r.error();
+      const auto* data = r->is_object() ? r->get_object().if_contains("data") : nullptr;
+      if (!data || !data->is_string())
+        return make_error("invalid_argument", "image.read: the answer lacks a string 'data'");
+      auto bytes = bitstreams::base64_decode(data->get_string());
+      if (!bytes) return make_error(bytes.error().code, "image.read: field 'data': " + bytes.error().message);
+      return bytes;
+    }
+
+   private:
+    AgentImpl& agent_;
+  };
 
   // The {"device"} params of device.release and device.reset. Errors: "invalid_argument" naming the field.
   static Result<std::string> device_param(const json::object& params, const std::string& where) {
@@ -391,6 +485,9 @@ class AgentImpl final : public Agent {
   std::mutex mu_;  // the connection state below
   std::uint64_t gen_ = 0;  // connection generation: replies to an old connection are dropped
   bool registered_ = false;
+  std::int64_t next_id_ = kRegisterId + 1;  // of the agent's own requests (heartbeats, ask())
+  std::map<std::int64_t, std::shared_ptr<Asked>> asked_;  // ask()'s requests waiting for an answer
+  std::condition_variable answered_;
   std::map<std::string, std::string> heartbeat_told_;  // device -> "health\ndetail" last sent to the manager
   std::uint64_t beats_ = 0;                            // heartbeats since the registration
   std::string out_;

@@ -70,6 +70,10 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   r.only(*agent, "agent.",
          {"manager", "token", "token_file", "host", "heartbeat_interval_ms", "reconnect_min_ms", "reconnect_max_ms",
           "bitstreams", "state_file", "images_url"});
+  // Retired: images come over the agent link now (docs/agent-protocol.md, "Images").
+  if (agent->contains("images_url"))
+    r.fail("agent.images_url", "is no longer supported: the agent fetches the images its agent.bitstreams folder lacks "
+                               "from the manager over its agent connection (agent.manager); remove the key");
   c.manager = r.str(*agent, "agent.", "manager", true);
   c.token = r.str(*agent, "agent.", "token", false);
   std::string token_file = r.str(*agent, "agent.", "token_file", false);
@@ -86,9 +90,6 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   if (c.reconnect_max < c.reconnect_min) r.fail("agent.reconnect_max_ms", "is less than reconnect_min_ms");
   c.bitstreams = r.str(*agent, "agent.", "bitstreams", false);
   c.state_file = r.str(*agent, "agent.", "state_file", false);
-  c.images_url = r.str(*agent, "agent.", "images_url", false);
-  if (!c.images_url.empty() && c.images_url.rfind("http://", 0) != 0) r.fail("agent.images_url", "must start with http://");
-  if (!c.images_url.empty() && c.bitstreams.empty()) r.fail("agent.images_url", "needs agent.bitstreams (the cache folder)");
 
   if (auto* lv = root["libvirt"].as_table()) {
     r.only(*lv, "libvirt.", {"uri", "detach_timeout_ms", "shmem_size_mib"});

@@ -18,10 +18,9 @@ struct AgentConfig {
   std::chrono::milliseconds heartbeat_interval{2000};
   std::chrono::milliseconds reconnect_min{200};
   std::chrono::milliseconds reconnect_max{10000};
-  std::filesystem::path bitstreams;  // registry folder; empty: bitstreams are names only (simulated pools)
-  // The manager's admin API ("http://HOST:PORT"): images the registry lacks are fetched from it by sha256 and
-  // cached in the registry folder. Empty: an image must be in the folder already.
-  std::string images_url;
+  // Registry folder (created when missing): images it lacks are fetched from the manager over the agent link by
+  // sha256 and kept there. Empty: bitstreams are names only (simulated pools).
+  std::filesystem::path bitstreams;
   std::filesystem::path state_file;  // VMs this agent attached devices to; empty: not kept
   std::map<std::string, backends::BackendConfig> backends;  // backend name -> its keys
   // libvirt; an empty uri turns attaching off.

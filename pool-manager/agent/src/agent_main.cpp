@@ -22,7 +22,7 @@ host's devices (backends xrt, opencl, sim), programs and attaches them to VMs (l
 relays its VMs' guest ports, and reconnects with backoff when the manager goes away. Stops on SIGTERM or SIGINT.
 
 The config file (TOML) has [agent] manager, token or token_file, host, heartbeat_interval_ms, bitstreams,
-images_url, state_file; [libvirt] uri, detach_timeout_ms; one [backends.NAME] table per backend. Every key is
+state_file; [libvirt] uri, detach_timeout_ms; one [backends.NAME] table per backend. Every key is
 described in docs/hosts.md, "Host agent".
 
 Exit status: 0 after a signal; 1 when a backend, the registry or libvirt cannot be set up; 2 for bad arguments,

@@ -4,6 +4,8 @@
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/host/runtime.hpp>
 
+#include <filesystem>
+
 #include <mutex>
 
 namespace accelpool::host {
@@ -51,35 +53,29 @@ class RegistryImages final : public ImageSource {
 
 class FolderImages final : public ImageSource {
  public:
-  FolderImages(bitstreams::Registry registry, std::string url, std::string token)
-      : registry_(std::move(registry)), url_(std::move(url)), token_(std::move(token)) {}
+  FolderImages(std::shared_ptr<bitstreams::SharedRegistry> registry, std::shared_ptr<bitstreams::ImageFetcher> fetcher)
+      : registry_(std::move(registry)), fetcher_(std::move(fetcher)) {}
 
   Result<bitstreams::Bitstream> locate(const std::string& bitstream, const std::string& sha256) override {
-    std::lock_guard lock(mu_);
-    if (!sha256.empty() && !registry_.find_by_sha256(sha256)) {
+    if (!sha256.empty() && !registry_->find_by_sha256(sha256)) {
       // Not here yet: the manager's copy is fetched, verified and kept in the folder.
-      if (url_.empty()) {
+      if (!fetcher_) {
         return make_error("missing_file", "bitstream '" + bitstream + "': no image with sha256 " + sha256 +
-                                              " here, and agent.images_url is not set to fetch it");
+                                              " here, and nothing to fetch it from");
       }
-      auto f = bitstreams::fetch_image(registry_, url_, token_, sha256);
+      std::lock_guard lock(fetching_);  // one fetch at a time; a second asker of the same image finds it fetched
+      auto f = bitstreams::fetch_image(*registry_, sha256, *fetcher_);
       if (!f) return make_error(f.error().code, "bitstream '" + bitstream + "': fetching it: " + f.error().message);
     }
-    return find_entry(registry_, bitstream, sha256);
+    return find_entry(*registry_, bitstream, sha256);
   }
-  std::string sha256_of(const std::string& bitstream) override {
-    std::lock_guard lock(mu_);
-    return sha256_in(registry_, bitstream);
-  }
-  std::string name_of(const std::string& sha256) override {
-    std::lock_guard lock(mu_);
-    return name_in(registry_, sha256);
-  }
+  std::string sha256_of(const std::string& bitstream) override { return sha256_in(*registry_, bitstream); }
+  std::string name_of(const std::string& sha256) override { return name_in(*registry_, sha256); }
 
  private:
-  std::mutex mu_;  // the Registry is not synchronised; a fetch holds it (fetches of one host run one at a time)
-  bitstreams::Registry registry_;
-  std::string url_, token_;
+  std::shared_ptr<bitstreams::SharedRegistry> registry_;  // locks itself, not while a fetch streams or hashes
+  std::mutex fetching_;
+  std::shared_ptr<bitstreams::ImageFetcher> fetcher_;
 };
 
 }  // namespace
@@ -88,17 +84,16 @@ std::unique_ptr<ImageSource> registry_images(std::shared_ptr<bitstreams::SharedR
   return std::make_unique<RegistryImages>(std::move(registry));
 }
 
-Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& dir, std::string images_url,
-                                                   std::string token) {
-  // A cache that fetches what it lacks may start empty: create it (a fresh host's state folder has none yet).
-  if (std::error_code ec; !images_url.empty() && !std::filesystem::exists(dir, ec)) {
-    if (std::filesystem::create_directories(dir, ec); ec)
-      return make_error("io_error", "bitstream registry: cannot create " + dir.string() + ": " + ec.message());
-  }
-  auto registry = bitstreams::Registry::open(dir);
+Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& dir,
+                                                   std::shared_ptr<bitstreams::ImageFetcher> fetcher) {
+  // A cache that fetches what it lacks may start empty: SharedRegistry::open creates it (a fresh host's state
+  // folder has none yet). One that cannot fetch must exist.
+  if (std::error_code ec; !fetcher && !std::filesystem::is_directory(dir, ec))
+    return make_error("not_found", "bitstream registry: " + dir.string() + " is not a folder");
+  auto registry = bitstreams::SharedRegistry::open(dir);
   if (!registry) return registry.error();
   return std::unique_ptr<ImageSource>(
-      std::make_unique<FolderImages>(std::move(*registry), std::move(images_url), std::move(token)));
+      std::make_unique<FolderImages>(std::move(*registry), std::move(fetcher)));
 }
 
 }  // namespace accelpool::host

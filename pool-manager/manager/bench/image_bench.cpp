@@ -10,6 +10,8 @@
 // devices holding it by sha256, nothing reads or hashes the image after the warm-up, so both modes should match.
 //
 // usage: accelpool-image-bench [--image-mib M] [--cycles N] [--devices D]
+#include "bench_support.hpp"
+
 #include <accelpool/backends/sim_backend.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
@@ -47,10 +49,7 @@ struct Options {
   int devices = 4;
 };
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "accelpool-image-bench: %s\n", what.c_str());
-  std::exit(1);
-}
+[[noreturn]] void die(const std::string& what) { bench::die("accelpool-image-bench", what); }
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -67,34 +66,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Completions posted by hosts, run on this thread (the owner).
-class OwnerQueue {
- public:
-  Poster poster() {
-    return [this](std::function<void()> f) {
-      std::lock_guard lock(mu_);
-      jobs_.push_back(std::move(f));
-      cv_.notify_one();
-    };
-  }
-  // Runs posted completions until `done()` holds.
-  template <class Done>
-  void run_until(Done done) {
-    while (!done()) {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !jobs_.empty(); });
-      auto f = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      f();
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-};
+using bench::OwnerQueue;
+using bench::pct;
 
 struct Granted : CoreListener {
   std::set<LeaseId> granted;
@@ -103,48 +76,17 @@ struct Granted : CoreListener {
   }
 };
 
-double pct(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
-}
-
-// A file of `mib` MiB of pseudo-random bytes.
-void write_image(const fs::path& path, int mib) {
-  std::ofstream out(path, std::ios::binary);
-  std::mt19937_64 rng(7);
-  std::vector<std::uint64_t> block((1 << 20) / sizeof(std::uint64_t));
-  for (int i = 0; i < mib; ++i) {
-    for (auto& w : block) w = rng();
-    out.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(block.size() * sizeof(std::uint64_t)));
-  }
-  if (!out) die("cannot write " + path.string());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const fs::path dir = fs::temp_directory_path() / ("accelpool-image-bench-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  fs::create_directories(dir / "upload");
 
   // The registry holds one image of the asked size.
-  const fs::path source = dir / "upload" / "big.bin";
-  write_image(source, o.image_mib);
-  auto sha = bitstreams::sha256_file(source);
-  if (!sha) die(sha.error().message);
-  auto registry = bitstreams::SharedRegistry::open(dir / "registry");
-  if (!registry) die(registry.error().message);
-  bitstreams::Manifest m;
-  m.name = "big";
-  m.version = "1";
-  m.kind = "fpga";
-  m.compatible = {"sim-*"};
-  m.file = "big.bin";
-  m.sha256 = *sha;
-  if (auto added = (*registry)->add(m, source); !added) die(added.error().message);
-  fs::remove(source);
-  auto catalog = std::make_shared<ImageCatalog>(*registry);
+  std::string sha;
+  auto registry = bench::registry_with_image("accelpool-image-bench", dir, o.image_mib, sha);
+  auto catalog = std::make_shared<ImageCatalog>(registry);
 
   // The core, configured as the daemon configures it.
   auto store = open_sqlite_store(dir / "pool.db", false, StoreCreation::allow_new);

@@ -227,7 +227,7 @@ void AdminApi::handle(ApiRequest request, std::function<void(ApiResponse)> respo
   ApiResponse r = route(request);
   deferrable_ = nullptr;
   respond_later_ = nullptr;
-  if (r.status == 0) return;  // an upload: the worker answers through the poster
+  if (r.status == 0) return;  // an upload or an image read: the worker answers through the poster
   if (commit_) commit_();
   respond(std::move(r));
 }
@@ -614,6 +614,7 @@ std::variant<Viewer, ApiResponse> AdminApi::stream_viewer(const ApiRequest& req)
 ApiResponse AdminApi::upload(const ApiRequest& req) {
   auto answer = [this](const UploadOutcome& outcome) {
     if (!outcome.added) return outcome.refusal;
+    core_.bitstream_changed(outcome.added->manifest.name);  // queued leases of that name fit its models now
     return ok(bitstream_json(*outcome.added, core_.devices(), core_.list(LeaseFilter{})), 201);
   };
   if (!deferrable_ || !post_) return answer(register_upload(*catalog_->registry(), req.body));
@@ -647,10 +648,18 @@ ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string
   auto b = catalog_->registry()->find_by_sha256(seg[2]);
   if (!b) return from_error(b.error());
   if (seg.size() == 4) return {200, "application/toml", bitstreams::to_toml(b->manifest)};
-  std::uint64_t total = 0;
-  auto bytes = catalog_->registry()->read_image(seg[2], 0, std::numeric_limits<std::size_t>::max(), total);
-  if (!bytes) return from_error(bytes.error());
-  return {200, "application/octet-stream", std::move(*bytes)};
+  // The image itself is read on the catalog's worker and answered through the poster, like an upload.
+  auto read = [registry = catalog_->registry(), sha256 = seg[2]]() -> ApiResponse {
+    std::uint64_t total = 0;
+    auto bytes = registry->read_image(sha256, 0, std::numeric_limits<std::size_t>::max(), total);
+    if (!bytes) return from_error(bytes.error());
+    return {200, "application/octet-stream", std::move(*bytes)};
+  };
+  if (!deferrable_ || !post_) return read();
+  catalog_->run_on_worker([read, post = post_, respond = std::move(*respond_later_)]() mutable {
+    post([respond = std::move(respond), r = std::make_shared<ApiResponse>(read())] { respond(std::move(*r)); });
+  });
+  return {0, "", ""};
 }
 
 ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std::string>& seg, FieldReader& in) {

@@ -47,9 +47,10 @@ class AdminApi {
            std::function<void()> commit = {});
   // Answers `request` on the calling thread (the owner thread), with everything done there (tests, fuzzing).
   ApiResponse handle(const ApiRequest& request);
-  // Answers `request`: `respond` runs with the response, at once, or, for a bitstream upload when a catalog and a
-  // poster are set, later on the owner thread through the poster, once the catalog's worker has parsed, decoded,
-  // written and verified the upload (the owner thread does none of that work; `request.body` is moved there).
+  // Answers `request`: `respond` runs with the response, at once, or, for a bitstream upload or an image read
+  // (GET /v1/images/{sha256}) when a catalog and a poster are set, later on the owner thread through the poster,
+  // once the catalog's worker has parsed, decoded, written and verified the upload or read the image (the owner
+  // thread does none of that file work; `request.body` is moved there).
   void handle(ApiRequest request, std::function<void(ApiResponse)> respond);
   // Where the worker posts an upload's response (the owner thread's queue).
   void set_poster(Poster post) { post_ = std::move(post); }
@@ -80,8 +81,8 @@ class AdminApi {
   // While handle(request, respond) routes: its request and responder, which an upload takes to answer later.
   ApiRequest* deferrable_ = nullptr;
   std::function<void(ApiResponse)>* respond_later_ = nullptr;
-  // POST /v1/bitstreams. With a deferrable request, queued on the catalog's worker: returns status 0 (answer
-  // pending). Else done here.
+  // POST /v1/bitstreams, and GET /v1/images/{sha256} (the bytes). With a deferrable request, queued on the
+  // catalog's worker: returns status 0 (answer pending). Else done here.
   ApiResponse upload(const ApiRequest& request);
   ApiResponse image(const ApiRequest& request, const std::vector<std::string>& segments);
   ApiResponse route(const ApiRequest& request);

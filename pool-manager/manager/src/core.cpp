@@ -1534,6 +1534,36 @@ Status PoolCore::set_host_draining(const std::string& host, bool draining, std::
 
 bool PoolCore::host_draining(const std::string& host) const { return impl_->draining_hosts.count(host) > 0; }
 
+void PoolCore::bitstream_changed(const std::string& bitstream) {
+  auto& m = *impl_;
+  if (bitstream.empty()) return;
+  const double t = m.now();
+  const auto compatible = m.compatible_of(bitstream);
+  std::vector<std::pair<LeaseId, sched::ModelSet>> refit;
+  std::vector<LeaseId> unfit;
+  for (const auto& [id, l] : m.live) {
+    if (l.bitstream != bitstream) continue;
+    const sched::ModelSet fits = m.fitting_models(m.kinds.intern(l.kind), compatible);
+    if (fits != 0) refit.emplace_back(id, fits);
+    else if (l.state == LeaseState::queued) unfit.push_back(id);
+    // else: a granted lease keeps its devices and the models it was placed by
+  }
+  // The leases nothing fits any more end first, so that no placement below can grant them.
+  for (LeaseId id : unfit) {
+    Lease& l = m.live.at(id);
+    std::string patterns;
+    for (const auto& c : *compatible) patterns += (patterns.empty() ? "" : ", ") + c;
+    m.end_lease(l, LeaseState::revoked,
+                "bitstream " + bitstream + " was registered again for device models " + patterns +
+                    ", which no device of kind '" + l.kind + "' is",
+                t);
+  }
+  sched::Decisions out;
+  for (const auto& [id, fits] : refit) (void)m.scheduler->set_models(id, fits, t, out);
+  m.apply(out, t);
+  m.flush();
+}
+
 Status PoolCore::reset_device(const std::string& name) {
   auto& m = *impl_;
   auto it = m.devices.find(name);

@@ -301,6 +301,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     lo.token = config.agents.token;
     lo.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.agents.heartbeat_timeout_ms));
     lo.max_connections = config.agents.max_connections;
+    lo.images = catalog->registry();  // agents fetch the images they lack over their link
     auto l = agent::AgentListener::create(std::move(lo), std::move(ev), post);
     if (!l) return fail("agents.listen: " + l.error().message);
     agents = std::move(*l);

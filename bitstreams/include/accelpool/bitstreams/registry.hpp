@@ -76,6 +76,30 @@ class Registry {
   // "missing_file", "checksum_mismatch", "corrupt_image", "io_error". On error the folder is unchanged.
   Result<Bitstream> add(const Manifest& manifest, const std::filesystem::path& source_file);
 
+  // add() in steps, so that a caller that shares the registry copies and hashes without holding its lock:
+  // can_add() (the cheap checks), stage() (no registry entry read: copies and verifies the image into `dir`
+  // under a temporary name), commit() (checks again, since another registration may have come in between, and
+  // renames the staged files into place). A Staged that is not committed removes its files.
+  class Staged {
+   public:
+    Staged(Staged&& other) noexcept;
+    Staged& operator=(Staged&&) = delete;
+    ~Staged();
+
+   private:
+    friend class Registry;
+    Staged() = default;
+    Bitstream verified_;
+    std::filesystem::path image_, manifest_file_;  // the temporary files; empty once renamed into place
+  };
+  // Errors: "invalid_manifest", "already_exists".
+  Status can_add(const Manifest& manifest) const;
+  // Errors: "invalid_manifest", "missing_file", "checksum_mismatch", "corrupt_image", "io_error".
+  static Result<Staged> stage(const std::filesystem::path& dir, const Manifest& manifest,
+                              const std::filesystem::path& source_file);
+  // Errors: can_add's, "io_error". On error the folder is unchanged.
+  Result<Bitstream> commit(Staged staged);
+
   // Removes a bitstream's manifest, then its image file. Refusing removal of images in use is the caller's
   // job (the registry does not know leases). Errors: "not_found", "io_error".
   Status remove(std::string_view name, std::string_view version);

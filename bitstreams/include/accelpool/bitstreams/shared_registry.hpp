@@ -2,8 +2,8 @@
 // and checks acquires, the in-process host locates images to program, and the
 // agent listener serves image bytes to agents that fetch them by sha256.
 //
-// Threading: every call takes one lock; calls that hash or copy files (verify, add, read_image) hold it while
-// they do, so keep images small enough for that (sample images hash in about a millisecond per MiB).
+// Threading: every call takes one lock. add copies and hashes the new image without it (taking it only to check
+// and to insert), and read_image reads without it; verify holds it while it hashes.
 #pragma once
 
 #include <accelpool/bitstreams/registry.hpp>
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,8 +38,12 @@ class SharedRegistry {
   // As Registry::verify: re-checks the image on disk (sha256 and format checks). With an empty version, the
   // highest version. Errors: "not_found", "missing_file", "checksum_mismatch", "corrupt_image".
   Result<Bitstream> verify(std::string_view name, std::string_view version = {}) const;
-  // As Registry::add. On error the folder is unchanged.
-  Result<Bitstream> add(const Manifest& manifest, const std::filesystem::path& source_file);
+  // As Registry::add. On error the folder is unchanged. The image is copied and hashed without the lock; an add
+  // of the same name@version or file that comes in meanwhile wins, and this one is "already_exists".
+  // `staged_hook`, when set, runs once the image is staged and verified, before the lock is taken to insert it
+  // (tests use it to order concurrent adds).
+  Result<Bitstream> add(const Manifest& manifest, const std::filesystem::path& source_file,
+                        const std::function<void()>& staged_hook = {});
   // As Registry::remove. Errors: "not_found", "io_error".
   Status remove(std::string_view name, std::string_view version);
 

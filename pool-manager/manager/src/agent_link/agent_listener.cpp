@@ -1,6 +1,7 @@
 // AgentListener: one epoll loop on a thread of its own serves every agent connection. Each socket is registered
 // once; a wake-up touches only the connections epoll reports ready and those the owner thread gave output (a
 // request, a settled registration), never all of them. Heartbeat deadlines wait in a min-heap.
+#include "image_server.hpp"
 #include "link.hpp"
 
 #include <accelpool/agent/wire.hpp>
@@ -82,8 +83,10 @@ struct AgentListener::Impl {
   std::thread thread;
   common::AcceptBackoff backoff{"agent listener"};
   std::optional<Clock::time_point> accept_after;  // accepting is paused (out of descriptors) until then
+  std::unique_ptr<ImageServer> images;            // image.manifest / image.read, on a worker of its own
 
   ~Impl() {
+    images.reset();  // its worker may still wake a link: before the wake descriptor closes
     for (int fd : listen_fds) ::close(fd);
     if (wake_fd >= 0) ::close(wake_fd);
     if (epoll_fd >= 0) ::close(epoll_fd);
@@ -353,6 +356,7 @@ struct AgentListener::Impl {
     if (m.method == "agent.heartbeat") return reply(c, m, health_update(c, m, "agent.heartbeat"));
     if (m.method == "device.health") return reply(c, m, health_update(c, m, "device.health"));
     if (m.method == "vm.stopped") return reply(c, m, vm_stopped(c, m));
+    if (m.method.rfind("image.", 0) == 0) return images->serve(c.link, std::move(m));
     reply(c, m, make_error("method_not_found", "no method '" + m.method + "'"));
   }
 
@@ -571,6 +575,7 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
   bool watched = impl->watch(impl->wake_fd, EPOLLIN, tag(0, impl->wake_fd));
   for (int fd : impl->listen_fds) watched = watched && impl->watch(fd, EPOLLIN, tag(0, fd));
   if (!watched) return make_error("io_error", "agent listener: epoll_ctl failed");
+  impl->images = std::make_unique<ImageServer>(options.images);
   impl->options = std::move(options);
   impl->events = std::move(events);
   impl->post = std::move(post);

@@ -19,6 +19,10 @@ namespace accelpool::agent {
 
 inline constexpr int kAgentProtocolVersion = 1;
 inline constexpr std::size_t kMaxLine = 1024 * 1024;  // a register message lists every device of a host
+// Images travel over the link in pieces (docs/agent-protocol.md, "Images"): one image.read answers at most this
+// many bytes, base64 in one line of about 700 KB, well under kMaxLine; a transfer holds the link for one piece at
+// a time, so other messages pass between pieces.
+inline constexpr std::size_t kImageChunk = 512 * 1024;
 
 // Line splitting and the error-code table are the common JSON-lines framing (accelpool/common/json_lines.hpp);
 // agent connections split with a LineBuffer of kMaxLine.

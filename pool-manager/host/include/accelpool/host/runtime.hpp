@@ -13,6 +13,7 @@
 #pragma once
 
 #include <accelpool/backends/device_backend.hpp>
+#include <accelpool/bitstreams/image_fetch.hpp>
 #include <accelpool/bitstreams/registry.hpp>
 #include <accelpool/common/result.hpp>
 #include <accelpool/host/contract.hpp>
@@ -54,12 +55,13 @@ class ImageSource {
 // The manager's registry, shared with its other users (the in-process host). Never fetches.
 std::unique_ptr<ImageSource> registry_images(std::shared_ptr<bitstreams::SharedRegistry> registry);
 
-// A host's own registry folder (accelpool-agent's cache). An image it lacks is fetched by sha256 from the
-// manager's admin API at `images_url` ("" fetches nothing) with `token`, verified and added to the folder
-// (bitstreams::fetch_image). With an `images_url`, a missing `dir` is created (an empty cache); without one it must
-// exist. Errors: Registry::open's ("not_found" when `dir` is not a folder), "io_error" when it cannot be created.
-Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& dir, std::string images_url,
-                                                   std::string token);
+// A host's own registry folder (accelpool-agent's cache). An image it lacks is fetched by sha256 from `fetcher`
+// (accelpool-agent: the manager, over the agent link; null fetches nothing), verified like an upload and added
+// to the folder (bitstreams::fetch_image). With a fetcher, a missing `dir` is created (an empty cache); without
+// one it must exist. Errors: Registry::open's ("not_found" when `dir` is not a folder), "io_error" when it cannot
+// be created.
+Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& dir,
+                                                   std::shared_ptr<bitstreams::ImageFetcher> fetcher);
 
 struct RuntimeOptions {
   std::string host = "local";  // the host's name, in messages

@@ -11,6 +11,7 @@
 // inline inside a listener or RemoteHost call.
 #pragma once
 
+#include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/common/result.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
@@ -114,6 +115,9 @@ struct ListenerOptions {
   // Agent connections (registered or not) at most; more are closed at accept. Out of file descriptors, the
   // listener pauses accepting and says so on stderr (common::AcceptBackoff).
   std::size_t max_connections = 256;
+  // The images registered agents may fetch by sha256 (image.manifest, image.read; docs/agent-protocol.md,
+  // "Images"), read on a worker thread of the listener's own. Null: none (every such request is "not_found").
+  std::shared_ptr<bitstreams::SharedRegistry> images;
 };
 
 class AgentListener {

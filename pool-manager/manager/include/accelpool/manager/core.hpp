@@ -322,6 +322,11 @@ class PoolCore {
   bool host_draining(const std::string& host) const;
   // Resets a free device through its host. Errors: "not_found", "invalid_state" (leased).
   Status reset_device(const std::string& name);
+  // The registry's image of `bitstream` changed (a version was registered): the live leases that name it take
+  // the device models its compatible list fits now (CoreOptions::image_models), as when a new model joins. A
+  // queued lease may be placed on devices it fits only now, and waits only for those it still fits; one that no
+  // device model of its kind fits any more is revoked, naming both; a granted lease keeps its devices.
+  void bitstream_changed(const std::string& bitstream);
   std::vector<std::string> bitstreams() const;  // names held by devices or asked for by leases
 
   // --- policy, time, stats --------------------------------------------------------------------------------
