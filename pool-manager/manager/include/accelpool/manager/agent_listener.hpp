@@ -12,6 +12,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
 #include <chrono>
@@ -114,6 +115,10 @@ struct ListenerOptions {
   // Agent connections (registered or not) at most; more are closed at accept. Out of file descriptors, the
   // listener pauses accepting and says so on stderr (common::AcceptBackoff).
   std::size_t max_connections = 256;
+  // TLS on TCP connections (Unix sockets stay plain): a server context (common::tls::server_context); with a
+  // client CA in it, an agent without a certificate that CA signed is refused at the handshake (mutual TLS).
+  // nullptr: plain.
+  common::tls::Context tls;
 };
 
 class AgentListener {
