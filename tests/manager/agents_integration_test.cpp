@@ -319,7 +319,7 @@ TEST_CASE("three agents pool their devices: a gang spans hosts, a drained host s
 #endif
 }
 
-TEST_CASE("agents over mutual TLS: a certified agent registers and serves a lease; one without a certificate of the "
+TEST_CASE("agents over mutual TLS: a certified agent registers and serves a lease, one without a certificate of the "
           "pool's CA is refused at the handshake and the manager serves on",
           "[integration][agents][tls]") {
 #ifndef ACCELPOOL_AGENT_BIN

@@ -47,7 +47,7 @@ std::pair<int, std::string> ctl(const std::string& url, const std::string& args)
 
 }  // namespace
 
-TEST_CASE("The admin API over HTTPS: accelpoolctl and curl verify the CA and the host name; plaintext gets nothing",
+TEST_CASE("The admin API over HTTPS: accelpoolctl and curl verify the CA and the host name, plaintext gets nothing",
           "[integration][tls]") {
   Pki pki;
   ScratchDaemon m("apm-tls-admin-", tls_config(pki.server, true, false));
