@@ -31,12 +31,13 @@ namespace {
 constexpr const char* kDescription = R"(accelpoolctl: the admin command line of accelpool-manager, over its REST API.
 
 The manager's URL comes from --url, else $ACCELPOOL_URL, else http://127.0.0.1:7080; the admin token from --token,
-else $ACCELPOOL_TOKEN. Tables by default, -o json for the API's JSON. `accelpoolctl COMMAND --help` describes a
+else $ACCELPOOL_TOKEN. An https:// URL is verified against --cacert (or $ACCELPOOL_CACERT). Tables by default, -o json for the API's JSON. `accelpoolctl COMMAND --help` describes a
 command. Exit status: 0 done, 1 the manager refused (its message is printed), 2 bad arguments, 3 the manager
 cannot be reached, 4 the token was refused.)";
 
 struct Options {
   std::string url;
+  std::string cacert;  // HTTPS: the CA file that verifies the manager's certificate
   std::string token;
   bool json_out = false;
 };
@@ -47,7 +48,7 @@ struct Options {
 }
 
 json::value call(const Options& o, const std::string& method, const std::string& target, const std::string& body = "") {
-  auto r = accelpool::ctl::http_request(o.url, method, target, o.token, body, 10);
+  auto r = accelpool::ctl::http_request(o.url, o.cacert, method, target, o.token, body, 10);
   if (!r) {
     if (r.error().code == "unreachable") {
       die(3, "cannot reach the manager at " + o.url + ": " + r.error().message +
@@ -215,6 +216,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.add_option("--url", o.url, "the manager's admin API")->envname("ACCELPOOL_URL")->default_str("http://127.0.0.1:7080");
   app.add_option("--token", o.token, "an admin token")->envname("ACCELPOOL_TOKEN");
+  app.add_option("--cacert", o.cacert, "https:// URLs: the PEM CA file that signed the manager's certificate (default: the system's CAs)")
+      ->envname("ACCELPOOL_CACERT");
   std::string output = "table";
   app.add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
 
@@ -223,7 +226,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   auto command = [&](CLI::App* parent, const std::string& name, const std::string& help) {
     auto* c = parent->add_subcommand(name, help);
-    c->fallthrough();  // --url, --token and -o may follow the command
+    c->fallthrough();  // --url, --token, --cacert and -o may follow the command
     return c;
   };
   auto positional = [&](CLI::App* c, const std::string& name, const std::string& help) {
@@ -551,7 +554,7 @@ int main(int argc, char** argv) {
               << str(c.at("expirations")) << "\n";
   } else if (health->parsed()) {
     call(o, "GET", "/healthz");
-    auto r = accelpool::ctl::http_request(o.url, "GET", "/readyz", "", "", 10);
+    auto r = accelpool::ctl::http_request(o.url, o.cacert, "GET", "/readyz", "", "", 10);
     bool ready = r && r->status == 200;
     if (o.json_out) {
       std::cout << json::serialize(json::object{{"healthy", true}, {"ready", ready}}) << "\n";

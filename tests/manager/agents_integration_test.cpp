@@ -6,6 +6,7 @@
 
 #include "child_exit.hpp"
 #include "skip.hpp"
+#include "test_pki.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -32,14 +33,16 @@ using SteadyClock = std::chrono::steady_clock;
 const std::string kAgentToken = "agent-token-0123456789";
 constexpr int kHeartbeatTimeoutMs = 1500;
 
-// One accelpool-agent process with a simulated pool of network-attached devices.
+// One accelpool-agent process with a simulated pool of network-attached devices. `agent_keys` ("key = value\n"
+// lines) are added to its [agent] table.
 class Agent {
  public:
   Agent(std::filesystem::path dir, std::string host, const std::string& manager, const std::string& devices,
-        const std::string& token = kAgentToken)
+        const std::string& token = kAgentToken, const std::string& agent_keys = "")
       : host_(std::move(host)), config_(dir / (host_ + ".toml")), log_(dir / (host_ + ".log")) {
     std::ofstream(config_) << "[agent]\nmanager = \"" << manager << "\"\ntoken = \"" << token << "\"\nhost = \""
                            << host_ << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 200\n"
+                           << agent_keys
                            << "[backends.sim]\ndevices = \"" << devices << "\"\nprogram_base_ms = 5\nattach = \"network\"\n";
     start();
   }
@@ -79,12 +82,14 @@ class Agent {
   pid_t pid_ = -1;
 };
 
+// A manager taking agents; `agents_keys` ("key = value\n" lines) are added to its [agents] table.
 struct Pool : ScratchDaemon {
   std::string admin, token;
-  Pool()
+  explicit Pool(const std::string& agents_keys = "")
       : ScratchDaemon("apm-agents-",
                       agent_manager_config(kAgentToken, "revoke_grace_s = 5\n",
-                                           "heartbeat_timeout_ms = " + std::to_string(kHeartbeatTimeoutMs) + "\n")) {
+                                           "heartbeat_timeout_ms = " + std::to_string(kHeartbeatTimeoutMs) + "\n" +
+                                               agents_keys)) {
     daemon.start();
     admin = daemon.token("admin token");
     token = daemon.token("guest token for tenant t");
@@ -311,5 +316,60 @@ TEST_CASE("three agents pool their devices: a gang spans hosts, a drained host s
   }
   CHECK(connected == 4);  // host-a, host-b, host-c and the local host
   CHECK(draining == 0);
+#endif
+}
+
+TEST_CASE("agents over mutual TLS: a certified agent registers and serves a lease, one without a certificate of the "
+          "pool's CA is refused at the handshake and the manager serves on",
+          "[integration][agents][tls]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
+#else
+  const auto pki = temp_dir("apm-agent-pki-");
+  struct RemoveAfter {
+    std::filesystem::path dir;
+    ~RemoveAfter() { std::filesystem::remove_all(dir); }
+  } remove_pki{pki};
+  accelpool::testing::TestCa ca(pki, "pool"), other(pki, "other");
+  const auto server = ca.server("manager", "IP:127.0.0.1");
+  auto keys = [](const accelpool::testing::CertFiles& f) {
+    return "tls_cert = \"" + f.cert.string() + "\"\ntls_key = \"" + f.key.string() + "\"\n";
+  };
+  const std::string trust = "tls_ca = \"" + ca.cert().string() + "\"\n";
+  Pool p(keys(server) + "tls_client_ca = \"" + ca.cert().string() + "\"\n");
+  const std::string mgr = p.daemon.endpoints().agents;
+
+  Agent a(p.dir, "host-a", mgr, "fpga:sim-u250:1", kAgentToken, trust + keys(ca.client("host-a", "host-a")));
+  REQUIRE(wait_for([&] { return p.devices().size() == 2; }, kHungAfter));
+  CHECK(wait_for([&] { return a.log().find("registered with the manager") != std::string::npos; }, kHungAfter));
+  auto g = p.guest("vm-tls");
+  auto lease = lease_id(g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd"}}));
+  auto granted = g.wait_notification("lease.granted", lease);
+  REQUIRE(granted);
+  CHECK(granted->at("params").at("lease").at("devices").at(0) == "host-a/sim:0");
+  CHECK(p.devices().at("host-a/sim:0").second == lease);
+
+  // Refused at the handshake, each retrying meanwhile: no client certificate, one another CA signed, no TLS.
+  {
+    Agent bare(p.dir, "host-n", mgr, "fpga:sim-u250:1", kAgentToken, trust);
+    Agent foreign(p.dir, "host-x", mgr, "fpga:sim-u250:1", kAgentToken, trust + keys(other.client("host-x", "host-x")));
+    Agent plain(p.dir, "host-p", mgr, "fpga:sim-u250:1");
+    for (auto* refused : {&bare, &foreign}) {
+      CHECK(wait_for([&] { return refused->log().find(": TLS: ") != std::string::npos; }, kHungAfter));
+    }
+    CHECK(wait_for([&] { return plain.log().find("connection to the manager at " + mgr + " lost") != std::string::npos; },
+                   kHungAfter));
+    CHECK(p.daemon.output().find("agent connection refused: TLS: ") != std::string::npos);
+    auto d = p.devices();
+    CHECK(d.size() == 2);
+    CHECK(d.count("host-n/sim:0") + d.count("host-x/sim:0") + d.count("host-p/sim:0") == 0);
+    for (const auto* refused : {&bare, &foreign, &plain}) {
+      CHECK(refused->log().find("registered with the manager") == std::string::npos);
+    }
+  }
+
+  // The manager serves on: the lease goes back through the certified agent.
+  g.call("release", {{"lease", lease}});
+  CHECK(wait_for([&] { return p.devices().at("host-a/sim:0").first == "free"; }, kHungAfter));
 #endif
 }

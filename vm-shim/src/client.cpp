@@ -64,17 +64,11 @@ std::string default_guest() {
   return common::guest_id_from(buf);
 }
 
-void close_stream(Stream& s) {
-  if (s.fd >= 0) ::close(s.fd);
-  s.fd = -1;
-}
-
 // Writes all of `data`, waiting with poll() until `deadline`. Returns the error text, empty on success.
 std::string write_all(const Stream& s, const std::string& data, Clock::time_point deadline) {
   std::size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = s.socket ? ::send(s.fd, data.data() + off, data.size() - off, MSG_NOSIGNAL)
-                         : ::write(s.fd, data.data() + off, data.size() - off);
+    ssize_t n = stream_write(s, data.data() + off, data.size() - off);
     if (n > 0) {
       off += static_cast<std::size_t>(n);
       continue;
@@ -104,7 +98,7 @@ std::string read_line(const Stream& s, common::LineBuffer& buf, std::string& lin
     if (pr < 0 && errno != EINTR) return std::strerror(errno);
     if (pr <= 0) continue;
     char tmp[65536];
-    ssize_t n = ::read(s.fd, tmp, sizeof tmp);
+    ssize_t n = stream_read(s, tmp, sizeof tmp);
     if (n == 0) return "the pool closed the connection";
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) {
@@ -381,7 +375,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
 
   // Opens the stream and says hello. Returns the hello result. Touches only `s` and `buf`.
   Result<json> open_and_hello(Stream& s, common::LineBuffer& buf) const {
-    auto st = open_stream(uri, to_ms(options.connect_timeout), SerialDirs{options.serial_sys_dir, options.serial_dev_dir});
+    auto st = open_stream(uri, to_ms(options.connect_timeout), SerialDirs{options.serial_sys_dir, options.serial_dev_dir},
+                          TlsOptions{options.tls_ca_file});
     if (!st) return st.error();
     s = *st;
     buf.reset();
@@ -634,8 +629,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       }
       if (fds[1].revents & POLLIN) drain_wake();
       if (!wbuf.empty() && (fds[0].revents & POLLOUT)) {
-        ssize_t n = stream.socket ? ::send(stream.fd, wbuf.data(), wbuf.size(), MSG_NOSIGNAL)
-                                  : ::write(stream.fd, wbuf.data(), wbuf.size());
+        ssize_t n = stream_write(stream, wbuf.data(), wbuf.size());
         if (n > 0) {
           wbuf.erase(0, static_cast<std::size_t>(n));
         } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
@@ -645,7 +639,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       }
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         char tmp[65536];
-        ssize_t n = ::read(stream.fd, tmp, sizeof tmp);
+        ssize_t n = stream_read(stream, tmp, sizeof tmp);
         if (n == 0) {
           disconnect("the pool closed the connection");
           continue;

@@ -1,5 +1,11 @@
 #include <accelpool/shim/transport.hpp>
 
+#include <accelpool/common/tls.hpp>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -11,6 +17,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,7 +31,7 @@ namespace {
 
 Error bad_uri(const std::string& uri, const std::string& why) {
   return make_error("invalid_argument",
-                    "pool URI '" + uri + "': " + why + " (expected tcp://HOST:PORT, unix:///PATH or serial://NAME)");
+                    "pool URI '" + uri + "': " + why + " (expected tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME)");
 }
 
 bool all_digits(const std::string& s) {
@@ -81,6 +89,103 @@ Result<Stream> connect_tcp(const PoolUri& uri, std::chrono::milliseconds timeout
   return make_error("unreachable", "pool " + uri.text + " is unreachable: " + last);
 }
 
+// While it lives, a write on a closed socket (OpenSSL writes with write(2), not send(MSG_NOSIGNAL)) raises no
+// SIGPIPE in the program: the signal is blocked on this thread, and one it caused is taken back before unblocking.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+// Waits until `fd` is ready for `events`, at most until `deadline`. False on timeout.
+bool wait_ready(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    int pr = poll(&p, 1, static_cast<int>(left));
+    if (pr > 0) return true;
+    if (pr < 0 && errno != EINTR) return true;  // let the caller's next call report it
+  }
+}
+
+// The TLS handshake of a client on the connected `tcp`, verifying the pool's certificate and host name.
+Result<Stream> start_tls(const PoolUri& uri, Stream tcp, std::chrono::milliseconds timeout, const TlsOptions& tls) {
+  common::tls::Files files;
+  files.ca = tls.ca_file;
+  files.ca_name = "the CA file";
+  if (files.ca.empty()) {
+    if (const char* e = std::getenv("ACCELPOOL_POOL_CA"); e != nullptr) files.ca = e;
+    files.ca_name = "ACCELPOOL_POOL_CA";
+  }
+  auto ctx = common::tls::client_context(files);
+  if (!ctx) {
+    close_stream(tcp);
+    return make_error("invalid_argument", "pool " + uri.text + ": " + ctx.error().message);
+  }
+  tcp.tls = SSL_new(ctx->get());
+  if (tcp.tls == nullptr || SSL_set_fd(tcp.tls, tcp.fd) != 1) {
+    close_stream(tcp);
+    return make_error("internal", "pool " + uri.text + ": " + common::tls::last_error("SSL_new failed"));
+  }
+  // Partial writes: the caller's buffer grows and moves between a write that could not finish and its retry.
+  SSL_set_mode(tcp.tls, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (auto s = common::tls::expect_host(tcp.tls, uri.host); !s) {
+    close_stream(tcp);
+    return make_error("invalid_argument", "pool " + uri.text + ": " + s.error().message);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    ERR_clear_error();
+    int r;
+    {
+      NoSigpipe quiet;
+      r = SSL_connect(tcp.tls);
+    }
+    if (r == 1) return tcp;
+    int err = SSL_get_error(tcp.tls, r);
+    short wait = err == SSL_ERROR_WANT_READ ? POLLIN : err == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    std::string why;
+    if (wait == 0) {
+      long verify = SSL_get_verify_result(tcp.tls);
+      why = verify != X509_V_OK ? std::string("the pool's certificate is not trusted: ") +
+                                      X509_verify_cert_error_string(verify) +
+                                      (files.ca.empty() ? " (set the CA file, e.g. ACCELPOOL_POOL_CA)" : "")
+                                : common::tls::last_error(err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
+                                                              ? "the pool closed the connection (is it TLS?)"
+                                                              : "handshake failed");
+    } else if (!wait_ready(tcp.fd, wait, deadline)) {
+      why = "no answer in time";
+    } else {
+      continue;
+    }
+    close_stream(tcp);
+    return make_error("unreachable", "pool " + uri.text + ": TLS handshake failed: " + why);
+  }
+}
+
 Result<Stream> connect_unix(const PoolUri& uri) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -115,7 +220,7 @@ Result<PoolUri> parse_pool_uri(const std::string& uri) {
   PoolUri u;
   u.text = uri;
   auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };
-  if (starts("tcp://")) {
+  if (starts("tcp://") || starts("tls://")) {
     std::string rest = uri.substr(6);
     if (!rest.empty() && rest.back() == '/') rest.pop_back();
     std::string host, port;
@@ -135,7 +240,7 @@ Result<PoolUri> parse_pool_uri(const std::string& uri) {
     if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
       return bad_uri(uri, "port '" + port + "' is not a number in 1..65535");
     }
-    u.kind = PoolUri::Kind::tcp;
+    u.kind = starts("tls://") ? PoolUri::Kind::tls : PoolUri::Kind::tcp;
     u.host = host;
     u.port = port;
     return u;
@@ -197,9 +302,58 @@ std::string default_pool_uri() {
   return "tcp://127.0.0.1:7070";
 }
 
-Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout, const SerialDirs& serial) {
+ssize_t stream_read(const Stream& s, char* buf, std::size_t size) {
+  if (s.tls == nullptr) return ::read(s.fd, buf, size);
+  ERR_clear_error();
+  NoSigpipe quiet;  // a read may write (a key update)
+  int n = SSL_read(s.tls, buf, static_cast<int>(std::min<std::size_t>(size, 1 << 30)));
+  if (n > 0) return n;
+  switch (SSL_get_error(s.tls, n)) {
+    case SSL_ERROR_ZERO_RETURN: return 0;
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE: errno = EAGAIN; return -1;
+    case SSL_ERROR_SYSCALL: if (errno == 0) return 0; return -1;  // EOF without close_notify, or the system's error
+    default: errno = EPROTO; return -1;
+  }
+}
+
+ssize_t stream_write(const Stream& s, const char* data, std::size_t size) {
+  if (s.tls == nullptr) return s.socket ? ::send(s.fd, data, size, MSG_NOSIGNAL) : ::write(s.fd, data, size);
+  if (size == 0) return 0;
+  ERR_clear_error();
+  NoSigpipe quiet;
+  int n = SSL_write(s.tls, data, static_cast<int>(std::min<std::size_t>(size, 1 << 30)));
+  if (n > 0) return n;
+  switch (SSL_get_error(s.tls, n)) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE: errno = EAGAIN; return -1;
+    case SSL_ERROR_SYSCALL: if (errno == 0) errno = EPIPE; return -1;
+    default: errno = EPROTO; return -1;
+  }
+}
+
+void close_stream(Stream& s) {
+  if (s.tls != nullptr) {
+    {
+      NoSigpipe quiet;
+      SSL_shutdown(s.tls);  // close_notify if it fits in the socket buffer; no wait for the pool's
+    }
+    SSL_free(s.tls);
+    s.tls = nullptr;
+  }
+  if (s.fd >= 0) ::close(s.fd);
+  s.fd = -1;
+}
+
+Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout, const SerialDirs& serial,
+                           const TlsOptions& tls) {
   switch (uri.kind) {
     case PoolUri::Kind::tcp: return connect_tcp(uri, timeout);
+    case PoolUri::Kind::tls: {
+      auto tcp = connect_tcp(uri, timeout);
+      if (!tcp) return tcp;
+      return start_tls(uri, *tcp, timeout, tls);
+    }
     case PoolUri::Kind::unix_socket: return connect_unix(uri);
     case PoolUri::Kind::serial: return open_serial(uri, serial);
   }

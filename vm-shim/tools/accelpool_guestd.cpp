@@ -439,6 +439,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "accelpool-guestd: --port: %s\n", uri.error().message.c_str());
     return 2;
   }
+  if (uri->kind == PoolUri::Kind::tls) {
+    std::fprintf(stderr, "accelpool-guestd: --port: tls:// is for programs that reach the pool over a network "
+                         "themselves; the guest daemon's stream is the VM's serial port (or a local socket)\n");
+    return 2;
+  }
   if (listen_path.empty() || listen_path[0] != '/') {
     std::fprintf(stderr, "accelpool-guestd: --listen '%s' must be an absolute path\n", listen_path.c_str());
     return 2;

@@ -76,7 +76,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 // The variables the command gets, describing the grant.
-std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string& pool, const std::string& guest) {
+std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string& pool, const std::string& ca_file,
+                                           const std::string& guest) {
   std::vector<std::string> env;
   auto add = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
   std::string names, pci, ocl, xrt, endpoints, models;
@@ -99,6 +100,7 @@ std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string
   add("ACCELPOOL_DEVICES", names);
   add("ACCELPOOL_LEASE_JSON", l.json);
   add("ACCELPOOL_POOL", pool);
+  if (!ca_file.empty()) add("ACCELPOOL_POOL_CA", ca_file);
   add("ACCELPOOL_GUEST", guest);
   if (!models.empty()) add("ACCELPOOL_MODELS", models);
   if (!pci.empty()) add("ACCELPOOL_PCI", pci);
@@ -151,10 +153,14 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpool-run");
   app.add_option("--pool", copts.uri,
-                 "tcp://HOST:PORT, unix:///PATH or serial://NAME (env ACCELPOOL_POOL; default: the guest daemon's "
+                 "tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME (env ACCELPOOL_POOL; default: the guest daemon's "
                  "unix:///run/accelpool/guest.sock when it exists, else tcp://127.0.0.1:7070)")
       ->type_name("URI");
   app.add_option("--token", copts.token, "tenant token (env ACCELPOOL_TOKEN)");
+  app.add_option("--ca-file", copts.tls_ca_file,
+                 "tls:// pools: the PEM CA file that verifies the pool's certificate (env ACCELPOOL_POOL_CA; default: "
+                 "the system's CAs)")
+      ->type_name("PATH");
   app.add_option("--guest", copts.guest, "guest id (env ACCELPOOL_GUEST, default: the host name)")->type_name("ID");
   app.add_option("--kind", aopts.kind, "device kind (default fpga)")->type_name("K");
   app.add_option("--bitstream", aopts.bitstream, "bitstream the devices must hold")->type_name("B");
@@ -253,7 +259,7 @@ int main(int argc, char** argv) {
   }
 
   // The command's environment: ours plus the grant's, prepared before fork (the child only execs).
-  std::vector<std::string> vars = lease_environment(info, copts.uri, copts.guest.empty() ? info.guest : copts.guest);
+  std::vector<std::string> vars = lease_environment(info, copts.uri, copts.tls_ca_file, copts.guest.empty() ? info.guest : copts.guest);
   std::vector<std::string> merged;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;

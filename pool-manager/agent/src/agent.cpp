@@ -1,6 +1,7 @@
 #include "agent.hpp"
 #include "relay.hpp"
 
+#include <accelpool/agent/link_stream.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/base64.hpp>
@@ -110,8 +111,9 @@ class AgentImpl final : public Agent {
       auto fd = connect_to(cfg_.manager);
       int rc = -1;
       if (fd) {
-        rc = serve(*fd, stop, backoff);
-        ::close(*fd);
+        if (auto io = link_stream(*fd)) rc = serve(**io, *fd, stop, backoff);
+        else log("TLS to the manager at " + cfg_.manager + ": " + io.error().message);
+        ::close(*fd);  // after the stream: TLS says close_notify first
         std::lock_guard lock(mu_);
         registered_ = false;
         out_.clear();
@@ -148,8 +150,14 @@ class AgentImpl final : public Agent {
 
   // --- the connection -----------------------------------------------------------------------------------------
 
-  // Returns -1 to reconnect, 0 when stopping, 2 when refused for good.
-  int serve(int fd, const std::atomic<bool>& stop, std::chrono::milliseconds& backoff) {
+  // The stream over the connected `fd`: TLS when configured (checking the manager's name), else plain.
+  Result<std::unique_ptr<LinkStream>> link_stream(int fd) const {
+    if (!cfg_.tls) return plain_stream(fd);
+    return tls_client_stream(fd, cfg_.tls, cfg_.manager.substr(0, cfg_.manager.rfind(':')));
+  }
+
+  // Returns -1 to reconnect, 0 when stopping, 2 when refused for good. `io` is the stream over `fd`.
+  int serve(LinkStream& io, int fd, const std::atomic<bool>& stop, std::chrono::milliseconds& backoff) {
     {
       std::lock_guard lock(mu_);
       ++gen_;
@@ -163,17 +171,18 @@ class AgentImpl final : public Agent {
         std::lock_guard lock(mu_);
         want_write = !out_.empty();
       }
+      want_write = want_write || io.blocked_on_write();
       pollfd fds[2] = {{fd, static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0}, {wake_fd_, POLLIN, 0}};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_hb - Clock::now()).count();
       ::poll(fds, 2, static_cast<int>(std::clamp<std::int64_t>(left, 1, 100)));
       drain_wake();
-      bool open = read_some(fd, in);
+      bool open = io.read_some(in);
       while (auto line = in.next_line()) {
         int rc = handle_line(*line, backoff);
         if (rc != 0) return rc;
       }
       if (!open || in.overflow()) {
-        log("connection to the manager at " + cfg_.manager + " lost");
+        log("connection to the manager at " + cfg_.manager + " lost" + (io.error().empty() ? "" : ": TLS: " + io.error()));
         return -1;
       }
       std::lock_guard lock(mu_);
@@ -187,8 +196,8 @@ class AgentImpl final : public Agent {
           notes_.pop_front();
         }
       }
-      if (!write_some(fd, out_)) {
-        log("connection to the manager at " + cfg_.manager + " broken");
+      if (!io.write_some(out_)) {
+        log("connection to the manager at " + cfg_.manager + " broken" + (io.error().empty() ? "" : ": TLS: " + io.error()));
         return -1;
       }
     }

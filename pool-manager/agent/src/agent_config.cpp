@@ -69,12 +69,24 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   if (!agent) return make_error("invalid_config", file.string() + ": table [agent] is required");
   r.only(*agent, "agent.",
          {"manager", "token", "token_file", "host", "heartbeat_interval_ms", "reconnect_min_ms", "reconnect_max_ms",
-          "bitstreams", "state_file", "images_url"});
+          "bitstreams", "state_file", "images_url", "tls_ca", "tls_cert", "tls_key"});
   // Retired: images come over the agent link now (docs/agent-protocol.md, "Images").
   if (agent->contains("images_url"))
     r.fail("agent.images_url", "is no longer supported: the agent fetches the images its agent.bitstreams folder lacks "
                                "from the manager over its agent connection (agent.manager); remove the key");
   c.manager = r.str(*agent, "agent.", "manager", true);
+  c.tls_ca = r.str(*agent, "agent.", "tls_ca", false);
+  c.tls_cert = r.str(*agent, "agent.", "tls_cert", false);
+  c.tls_key = r.str(*agent, "agent.", "tls_key", false);
+  if (c.tls_ca.empty() && (!c.tls_cert.empty() || !c.tls_key.empty())) {
+    r.fail(c.tls_cert.empty() ? "agent.tls_key" : "agent.tls_cert", "needs agent.tls_ca (TLS to the manager)");
+  } else if (!c.tls_ca.empty() && c.manager.rfind("unix:", 0) == 0) {
+    r.fail("agent.tls_ca", "TLS is for a TCP manager address; agent.manager is a Unix socket (plain)");
+  } else if (!c.tls_ca.empty() && !r.error) {
+    auto ctx = common::tls::client_context(common::tls::table_files("agent", c.tls_cert, c.tls_key, c.tls_ca, "tls_ca"));
+    if (ctx) c.tls = *ctx;
+    else if (!r.error) r.error = make_error("invalid_config", file.string() + ": " + ctx.error().message);
+  }
   c.token = r.str(*agent, "agent.", "token", false);
   std::string token_file = r.str(*agent, "agent.", "token_file", false);
   if (!token_file.empty()) {

@@ -3,6 +3,7 @@
 
 #include <accelpool/backends/config.hpp>
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -13,6 +14,10 @@ namespace accelpool::agent {
 
 struct AgentConfig {
   std::string manager;  // "127.0.0.1:7071" or "unix:/path"
+  // TLS to the manager (docs/hosts.md): on when tls_ca is set (a TCP manager address only). The context verifies
+  // the manager's certificate against tls_ca and presents tls_cert/tls_key when set (mutual TLS).
+  std::string tls_ca, tls_cert, tls_key;
+  common::tls::Context tls;  // loaded from them; nullptr: plain
   std::string token;
   std::string host;
   std::chrono::milliseconds heartbeat_interval{2000};

@@ -1,6 +1,7 @@
 // HTTP/1.1 for the admin API: one Beast session per connection, one request at a time, bounded header and
 // body sizes, a deadline per request. Request handling itself is AdminApi's. A GET /v1/events turns its
-// connection into a Server-Sent Events stream (EventStream) until the client goes.
+// connection into a Server-Sent Events stream (EventStream) until the client goes. With a TLS context the
+// sessions speak HTTPS (a TLS handshake within the header deadline first); the session code is the same.
 #include "admin_http.hpp"
 
 #include "accept_loop.hpp"
@@ -10,6 +11,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <array>
 #include <chrono>
@@ -37,6 +39,7 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
   Impl(asio::io_context& ioc, AdminApi& api, HttpLimits limits, EventStream* events)
       : listening(ioc.get_executor(), ""), api(api), limits(limits), events(events) {}  // named by start()
   Listening<tcp> listening;
+  std::optional<asio::ssl::context> tls;  // HTTPS; none: plain HTTP
   AdminApi& api;
   HttpLimits limits;
   EventStream* events;
@@ -69,10 +72,14 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
 
 namespace {
 
-class Session : public Watcher, public std::enable_shared_from_this<Session> {
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// A connection: Stream is beast::tcp_stream (HTTP) or TlsStream (HTTPS).
+template <typename Stream>
+class Session : public Watcher, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(tcp::socket socket, asio::ip::address source, std::shared_ptr<AdminServer::Impl> server)
-      : stream_(std::move(socket)), source_(source), server_(std::move(server)) {
+  Session(Stream stream, asio::ip::address source, std::shared_ptr<AdminServer::Impl> server)
+      : stream_(std::move(stream)), source_(source), server_(std::move(server)) {
     ++server_->connections;
     ++server_->per_source[source_];
   }
@@ -82,7 +89,18 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
     if (--server_->per_source[source_] == 0) server_->per_source.erase(source_);
   }
 
-  void start() { read(); }
+  void start() {
+    if constexpr (std::is_same_v<Stream, TlsStream>) {
+      const auto& limits = server_->limits;
+      lowest().expires_after(seconds(std::min(limits.header_timeout_s, limits.request_timeout_s)));
+      stream_.async_handshake(asio::ssl::stream_base::server, [self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) return self->lowest().close();  // not TLS, or a certificate refused: nothing to answer
+        self->read();
+      });
+    } else {
+      read();
+    }
+  }
 
  private:
   // The headers within the header deadline, then the body within what is left of the request deadline.
@@ -92,10 +110,10 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
     parser_->body_limit(server_->limits.max_body_bytes);
     const auto start = std::chrono::steady_clock::now();
     const auto& limits = server_->limits;
-    stream_.expires_at(start + seconds(std::min(limits.header_timeout_s, limits.request_timeout_s)));
-    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this(), start](beast::error_code ec, std::size_t) {
+    lowest().expires_at(start + seconds(std::min(limits.header_timeout_s, limits.request_timeout_s)));
+    http::async_read_header(stream_, buffer_, *parser_, [self = this->shared_from_this(), start](beast::error_code ec, std::size_t) {
       if (ec) return self->on_read(ec);
-      self->stream_.expires_at(start + seconds(self->server_->limits.request_timeout_s));
+      self->lowest().expires_at(start + seconds(self->server_->limits.request_timeout_s));
       http::async_read(self->stream_, self->buffer_, *self->parser_, [self](beast::error_code ec, std::size_t) {
         self->on_read(ec);
       });
@@ -108,7 +126,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
 
   void on_read(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::eof) {
+        ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
       return close();
     }
     if (ec) {
@@ -134,7 +152,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
       return start_stream(in, req.version());
     }
     // Most answers come at once; an upload's comes later, from the owner thread's queue.
-    server_->api.handle(std::move(in), [self = shared_from_this(), version = req.version(),
+    server_->api.handle(std::move(in), [self = this->shared_from_this(), version = req.version(),
                                         keep_alive = req.keep_alive()](ApiResponse out) {
       self->write(out, version, keep_alive && !self->server_->stopped);
     });
@@ -150,17 +168,31 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
     res->keep_alive(keep_alive);
     res->body() = r.body;
     res->prepare_payload();
-    stream_.expires_after(seconds(server_->limits.request_timeout_s));
-    http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive](beast::error_code ec, std::size_t) {
+    lowest().expires_after(seconds(server_->limits.request_timeout_s));
+    http::async_write(stream_, *res, [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, std::size_t) {
       if (ec || !keep_alive) return self->close();
       self->read();
     });
   }
 
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  // HTTPS says close_notify first (bounded by the request deadline), then both close the socket.
   void close() {
+    if constexpr (std::is_same_v<Stream, TlsStream>) {
+      if (closing_) return;
+      closing_ = true;
+      lowest().expires_after(seconds(server_->limits.request_timeout_s));
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) { self->close_socket(); });
+    } else {
+      close_socket();
+    }
+  }
+
+  void close_socket() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.close();
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+    lowest().close();
   }
 
   // --- GET /v1/events ---------------------------------------------------------------------------------------------
@@ -174,7 +206,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
       return write(AdminApi::error(400, "invalid_argument", "GET /v1/events takes no body"), version, false);
     }
     viewer_ = std::get<Viewer>(admitted);
-    stream_.expires_never();
+    lowest().expires_never();
     std::string head = std::string("HTTP/1.") + (version == 10 ? "0" : "1") +
                        " 200 OK\r\nServer: accelpool-manager\r\nContent-Type: text/event-stream\r\n"
                        "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n";
@@ -182,7 +214,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
     awaiting_snapshot_ = true;
     pump();
     watch_close();
-    server_->watch(this, std::weak_ptr<Session>(shared_from_this()));
+    server_->watch(this, std::weak_ptr<Session>(this->shared_from_this()));
   }
 
   void send_delta() override {
@@ -191,7 +223,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
       // watchers' snapshots do not hold the owner thread at once, and guests' calls run between them.
       awaiting_snapshot_ = false;
       snapshot_posted_ = true;
-      asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
         self->snapshot_posted_ = false;
         if (!self->server_->events) return;
         self->backlog_.push_back(self->server_->events->snapshot(self->viewer_));
@@ -214,7 +246,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
 
   void end_stream() override {
     server_->forget(this);
-    close();
+    close_socket();  // a read (and perhaps a write) is pending: no TLS shutdown alongside them
   }
 
   // Writes the next piece of the event being written, or of the next event, if no write is under way. A piece is at
@@ -236,7 +268,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
     const std::size_t n = std::min(kWriteChunk, current_->size() - offset_);
     writing_ = true;
     asio::async_write(stream_, asio::buffer(current_->data() + offset_, n),
-                      [self = shared_from_this(), keep = current_, n](beast::error_code ec, std::size_t) {
+                      [self = this->shared_from_this(), keep = current_, n](beast::error_code ec, std::size_t) {
                         self->writing_ = false;
                         if (ec) return self->end_stream();
                         self->offset_ += n;
@@ -247,7 +279,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
 
   // The client sends nothing more; a read ends when it closes.
   void watch_close() {
-    stream_.async_read_some(asio::buffer(probe_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    stream_.async_read_some(asio::buffer(probe_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->end_stream();
       self->watch_close();
     });
@@ -263,8 +295,9 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
   bool awaiting_snapshot_ = false;  // watching, and the first publish (its snapshot) is still to come
   bool snapshot_posted_ = false;    // its first snapshot is queued to go out in a turn of its own
   std::array<char, 256> probe_{};
+  bool closing_ = false;  // HTTPS: the TLS shutdown has begun
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   asio::ip::address source_;
@@ -274,7 +307,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session> {
 }  // namespace
 
 void AdminServer::Impl::accept() {
-  accept_loop(listening, shared_from_this(), [self = shared_from_this()](tcp::socket socket) {
+  accept_loop(listening, shared_from_this(), [self = this->shared_from_this()](tcp::socket socket) {
     if (self->stopped) return;
     beast::error_code ec;
     auto source = socket.remote_endpoint(ec).address();
@@ -284,7 +317,11 @@ void AdminServer::Impl::accept() {
       socket.close(ec);
       return;
     }
-    std::make_shared<Session>(std::move(socket), source, self)->start();
+    if (self->tls) {
+      std::make_shared<Session<TlsStream>>(TlsStream(std::move(socket), *self->tls), source, self)->start();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), source, self)->start();
+    }
   });
 }
 
@@ -293,8 +330,12 @@ AdminServer::~AdminServer() { stop(); }
 
 Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, const std::string& address,
                                                          unsigned short port, AdminApi& api, HttpLimits limits,
-                                                         EventStream* events) {
+                                                         EventStream* events, common::tls::Context tls) {
   auto impl = std::make_shared<Impl>(ioc, api, limits, events);
+  if (tls) {
+    SSL_CTX_up_ref(tls.get());  // the asio context takes a reference of its own
+    impl->tls.emplace(tls.get());
+  }
   beast::error_code ec;
   auto addr = asio::ip::make_address(address, ec);
   if (ec) return make_error("listen", "admin address '" + address + "': " + ec.message());

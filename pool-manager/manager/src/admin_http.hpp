@@ -2,6 +2,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 
 #include <cstddef>
 #include <functional>
@@ -37,11 +38,12 @@ class AdminServer {
  public:
   // Listens on `address:port` (port 0: any free port) and serves `api` on `ioc`'s thread. Out of file
   // descriptors, it pauses accepting and says so on stderr (accept_loop). With `events`, GET /v1/events streams
-  // it (Server-Sent Events, docs/dashboard.md) to each watcher `api.stream_viewer` admits.
+  // it (Server-Sent Events, docs/dashboard.md) to each watcher `api.stream_viewer` admits. With `tls` (a server
+  // context, common::tls::server_context) it speaks HTTPS only; without, plain HTTP.
   // Errors: "listen" with the system's message.
   static Result<std::unique_ptr<AdminServer>> start(boost::asio::io_context& ioc, const std::string& address,
                                                     unsigned short port, AdminApi& api, HttpLimits limits,
-                                                    EventStream* events = nullptr);
+                                                    EventStream* events = nullptr, common::tls::Context tls = nullptr);
   ~AdminServer();
   unsigned short port() const;
   // Closes the event stream's refresh (EventStream::refresh: call once its work() is done) and sends each watcher

@@ -1,6 +1,7 @@
 #include "config.hpp"
 
 #include <accelpool/common/listener_limits.hpp>
+#include <accelpool/common/tls.hpp>
 
 #include <toml++/toml.h>
 
@@ -82,9 +83,33 @@ Status read(const std::filesystem::path& file, const toml::table& t, const char*
 
 const toml::table* sub(const toml::table& t, const char* key) { return t.get_as<toml::table>(key); }
 
+// The TLS keys of `[table]` (tls_cert, tls_key and, with `client_ca`, tls_client_ca), checked by loading them as a
+// server would: unreadable files, a key that does not match the certificate and the like are errors here.
+Status read_tls(const std::filesystem::path& file, const toml::table& t, const std::string& table, bool client_ca,
+                TlsConfig& out) {
+  const toml::node* n = t.get("tls_cert") ? t.get("tls_cert") : t.get("tls_key") ? t.get("tls_key") : t.get("tls_client_ca");
+  if (!n) return Status::ok();
+  auto path = [&](const char* key, std::string& v) -> Status {
+    ACCELPOOL_TRY(read(file, t, key, v, table));
+    if (!v.empty() && std::filesystem::path(v).is_relative()) v = (file.parent_path() / v).string();
+    return Status::ok();
+  };
+  ACCELPOOL_TRY(path("tls_cert", out.cert));
+  ACCELPOOL_TRY(path("tls_key", out.key));
+  if (client_ca) ACCELPOOL_TRY(path("tls_client_ca", out.client_ca));
+  auto ctx = server_tls(out, table);
+  if (!ctx) return make_error("config", where(file, *n) + ": " + ctx.error().message);
+  return Status::ok();
+}
+
 }  // namespace
 
 Config default_config() { return Config{}; }
+
+Result<common::tls::Context> server_tls(const TlsConfig& tls, const std::string& table) {
+  if (tls.cert.empty() && tls.key.empty() && tls.client_ca.empty()) return common::tls::Context{};
+  return common::tls::server_context(common::tls::table_files(table, tls.cert, tls.key, tls.client_ca, "tls_client_ca"));
+}
 
 Result<Config> load_config(const std::filesystem::path& file) {
   toml::table root;
@@ -133,7 +158,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     if (!(c.ha.standby_poll_s > 0)) return make_error("config", where(file, *t) + ": ha.standby_poll_s must be > 0");
   }
   if (auto* t = sub(root, "guest")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s"}, "[guest]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s", "tls_cert", "tls_key"}, "[guest]"));
+    ACCELPOOL_TRY(read_tls(file, *t, "guest", false, c.guest_tls));
     ACCELPOOL_TRY(read(file, *t, "tcp", c.guest_tcp, "guest"));
     ACCELPOOL_TRY(read(file, *t, "unix", c.guest_unix, "guest"));
     ACCELPOOL_TRY(read(file, *t, "network_thread", c.guest_network_thread, "guest"));
@@ -143,7 +169,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     if (!(c.guest_hello_timeout_s > 0)) return make_error("config", where(file, *t) + ": guest.hello_timeout_s must be > 0");
   }
   if (auto* t = sub(root, "admin")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "header_timeout_s", "max_connections_per_source"}, "[admin]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "header_timeout_s", "max_connections_per_source", "tls_cert", "tls_key"}, "[admin]"));
+    ACCELPOOL_TRY(read_tls(file, *t, "admin", false, c.admin_tls));
     ACCELPOOL_TRY(read(file, *t, "listen", c.admin_listen, "admin"));
     ACCELPOOL_TRY(read(file, *t, "header_timeout_s", c.admin_header_timeout_s, "admin"));
     ACCELPOOL_TRY(read(file, *t, "max_connections_per_source", c.admin_max_connections_per_source, "admin"));
@@ -199,7 +226,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   if (auto* t = sub(root, "agents")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms", "max_connections"}, "[agents]"));
+    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms", "max_connections", "tls_cert", "tls_key", "tls_client_ca"}, "[agents]"));
+    ACCELPOOL_TRY(read_tls(file, *t, "agents", true, c.agents.tls));
     if (const toml::node* ln = t->get("listen")) {
       const auto* arr = ln->as_array();
       if (!arr) return make_error("config", where(file, *ln) + ": agents.listen must be an array of strings");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 #include <accelpool/manager/core.hpp>
 
 #include <filesystem>
@@ -53,12 +54,26 @@ struct TenantConfig {
   std::uint32_t max_devices = 0;
 };
 
+// TLS on a listener ([admin], [guest], [agents]: tls_cert, tls_key, tls_client_ca; docs/operations.md "TLS").
+// Paths are absolute (relative ones in the file are taken from its folder). No certificate: plaintext.
+struct TlsConfig {
+  std::string cert;
+  std::string key;
+  std::string client_ca;  // [agents] only: clients must present a certificate this CA signed (mutual TLS)
+  bool enabled() const { return !cert.empty(); }
+};
+
+// The server context of `tls` ([`table`] names the keys in errors); nullptr when TLS is off. Errors: "config"
+// naming the key and the file (common::tls::server_context).
+Result<common::tls::Context> server_tls(const TlsConfig& tls, const std::string& table);
+
 // Remote host agents (docs/agent-protocol.md). No address: no agent listener.
 struct AgentsConfig {
   std::vector<std::string> listen;        // "IP:PORT" (port 0 picks one) or "unix:PATH"
   std::string token;                      // every agent presents it at registration
   std::uint64_t heartbeat_timeout_ms = 15000;
   std::size_t max_connections = 256;      // agent connections, registered or not
+  TlsConfig tls;
 };
 
 // Several managers on one PostgreSQL store, one leading ([ha], docs/ha.md).
@@ -81,6 +96,8 @@ struct Config {
   std::size_t guest_max_silent = 64;  // guest connections that sent nothing yet (GuestServerOptions)
   double guest_hello_timeout_s = 2;       // the hello deadline (or request_timeout_s, if shorter)
   std::string admin_listen = "127.0.0.1:7080";
+  TlsConfig admin_tls;                    // HTTPS for the admin API
+  TlsConfig guest_tls;                    // TLS on the guest TCP listener (the Unix socket stays plain)
   double admin_header_timeout_s = 5;      // HttpLimits::header_timeout_s
   std::size_t admin_max_connections_per_source = 32;
   CoreOptions core;

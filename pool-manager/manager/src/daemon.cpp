@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -114,7 +115,7 @@ ManagerInfo configured_identity(const Config& config) {
     gethostname(host, sizeof host - 1);
     me.name = std::string(host) + ":" + config.admin_listen.substr(config.admin_listen.rfind(':') + 1);
   }
-  me.admin_url = "http://" + config.admin_listen;
+  me.admin_url = (config.admin_tls.enabled() ? "https://" : "http://") + config.admin_listen;
   me.guest_tcp = config.guest_tcp;
   if (!config.agents.listen.empty()) me.agents = config.agents.listen.front();
   return me;
@@ -149,6 +150,9 @@ Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const HaCo
 
 int run_daemon(const Config& given, std::ostream& out) {
   Config config = given;
+  // A peer that goes while TLS writes to it (OpenSSL writes with write(2) on the agent link) is an EPIPE error
+  // for that connection, not the end of the manager.
+  std::signal(SIGPIPE, SIG_IGN);
   auto fail = [](const std::string& what) {
     std::fprintf(stderr, "accelpool-manager: %s\n", what.c_str());
     return 1;
@@ -302,6 +306,9 @@ int run_daemon(const Config& given, std::ostream& out) {
     lo.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.agents.heartbeat_timeout_ms));
     lo.max_connections = config.agents.max_connections;
     lo.images = catalog->registry();  // agents fetch the images they lack over their link
+    auto agents_tls = server_tls(config.agents.tls, "agents");
+    if (!agents_tls) return fail(agents_tls.error().message);
+    lo.tls = *agents_tls;
     auto l = agent::AgentListener::create(std::move(lo), std::move(ev), post);
     if (!l) return fail("agents.listen: " + l.error().message);
     agents = std::move(*l);
@@ -412,7 +419,9 @@ int run_daemon(const Config& given, std::ostream& out) {
 
   std::string tcp_text, unix_text;
   if (!config.guest_tcp.empty()) {
-    auto bound = guests.listen_tcp(config.guest_tcp);
+    auto guest_tls = server_tls(config.guest_tls, "guest");
+    if (!guest_tls) return fail(guest_tls.error().message);
+    auto bound = guests.listen_tcp(config.guest_tcp, *guest_tls);
     if (!bound) return fail(bound.error().message);
     tcp_text = *bound;
   }
@@ -438,7 +447,9 @@ int run_daemon(const Config& given, std::ostream& out) {
   limits.max_connections = config.max_connections;
   limits.header_timeout_s = config.admin_header_timeout_s;
   limits.max_connections_per_source = config.admin_max_connections_per_source;
-  auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits, &events);
+  auto admin_tls = server_tls(config.admin_tls, "admin");
+  if (!admin_tls) return fail(admin_tls.error().message);
+  auto admin = AdminServer::start(ioc, admin_ep->first, admin_ep->second, api, limits, &events, *admin_tls);
   if (!admin) return fail(admin.error().message);
   watched = admin->get();
   watched->on_watch([&] { request_publish(); });
@@ -466,9 +477,9 @@ int run_daemon(const Config& given, std::ostream& out) {
   core->commit();
   for (const auto& line : token_lines) out << line << "\n";
 
-  std::string admin_url = "http://" + admin_ep->first + ":" + std::to_string((*admin)->port());
+  std::string admin_url = (*admin_tls ? "https://" : "http://") + admin_ep->first + ":" + std::to_string((*admin)->port());
   out << "accelpool-manager: admin API " << admin_url << " (metrics at " << admin_url << "/metrics)\n";
-  if (!tcp_text.empty()) out << "accelpool-manager: guests on tcp " << tcp_text << "\n";
+  if (!tcp_text.empty()) out << "accelpool-manager: guests on " << (config.guest_tls.enabled() ? "tls " : "tcp ") << tcp_text << "\n";
   if (!unix_text.empty()) out << "accelpool-manager: guests on unix " << unix_text << "\n";
   if (!agents_text.empty()) out << "accelpool-manager: host agents on " << agents_text << "\n";
   if (shared) {

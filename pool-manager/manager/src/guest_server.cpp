@@ -6,6 +6,7 @@
 #include <accelpool/common/json_lines.hpp>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include <array>
 #include <atomic>
@@ -21,6 +22,7 @@ namespace accelpool::manager {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using unix_stream = asio::local::stream_protocol;
+using tls_stream = asio::ssl::stream<tcp::socket>;
 
 namespace {
 
@@ -94,6 +96,7 @@ struct GuestServer::Impl {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   std::optional<Listening<tcp>> tcp_listener;
+  std::optional<asio::ssl::context> tcp_tls;  // TLS on the TCP listener; none: plain
   std::optional<Listening<unix_stream>> unix_listener;
   std::filesystem::path unix_path;
   std::atomic<std::size_t> connections{0};
@@ -137,7 +140,7 @@ namespace {
 
 // One guest connection. The socket side runs where the sockets live (the network thread, or the owner's
 // io_context when there is none), the call side (session, hub registration, what to send) on the owner thread;
-// the two talk only by posting to each other.
+// the two talk only by posting to each other. Socket: tcp::socket, tls_stream or unix_stream::socket.
 template <typename Socket>
 class GuestSessionConn final : public GuestConnection, public std::enable_shared_from_this<GuestSessionConn<Socket>> {
  public:
@@ -163,9 +166,22 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     hello_timer_->async_wait([weak = this->weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->closed_) return;
+      if (!self->handshaken_) return self->close_net();  // TLS: no handshake by the hello deadline
       asio::post(self->server_.owner, [self] { self->hello_deadline(); });
     });
-    read();
+    if constexpr (std::is_same_v<Socket, tls_stream>) {
+      // A failed handshake (not TLS, an untrusted client) ends the connection without a word: there is no
+      // channel to say it on.
+      socket_->async_handshake(asio::ssl::stream_base::server, [self = this->shared_from_this()](boost::system::error_code ec) {
+        if (self->closed_) return;
+        if (ec) return self->close_net();
+        self->handshaken_ = true;
+        self->read();
+      });
+    } else {
+      handshaken_ = true;
+      read();
+    }
   }
 
   // Destroys the socket and the timer now (stop()): the io_context they belong to is about to go.
@@ -272,7 +288,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     server_.silent.erase(seq_);
     hello_timer_->cancel();
     boost::system::error_code ignored;
-    socket_->close(ignored);
+    socket_->lowest_layer().close(ignored);
     asio::post(server_.owner, [self = this->shared_from_this()] { self->owner_closed(); });
   }
 
@@ -357,6 +373,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   bool closed_ = false;
   bool closing_ = false;  // close once out_ is written
   bool reading_ = false;  // a read is in flight
+  bool handshaken_ = false;  // TLS: the handshake is done (plain: from the start)
   std::size_t queued_bytes_ = 0;  // in out_ and batch_
   std::uint64_t seq_ = 0;  // its key in Impl::silent
   std::optional<asio::steady_timer> hello_timer_;
@@ -375,19 +392,10 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   bool owner_closed_ = false;
 };
 
-// Takes an accepted guest connection (socket side), or closes it when there is no room (Impl::make_room).
+// Serves a connection (socket side), remembered in Impl::live.
 template <typename Socket>
-void take_connection(Socket socket, const std::shared_ptr<GuestServer::Impl>& keep) {
+void serve_connection(Socket socket, const std::shared_ptr<GuestServer::Impl>& keep) {
   auto& server = *keep;
-  if (!server.make_room()) {
-    boost::system::error_code ignored;
-    socket.close(ignored);
-    return;
-  }
-  if constexpr (std::is_same_v<Socket, tcp::socket>) {
-    boost::system::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);  // replies are small and latency matters
-  }
   using Conn = GuestSessionConn<Socket>;
   auto conn = std::make_shared<Conn>(std::move(socket), keep);
   {
@@ -401,6 +409,23 @@ void take_connection(Socket socket, const std::shared_ptr<GuestServer::Impl>& ke
                            }});
   }
   conn->start();
+}
+
+// Takes an accepted guest connection (socket side), or closes it when there is no room (Impl::make_room).
+template <typename Socket>
+void take_connection(Socket socket, const std::shared_ptr<GuestServer::Impl>& keep) {
+  auto& server = *keep;
+  if (!server.make_room()) {
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  if constexpr (std::is_same_v<Socket, tcp::socket>) {
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // replies are small and latency matters
+    if (server.tcp_tls) return serve_connection(tls_stream(std::move(socket), *server.tcp_tls), keep);
+  }
+  serve_connection(std::move(socket), keep);
 }
 
 template <typename Protocol>
@@ -429,7 +454,11 @@ void GuestServer::send_held() {
   }
 }
 
-Result<std::string> GuestServer::listen_tcp(const std::string& endpoint) {
+Result<std::string> GuestServer::listen_tcp(const std::string& endpoint, common::tls::Context tls) {
+  if (tls) {
+    SSL_CTX_up_ref(tls.get());  // the asio context takes a reference of its own
+    impl_->tcp_tls.emplace(tls.get());
+  }
   auto ep = parse_endpoint(endpoint);
   if (!ep) return make_error("config", "guest.tcp: " + ep.error().message);
   boost::system::error_code ec;

@@ -11,6 +11,7 @@
 #include "guest_protocol.hpp"
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 #include <accelpool/manager/core.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -54,8 +55,9 @@ class GuestServer {
   std::size_t calls_waiting() const;
 
   // Listen on "ADDR:PORT" (port 0: any) / on a Unix socket path (a stale socket file is replaced). Before
-  // start(). Return what was bound ("ADDR:PORT", the path) or an error naming the endpoint.
-  Result<std::string> listen_tcp(const std::string& endpoint);
+  // start(). Return what was bound ("ADDR:PORT", the path) or an error naming the endpoint. With `tls` (a server
+  // context) TCP guests must speak TLS: the handshake, then the protocol; it must end by the hello deadline.
+  Result<std::string> listen_tcp(const std::string& endpoint, common::tls::Context tls = nullptr);
   Result<std::string> listen_unix(const std::filesystem::path& path);
 
   // Starts the network thread, if there is one.

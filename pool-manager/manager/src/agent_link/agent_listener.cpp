@@ -4,6 +4,7 @@
 #include "image_server.hpp"
 #include "link.hpp"
 
+#include <accelpool/agent/link_stream.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/common/listener_limits.hpp>
 
@@ -50,6 +51,7 @@ struct AgentListener::Impl {
   struct Conn {
     int fd = -1;
     std::uint32_t serial = 0;
+    std::unique_ptr<LinkStream> io;  // plain, or TLS on TCP when options.tls is set
     LineBuffer in{kMaxLine};
     std::shared_ptr<Link> link;
     std::string reserved;  // the host name this connection holds in `live` (pending or admitted)
@@ -193,8 +195,8 @@ struct AgentListener::Impl {
   // sends what waits; EPOLLOUT is watched only while output is left over. Drops the connection when it ended.
   void serve(Conn& c, bool readable) {
     bool open = true;
-    if (readable) {
-      open = read_some(c.fd, c.in);
+    if (readable || c.io->blocked_on_write()) {
+      open = c.io->read_some(c.in);
       auto now = Clock::now();
       while (auto line = c.in.next_line()) {
         c.last_seen = now;
@@ -208,15 +210,20 @@ struct AgentListener::Impl {
     release_if_refused(c);
     bool written = flush(c);
     if (!written || !open || c.in.overflow()) {
-      drop(c.fd, !written         ? "connection broken"
-                 : c.in.overflow() ? "line too long"
-                                   : "connection closed by the agent");
+      const std::string tls_error = c.io->error();
+      if (!tls_error.empty() && c.link->host.empty()) {
+        std::fprintf(stderr, "accelpool-manager: agent connection refused: TLS: %s\n", tls_error.c_str());
+      }
+      drop(c.fd, !tls_error.empty() ? "TLS: " + tls_error
+                 : !written         ? "connection broken"
+                 : c.in.overflow()  ? "line too long"
+                                    : "connection closed by the agent");
       return;
     }
     bool left_over;
     {
       std::lock_guard lock(c.link->mu);
-      left_over = !c.link->out.empty() && c.link->registration != Registration::pending;
+      left_over = (!c.link->out.empty() && c.link->registration != Registration::pending) || c.io->blocked_on_write();
     }
     if (left_over != c.watching_out) {
       c.watching_out = left_over;
@@ -229,14 +236,16 @@ struct AgentListener::Impl {
   bool flush(Conn& c) {
     std::lock_guard lock(c.link->mu);
     if (c.link->registration == Registration::pending || c.link->out.empty()) return true;
-    return write_some(c.fd, c.link->out).is_ok();
+    return c.io->write_some(c.link->out).is_ok();
   }
 
   // Accepts what waits on `lfd`. Over max_connections a new connection is closed at once; out of descriptors,
   // accepting pauses for the back-off (the listening sockets are not watched meanwhile).
   void accept_all(int lfd) {
     for (;;) {
-      int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t peer_len = sizeof peer;
+      int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) pause_accepting(backoff.failed(errno));
@@ -256,7 +265,18 @@ struct AgentListener::Impl {
       Conn c;
       c.fd = fd;
       c.serial = serial;
+      if (options.tls && peer.ss_family != AF_UNIX) {  // Unix sockets stay plain
+        auto io = tls_server_stream(fd, options.tls);
+        if (!io) {
+          ::close(fd);
+          continue;
+        }
+        c.io = std::move(*io);
+      } else {
+        c.io = plain_stream(fd);
+      }
       c.link = std::make_shared<Link>();
+      c.link->any_thread_writes = c.io->any_thread_writes();
       c.link->post = post;
       c.link->fd = fd;
       c.link->wake = [this, fd, serial] { mark(fd, serial); };

@@ -33,6 +33,8 @@ struct Link {
   // The connection's socket. While `alive` it is open: the I/O thread clears `alive` (under `mu`) before it
   // closes the socket, so a thread holding `mu` that sees `alive` may write to it.
   int fd = -1;
+  // Whether the owner thread may write to `fd` itself (plain); with TLS only the I/O thread does.
+  bool any_thread_writes = true;
   std::int64_t next_id = 1;
   std::map<std::int64_t, ReplyDone> pending;
   manager::Poster post;

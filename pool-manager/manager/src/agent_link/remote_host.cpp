@@ -23,7 +23,7 @@ void call(Link& link, std::string_view method, json::object params, ReplyDone do
       // earlier go first: then the I/O thread sends.
       const bool first = link.out.empty() && link.registration == Registration::admitted;
       link.out += request_line(id, method, std::move(params));
-      hand_over = !first || !write_some(link.fd, link.out) || !link.out.empty();
+      hand_over = !first || !link.any_thread_writes || !write_some(link.fd, link.out) || !link.out.empty();
       done = nullptr;
     }
   }

@@ -38,9 +38,11 @@ using Seconds = std::chrono::duration<double>;
 
 // Where the pool is, who we are, and how patient to be.
 struct ClientOptions {
-  // tcp://HOST:PORT, unix:///abs/path, or serial://NAME (the virtio-serial port whose
-  // /sys/class/virtio-ports/*/name is NAME, opened as /dev/<port>).
+  // tcp://HOST:PORT, tls://HOST:PORT (TCP with TLS), unix:///abs/path, or serial://NAME (the virtio-serial port
+  // whose /sys/class/virtio-ports/*/name is NAME, opened as /dev/<port>).
   std::string uri;
+  // tls://: the PEM CA file that verifies the pool's certificate ("": $ACCELPOOL_POOL_CA, else the system's CAs).
+  std::string tls_ca_file;
   std::string token;   // tenant token (apt_...)
   std::string guest;   // guest id, 1-128 of [A-Za-z0-9._:-]; the same id after a reconnect resumes the leases
   std::string guest_host;                        // optional: the host the guest runs on

@@ -13,6 +13,7 @@
 
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
 #include <chrono>
@@ -118,6 +119,10 @@ struct ListenerOptions {
   // The images registered agents may fetch by sha256 (image.manifest, image.read; docs/agent-protocol.md,
   // "Images"), read on a worker thread of the listener's own. Null: none (every such request is "not_found").
   std::shared_ptr<bitstreams::SharedRegistry> images;
+  // TLS on TCP connections (Unix sockets stay plain): a server context (common::tls::server_context); with a
+  // client CA in it, an agent without a certificate that CA signed is refused at the handshake (mutual TLS).
+  // nullptr: plain.
+  common::tls::Context tls;
 };
 
 class AgentListener {
