@@ -242,3 +242,20 @@ TEST_CASE("the PostgreSQL store and [ha]: a URL, this manager's name, the leader
   CHECK(required_refusal(dir, "[store]\nurl = \"postgresql://h/db\"\n[ha]\nleader_timeout_s = 0\n")
             .find("ha.leader_timeout_s must be > 0") != std::string::npos);
 }
+
+TEST_CASE("the [log] table: level and format, bad values named", "[config][log]") {
+  TempDir dir;
+  auto defaults = load_text(dir, "");
+  REQUIRE(defaults.is_ok());
+  CHECK(defaults->log.level == accelpool::log::Level::info);
+  CHECK(defaults->log.format == accelpool::log::Format::text);
+  auto c = load_text(dir, "[log]\nlevel = \"debug\"\nformat = \"json\"\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->log.level == accelpool::log::Level::debug);
+  CHECK(c->log.format == accelpool::log::Format::json);
+  CHECK_THAT(required_refusal(dir, "[log]\nlevel = \"loud\"\n"),
+             Catch::Contains("m.toml:2:") && Catch::Contains("log.level must be"));
+  CHECK_THAT(required_refusal(dir, "[log]\nformat = \"xml\"\n"), Catch::Contains("log.format must be"));
+  CHECK_THAT(required_refusal(dir, "[log]\nfile = \"x\"\n"), Catch::Contains("unknown key 'file' in [log]"));
+  CHECK_THAT(required_refusal(dir, "log = \"debug\"\n"), Catch::Contains("log must be a table"));
+}

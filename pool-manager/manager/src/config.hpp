@@ -1,6 +1,7 @@
 // The daemon's configuration (TOML, docs/operations.md lists every key). Internal to the manager.
 #pragma once
 
+#include <accelpool/common/log.hpp>
 #include <accelpool/common/result.hpp>
 #include <accelpool/manager/core.hpp>
 
@@ -68,6 +69,12 @@ struct HaConfig {
   double standby_poll_s = 0.5;    // how often a standby tries to take over
 };
 
+// What the manager logs and how ([log], docs/operations.md "Logs").
+struct LogConfig {
+  log::Level level = log::Level::info;
+  log::Format format = log::Format::text;
+};
+
 struct Config {
   std::filesystem::path data_dir = "accelpool-data";
   std::string store_file = "pool.db";  // relative to data_dir
@@ -92,6 +99,7 @@ struct Config {
   std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
   AgentsConfig agents;
   BitstreamsConfig bitstreams;
+  LogConfig log;
 
   // How many connections the listeners may hold together (each listener's limit), for the file descriptor budget.
   std::uint64_t connection_budget() const;

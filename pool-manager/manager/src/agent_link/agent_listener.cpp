@@ -5,6 +5,7 @@
 
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/common/listener_limits.hpp>
+#include <accelpool/common/log.hpp>
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -122,7 +123,7 @@ struct AgentListener::Impl {
       int n = ::epoll_wait(epoll_fd, ready.data(), static_cast<int>(ready.size()), wait_ms());
       if (n < 0) {
         if (errno == EINTR) continue;
-        std::fprintf(stderr, "accelpool-manager: agent listener: epoll_wait: %s\n", std::strerror(errno));
+        log::error("agent listener: epoll_wait failed", {{"error", std::strerror(errno)}});
         break;
       }
       for (int i = 0; i < n && !stop; ++i) {
