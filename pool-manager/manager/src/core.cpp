@@ -321,6 +321,7 @@ struct PoolCore::Impl {
     for (const auto& name : l.devices) {
       auto& d = devices.at(name);
       bool reprogram = !l.bitstream.empty() && d.loaded != l.bitstream;
+      if (reprogram) log::info("device reprogrammed", {{"device", name}, {"from", d.loaded}, {"to", l.bitstream}, {"lease", l.id}});
       host::PrepareRequest request;
       request.device = d.local_id;
       request.lease = std::to_string(l.id);
@@ -343,7 +344,6 @@ struct PoolCore::Impl {
     sched::Decisions out;
     auto dit = devices.find(name);
     if (dit != devices.end() && s && !loaded.empty() && loaded != dit->second.loaded) {
-      log::info("device reprogrammed", {{"device", name}, {"from", dit->second.loaded}, {"to", loaded}, {"lease", id}});
       dit->second.loaded = loaded;
       (void)scheduler->set_loaded(dit->second.sched_id, bitstreams.intern(loaded));
       touch(dit->second);
