@@ -259,3 +259,21 @@ TEST_CASE("the [log] table: level and format, bad values named", "[config][log]"
   CHECK_THAT(required_refusal(dir, "[log]\nfile = \"x\"\n"), Catch::Contains("unknown key 'file' in [log]"));
   CHECK_THAT(required_refusal(dir, "log = \"debug\"\n"), Catch::Contains("log must be a table"));
 }
+
+TEST_CASE("the [metrics] table: token and label bound, bad values named", "[config][metrics]") {
+  TempDir dir;
+  auto defaults = load_text(dir, "");
+  REQUIRE(defaults.is_ok());
+  CHECK(defaults->metrics.token.empty());
+  CHECK(defaults->metrics.max_label_values == 32);
+  auto c = load_text(dir, "[metrics]\ntoken = \"metrics-token-0123456789\"\nmax_label_values = 5\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->metrics.token == "metrics-token-0123456789");
+  CHECK(c->metrics.max_label_values == 5);
+  auto short_token = required_refusal(dir, "[metrics]\ntoken = \"short-secret\"\n");
+  CHECK_THAT(short_token, Catch::Contains("metrics.token must be at least 16 characters"));
+  CHECK(short_token.find("short-secret") == std::string::npos);  // an error never repeats a token
+  CHECK_THAT(required_refusal(dir, "[metrics]\nmax_label_values = 0\n"), Catch::Contains("metrics.max_label_values"));
+  CHECK_THAT(required_refusal(dir, "[metrics]\nmax_label_values = 1001\n"), Catch::Contains("1..1000"));
+  CHECK_THAT(required_refusal(dir, "[metrics]\nlabels = 3\n"), Catch::Contains("unknown key 'labels' in [metrics]"));
+}

@@ -252,7 +252,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   const std::string& m = req.method;
   std::string path = req.target.substr(0, req.target.find('?'));
 
-  // Unauthenticated: probes, metrics, the API description.
+  // Unauthenticated: probes, metrics (unless [metrics] token is set), the API description.
   if (seg.size() == 1 && seg[0] == "healthz") {
     if (m != "GET") return method_not_allowed(m, path);
     return ok(json::object{{"status", "ok"}});
@@ -264,6 +264,13 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   }
   if (seg.size() == 1 && seg[0] == "metrics") {
     if (m != "GET") return method_not_allowed(m, path);
+    if (!metrics_token_.empty()) {
+      auto bearer = bearer_token(req);
+      if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <metrics token>' header ([metrics] token is set)");
+      bool allowed = (bearer->size() == metrics_token_.size() && constant_time_equal(*bearer, metrics_token_)) ||
+                     core_.check_admin(*bearer);
+      if (!allowed) return error(401, "unauthorized", "wrong metrics token");
+    }
     return {200, "text/plain; version=0.0.4", metrics_.scrape()};
   }
   if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "openapi.yaml") {

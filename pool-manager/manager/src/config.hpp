@@ -75,6 +75,13 @@ struct LogConfig {
   log::Format format = log::Format::text;
 };
 
+// The Prometheus endpoint ([metrics], docs/operations.md "Metrics").
+struct MetricsConfig {
+  std::string token;  // "" : GET /metrics needs no token; else this one, or an admin token, as Bearer
+  // Distinct tenants (and, separately, bitstreams) that get a label value of their own; later ones share "other".
+  std::size_t max_label_values = 32;
+};
+
 struct Config {
   std::filesystem::path data_dir = "accelpool-data";
   std::string store_file = "pool.db";  // relative to data_dir
@@ -100,6 +107,7 @@ struct Config {
   AgentsConfig agents;
   BitstreamsConfig bitstreams;
   LogConfig log;
+  MetricsConfig metrics;
 
   // How many connections the listeners may hold together (each listener's limit), for the file descriptor budget.
   std::uint64_t connection_budget() const;

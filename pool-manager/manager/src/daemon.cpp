@@ -314,7 +314,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   if (!config.agents.listen.empty()) return fail("agents.listen: this build has no agent listener");
 #endif
 
-  Metrics metrics(*core);
+  Metrics metrics(*core, config.metrics.max_label_values);
   GuestProtocol protocol(*core);
   protocol.set_relay_token(config.agents.token);  // host agents relay their VMs' ports with it
   GuestServerOptions guest_options;
@@ -421,6 +421,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   api.set_catalog(catalog);
   api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
+  api.set_metrics_token(config.metrics.token);
   if (shared) api.set_leadership([shared] { return shared->leadership(); });
   auto admin_ep = parse_endpoint(config.admin_listen);
   if (!admin_ep) return fail("admin.listen: " + admin_ep.error().message);
