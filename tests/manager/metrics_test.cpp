@@ -31,7 +31,8 @@ std::vector<Sample> parse_exposition(const std::filesystem::path& dir, const std
   INFO(out);
   REQUIRE(rc == 0);
   std::vector<Sample> samples;
-  for (const auto& v : json::parse(out).as_array()) {
+  const json::value parsed = json::parse(out);
+  for (const auto& v : parsed.as_array()) {
     const auto& o = v.as_object();
     Sample s{std::string(o.at("name").as_string()), {}, o.at("value").to_number<double>()};
     for (const auto& [k, l] : o.at("labels").as_object()) s.labels[std::string(k)] = std::string(l.as_string());
