@@ -17,8 +17,9 @@ packages=(
   # the PostgreSQL store (libpq) and the server its tests start privately (initdb, pg_ctl; docs/ha.md)
   libpq-dev
   postgresql
-  # metrics
+  # metrics; the metrics tests read GET /metrics with the Prometheus client's own parser (tests/manager/metrics_test.cpp)
   prometheus-cpp-dev
+  python3-prometheus-client
   # device backends: XRT, OpenCL ICD loader + PoCL
   libxrt-dev libxrt1 uuid-dev
   ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo

@@ -32,6 +32,7 @@ const bin = (name) => path.join(args.tools, 'node_modules', '.bin', name);
 // A hung step fails the test instead of hanging it; nothing waits for it to pass.
 const kHungAfterMs = 120000;
 const kAgentToken = 'contract-agent-token-0123456789';
+const kMetricsToken = 'contract-metrics-token-0123456789';
 const kMaxBody = 65536;
 const children = [];
 let stopping = false;  // set once the manager and Prism are told to stop
@@ -115,7 +116,7 @@ fs.mkdirSync(args.work, { recursive: true });
 const started = await startManager({
   bin: args.manager, work: args.work, dataDir: args.work, eventually, fail,
   config: loopbackConfig({ agentToken: kAgentToken, kind: 'fpga', count: 2, slots: 2, tenants: ['alpha'],
-                           leases: `ttl_s = 600\n[limits]\nmax_body_bytes = ${kMaxBody}\n` }),
+                           leases: `ttl_s = 600\n[limits]\nmax_body_bytes = ${kMaxBody}\n[metrics]\ntoken = "${kMetricsToken}"\n` }),
   onExit: (code, log) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${log}`); },
 });
 const manager = started.process;
@@ -197,7 +198,9 @@ const json = (r) => JSON.parse(r.body);
 // Probes.
 await check(200, 'GET', '/healthz');
 await check(200, 'GET', '/readyz');
-await check(200, 'GET', '/metrics');
+await check(200, 'GET', '/metrics');  // an admin token opens it too
+await check(200, 'GET', '/metrics', { token: kMetricsToken, label: 'metrics token' });
+await check(401, 'GET', '/metrics', { token: '', label: 'no token while [metrics] token is set' });
 await check(200, 'GET', '/v1/openapi.yaml');
 
 // The dashboard's files (no token), and revalidation by ETag.

@@ -242,3 +242,38 @@ TEST_CASE("the PostgreSQL store and [ha]: a URL, this manager's name, the leader
   CHECK(required_refusal(dir, "[store]\nurl = \"postgresql://h/db\"\n[ha]\nleader_timeout_s = 0\n")
             .find("ha.leader_timeout_s must be > 0") != std::string::npos);
 }
+
+TEST_CASE("the [log] table: level and format, bad values named", "[config][log]") {
+  TempDir dir;
+  auto defaults = load_text(dir, "");
+  REQUIRE(defaults.is_ok());
+  CHECK(defaults->log.level == accelpool::log::Level::info);
+  CHECK(defaults->log.format == accelpool::log::Format::text);
+  auto c = load_text(dir, "[log]\nlevel = \"debug\"\nformat = \"json\"\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->log.level == accelpool::log::Level::debug);
+  CHECK(c->log.format == accelpool::log::Format::json);
+  CHECK_THAT(required_refusal(dir, "[log]\nlevel = \"loud\"\n"),
+             Catch::Contains("m.toml:2:") && Catch::Contains("log.level must be"));
+  CHECK_THAT(required_refusal(dir, "[log]\nformat = \"xml\"\n"), Catch::Contains("log.format must be"));
+  CHECK_THAT(required_refusal(dir, "[log]\nfile = \"x\"\n"), Catch::Contains("unknown key 'file' in [log]"));
+  CHECK_THAT(required_refusal(dir, "log = \"debug\"\n"), Catch::Contains("log must be a table"));
+}
+
+TEST_CASE("the [metrics] table: token and label bound, bad values named", "[config][metrics]") {
+  TempDir dir;
+  auto defaults = load_text(dir, "");
+  REQUIRE(defaults.is_ok());
+  CHECK(defaults->metrics.token.empty());
+  CHECK(defaults->metrics.max_label_values == 32);
+  auto c = load_text(dir, "[metrics]\ntoken = \"metrics-token-0123456789\"\nmax_label_values = 5\n");
+  REQUIRE(c.is_ok());
+  CHECK(c->metrics.token == "metrics-token-0123456789");
+  CHECK(c->metrics.max_label_values == 5);
+  auto short_token = required_refusal(dir, "[metrics]\ntoken = \"short-secret\"\n");
+  CHECK_THAT(short_token, Catch::Contains("metrics.token must be at least 16 characters"));
+  CHECK(short_token.find("short-secret") == std::string::npos);  // an error never repeats a token
+  CHECK_THAT(required_refusal(dir, "[metrics]\nmax_label_values = 0\n"), Catch::Contains("metrics.max_label_values"));
+  CHECK_THAT(required_refusal(dir, "[metrics]\nmax_label_values = 1001\n"), Catch::Contains("1..1000"));
+  CHECK_THAT(required_refusal(dir, "[metrics]\nlabels = 3\n"), Catch::Contains("unknown key 'labels' in [metrics]"));
+}

@@ -145,7 +145,8 @@ TEST_CASE("full lease lifecycle over TCP: grant, queue when full, gang, release,
   auto metrics = http(m.daemon.endpoints().admin_port, "GET", "/metrics", "");
   REQUIRE(metrics.status == 200);
   CHECK(metrics.body.find("accelpool_grants_total 2") != std::string::npos);
-  CHECK(metrics.body.find("accelpool_jct_seconds_count 2") != std::string::npos);
+  CHECK(metrics.body.find("accelpool_jct_seconds_count{bitstream=\"\",tenant=\"a\"} 1") != std::string::npos);
+  CHECK(metrics.body.find("accelpool_jct_seconds_count{bitstream=\"vadd\",tenant=\"a\"} 1") != std::string::npos);
 }
 
 TEST_CASE("a dropped connection keeps its leases, the Unix socket speaks the same protocol", "[integration]") {

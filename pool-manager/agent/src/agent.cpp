@@ -5,6 +5,7 @@
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/base64.hpp>
+#include <accelpool/common/log.hpp>
 #include <accelpool/host/runtime.hpp>
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
 #include <accelpool/hypervisor/domain_channels.hpp>
@@ -84,7 +85,7 @@ class AgentImpl final : public Agent {
       note(notification_line("device.health", json::object{{"device", id}, {"health", health}, {"detail", detail}}));
     };
     ev.vm_stopped = [this](const host::VmStopped& vm) { on_vm_stopped(vm); };
-    ev.log = [this](const std::string& line) { log(line); };
+    ev.log = [this](const std::string& line) { log::info("host runtime", {{"host", cfg_.host}, {"detail", line}}); };
     auto rt = host::HostRuntime::create(std::move(ro), std::move(made), std::move(images), std::move(attacher),
                                         std::move(ev));
     if (!rt) return rt.error();
@@ -96,13 +97,20 @@ class AgentImpl final : public Agent {
 #else
     (void)attaching;
 #endif
-    log("host '" + cfg_.host + "': " + std::to_string(runtime_->devices().size()) + " devices");
+    log::info("devices found", {{"host", cfg_.host}, {"devices", runtime_->devices().size()}});
     return Status::ok();
   }
 
   void wake() override {
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+  }
+
+  // The connection to the manager ended (`how`: "lost" or "broken"), with TLS's reason when TLS ended it.
+  void log_link_ended(std::string_view how, const std::string& tls_error) const {
+    const std::string event = "connection to the manager " + std::string(how);
+    if (tls_error.empty()) log::warn(event, {{"host", cfg_.host}, {"manager", cfg_.manager}});
+    else log::warn(event, {{"host", cfg_.host}, {"manager", cfg_.manager}, {"tls_error", tls_error}});
   }
 
   int run(const std::atomic<bool>& stop) override {
@@ -112,7 +120,7 @@ class AgentImpl final : public Agent {
       int rc = -1;
       if (fd) {
         if (auto io = link_stream(*fd)) rc = serve(**io, *fd, stop, backoff);
-        else log("TLS to the manager at " + cfg_.manager + ": " + io.error().message);
+        else log::warn("TLS to the manager failed", {{"host", cfg_.host}, {"manager", cfg_.manager}, {"error", io.error().message}});
         ::close(*fd);  // after the stream: TLS says close_notify first
         std::lock_guard lock(mu_);
         registered_ = false;
@@ -120,7 +128,7 @@ class AgentImpl final : public Agent {
         ++gen_;
         answer_all(make_error("unavailable", "the connection to the manager at " + cfg_.manager + " ended"));
       } else {
-        log(fd.error().message);
+        log::warn("cannot connect to the manager", {{"host", cfg_.host}, {"manager", cfg_.manager}, {"error", fd.error().message}});
       }
       if (rc == 2) return 2;
       if (stop) break;
@@ -131,8 +139,6 @@ class AgentImpl final : public Agent {
   }
 
  private:
-  void log(const std::string& msg) const { std::cerr << "accelpool-agent[" << cfg_.host << "]: " << msg << std::endl; }
-
   void sleep_for(std::chrono::milliseconds d, const std::atomic<bool>& stop) {
     auto until = Clock::now() + d;
     while (!stop && Clock::now() < until) {
@@ -182,7 +188,7 @@ class AgentImpl final : public Agent {
         if (rc != 0) return rc;
       }
       if (!open || in.overflow()) {
-        log("connection to the manager at " + cfg_.manager + " lost" + (io.error().empty() ? "" : ": TLS: " + io.error()));
+        log_link_ended("lost", io.error());
         return -1;
       }
       std::lock_guard lock(mu_);
@@ -197,7 +203,7 @@ class AgentImpl final : public Agent {
         }
       }
       if (!io.write_some(out_)) {
-        log("connection to the manager at " + cfg_.manager + " broken" + (io.error().empty() ? "" : ": TLS: " + io.error()));
+        log_link_ended("broken", io.error());
         return -1;
       }
     }
@@ -207,14 +213,15 @@ class AgentImpl final : public Agent {
   int handle_line(const std::string& line, std::chrono::milliseconds& backoff) {
     auto m = parse_message(line);
     if (!m) {
-      log("bad message from the manager: " + m.error().message);
+      log::warn("bad message from the manager", {{"host", cfg_.host}, {"error", m.error().message}});
       return 0;
     }
     if (m->method.empty()) {
       if (answered(*m)) return 0;
       bool is_register = m->id.is_int64() && m->id.get_int64() == kRegisterId;
       if (m->error) {
-        log((is_register ? "registration refused: " : "heartbeat refused: ") + m->error->message);
+        log::error(is_register ? "registration refused" : "heartbeat refused",
+                   {{"host", cfg_.host}, {"manager", cfg_.manager}, {"code", m->error->code}, {"error", m->error->message}});
         if (is_register && (m->error->code == "unauthorized" || m->error->code == "unsupported_version" ||
                             m->error->code == "invalid_argument" || m->error->code == "conflict"))
           return 2;
@@ -224,7 +231,7 @@ class AgentImpl final : public Agent {
         std::lock_guard lock(mu_);
         registered_ = true;
         backoff = cfg_.reconnect_min;
-        log("registered with the manager at " + cfg_.manager);
+        log::info("registered with the manager", {{"host", cfg_.host}, {"manager", cfg_.manager}});
       }
       return 0;
     }
@@ -246,7 +253,11 @@ class AgentImpl final : public Agent {
         reply(gen, *m, request.error());
         return 0;
       }
-      runtime_->prepare(*request, [this, gen, msg = std::move(*m)](Status s, host::PrepareResult r) {
+      runtime_->prepare(*request, [this, gen, msg = std::move(*m), request = *request](Status s, host::PrepareResult r) {
+        log::write(s ? log::Level::info : log::Level::warn, s ? "device prepared" : "device not prepared",
+                   {{"host", cfg_.host}, {"device", request.device}, {"lease", request.lease}, {"vm", request.vm},
+                    {"bitstream", request.bitstream}, {"reprogram", request.reprogram}, {"loaded", r.loaded},
+                    {"error", s ? std::string() : s.error().message}});
         reply(gen, msg, std::move(s), prepare_result_json(r));
       });
       return 0;
@@ -258,12 +269,16 @@ class AgentImpl final : public Agent {
         return 0;
       }
       if (method == "device.reset") {
-        runtime_->reset(*id, [this, gen, msg = std::move(*m)](Status s, std::string loaded) {
+        runtime_->reset(*id, [this, gen, msg = std::move(*m), device = *id](Status s, std::string loaded) {
+          log::write(s ? log::Level::info : log::Level::warn, "device reset",
+                     {{"host", cfg_.host}, {"device", device}, {"loaded", loaded}, {"error", s ? std::string() : s.error().message}});
           reply(gen, msg, std::move(s), json::object{{"loaded", loaded}});
         });
         return 0;
       }
-      runtime_->release(*id, [this, gen, msg = std::move(*m)](Status s, host::ReleaseResult r) {
+      runtime_->release(*id, [this, gen, msg = std::move(*m), device = *id](Status s, host::ReleaseResult r) {
+        log::write(s ? log::Level::info : log::Level::warn, "device released",
+                   {{"host", cfg_.host}, {"device", device}, {"loaded", r.loaded}, {"error", s ? std::string() : s.error().message}});
         json::object result{{"loaded", r.loaded}};
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
         if (r.detach) {
@@ -474,10 +489,10 @@ class AgentImpl final : public Agent {
       for (auto& c : *found) out.push_back({c.vm, c.socket});
       return out;
     };
-    auto r = Relay::start(std::move(o), targets, [this](const std::string& m) { log(m); });
+    auto r = Relay::start(std::move(o), targets, [this](const std::string& m) { log::info("relay", {{"host", cfg_.host}, {"detail", m}}); });
     if (!r) return r.error();
     relay_ = std::move(*r);
-    log("relaying channel '" + cfg_.relay_channel + "' of the VMs to " + cfg_.relay_manager);
+    log::info("relaying the VMs' guest channel", {{"host", cfg_.host}, {"channel", cfg_.relay_channel}, {"manager", cfg_.relay_manager}});
     return Status::ok();
   }
 

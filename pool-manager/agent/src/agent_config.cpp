@@ -64,7 +64,7 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   }
   Reader r{file.string(), std::nullopt};
   AgentConfig c;
-  r.only(root, "", {"agent", "libvirt", "backends", "relay"});
+  r.only(root, "", {"agent", "libvirt", "backends", "relay", "log"});
   auto* agent = root["agent"].as_table();
   if (!agent) return make_error("invalid_config", file.string() + ": table [agent] is required");
   r.only(*agent, "agent.",
@@ -121,6 +121,22 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
     if (c.libvirt_uri.empty()) r.fail("relay", "relaying guest ports needs [libvirt] uri");
   } else if (root.contains("relay")) {
     r.fail("relay", "must be a table");
+  }
+
+  if (auto* lg = root["log"].as_table()) {
+    r.only(*lg, "log.", {"level", "format"});
+    if (lg->contains("level")) {
+      auto level = log::parse_level(r.str(*lg, "log.", "level", false));
+      if (level) c.log_level = *level;
+      else r.fail("log.level", "must be \"debug\", \"info\", \"warn\" or \"error\"");
+    }
+    if (lg->contains("format")) {
+      auto format = log::parse_format(r.str(*lg, "log.", "format", false));
+      if (format) c.log_format = *format;
+      else r.fail("log.format", "must be \"text\" or \"json\"");
+    }
+  } else if (root.contains("log")) {
+    r.fail("log", "must be a table");
   }
 
   auto* bk = root["backends"].as_table();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <accelpool/backends/config.hpp>
+#include <accelpool/common/log.hpp>
 #include <accelpool/common/result.hpp>
 #include <accelpool/common/tls.hpp>
 
@@ -36,6 +37,9 @@ struct AgentConfig {
   std::string relay_manager;  // the manager's guest listener, "HOST:PORT" or "unix:PATH"
   std::string relay_channel = "org.accelpool.guest.0";
   std::chrono::milliseconds relay_scan_interval{1000};
+  // What the agent logs and how ([log] level, format; docs/hosts.md "Host agent").
+  log::Level log_level = log::Level::info;
+  log::Format log_format = log::Format::text;
 };
 
 // Reads and checks the file. Unknown tables and keys are errors. Errors: "invalid_config" naming the file, the

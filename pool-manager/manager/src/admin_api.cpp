@@ -6,6 +6,7 @@
 
 #include <accelpool/bitstreams/base64.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
+#include <accelpool/common/log.hpp>
 
 #include <accelpool/manager/auth.hpp>
 
@@ -215,9 +216,19 @@ AdminApi::AdminApi(PoolCore& core, Metrics& metrics, std::string openapi, std::f
                    std::function<void()> commit)
     : core_(core), metrics_(metrics), openapi_(std::move(openapi)), ready_(std::move(ready)), commit_(std::move(commit)) {}
 
+namespace {
+// One debug line per admin request: method, path without the query, status. Never a header or a body (tokens).
+void log_request(const ApiRequest& req, int status) {
+  if (!log::enabled(log::Level::debug)) return;
+  log::debug("admin request",
+             {{"method", req.method}, {"path", req.target.substr(0, req.target.find('?'))}, {"status", status}});
+}
+}  // namespace
+
 ApiResponse AdminApi::handle(const ApiRequest& req) {
   ApiResponse r = route(req);
   if (commit_) commit_();
+  log_request(req, r.status);
   return r;
 }
 
@@ -229,6 +240,7 @@ void AdminApi::handle(ApiRequest request, std::function<void(ApiResponse)> respo
   respond_later_ = nullptr;
   if (r.status == 0) return;  // an upload or an image read: the worker answers through the poster
   if (commit_) commit_();
+  log_request(request, r.status);
   respond(std::move(r));
 }
 
@@ -240,7 +252,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   const std::string& m = req.method;
   std::string path = req.target.substr(0, req.target.find('?'));
 
-  // Unauthenticated: probes, metrics, the API description.
+  // Unauthenticated: probes, metrics (unless [metrics] token is set), the API description.
   if (seg.size() == 1 && seg[0] == "healthz") {
     if (m != "GET") return method_not_allowed(m, path);
     return ok(json::object{{"status", "ok"}});
@@ -252,6 +264,13 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   }
   if (seg.size() == 1 && seg[0] == "metrics") {
     if (m != "GET") return method_not_allowed(m, path);
+    if (!metrics_token_.empty()) {
+      auto bearer = bearer_token(req);
+      if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <metrics token>' header ([metrics] token is set)");
+      bool allowed = (bearer->size() == metrics_token_.size() && constant_time_equal(*bearer, metrics_token_)) ||
+                     core_.check_admin(*bearer);
+      if (!allowed) return error(401, "unauthorized", "wrong metrics token");
+    }
     return {200, "text/plain; version=0.0.4", metrics_.scrape()};
   }
   if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "openapi.yaml") {
@@ -677,6 +696,7 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
     if (auto e = in.finish()) return from_error(*e);
     auto token = core_.issue_admin_token(*name);
     if (!token) return from_error(token.error());
+    log::info("admin token created", {{"name", *name}});
     return ok(json::object{{"name", *name}, {"token", *token}}, 201);
   }
   if (seg.size() == 3) {
@@ -688,6 +708,7 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
                                     "'accelpool-manager token' on the stopped manager's store)");
     }
     if (auto s = core_.revoke_admin_token(seg[2]); !s) return from_error(s.error());
+    log::info("admin token revoked", {{"name", seg[2]}});
     return ok(json::object{{"revoked", seg[2]}});
   }
   if (seg.size() == 4 && seg[3] == "rotate") {
@@ -695,6 +716,7 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
     if (auto e = in.finish()) return from_error(*e);
     auto token = core_.issue_admin_token(seg[2], true);
     if (!token) return from_error(token.error());
+    log::info("admin token rotated", {{"name", seg[2]}});
     return ok(json::object{{"name", seg[2]}, {"token", *token}});
   }
   return error(404, "not_found", "no route " + m + " " + path);

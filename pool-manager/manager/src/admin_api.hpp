@@ -59,6 +59,9 @@ class AdminApi {
   void set_catalog(std::shared_ptr<ImageCatalog> catalog) { catalog_ = std::move(catalog); }
   // The host agents' token: it may read images by sha256 (GET /v1/images/{sha256}[/manifest]) and nothing else.
   void set_agent_token(std::string token) { agent_token_ = std::move(token); }
+  // The token GET /metrics needs ([metrics] token): with one, a request without it or an admin token gets 401;
+  // "" (the default): no token needed.
+  void set_metrics_token(std::string token) { metrics_token_ = std::move(token); }
   // Who may watch GET /v1/events with this request's bearer token: an admin, or the tenant the token belongs to.
   // Errors: an error response (401 missing or wrong token).
   std::variant<Viewer, ApiResponse> stream_viewer(const ApiRequest& request) const;
@@ -76,6 +79,7 @@ class AdminApi {
   std::function<void()> commit_;
   std::shared_ptr<ImageCatalog> catalog_;
   std::string agent_token_;
+  std::string metrics_token_;
   std::function<Result<Leadership>()> leadership_;
   Poster post_;
   // While handle(request, respond) routes: its request and responder, which an upload takes to answer later.

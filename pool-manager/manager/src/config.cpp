@@ -121,7 +121,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
     return make_error("config", o.str());
   }
   Config c;
-  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams", "ha"}, "the top level"));
+  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams", "ha", "log", "metrics"}, "the top level"));
   std::string data_dir = c.data_dir.string();
   ACCELPOOL_TRY(read(file, root, "data_dir", data_dir, "top level"));
   c.data_dir = data_dir;
@@ -325,6 +325,36 @@ Result<Config> load_config(const std::filesystem::path& file) {
       ACCELPOOL_TRY(read(file, *t, "max_devices", tc.max_devices, "tenants"));
       if (tc.name.empty()) return make_error("config", where(file, *t) + ": tenants.name is required");
       c.tenants.push_back(tc);
+    }
+  }
+  for (const char* name : {"log", "metrics"}) {
+    if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
+  }
+  if (auto* t = sub(root, "log")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"level", "format"}, "[log]"));
+    std::string level, format;
+    ACCELPOOL_TRY(read(file, *t, "level", level, "log"));
+    ACCELPOOL_TRY(read(file, *t, "format", format, "log"));
+    if (t->get("level")) {
+      auto l = log::parse_level(level);
+      if (!l) return make_error("config", where(file, *t->get("level")) + ": log.level must be \"debug\", \"info\", \"warn\" or \"error\"");
+      c.log.level = *l;
+    }
+    if (t->get("format")) {
+      auto f = log::parse_format(format);
+      if (!f) return make_error("config", where(file, *t->get("format")) + ": log.format must be \"text\" or \"json\"");
+      c.log.format = *f;
+    }
+  }
+  if (auto* t = sub(root, "metrics")) {
+    ACCELPOOL_TRY(check_keys(file, *t, {"token", "max_label_values"}, "[metrics]"));
+    ACCELPOOL_TRY(read(file, *t, "token", c.metrics.token, "metrics"));
+    ACCELPOOL_TRY(read(file, *t, "max_label_values", c.metrics.max_label_values, "metrics"));
+    if (t->get("token") && c.metrics.token.size() < 16) {
+      return make_error("config", where(file, *t->get("token")) + ": metrics.token must be at least 16 characters");
+    }
+    if (c.metrics.max_label_values < 1 || c.metrics.max_label_values > 1000) {
+      return make_error("config", where(file, *t) + ": metrics.max_label_values must be in 1..1000");
     }
   }
   return c;

@@ -1,6 +1,7 @@
 // The daemon's configuration (TOML, docs/operations.md lists every key). Internal to the manager.
 #pragma once
 
+#include <accelpool/common/log.hpp>
 #include <accelpool/common/result.hpp>
 #include <accelpool/common/tls.hpp>
 #include <accelpool/manager/core.hpp>
@@ -83,6 +84,19 @@ struct HaConfig {
   double standby_poll_s = 0.5;    // how often a standby tries to take over
 };
 
+// What the manager logs and how ([log], docs/operations.md "Logs").
+struct LogConfig {
+  log::Level level = log::Level::info;
+  log::Format format = log::Format::text;
+};
+
+// The Prometheus endpoint ([metrics], docs/operations.md "Metrics").
+struct MetricsConfig {
+  std::string token;  // "" : GET /metrics needs no token; else this one, or an admin token, as Bearer
+  // Distinct tenants (and, separately, bitstreams) that get a label value of their own; later ones share "other".
+  std::size_t max_label_values = 32;
+};
+
 struct Config {
   std::filesystem::path data_dir = "accelpool-data";
   std::string store_file = "pool.db";  // relative to data_dir
@@ -109,6 +123,8 @@ struct Config {
   std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
   AgentsConfig agents;
   BitstreamsConfig bitstreams;
+  LogConfig log;
+  MetricsConfig metrics;
 
   // How many connections the listeners may hold together (each listener's limit), for the file descriptor budget.
   std::uint64_t connection_budget() const;

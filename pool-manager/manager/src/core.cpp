@@ -1,5 +1,6 @@
 // The pool's state machine. See core.hpp for the threading and durability rules.
 #include <accelpool/bitstreams/manifest.hpp>
+#include <accelpool/common/log.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
 #include <accelpool/scheduler/scheduler.hpp>
@@ -244,7 +245,8 @@ struct PoolCore::Impl {
     if (!batch.empty()) {
       Status s = store.apply(batch);
       if (!s) {
-        std::fprintf(stderr, "accelpool-manager: fatal: cannot write the store: %s\n", s.error().message.c_str());
+        log::error("fatal: cannot write the store", {{"error", s.error().message}});
+        log::flush();
         std::abort();
       }
       batch = Batch{};
@@ -312,7 +314,7 @@ struct PoolCore::Impl {
     double t = now();
     sched::Decisions out;
     if (!s) {
-      std::fprintf(stderr, "accelpool-manager: device %s failed to reset: %s\n", name.c_str(), s.error().message.c_str());
+      log::warn("device failed to reset", {{"device", name}, {"error", s.error().message}});
       d.available = false;
       (void)scheduler->set_available(d.sched_id, false, t, out);
       touch(d);
@@ -332,6 +334,7 @@ struct PoolCore::Impl {
     for (const auto& name : l.devices) {
       auto& d = devices.at(name);
       bool reprogram = !l.bitstream.empty() && d.loaded != l.bitstream;
+      if (reprogram) log::info("device reprogrammed", {{"device", name}, {"from", d.loaded}, {"to", l.bitstream}, {"lease", l.id}});
       host::PrepareRequest request;
       request.device = d.local_id;
       request.lease = std::to_string(l.id);
@@ -363,10 +366,10 @@ struct PoolCore::Impl {
     const std::string code = s ? std::string() : s.error().code;
     if (code == "checksum_mismatch" || code == "corrupt_image" || code == "missing_file" || code == "incompatible") {
       // The image is at fault, not the device: it was not touched and stays usable; the lease ends, saying why.
-      std::fprintf(stderr, "accelpool-manager: device %s not programmed: %s\n", name.c_str(), s.error().message.c_str());
+      log::warn("device not programmed", {{"device", name}, {"lease", id}, {"error", s.error().message}});
       if (current) end_lease(*l, LeaseState::revoked, "bitstream " + l->bitstream + ": " + s.error().message, t);
     } else if (!s) {
-      std::fprintf(stderr, "accelpool-manager: device %s failed to prepare: %s\n", name.c_str(), s.error().message.c_str());
+      log::warn("device failed to prepare", {{"device", name}, {"lease", id}, {"error", s.error().message}});
       if (dit != devices.end()) {
         dit->second.available = false;
         touch(dit->second);
@@ -469,8 +472,8 @@ struct PoolCore::Impl {
   bool on_grant(const sched::Grant& g, double t) {
     Lease* l = find_lease(g.request);
     if (!l) {
-      std::fprintf(stderr, "accelpool-manager: fatal: the scheduler granted unknown request %llu\n",
-                   static_cast<unsigned long long>(g.request));
+      log::error("fatal: the scheduler granted an unknown request", {{"request", g.request}});
+      log::flush();
       std::abort();
     }
     l->state = LeaseState::granted;
@@ -481,7 +484,8 @@ struct PoolCore::Impl {
     for (const auto& dg : g.devices) {
       DeviceRecord* d = device_by_sched(dg.device);
       if (!d) {
-        std::fprintf(stderr, "accelpool-manager: fatal: the scheduler granted unknown device %u\n", dg.device);
+        log::error("fatal: the scheduler granted an unknown device", {{"device", dg.device}});
+        log::flush();
         std::abort();
       }
       l->devices.push_back(d->name);
@@ -527,8 +531,7 @@ struct PoolCore::Impl {
 
   void requeue(Lease& l, double t, sched::Decisions& out) {
     if (auto r = scheduler->requeue(l.id, t, out)) {
-      std::fprintf(stderr, "accelpool-manager: requeue of lease %llu refused: %s\n",
-                   static_cast<unsigned long long>(l.id), r->error.c_str());
+      log::warn("requeue refused by the scheduler", {{"lease", l.id}, {"error", r->error}});
     }
     release_devices(l);
     clear_deadline(l);
@@ -545,8 +548,7 @@ struct PoolCore::Impl {
   void end_lease(Lease& l, LeaseState state, const std::string& reason, double t) {
     sched::Decisions out;
     if (auto r = scheduler->release(l.id, t, out)) {
-      std::fprintf(stderr, "accelpool-manager: release of lease %llu refused: %s\n",
-                   static_cast<unsigned long long>(l.id), r->error.c_str());
+      log::warn("release refused by the scheduler", {{"lease", l.id}, {"error", r->error}});
     }
     if (l.state == LeaseState::granted || l.state == LeaseState::revoking) keep_learned(l);
     if (l.state == LeaseState::granted || l.state == LeaseState::revoking) release_devices(l);
@@ -977,8 +979,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     if (auto hl = m.holder.find(dev_name); hl != m.holder.end()) {
       if (const Lease* l = m.find_lease(hl->second); l && l->guest == guest) continue;
     }
-    std::fprintf(stderr, "accelpool-manager: host %s: device %s serves '%s' without a lease: releasing it\n",
-                 name.c_str(), local.c_str(), guest.c_str());
+    log::warn("device serves a guest without a lease: releasing it", {{"host", name}, {"device", local}, {"guest", guest}});
     h.release(local, [&m, dev_name](Status s, std::string loaded) { m.on_device_reset(dev_name, s, std::move(loaded)); });
   }
   m.apply(out, t);
@@ -1605,6 +1606,7 @@ Status PoolCore::set_policy(const std::string& text) {
   double t = m.now();
   sched::Decisions out;
   if (auto r = m.scheduler->set_policy(*spec, t, out)) return make_error("invalid_argument", "policy '" + text + "': " + r->error);
+  log::info("policy switched", {{"from", m.policy_text}, {"to", spec->to_string()}});
   m.policy_text = spec->to_string();
   m.batch.meta.emplace_back("policy", m.policy_text);
   m.apply(out, t);

@@ -10,10 +10,12 @@
 #include "guest_protocol.hpp"
 #include "guest_server.hpp"
 #include "host_event_queue.hpp"
+#include "lease_log.hpp"
 #include "metrics.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/common/listener_limits.hpp>
+#include <accelpool/common/log.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
 
@@ -65,9 +67,9 @@ void device_health(PoolCore& core, const std::string& host, const std::string& d
                    const std::string& detail) {
   std::string name = host + "/" + device;
   bool usable = health != "failed";
-  if (!usable) std::fprintf(stderr, "accelpool-manager: device %s failed: %s\n", name.c_str(), detail.c_str());
+  if (!usable) log::warn("device failed", {{"device", name}, {"detail", detail}});
   if (auto s = core.set_device_usable(name, usable); !s) {
-    std::fprintf(stderr, "accelpool-manager: device health of %s: %s\n", name.c_str(), s.error().message.c_str());
+    log::warn("device health not applied", {{"device", name}, {"health", health}, {"error", s.error().message}});
   }
 }
 
@@ -129,8 +131,7 @@ Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const HaCo
     auto led = store.try_lead(me, ha.leader_timeout_s);
     if (!led) return led.error();
     if (*led) {
-      std::fprintf(stderr, "accelpool-manager: %s leads the pool (epoch %llu)\n", me.name.c_str(),
-                   static_cast<unsigned long long>(store.epoch()));
+      log::info("leading the pool", {{"manager", me.name}, {"epoch", store.epoch()}});
       return Status::ok();
     }
     if (auto s = store.announce(me, ha.leader_timeout_s); !s) return s;
@@ -138,9 +139,8 @@ Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const HaCo
     if (!view) return view.error();
     if (view->epoch != told) {
       told = view->epoch;
-      std::fprintf(stderr, "accelpool-manager: standby %s: %s leads (epoch %llu, admin %s); taking over when it is gone\n",
-                   me.name.c_str(), view->leader.name.c_str(), static_cast<unsigned long long>(view->epoch),
-                   view->leader.admin_url.c_str());
+      log::info("standby: another manager leads; taking over when it is gone",
+                {{"manager", me.name}, {"leader", view->leader.name}, {"epoch", view->epoch}, {"leader_admin", view->leader.admin_url}});
     }
     std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(ha.standby_poll_s * 1e6)));
   }
@@ -150,17 +150,18 @@ Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const HaCo
 
 int run_daemon(const Config& given, std::ostream& out) {
   Config config = given;
+  log::configure("accelpool-manager", config.log.level, config.log.format);
   // A peer that goes while TLS writes to it (OpenSSL writes with write(2) on the agent link) is an EPIPE error
   // for that connection, not the end of the manager.
   std::signal(SIGPIPE, SIG_IGN);
   auto fail = [](const std::string& what) {
-    std::fprintf(stderr, "accelpool-manager: %s\n", what.c_str());
+    log::error("start failed", {{"error", what}});
     return 1;
   };
   // Every connection the limits allow must get a file descriptor: accept() never runs out in normal operation.
   auto fd_limit = common::raise_fd_limit();
   if (!fd_limit) return fail(fd_limit.error().message);
-  if (auto notice = config.fit_default_connections(*fd_limit)) std::fprintf(stderr, "accelpool-manager: %s\n", notice->c_str());
+  if (auto notice = config.fit_default_connections(*fd_limit)) log::warn("connection limit lowered", {{"detail", *notice}});
   if (auto s = common::check_fd_budget(config.connection_budget(), *fd_limit,
                                        "[limits] max_connections for guests and for the admin API" +
                                            std::string(config.agents.listen.empty() ? "" : ", [agents] max_connections"));
@@ -203,16 +204,15 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto registry = bitstreams::SharedRegistry::open(config.bitstreams_dir(), config.bitstreams_seed());
   if (!registry) return fail(registry.error().message);
   for (const auto& r : (*registry)->rejected()) {
-    std::fprintf(stderr, "accelpool-manager: bitstream left out: %s\n", r.error.message.c_str());
+    log::warn("bitstream left out", {{"error", r.error.message}});
   }
   // An empty registry is legal (a pool of names only) but usually a missing seed: say so, since every acquire that
   // names a bitstream for a kind an in-process host serves will be refused.
   if ((*registry)->list().empty()) {
-    std::fprintf(stderr,
-                 "accelpool-manager: warning: the bitstream registry %s is empty: acquires naming a bitstream are "
-                 "refused (not_found) until one is registered (accelpoolctl bitstreams register FILE.toml; "
-                 "[bitstreams] seed fills a new registry, docs/bitstreams.md)\n",
-                 (*registry)->dir().c_str());
+    log::warn("bitstream registry empty",
+              {{"dir", (*registry)->dir().string()},
+               {"detail", "acquires naming a bitstream are refused (not_found) until one is registered (accelpoolctl "
+                          "bitstreams register FILE.toml; [bitstreams] seed fills a new registry, docs/bitstreams.md)"}});
   }
   auto catalog = std::make_shared<ImageCatalog>(*registry);
   CoreOptions core_options = config.core;
@@ -256,6 +256,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     for (const auto& d : *listed)
       if (!d.usable) report.unusable.insert(d.local_id);
     if (auto s = core->attach_host(std::move(*driver), report); !s) return fail("host " + h.name + ": " + s.error().message);
+    log::info("host joined", {{"host", h.name}, {"agent", false}, {"unusable", report.unusable.size()}});
   }
 
 #ifdef ACCELPOOL_HAVE_AGENT_LINK
@@ -277,18 +278,15 @@ int run_daemon(const Config& given, std::ostream& out) {
         if (why.code == "conflict")
           why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "
                          "another [agent] host)";
-        std::fprintf(stderr, "accelpool-manager: agent host %s refused: %s\n", name.c_str(), why.message.c_str());
+        log::warn("host refused", {{"host", name}, {"error", why.message}});
         return why;
       }
-      std::fprintf(stderr, "accelpool-manager: agent host %s %s (%zu unusable devices)\n", name.c_str(),
-                   returning ? "returned" : "joined", report.unusable.size());
+      log::info(returning ? "host returned" : "host joined", {{"host", name}, {"agent", true}, {"unusable", report.unusable.size()}});
       return Status::ok();
     };
     ev.host_lost = [&core](const std::string& host, const Error& why) {
-      std::fprintf(stderr, "accelpool-manager: agent host %s lost: %s\n", host.c_str(), why.message.c_str());
-      if (auto s = core->host_lost(host); !s) {
-        std::fprintf(stderr, "accelpool-manager: host %s: %s\n", host.c_str(), s.error().message.c_str());
-      }
+      log::warn("host lost", {{"host", host}, {"reason", why.message}});
+      if (auto s = core->host_lost(host); !s) log::warn("host loss not applied", {{"host", host}, {"error", s.error().message}});
     };
     ev.vm_stopped = [&core](const std::string& host, const agent::VmStopped& vm) {
       std::string reason = "VM " + (vm.vm_name.empty() ? vm.vm_uuid : vm.vm_name) + " on host " + host + " " +
@@ -296,7 +294,7 @@ int run_daemon(const Config& given, std::ostream& out) {
       std::size_t n = 0;
       if (!vm.vm_name.empty()) n += core->end_guest_leases(host, vm.vm_name, reason).size();
       if (!vm.vm_uuid.empty() && vm.vm_uuid != vm.vm_name) n += core->end_guest_leases(host, vm.vm_uuid, reason).size();
-      std::fprintf(stderr, "accelpool-manager: %s: %zu leases ended\n", reason.c_str(), n);
+      log::info("vm stopped", {{"host", host}, {"reason", reason}, {"leases_ended", n}});
     };
     ev.device_health = [&core](const std::string& host, const std::string& device, const std::string& health,
                                const std::string& detail) { device_health(*core, host, device, health, detail); };
@@ -324,7 +322,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   if (!config.agents.listen.empty()) return fail("agents.listen: this build has no agent listener");
 #endif
 
-  Metrics metrics(*core);
+  Metrics metrics(*core, config.metrics.max_label_values);
   GuestProtocol protocol(*core);
   protocol.set_relay_token(config.agents.token);  // host agents relay their VMs' ports with it
   GuestServerOptions guest_options;
@@ -335,6 +333,8 @@ int run_daemon(const Config& given, std::ostream& out) {
   guest_options.network_thread = config.guest_network_thread;
   GuestServer guests(ioc, protocol, guest_options);
   core->add_listener(&metrics);
+  LeaseLog lease_log;
+  core->add_listener(&lease_log);
   core->add_listener(&guests.hub());
 
   // Time-driven work: expiries, revocation deadlines, scheduler ticks.
@@ -438,6 +438,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   api.set_catalog(catalog);
   api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
+  api.set_metrics_token(config.metrics.token);
   if (shared) api.set_leadership([shared] { return shared->leadership(); });
   auto admin_ep = parse_endpoint(config.admin_listen);
   if (!admin_ep) return fail("admin.listen: " + admin_ep.error().message);
@@ -498,6 +499,12 @@ int run_daemon(const Config& given, std::ostream& out) {
   out << "accelpool-manager: bitstream registry " << catalog->registry()->dir().string() << " ("
       << catalog->registry()->list().size() << " bitstreams)\n";
   out.flush();
+  log::info("serving", {{"admin", admin_url},
+                        {"guest_tcp", tcp_text},
+                        {"guest_unix", unix_text},
+                        {"agents", agents_text},
+                        {"policy", core->policy()},
+                        {"bitstreams", catalog->registry()->list().size()}});
   // The leader renews its term every third of its timeout (every commit renews it too). A renewal that fails
   // means another manager leads, or the store is gone: this one steps down at once, before it answers anything
   // more; nothing unwritten was acknowledged.
@@ -507,8 +514,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     renew_timer.async_wait([&](boost::system::error_code ec) {
       if (ec) return;
       if (auto s = shared->renew(); !s) {
-        std::fprintf(stderr, "accelpool-manager: stepping down: %s\n", s.error().message.c_str());
-        std::fflush(stderr);
+        log::error("stepping down", {{"error", s.error().message}});
+        log::flush();
         std::_Exit(kSteppedDownExit);
       }
       arm_renewal();
@@ -520,7 +527,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   asio::signal_set signals(ioc, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
-    std::fprintf(stderr, "accelpool-manager: signal %d, shutting down\n", sig);
+    log::info("shutting down", {{"signal", sig}});
     (*admin)->stop();
     timer.cancel();
     publish_timer.cancel();

@@ -3,6 +3,7 @@
 #include "json_codec.hpp"
 
 #include <accelpool/common/json_lines.hpp>
+#include <accelpool/common/log.hpp>
 #include <accelpool/manager/auth.hpp>
 
 namespace accelpool::manager {
@@ -150,7 +151,11 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
                                    (host ? " on host '" + *host + "'" : std::string())));
     }
     auto tenant = core_.authenticate(*token);
-    if (!tenant) return reply(error_reply(id, tenant.error()));
+    if (!tenant) {
+      log::info("guest hello refused", {{"guest", *guest}, {"relayed", session.relayed}, {"error", tenant.error().code}});
+      return reply(error_reply(id, tenant.error()));
+    }
+    log::debug("guest hello", {{"tenant", *tenant}, {"guest", *guest}, {"relayed", session.relayed}});
     session.authenticated = true;
     session.tenant = *tenant;
     session.guest = *guest;
@@ -185,6 +190,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     p.label = label.value_or("");
     auto l = core_.acquire(p);
     if (!l) return reply(error_reply(id, l.error()));
+    log::info("lease acquired", {{"lease", l->id}, {"tenant", l->tenant}, {"guest", l->guest}, {"kind", l->kind},
+                                 {"bitstream", l->bitstream}, {"count", l->count}, {"state", to_string(l->state)}});
     return reply(result_reply(id, json::object({{"lease", to_json(*l, sp)}}, sp)));
   }
   if (method == "cancel" || method == "release" || method == "get") {

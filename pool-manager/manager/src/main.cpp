@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpool-manager");
   app.get_formatter()->column_width(34);
-  std::string config_file, data_dir, guest_tcp, admin;
+  std::string config_file, data_dir, guest_tcp, admin, log_level, log_format;
   bool new_store = false;
   app.add_option("--config", config_file, "TOML configuration file (docs/operations.md)")->type_name("FILE");
   app.add_option("--data-dir", data_dir, "data folder (overrides data_dir of the config)")->type_name("DIR");
@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   app.add_flag("--new-store", new_store,
                "start a new, empty pool even though the store of this data folder is missing or empty (without it "
                "the manager refuses to start then: restore the store from a backup instead)");
+
+  accelpool::common::add_log_options(app, log_level, log_format);
 
   TokenCommand token;
   auto* token_cmd = app.add_subcommand("token", "offline: list, create, rotate or revoke the tokens of a stopped "
@@ -92,5 +94,7 @@ int main(int argc, char** argv) {
   if (guest_tcp_option->count() > 0) config.guest_tcp = guest_tcp;
   if (!admin.empty()) config.admin_listen = admin;
   config.new_store = new_store;
+  if (!log_level.empty()) config.log.level = *accelpool::log::parse_level(log_level);
+  if (!log_format.empty()) config.log.format = *accelpool::log::parse_format(log_format);
   return run_daemon(config, std::cout);
 }

@@ -10,8 +10,11 @@ namespace accelpool::manager {
 
 class Metrics final : public CoreListener {
  public:
-  explicit Metrics(const PoolCore& core);
+  // Histograms are labelled by tenant and bitstream: the first `max_label_values` distinct tenants (and, apart,
+  // bitstreams) seen keep their name as label value, later ones share "other"; a lease of any image has bitstream "".
+  explicit Metrics(const PoolCore& core, std::size_t max_label_values = kDefaultMaxLabelValues);
   ~Metrics() override;
+  static constexpr std::size_t kDefaultMaxLabelValues = 32;
   // Observes waits (first grant) and JCTs (release). Owner thread.
   void lease_event(const Lease& lease, LeaseEvent event) override;
   // The exposition text (Prometheus text format 0.0.4), with gauges read from the core now. Owner thread.

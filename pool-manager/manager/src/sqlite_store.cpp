@@ -1,6 +1,7 @@
 // The SQLite store: one connection, WAL journal, one transaction per Batch.
 #include "store_rows.hpp"
 
+#include <accelpool/common/log.hpp>
 #include <accelpool/manager/store.hpp>
 
 #include <sqlite3.h>
@@ -205,7 +206,7 @@ class Checkpointer {
         rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
       }
       if (rc != SQLITE_OK && rc != SQLITE_BUSY && rc != last_error_) {  // BUSY: another one runs; try next time
-        std::fprintf(stderr, "accelpool-manager: store checkpoint failed: %s\n", sqlite3_errmsg(db_));
+        log::warn("store checkpoint failed", {{"error", sqlite3_errmsg(db_)}});
       }
       last_error_ = rc;
       lock.lock();

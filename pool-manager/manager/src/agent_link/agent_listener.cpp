@@ -7,6 +7,7 @@
 #include <accelpool/agent/link_stream.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/common/listener_limits.hpp>
+#include <accelpool/common/log.hpp>
 
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -128,7 +129,7 @@ struct AgentListener::Impl {
       int n = ::epoll_wait(epoll_fd, ready.data(), static_cast<int>(ready.size()), wait_ms());
       if (n < 0) {
         if (errno == EINTR) continue;
-        std::fprintf(stderr, "accelpool-manager: agent listener: epoll_wait: %s\n", std::strerror(errno));
+        log::error("agent listener: epoll_wait failed", {{"error", std::strerror(errno)}});
         break;
       }
       for (int i = 0; i < n && !stop; ++i) {
@@ -212,7 +213,7 @@ struct AgentListener::Impl {
     if (!written || !open || c.in.overflow()) {
       const std::string tls_error = c.io->error();
       if (!tls_error.empty() && c.link->host.empty()) {
-        std::fprintf(stderr, "accelpool-manager: agent connection refused: TLS: %s\n", tls_error.c_str());
+        log::warn("agent connection refused at the TLS handshake", {{"error", tls_error}});
       }
       drop(c.fd, !tls_error.empty() ? "TLS: " + tls_error
                  : !written         ? "connection broken"

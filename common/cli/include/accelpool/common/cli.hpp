@@ -29,4 +29,15 @@ inline std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
+// --log-level and --log-format of a daemon (docs/operations.md "Logs"), which override its config's [log] table:
+// `level` and `format` stay "" unless given, and are then names accelpool::log::parse_level / parse_format accept.
+inline void add_log_options(CLI::App& app, std::string& level, std::string& format) {
+  app.add_option("--log-level", level, "lowest level logged: debug, info, warn or error (overrides [log] level)")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+      ->type_name("LEVEL");
+  app.add_option("--log-format", format, "log lines as text or json (overrides [log] format)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->type_name("FORMAT");
+}
+
 }  // namespace accelpool::common
