@@ -12,6 +12,8 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev
   # networking: Boost 1.81 (Beast, Asio, JSON) and TLS
   libboost1.81-dev libboost-json1.81-dev libssl-dev
+  # TLS tests make their certificates with the openssl command (tests/support/test_pki.hpp)
+  openssl
   # store
   libsqlite3-dev sqlite3
   # the PostgreSQL store (libpq) and the server its tests start privately (initdb, pg_ctl; docs/ha.md)
