@@ -45,7 +45,7 @@ TEST_CASE("a JSON log line is one valid JSON object with typed fields, whatever 
   CHECK(v.at("ok") == false);
 }
 
-TEST_CASE("levels and formats are parsed by name; anything else is refused", "[log]") {
+TEST_CASE("levels and formats are parsed by name, anything else is refused", "[log]") {
   CHECK(lg::parse_level("debug") == lg::Level::debug);
   CHECK(lg::parse_level("info") == lg::Level::info);
   CHECK(lg::parse_level("warn") == lg::Level::warn);

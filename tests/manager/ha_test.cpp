@@ -65,7 +65,7 @@ std::size_t occurrences(const std::string& text, const std::string& needle) {
 
 // Launches `d` and waits until it says it is a standby (its count of such lines grows).
 void launch_standby(DaemonProcess& d, const std::string& name) {
-  const std::string line = "standby " + name + ":";
+  const std::string line = "taking over when it is gone manager=" + name + " ";
   const auto before = occurrences(d.output(), line);
   d.launch();
   REQUIRE(eventually([&] { return occurrences(d.output(), line) > before || d.exited(); }));

@@ -269,7 +269,7 @@ struct PoolCore::Impl {
   PoolCore::Touched touched;
   void record_touched() {
     touched.leases.insert(dirty_leases.begin(), dirty_leases.end());
-    touched.devices.insert(dirty_devices.begin(), dirty_devices.end());
+    for (const auto& [_, d] : dirty_devices) touched.devices.insert(d->name);
     for (const auto& [key, _] : batch.meta) {
       for (std::string_view prefix : {"host_lost:", "host_draining:"}) {
         if (key.starts_with(prefix)) touched.hosts.insert(key.substr(prefix.size()));
