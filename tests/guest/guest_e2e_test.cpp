@@ -71,7 +71,10 @@ std::optional<std::string> unavailable(const fs::path& dir, hypervisor::testing:
 std::optional<std::string> console_line(const fs::path& log, const std::string& needle, std::chrono::seconds timeout) {
   std::optional<std::string> found;
   eventually([&] {
-    std::istringstream in(read_file(log));
+    // Complete lines only: the console is read while QEMU writes it, and a line's end may not be there yet.
+    std::string text = read_file(log);
+    text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    std::istringstream in(text);
     std::string line;
     while (std::getline(in, line))
       if (line.find(needle) != std::string::npos) {
