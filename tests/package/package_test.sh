@@ -224,7 +224,9 @@ CPP
   pids+=($!)
   agent_joined() { curl -sf -o /dev/null -H "Authorization: Bearer $admin_token" "$admin_url/v1/devices/hv-01/sim:1"; }
   eventually agent_joined || { cat "$scratch/agent.log" "$scratch/manager2.log"; fail "the packaged agent did not join"; }
-  grep -q 'registered with the manager' "$scratch/agent.log" || { cat "$scratch/agent.log"; fail "the agent did not say it registered"; }
+  # The agent's log has a thread of its own: the line may come a little after the manager lists the devices.
+  eventually grep -q 'registered with the manager' "$scratch/agent.log" ||
+    { cat "$scratch/agent.log"; fail "the agent did not say it registered"; }
   [ -d "$scratch/agent/bitstreams" ] || fail "the agent did not create its image cache folder"
   echo "pool: the packaged agent joined with the packaged agent.toml's devices (hv-01/sim:0, hv-01/sim:1)"
   for p in "${pids[@]}"; do kill -TERM "$p"; done
