@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prints the "FPGA sharing" section of docs/results.md: the hold rule against first-fit on whole devices, and
+# Prints the "FPGA sharing" section of docs/results.md: the hold and reuse rules against first-fit on whole devices, and
 # slot leases (4 slots per device) against whole-device leases at the same p99 JCT. Called by
 # scripts/results.sh; alone: scripts/fpga_sharing.sh build/bin/accelpool-sim
 set -euo pipefail
@@ -7,12 +7,12 @@ SIM=${1:?usage: fpga_sharing.sh ACCELPOOL_SIM}
 # The synthetic FPGA mix of results.sh with 16 bitstreams and 8 s to program a full image (Alveo U250 order).
 MIX=(--synthetic 20000 --runtime-dist lognormal --mean-runtime 600 --sigma 2 --gangs 1:0.8,2:0.15,4:0.05
      --bitstreams 16 --zipf 1.1 --tenants 4 --reconfig-s 8 --devices 64 --seed 1 --estimates none --quiet)
-HOLD_POLICIES=fifo,fifo+affinity,fifo+affinity+hold=30,fifo+affinity+hold=60,fifo+affinity+hold=120,gittins,gittins+affinity+hold=30
+HOLD_POLICIES=fifo,fifo+affinity,fifo+affinity+hold=30,fifo+affinity+hold=60,fifo+affinity+hold=120,fifo+affinity+reuse=600,fifo+affinity+reuse,fifo+affinity+hold=30+reuse,fifo+affinity+hold=60+reuse,fifo+affinity+hold=90+reuse,fifo+affinity+hold=120+reuse,gittins,gittins+affinity+hold=30
 SLOTS=(--partial-fraction 1 --slots 4 --partial-reconfig-s 0.5)
 LOADS="0.9 1.2 1.5 1.8 2.0 2.1 2.2 2.4 2.7 3.0 3.3 3.6 3.8 4.0"
 
 cat <<'TEXT'
-## FPGA sharing: the hold rule and partial-reconfiguration slots
+## FPGA sharing: the hold and reuse rules, and partial-reconfiguration slots
 
 The FPGA mix above with 16 Zipf-popular bitstreams (exponent 1.1) and 8 s to program a full image (the order of
 an Alveo U250's full load, see docs/bitstreams.md), on 64 devices, `--estimates none`. Command:
@@ -21,10 +21,10 @@ an Alveo U250's full load, see docs/bitstreams.md), on 64 devices, `--estimates 
 ```sh
 accelpool-sim --synthetic 20000 --runtime-dist lognormal --mean-runtime 600 --sigma 2 \
   --gangs 1:0.8,2:0.15,4:0.05 --bitstreams 16 --zipf 1.1 --tenants 4 --reconfig-s 8 --devices 64 \
-  --seed 1 --estimates none --load 0.9 --policy fifo,fifo+affinity,fifo+affinity+hold=30,...
+  --seed 1 --estimates none --load 0.9 --policy fifo,fifo+affinity,fifo+affinity+hold=30,fifo+affinity+reuse,...
 ```
 
-### The hold rule at load 0.9 (whole devices)
+### The hold and reuse rules at load 0.9 (whole devices)
 
 "vs first-fit" is the policy's reprogrammings over fifo+first-fit's (lower is better).
 
@@ -73,13 +73,26 @@ awk -v q="$best_q" -v h="$best_h" 'BEGIN {
 
 cat <<'TEXT'
 
-What the tables say. The hold rule cuts reprogrammings against first-fit by about a quarter to a third at
-this load (affinity alone: a quarter), not by the three quarters once aimed for: with 16 bitstreams and about
-six idle devices on average, a request for one of the many rarely used images seldom finds an idle device
-holding it, and waiting for one costs more JCT than the 8 s of programming it saves. `hold=30` keeps fifo's
-average and p99 JCT (the idle time a hold may cost is bounded by its 30 s, and a request defers at most 30 s);
-longer holds cut more reprogrammings at a growing cost in average JCT (see the table), so the rule is off
-unless asked for. Slots pay off: with a strict partition (quarter shares) the slot pool keeps whole-device
-leases' p99 up to the highest load searched, and oversubscribed half shares, whose leases slow each other
-down, do so up to about 2.3x the throughput; past that the interference slowdown and then queueing take over.
+What the tables say. The target once set, three quarters fewer programmings than first-fit with no worse average
+and p99 JCT, is not reached at this load. The reuse rule (`+reuse`, docs/policies.md) is the best rule found that
+keeps both: a freed device goes to a waiting request for its image and a miss overwrites the image least in
+demand per free copy; it cuts programmings by about a third against first-fit and lowers the average JCT (its
+matching serves more requests without programming, and programming time is device time). Adding a short hold
+cuts more: with `hold=90` about 45% at fifo's average and p99 JCT; longer holds cut more at a growing cost in
+JCT (hold=120 with reuse: 48% fewer, average 1% worse; `fifo+affinity+hold=480+reuse=100000`, not in the table:
+67% fewer, average 20% worse).
+
+Why three quarters is out of reach without waiting: a grant programs nothing only if a free device holds its
+image when it starts. In the fifo+affinity run above 34% of the requests arrive with no device free, and even if
+the free devices always held the most popular images, at most 13,468 of the 25,937 devices granted could find
+their image free on arrival (computed from the free devices at each arrival and the Zipf shares). So at least
+12,469 device grants depend on a device of their image freeing while they wait; a total of 5,480 programmings
+(-75%) would need more than half of them to wait for one, but at load 0.9 a device of a given image frees
+only as often as that image is asked for (once in 40 s for the most popular one, once in 14 minutes for the
+least), so that waiting costs more JCT than the 8 s of programming it saves. Under the reuse rule 37% of the
+devices granted to requests that waited found their image (9,364 devices, 5,922 programmed); holds raise that
+by idling devices, which at this load raises waits. Slots pay off: with a strict partition (quarter shares) the
+slot pool keeps whole-device leases' p99 up to the highest load searched, and oversubscribed half shares, whose
+leases slow each other down, do so up to about 2.3x the throughput; past that the interference slowdown and
+then queueing take over.
 TEXT

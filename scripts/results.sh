@@ -3,7 +3,7 @@
 # devices with the trace's own arrival times (offered load 0.85), first with no run-time estimates at all
 # (the scheduler knows only what it learns from finished jobs), then with exact estimates for reference; then
 # on Alibaba's GPU trace of 2023 (6,178 jobs, 26 devices, own arrival times) and a synthetic FPGA workload, then
-# FPGA sharing (the hold rule, slots: scripts/fpga_sharing.sh).
+# FPGA sharing (the hold and reuse rules, slots: scripts/fpga_sharing.sh).
 # Writes the tables to docs/results.md, JSON and SVG plots to docs/results/.
 # Usage: scripts/results.sh            (builds into build/ first; set BUILD=dir to use another build folder)
 set -euo pipefail

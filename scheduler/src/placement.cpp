@@ -151,7 +151,8 @@ class Pack final : public PlacementPolicy {
 
 // affinity: reconfiguration-aware. Devices that already hold the requested bitstream first (no programming),
 // then other devices on the hosts already chosen (keep the gang together), then devices holding nothing
-// (no one loses a loaded image), then best-fit hosts as in pack. O(k log n + h log n).
+// (no one loses a loaded image), then devices holding the images of `overwrite_first` in its order, then
+// best-fit hosts as in pack. O(k log n + h log n), plus O(overwrite_first) when it is given.
 class Affinity final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "affinity"; }
@@ -163,11 +164,19 @@ class Affinity final : public PlacementPolicy {
       return [&, b](const DeviceGroup& g) { take(g.holding(b), r.count, out); };
     };
     if (r.bitstream != kNoBitstream) e.each(e.passthrough, take_holding(r.bitstream));
+    auto take_least_needed = [&](std::span<const DeviceGroup> groups) {
+      for (BitstreamId b : e.overwrite_first) {
+        if (out.size() >= r.count) return;
+        e.each(groups, take_holding(b));
+      }
+    };
     e.each(e.passthrough, take_holding(kNoBitstream));
+    take_least_needed(e.passthrough);
     e.each(e.passthrough, [&](const DeviceGroup& g) { take(g.free(), r.count, out); });
     if (r.bitstream != kNoBitstream) e.each(e.network, take_holding(r.bitstream));
     e.each(e.network, [&](const DeviceGroup& g) { take_near(g, r.count, out); });
     e.each(e.network, take_holding(kNoBitstream));
+    take_least_needed(e.network);
     e.each(e.network, [&](const DeviceGroup& g) { take_packed(g, r.count, out); });
   }
 

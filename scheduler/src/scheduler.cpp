@@ -60,7 +60,9 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
     const auto plus = text.find('+');
     const auto part = text.substr(0, plus);
     if (part.empty()) {
-      return fail("empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+age=SLOWDOWN][+hold=SECONDS][+nopreempt])");
+      return fail(
+          "empty part (expected ORDERING[+PLACEMENT][+guard=SECONDS][+age=SLOWDOWN][+hold=SECONDS][+reuse=SECONDS]"
+          "[+nopreempt])");
     }
     if (index == 0) {
       spec.ordering = std::string(part);
@@ -77,6 +79,13 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
     } else if (part.starts_with("hold=")) {
       spec.hold_s = positive_number(part.substr(5));
       if (!spec.hold_s) return fail("hold needs a positive number of seconds, got '" + std::string(part.substr(5)) + "'");
+    } else if (part == "reuse") {
+      spec.reuse_s = kDefaultReuseS;
+    } else if (part.starts_with("reuse=")) {
+      spec.reuse_s = positive_number(part.substr(6));
+      if (!spec.reuse_s) {
+        return fail("reuse needs a positive number of seconds, got '" + std::string(part.substr(6)) + "'");
+      }
     } else if (part == "nopreempt") {
       spec.preemption = false;
     } else if (index == 1) {
@@ -99,6 +108,7 @@ std::string PolicySpec::to_string() const {
   if (tail_guard_s) out << "+guard=" << *tail_guard_s;
   if (age_slowdown) out << "+age=" << *age_slowdown;
   if (hold_s) out << "+hold=" << *hold_s;
+  if (reuse_s) out << "+reuse=" << *reuse_s;
   if (!preemption) out << "+nopreempt";
   return out.str();
 }
@@ -122,6 +132,10 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
     if (error) *error = "hold must be a positive number of seconds";
     return nullptr;
   }
+  if (spec.reuse_s && !(*spec.reuse_s > 0)) {
+    if (error) *error = "reuse must be a positive number of seconds";
+    return nullptr;
+  }
   return std::unique_ptr<Scheduler>(new Scheduler(spec, std::move(ordering), std::move(placement)));
 }
 
@@ -134,7 +148,8 @@ Scheduler::Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering,
 
 IndexNeeds Scheduler::index_needs() const {
   IndexNeeds needs = placement_->needs();
-  needs.by_bitstream = needs.by_bitstream || spec_.hold_s.has_value();  // the hold rule reads what free devices hold
+  // The hold and reuse rules read what free devices hold.
+  needs.by_bitstream = needs.by_bitstream || spec_.learns_images();
   return needs;
 }
 
@@ -412,7 +427,7 @@ void Scheduler::enqueue(Entry& e, Time now) {
     aging_[e.request.kind].insert({e.ages_at, e.request.arrival, e.request.id});
     if (e.estimate_s) bucket.by_remaining.insert({remaining_estimate(e), e.key});
   }
-  if (spec_.hold_s) {
+  if (spec_.learns_images()) {
     if (e.request.bitstream != kNoBitstream) waiting_for_[e.request.bitstream].insert(e.key);
     waiting_since_[e.request.kind].insert({e.request.arrival, e.request.id});
   }
@@ -429,7 +444,7 @@ void Scheduler::dequeue(Entry& e) {
     aging.erase({e.ages_at, e.request.arrival, e.request.id});
     if (aging.empty()) aging_.erase(e.request.kind);
   }
-  if (spec_.hold_s) {
+  if (spec_.learns_images()) {
     if (e.request.bitstream != kNoBitstream) {
       auto w = waiting_for_.find(e.request.bitstream);
       w->second.erase(e.key);
@@ -453,7 +468,7 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
                      " are reachable from its guest's host: it can never be served"};
   }
   Entry& e = add_entry(request);
-  if (spec_.hold_s) observe_arrival(request, now);
+  if (spec_.learns_images()) observe_arrival(request, now);
   // Fast path, same outcome as the queue: with nobody waiting and nothing reserved, a request that fits is
   // the only candidate, so it is granted at once without passing through the buckets (unless devices are on
   // hold for its bitstream: serve_held gives it those).
@@ -462,7 +477,7 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
       !held_for_.contains(request.bitstream) && !(spec_.hold_s && deferred(e, now))) {
     const auto eligible = this->eligible(request);
     if (eligible.free() >= request.count) {
-      place(e, eligible);
+      place(e, eligible, now);
       out.grants.push_back(start(e, now, /*protect=*/false));
       return std::nullopt;
     }
@@ -476,14 +491,28 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
 // enough free devices for it.
 void Scheduler::grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, bool protect, Decisions& out) {
   dequeue(e);
-  place(e, eligible);
+  place(e, eligible, now);
   out.grants.push_back(start(e, now, protect));
 }
 
-// Lets the placement policy choose the request's devices into e.devices.
-void Scheduler::place(Entry& e, const FreeIndex::Eligible& eligible) {
+// Lets the placement policy choose the request's devices into e.devices; under the reuse rule, a request whose
+// image too few free devices hold is told which loaded images to overwrite first.
+void Scheduler::place(Entry& e, const FreeIndex::Eligible& eligible, Time now) {
   e.devices.clear();
   if (!parent_of_.empty() && place_on_slots(e, eligible)) return;
+  if (spec_.reuse_s && e.request.bitstream != kNoBitstream) {
+    std::size_t loaded = 0;
+    auto count = [&](const DeviceGroup& g) { loaded += g.holding(e.request.bitstream).size(); };
+    eligible.each(eligible.passthrough, count);
+    eligible.each(eligible.network, count);
+    if (loaded < e.request.count) {
+      const std::vector<BitstreamId> order = overwrite_order(e.request, eligible, now);
+      FreeIndex::Eligible ranked = eligible;
+      ranked.overwrite_first = order;
+      placement_->place(e.request, ranked, e.devices);
+      return;
+    }
+  }
   placement_->place(e.request, eligible, e.devices);
 }
 
@@ -766,10 +795,14 @@ void Scheduler::observe_arrival(const Request& r, Time now) {
 
 // Whether the rate of bitstream b makes a request for it more likely than not within hold_s.
 bool Scheduler::likely_soon(BitstreamId b, Time now) const {
-  if (b >= arrivals_.size() || arrivals_[b].seen < kHoldMinArrivals) return false;
+  const Time gap = arrival_gap(b, now);
+  return std::isfinite(gap) && (!(gap > 0) || *spec_.hold_s / gap >= std::log(2.0));
+}
+
+Time Scheduler::arrival_gap(BitstreamId b, Time now) const {
+  if (b >= arrivals_.size() || arrivals_[b].seen < kHoldMinArrivals) return std::numeric_limits<Time>::infinity();
   const ArrivalRate& a = arrivals_[b];
-  const double gap = std::max(a.mean_gap, now - a.last);
-  return !(gap > 0) || *spec_.hold_s / gap >= std::log(2.0);
+  return std::max(a.mean_gap, now - a.last);
 }
 
 bool Scheduler::deferred(const Entry& e, Time now) const {
@@ -808,8 +841,7 @@ void Scheduler::maybe_hold(Slot& s, Time now) {
   std::size_t cap = 1;
   if (!waiting_for_.contains(b)) {
     if (!likely_soon(b, now)) return;
-    const ArrivalRate& a = arrivals_[b];
-    const double gap = std::max(a.mean_gap, now - a.last);
+    const double gap = arrival_gap(b, now);
     const double expected = gap > 0 ? *spec_.hold_s / gap : 1e9;
     cap = static_cast<std::size_t>(std::max(1.0, std::min(std::floor(expected), 1e9)));
   } else {
@@ -877,6 +909,93 @@ void Scheduler::serve_held(Time now, Decisions& out) {
       }
     }
   }
+}
+
+// --- the reuse rule ------------------------------------------------------------------------------------------
+//
+// See docs/policies.md, "The reuse rule". Free devices are a cache of loaded images: a grant that finds its image
+// on enough free devices costs no programming (a hit), any other overwrites free devices (a miss). The rule
+// raises the hit rate in both regimes of a loaded pool:
+//   - while requests wait, a device that frees holding b goes to the best waiting request for b rather than to
+//     the ordering's choice (which holds b about as often as b's share of requests), unless a request of the kind
+//     has waited reuse_s or more: the ordering then decides alone, so the rule passes no request over once it
+//     has waited reuse_s;
+//   - while devices idle, a miss overwrites the free copy with the least expected demand: arrival rate of its
+//     image (learned as for the hold rule) over the free devices holding it, so popular images keep free copies
+//     in proportion to their demand and rare ones give way first.
+// Neither idles a device: the rule is work-conserving. Slots are left to their own placement (place_on_slots),
+// which already prefers a slot holding the image among those within their device's bandwidth.
+
+void Scheduler::serve_loaded(Time now, Decisions& out, const std::set<KindId>& blocked,
+                             const std::map<KindId, Window>& windows) {
+  std::vector<BitstreamId> bitstreams;
+  bitstreams.reserve(waiting_for_.size());
+  for (const auto& [b, waiting] : waiting_for_) bitstreams.push_back(b);
+  std::vector<RequestId> candidates;
+  for (BitstreamId b : bitstreams) {
+    if (free_count_ == 0) return;
+    auto waiting = waiting_for_.find(b);
+    if (waiting == waiting_for_.end()) continue;
+    candidates.clear();
+    for (const PriorityKey& k : waiting->second) {
+      candidates.push_back(k.id);
+      if (candidates.size() == kMaxBackfillExamined) break;
+    }
+    for (RequestId id : candidates) {
+      Entry& e = entry(id);
+      const KindId kind = e.request.kind;
+      if (blocked.contains(kind) || windows.contains(kind) || reuse_passes_over_aged(e, now)) continue;
+      const auto eligible = this->eligible(e.request);
+      e.devices.clear();
+      auto take_loaded = [&](const DeviceGroup& g) {
+        for (DeviceId d : g.holding(b)) {
+          if (e.devices.size() == e.request.count) return;
+          if (!slots_[d].is_slot) e.devices.push_back(d);  // slots go by their own placement (place_on_slots)
+        }
+      };
+      eligible.each(eligible.passthrough, take_loaded);
+      eligible.each(eligible.network, take_loaded);
+      if (e.devices.size() < e.request.count) {
+        e.devices.clear();
+        continue;
+      }
+      dequeue(e);
+      out.grants.push_back(start(e, now, /*protect=*/false));
+    }
+  }
+}
+
+bool Scheduler::reuse_passes_over_aged(const Entry& e, Time now) const {
+  auto since = waiting_since_.find(e.request.kind);
+  if (since == waiting_since_.end()) return false;
+  for (const auto& [arrival, id] : since->second) {
+    if (id != e.request.id) return now - arrival >= *spec_.reuse_s;
+  }
+  return false;
+}
+
+std::vector<BitstreamId> Scheduler::overwrite_order(const Request& r, const FreeIndex::Eligible& eligible,
+                                                    Time now) const {
+  std::map<BitstreamId, std::size_t> copies;  // free eligible devices holding each image
+  auto count = [&](const DeviceGroup& g) {
+    g.each_loaded([&](BitstreamId b, const IdSet& devices) {
+      if (b != r.bitstream) copies[b] += devices.size();
+    });
+  };
+  eligible.each(eligible.passthrough, count);
+  eligible.each(eligible.network, count);
+  std::vector<std::pair<double, BitstreamId>> ranked;  // (expected arrivals per second per free copy, image)
+  ranked.reserve(copies.size());
+  for (const auto& [b, n] : copies) {
+    const Time gap = arrival_gap(b, now);
+    const double rate = !std::isfinite(gap) ? 0.0 : gap > 0 ? 1.0 / gap : std::numeric_limits<double>::infinity();
+    ranked.push_back({rate / static_cast<double>(n), b});
+  }
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<BitstreamId> order;
+  order.reserve(ranked.size());
+  for (const auto& [per_copy, b] : ranked) order.push_back(b);
+  return order;
 }
 
 // --- dispatch ------------------------------------------------------------------------------------------------
@@ -998,6 +1117,7 @@ void Scheduler::dispatch(Time now, Decisions& out) {
   if (spec_.ages()) serve_aged(now, out, windows);
   if (!holds_.empty()) serve_held(now, out);
   if (!reservations_.empty()) serve_reserved(now, out, blocked);
+  if (spec_.reuse_s && !waiting_for_.empty()) serve_loaded(now, out, blocked, windows);
   const bool per_tenant = ordering_->per_tenant();
   while (free_count_ > 0 && !buckets_.empty()) {
     // The best head among buckets whose head fits now.

@@ -53,6 +53,13 @@ inline Request req(RequestId id, Time arrival, std::uint32_t count = 1, std::opt
   return r;
 }
 
+// The request for `bitstream` on devices of `kind`.
+inline Request of_kind(Request r, KindId kind, BitstreamId bitstream = kNoBitstream) {
+  r.kind = kind;
+  r.bitstream = bitstream;
+  return r;
+}
+
 // Submits and returns the decisions it caused; the submit must be accepted.
 inline Decisions submit(Scheduler& s, const Request& r, Time now) {
   Decisions out;
@@ -71,6 +78,13 @@ inline Decisions release(Scheduler& s, RequestId id, Time now) {
 inline std::vector<RequestId> granted(const Decisions& d) {
   std::vector<RequestId> ids;
   for (const auto& g : d.grants) ids.push_back(g.request);
+  return ids;
+}
+
+// The devices of a decision's `grant`-th grant.
+inline std::vector<DeviceId> devices(const Decisions& d, std::size_t grant = 0) {
+  std::vector<DeviceId> ids;
+  for (const auto& g : d.grants.at(grant).devices) ids.push_back(g.device);
   return ids;
 }
 

@@ -122,6 +122,29 @@ TEST_CASE("affinity avoids reprogramming where first-fit reprograms", "[policy][
   CHECK(af.reconfigurations == 2);
 }
 
+TEST_CASE("the reuse rule gives a freed device to the waiting job of its image, within its bound", "[policy][reuse]") {
+  std::vector<Job> jobs{job(0, 0, 5), job(1, 0, 30), job(2, 1, 5), job(3, 2, 5)};
+  jobs[0].bitstream = "a";
+  jobs[1].bitstream = "b";
+  jobs[2].bitstream = "b";
+  jobs[3].bitstream = "a";
+  const auto pool = sim::PoolSpec::homogeneous(2, /*reconfig_s=*/10);
+  // Both start on blank devices: job 0 on device 0 (holds a) 0-15, job 1 on device 1 (holds b) 0-40.
+  // fifo: device 0 frees at 15 and goes to job 2 (b, first in line), programmed: 15-30; then to job 3 (a),
+  // programmed again: 30-45.
+  auto af = run(jobs, "fifo+affinity", pool);
+  CHECK_THAT(jcts(af), close_to(std::vector<double>{15, 40, 29, 43}));
+  CHECK(af.reconfigurations == 4);
+  // reuse: at 15 job 2 has waited 14 s < 3600 s, so device 0 (holds a) goes to job 3 as it is: 15-20; then job 2
+  // takes it, programmed: 20-35. One programming less and 5 s less average JCT.
+  auto reuse = run(jobs, "fifo+affinity+reuse", pool);
+  CHECK_THAT(jcts(reuse), close_to(std::vector<double>{15, 40, 34, 18}));
+  CHECK(reuse.reconfigurations == 3);
+  // A bound of 10 s: job 2 has waited 14 s at 15, so no one passes it: as fifo.
+  auto bounded = run(jobs, "fifo+affinity+reuse=10", pool);
+  CHECK_THAT(jcts(bounded), close_to(std::vector<double>{15, 40, 29, 43}));
+}
+
 TEST_CASE("fair serves the tenant with less device-time first", "[policy][fair]") {
   std::vector<Job> jobs{job(0, 0, 10), job(1, 0, 10), job(2, 0, 10), job(3, 1, 10)};
   for (int i = 0; i < 3; ++i) jobs[i].tenant = "a";

@@ -40,12 +40,6 @@ std::unique_ptr<Scheduler> two_sliced_devices(const std::string& policy = "fifo"
   return s;
 }
 
-Request of_kind(Request r, KindId kind, BitstreamId bitstream = kNoBitstream) {
-  r.kind = kind;
-  r.bitstream = bitstream;
-  return r;
-}
-
 // Ticks just before `at` (nothing may happen), then at `at`: returns what the second tick decided.
 Decisions nothing_before_then_at(Scheduler& s, Time at) {
   Decisions early;
@@ -54,12 +48,6 @@ Decisions nothing_before_then_at(Scheduler& s, Time at) {
   Decisions due;
   s.tick(at, due);
   return due;
-}
-
-std::vector<DeviceId> devices(const Decisions& d, std::size_t grant = 0) {
-  std::vector<DeviceId> ids;
-  for (const auto& g : d.grants.at(grant).devices) ids.push_back(g.device);
-  return ids;
 }
 
 }  // namespace

@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
   std::string estimates;
   sim::SimOptions options;
   app.add_option("--policy", policies,
-                 "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+age[=SLOWDOWN]][+nopreempt], each run on the same trace. "
+                 "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+age[=SLOWDOWN]][+hold[=S]][+reuse[=S]][+nopreempt], "
+                 "each run on the same trace. "
                  "Orderings: " + join(sch::ordering_names()) + ". Placements: " + join(sch::placement_names()) +
                      ". Default: fifo, sjf, srpt, las, djsf and fair with first-fit")
       ->type_name("LIST")

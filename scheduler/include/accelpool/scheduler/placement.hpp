@@ -27,6 +27,14 @@ class DeviceGroup {
   const IdSet& free() const { return free_; }
   // Free devices holding bitstream `b` (kNoBitstream: holding nothing). Empty unless indexed by bitstream.
   const IdSet& holding(BitstreamId b) const;
+  // Calls `visit(b, devices)` for each bitstream b that free devices hold (not kNoBitstream), in id order.
+  // Nothing unless indexed by bitstream. O(bitstreams ever indexed).
+  template <typename Visit>
+  void each_loaded(Visit visit) const {
+    for (std::size_t slot = 1; slot < by_bitstream_.size(); ++slot) {
+      if (!by_bitstream_[slot].empty()) visit(static_cast<BitstreamId>(slot - 1), by_bitstream_[slot]);
+    }
+  }
   // Free devices on `host`. Empty unless indexed by host.
   const IdSet& on_host(HostId host) const;
   // The host of a free device (indexed by host only).
@@ -74,6 +82,10 @@ class FreeIndex {
     std::span<const DeviceGroup> passthrough;
     std::span<const DeviceGroup> network;
     ModelSet models = kAnyModel;
+    // Images loaded on eligible free devices in the order a grant that must reprogram should overwrite them,
+    // the first the least needed (the reuse rule, scheduler.hpp); empty: no preference. Placements that mind
+    // loaded images (affinity) read it; it must outlive the place() call.
+    std::span<const BitstreamId> overwrite_first;
     // Free devices in the eligible groups. O(models of the kind).
     std::size_t free() const;
     // Calls `visit(group)` for each group of `groups` (passthrough or network) whose model is eligible, in

@@ -40,6 +40,11 @@ inline constexpr double kDefaultAgeSlowdown = 100;
 // Longest a device may idle on hold for its loaded bitstream under `+hold` without a value (see hold_s).
 inline constexpr double kDefaultHoldS = 60;
 
+// Longest a waiting request may be passed over by the reuse rule under `+reuse` without a value (see reuse_s).
+// On the synthetic FPGA workload of docs/results.md a bound of an hour keeps nearly all of the rule's effect
+// (600 s keeps half of it) and no worse p99 JCT than fifo.
+inline constexpr double kDefaultReuseS = 3600;
+
 // A full policy: ordering + placement + tail rules, written "las+affinity" or "sjf+pack+guard=3600+age=10".
 struct PolicySpec {
   std::string ordering = "fifo";
@@ -55,11 +60,20 @@ struct PolicySpec {
   // (state `holding`) for at most `hold_s` seconds instead of being reprogrammed for another; a waiting request
   // of its bitstream takes it first. Off when unset.
   std::optional<double> hold_s;
+  // The reuse rule (docs/policies.md, "The reuse rule"): free devices are a cache of loaded images. A free
+  // device holding bitstream b goes to the best waiting request for b (no programming) before the ordering's own
+  // choice, unless a request of its kind has waited `reuse_s` seconds or more (then the ordering alone decides);
+  // and a request that must reprogram overwrites the free devices whose images have the least expected demand
+  // per free copy (learned from arrivals). Off when unset.
+  std::optional<double> reuse_s;
 
+  // Whether the scheduler learns arrival rates per bitstream and indexes waiting requests by bitstream.
+  bool learns_images() const { return hold_s || reuse_s; }
   // Whether requests can age (a tail guard or slowdown aging).
   bool ages() const { return tail_guard_s || age_slowdown; }
-  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+age[=SLOWDOWN]][+hold[=SECONDS]][+nopreempt]" (`+age` alone:
-  // kDefaultAgeSlowdown; `+hold` alone: kDefaultHoldS). Returns nullopt and sets `error` if malformed.
+  // Parses "ORDERING[+PLACEMENT][+guard=SECONDS][+age[=SLOWDOWN]][+hold[=SECONDS]][+reuse[=SECONDS]][+nopreempt]"
+  // (`+age` alone: kDefaultAgeSlowdown; `+hold` alone: kDefaultHoldS; `+reuse` alone: kDefaultReuseS).
+  // Returns nullopt and sets `error` if malformed.
   static std::optional<PolicySpec> parse(std::string_view text, std::string* error);
   std::string to_string() const;
 };
@@ -253,7 +267,7 @@ class Scheduler {
   void enqueue(Entry& e, Time now);
   void dequeue(Entry& e);
   void grant(Entry& e, const FreeIndex::Eligible& eligible, Time now, bool protect, Decisions& out);
-  void place(Entry& e, const FreeIndex::Eligible& eligible);
+  void place(Entry& e, const FreeIndex::Eligible& eligible, Time now);
   // Interference-aware placement of a request on slots (docs/policies.md, "Slots and interference"); false,
   // choosing nothing, if the eligible devices are no slots.
   bool place_on_slots(Entry& e, const FreeIndex::Eligible& eligible);
@@ -276,6 +290,9 @@ class Scheduler {
   // Puts a device just freed on hold for its loaded bitstream if the rule says so.
   void maybe_hold(Slot& s, Time now);
   bool likely_soon(BitstreamId b, Time now) const;
+  // The gap between arrivals of b the rules go by: the decayed mean, or the time since the last arrival if
+  // longer; infinity until kHoldMinArrivals have been seen.
+  Time arrival_gap(BitstreamId b, Time now) const;
   // Whether a waiting request for b passes its turn for now: it has waited less than hold_s, too few free
   // devices it may use hold b, a device holding b is leased and b's rate makes one likely to free in time.
   bool deferred(const Entry& e, Time now) const;
@@ -320,6 +337,19 @@ class Scheduler {
   const PriorityKey* backfill_candidate(const BucketKey& bk, const Bucket& bucket, const Window& window,
                                         Time now) const;
   void serve_aged(Time now, Decisions& out, std::map<KindId, Window>& windows);
+  // --- the reuse rule (PolicySpec::reuse_s) ---
+  // Grants free devices holding a bitstream to the best waiting requests for it that they cover, unless a request
+  // of their kind has waited reuse_s or more, or the kind's devices are kept for a preempting request (`blocked`)
+  // or a reservation (`windows`).
+  void serve_loaded(Time now, Decisions& out, const std::set<KindId>& blocked,
+                    const std::map<KindId, Window>& windows);
+  // Whether serving e ahead of the ordering would pass over another request of its kind that has waited
+  // reuse_s or more.
+  bool reuse_passes_over_aged(const Entry& e, Time now) const;
+  // The images loaded on free devices of `eligible`, in the order a grant for `r` should overwrite them: images
+  // never requested first, then by expected demand per free copy (arrival rate / free devices holding it),
+  // least first. Leaves out r's own image.
+  std::vector<BitstreamId> overwrite_order(const Request& r, const FreeIndex::Eligible& eligible, Time now) const;
   // Whether a waiting request has passed the guard or aged by slowdown at `now`; when it will (ages_at).
   bool aged(const Entry& e, Time now) const;
   Time ages_at(const Entry& e) const;
@@ -370,8 +400,7 @@ class Scheduler {
   std::unordered_map<DeviceId, std::vector<DeviceId>> slots_of_;
   std::unordered_map<DeviceId, std::uint32_t> busy_slots_;
   std::unordered_map<DeviceId, double> slot_demand_;  // by device: demand of the leases on its slots
-  // The hold rule: arrivals per bitstream (mean gap, decayed), devices on hold, and (with hold_s only) the
-  // waiting requests of each bitstream by key.
+  // The hold and reuse rules: arrivals per bitstream (mean gap, decayed), devices on hold.
   struct ArrivalRate {
     Time last = 0;
     double mean_gap = 0;
@@ -382,6 +411,7 @@ class Scheduler {
   std::set<std::pair<Time, DeviceId>> hold_ends_;
   std::map<BitstreamId, std::set<DeviceId>> held_for_;
   std::unordered_map<BitstreamId, std::size_t> leased_with_;  // hold_s only: leased devices holding each image
+  // With hold_s or reuse_s: the waiting requests of each bitstream by key, and of each kind by arrival.
   std::map<BitstreamId, std::set<PriorityKey>> waiting_for_;
   std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> waiting_since_;  // by arrival, per kind
   Time last_now_ = 0;
