@@ -106,7 +106,8 @@ job3=$(echo "$out" | tail -1)
 cat "$WORK/trace.real" > "$WORK/trace.csv"  # blocks until the first cell opens the pipe
 slurm_wait_for "\"$SWEEP\" status --study \"$KILLED\" --out \"$WORK/killed\" | head -1 | grep -q '^1 done'" 300 ||
   fail "the first cell did not finish: $("$SWEEP" status --study "$KILLED" --out "$WORK/killed")"
-squeue -h -j "$job3" -t R | grep -q . || fail "task of job $job3 is not running: $(squeue -j "$job3" 2>&1)"
+running=$(squeue -h -j "$job3" -t R)
+[ -n "$running" ] || fail "task of job $job3 is not running: $(squeue -j "$job3" 2>&1)"
 scancel "$job3" || fail "scancel $job3"
 wait_job "$job3"
 status=$("$SWEEP" status --study "$KILLED" --out "$WORK/killed")

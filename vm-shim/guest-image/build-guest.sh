@@ -72,7 +72,10 @@ for spec in "${extras[@]+"${extras[@]}"}"; do
   esac
   if [ "$(head -c 4 "$src" | od -An -c | tr -d ' \n')" = "177ELF" ]; then
     command -v readelf >/dev/null 2>&1 || die "readelf (binutils) is needed to check that '$src' is static"
-    if readelf -l "$src" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+    # (Output into a variable, not a pipe into `grep -q`: under pipefail, grep leaving at the first match can
+    # make the writer die of SIGPIPE and the pipe count as failed, at random.)
+    headers=$(readelf -l "$src" 2>/dev/null || true)
+    if grep -q 'Requesting program interpreter' <<<"$headers"; then
       die "'$src' is dynamically linked; the guest has no C library: link it statically (-static)"
     fi
   elif [ "$(head -c 2 "$src")" != "#!" ]; then
@@ -96,7 +99,8 @@ fi
 for tool in busybox cpio gzip dpkg readelf objcopy xz perl; do
   command -v "$tool" >/dev/null 2>&1 || unavailable "'$tool' is not installed (run scripts/setup.sh)"
 done
-if ! busybox --list 2>/dev/null | grep -qx uevent || ! file_is_static=$(readelf -l "$(command -v busybox)" 2>&1) ||
+applets=$(busybox --list 2>/dev/null || true)
+if ! grep -qx uevent <<<"$applets" || ! file_is_static=$(readelf -l "$(command -v busybox)" 2>&1) ||
    grep -q 'Requesting program interpreter' <<<"$file_is_static"; then
   unavailable "$(command -v busybox) is not a static busybox with the needed applets (install busybox-static)"
 fi
@@ -162,7 +166,10 @@ extract_vmlinux() {
   return 1
 }
 has_pvh_note() {
-  readelf -n "$1" 2>/dev/null | grep -E '^ *Xen ' | grep -qE 'PHYS32_ENTRY|\(0x00000012\)'
+  local notes xen
+  notes=$(readelf -n "$1" 2>/dev/null || true)
+  xen=$(grep -E '^ *Xen ' <<<"$notes" || true)
+  grep -qE 'PHYS32_ENTRY|\(0x00000012\)' <<<"$xen"
 }
 
 modinfo_depends() {
