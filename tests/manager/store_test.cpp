@@ -12,6 +12,7 @@
 #include <thread>
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 namespace {
@@ -194,7 +195,7 @@ TEST_CASE("the PostgreSQL store refuses a backup and names PostgreSQL's tools", 
   TempDir other;
   auto s = store->backup(other.path / "copy.db");
   REQUIRE_FALSE(s.is_ok());
-  CHECK(s.error().code == "store");
+  CHECK(s.error().code == Errc::store);
   CHECK(s.error().message.find("pg_dump") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(other.path / "copy.db"));
 }
@@ -204,7 +205,7 @@ TEST_CASE("a file that is not a database gives a clear error", "[store]") {
   std::ofstream(dir.path / "junk.db") << "this is not sqlite, just some text that is long enough to matter............";
   auto opened = open_sqlite_store(dir.path / "junk.db", false);
   REQUIRE_FALSE(opened.is_ok());
-  CHECK(opened.error().code == "store");
+  CHECK(opened.error().code == Errc::store);
   CHECK(opened.error().message.find("junk.db") != std::string::npos);
 }
 
@@ -445,7 +446,7 @@ void corrupt_grants(StoreKind& kind) {
   const auto store = kind.open("s");
   auto snap = store->load(10);
   REQUIRE_FALSE(snap.is_ok());
-  CHECK(snap.error().code == "corrupt");
+  CHECK(snap.error().code == Errc::corrupt);
   CHECK(snap.error().message == "lease 5 grants[0]: field 'attach' has unknown mode 'teleport'");
 }
 

@@ -124,7 +124,7 @@ struct Pool {
     p.count = count;
     p.bitstream = bitstream;
     auto r = core->acquire(p);
-    if (!r) FAIL(r.error().code + ": " + r.error().message);
+    if (!r) FAIL(accelpool::describe(r.error()));
     return *r;
   }
   // The caller that owns `l`: its guest on a direct connection.

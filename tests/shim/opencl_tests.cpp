@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 using namespace accelpool::shim;
+using accelpool::Errc;
 using accelpool::shim::test::ManagerOptions;
 using accelpool::shim::test::ManagerProcess;
 using accelpool::shim::test::read_file;
@@ -41,7 +42,7 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
     a.kind = "cpu";
     a.timeout = accelpool::testing::kHungAfter;
     auto l = (*c)->acquire(a);
-    if (!l && l.error().code == "infeasible") {
+    if (!l && l.error().code == Errc::infeasible) {
       ACCELPOOL_SKIP("the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " + l.error().message);
     }
     REQUIRE(l);
