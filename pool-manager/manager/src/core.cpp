@@ -28,6 +28,15 @@ bool valid_name(const std::string& s, std::size_t max_len) {
   return !s.empty() && s.size() <= max_len && std::all_of(s.begin(), s.end(), common::is_name_char);
 }
 
+// The error code of a scheduler's rejection: its kind survives up to the APIs.
+Errc errc_of(const sched::Rejection& rejection) {
+  switch (rejection.kind) {
+    case sched::Rejection::Kind::infeasible: return Errc::infeasible;
+    case sched::Rejection::Kind::invalid: return Errc::invalid_argument;
+  }
+  return Errc::internal;
+}
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   p.count = v.size();
@@ -1250,7 +1259,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     // The scheduler knows hosts by number: the guest's host is named here.
     std::string where = " (guest " + p.guest + " on host " + stored.guest_host + ")";
     m.live.erase(r.id);
-    return make_error(Errc::infeasible, rej->error + where);
+    return make_error(errc_of(*rej), rej->error + where);
   }
   m.count_live(stored, true);
   m.last_id = r.id;
