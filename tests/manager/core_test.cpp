@@ -325,12 +325,8 @@ TEST_CASE("tokens are stored hashed", "[core][store]") {
 
 TEST_CASE("an acquire no host can ever serve names the guest's host, not a number", "[core][acquire]") {
   Pool pool(make_devices("fpga", 2, /*passthrough=*/true));
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm-9";
+  AcquireParams p = acquire_params("a", "vm-9", "fpga", 3);
   p.guest_host = "local";
-  p.kind = "fpga";
-  p.count = 3;
   auto r = pool.core->acquire(p);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.error().code == Errc::infeasible);
@@ -481,10 +477,7 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   Lease a = pool.acquire("a", "vm1", 2);
   REQUIRE(a.state == LeaseState::granted);
   pool.posts.drain();
-  AcquireParams gp;
-  gp.tenant = "b";
-  gp.guest = "vm-g";
-  gp.kind = "gpu";
+  AcquireParams gp = acquire_params("b", "vm-g", "gpu");
   auto g1 = pool.core->acquire(gp);
   gp.guest = "vm-h";
   auto g2 = pool.core->acquire(gp);
@@ -550,10 +543,7 @@ TEST_CASE("a stopped VM ends only the leases of that VM on its host, not a same-
   REQUIRE(pool.core->attach_host(
                       std::make_unique<RecordingHost>("remote", make_devices("gpu", 1), pool.posts.poster(), &calls))
               .is_ok());
-  AcquireParams p;
-  p.kind = "gpu";
-  p.guest = "web-1";
-  p.tenant = "a";
+  AcquireParams p = acquire_params("a", "web-1", "gpu");
   p.guest_host = "local";
   auto on_local = pool.core->acquire(p);
   p.tenant = "b";
@@ -572,10 +562,7 @@ TEST_CASE("one guest holds at most max_live_per_guest live leases, so hello and 
   CoreOptions o;
   o.max_live_per_guest = 2;
   Pool pool(make_devices("fpga", 1), o);
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm1";
-  p.kind = "fpga";
+  AcquireParams p = acquire_params("a", "vm1");
   auto first = pool.core->acquire(p);
   auto second = pool.core->acquire(p);  // queued behind the first
   REQUIRE((first && second));
@@ -661,11 +648,7 @@ TEST_CASE("a gang of passthrough devices lands on the guest's own host, never sp
     return std::all_of(l.devices.begin(), l.devices.end(),
                        [&](const std::string& d) { return d.rfind(host + "/", 0) == 0; });
   };
-  AcquireParams p;
-  p.tenant = "a";
-  p.kind = "fpga";
-  p.count = 4;
-  p.guest = "vm-remote";
+  AcquireParams p = acquire_params("a", "vm-remote", "fpga", 4);
   p.guest_host = "remote";
   auto remote = pool.core->acquire(p);
   REQUIRE(remote);
@@ -722,10 +705,7 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
 
   // No model of the kind fits: refused up front, naming the models on both sides, and nothing queued.
   const auto queued_before = pool.core->queue_length();
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm4";
-  p.kind = "fpga";
+  AcquireParams p = acquire_params("a", "vm4");
   p.bitstream = "for-u9";
   auto refused = pool.core->acquire(p);
   REQUIRE_FALSE(refused);
@@ -799,10 +779,7 @@ TEST_CASE("registering a bitstream again with another compatible list re-checks 
 
 TEST_CASE("a guest's job label groups what the pool learns, is checked, bounded per tenant, and kept", "[core]") {
   Pool pool(make_devices("fpga", 1));
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm1";
-  p.kind = "fpga";
+  AcquireParams p = acquire_params("a", "vm1");
   p.label = "bad label";
   auto bad = pool.core->acquire(p);
   REQUIRE_FALSE(bad);

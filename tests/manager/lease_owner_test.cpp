@@ -9,11 +9,8 @@ using namespace accelpool::manager::test;
 namespace {
 
 Lease acquire_relayed(Pool& pool, const std::string& vm, const std::string& host) {
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = vm;
+  AcquireParams p = acquire_params("a", vm);
   p.guest_host = host;
-  p.kind = "fpga";
   p.relayed = true;
   auto r = pool.core->acquire(p);
   REQUIRE(r.is_ok());

@@ -15,10 +15,7 @@ std::vector<HostDevice> device_with_slots(std::uint32_t slots) {
 }
 
 accelpool::Result<Lease> try_acquire(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream) {
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = guest;
-  p.kind = kind;
+  AcquireParams p = acquire_params("a", guest, kind);
   p.bitstream = bitstream;
   return pool.core->acquire(p);
 }
