@@ -12,7 +12,7 @@ namespace accelpool::bitstreams {
 namespace {
 
 Error field_error(std::string_view origin, std::string_view field, std::string_view what) {
-  return make_error("invalid_manifest",
+  return make_error(Errc::invalid_manifest,
                     "manifest " + std::string(origin) + ": field '" + std::string(field) + "': " + std::string(what));
 }
 
@@ -191,7 +191,7 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
     std::ostringstream os;
     os << "manifest " << origin << ": not valid TOML at line " << e.source().begin.line << ", column "
        << e.source().begin.column << ": " << e.description();
-    return make_error("invalid_manifest", os.str());
+    return make_error(Errc::invalid_manifest, os.str());
   }
   static const std::set<std::string, std::less<>> known = {"name", "version", "kind", "compatible", "file", "sha256",
                                                            "programming_seconds", "kernels", "format", "description",
@@ -276,10 +276,10 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
 
 Result<Manifest> load_manifest(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("io_error", "manifest " + path.string() + ": cannot be read");
+  if (!in) return make_error(Errc::io_error, "manifest " + path.string() + ": cannot be read");
   std::ostringstream os;
   os << in.rdbuf();
-  if (in.bad()) return make_error("io_error", "manifest " + path.string() + ": read failed");
+  if (in.bad()) return make_error(Errc::io_error, "manifest " + path.string() + ": read failed");
   return parse_manifest(os.str(), path.string());
 }
 

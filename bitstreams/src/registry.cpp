@@ -16,7 +16,7 @@ namespace {
 
 Result<std::string> read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("io_error", path.string() + ": cannot be read");
+  if (!in) return make_error(Errc::io_error, path.string() + ": cannot be read");
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
@@ -55,12 +55,12 @@ Status check_image(const Manifest& m, const fs::path& image, const std::string& 
       auto info = read_xclbin(image);
       if (!info) return make_error(info.error().code, where + ": " + info.error().message);
       if (!model_matches(m.compatible, info->platform))
-        return make_error("incompatible", where + ": field 'compatible': the xclbin targets platform '" +
+        return make_error(Errc::incompatible, where + ": field 'compatible': the xclbin targets platform '" +
                                               info->platform + "', which the manifest does not list");
       if (info->parsed_by_xrt) {
         for (const auto& k : m.kernels) {
           if (std::find(info->kernels.begin(), info->kernels.end(), k) == info->kernels.end())
-            return make_error("invalid_manifest",
+            return make_error(Errc::invalid_manifest,
                               where + ": field 'kernels': the xclbin has no kernel '" + k + "'");
         }
       }
@@ -72,7 +72,7 @@ Status check_image(const Manifest& m, const fs::path& image, const std::string& 
       if (!text) return make_error(text.error().code, where + ": " + text.error().message);
       for (const auto& k : m.kernels) {
         if (!defines_kernel(*text, k))
-          return make_error("invalid_manifest", where + ": field 'kernels': the source defines no kernel '" + k + "'");
+          return make_error(Errc::invalid_manifest, where + ": field 'kernels': the source defines no kernel '" + k + "'");
       }
       return Status::ok();
     }
@@ -88,17 +88,17 @@ Result<Bitstream> verify_image(const Manifest& m, const fs::path& manifest_path,
   std::string where = "manifest " + manifest_path.string() + " (file " + m.file + ")";
   std::error_code ec;
   if (!fs::is_regular_file(image, ec))
-    return make_error("missing_file", where + ": field 'file': " + image.string() + " does not exist or is not a file");
+    return make_error(Errc::missing_file, where + ": field 'file': " + image.string() + " does not exist or is not a file");
   Bitstream b;
   b.manifest = m;
   b.manifest_path = manifest_path;
   b.file_path = image;
   b.size_bytes = fs::file_size(image, ec);
-  if (ec) return make_error("io_error", where + ": cannot stat " + image.string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, where + ": cannot stat " + image.string() + ": " + ec.message());
   auto sha = sha256_file(image);
   if (!sha) return make_error(sha.error().code, where + ": " + sha.error().message);
   if (*sha != m.sha256)
-    return make_error("checksum_mismatch",
+    return make_error(Errc::checksum_mismatch,
                       where + ": field 'sha256': the manifest says " + m.sha256 + " but the file hashes to " + *sha);
   if (auto st = check_image(m, image, where, b); !st) return st.error();
   return b;
@@ -113,10 +113,10 @@ std::string random_suffix() {
 
 Status write_file_synced(const fs::path& path, std::string_view text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error("io_error", path.string() + ": cannot be created");
+  if (!out) return make_error(Errc::io_error, path.string() + ": cannot be created");
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.flush();
-  if (!out) return make_error("io_error", path.string() + ": write failed");
+  if (!out) return make_error(Errc::io_error, path.string() + ": write failed");
   return Status::ok();
 }
 
@@ -162,12 +162,12 @@ Result<Registry> Registry::open(const fs::path& dir) {
 Status Registry::reload() {
   std::error_code ec;
   if (!fs::is_directory(dir_, ec))
-    return make_error("not_found", "bitstream registry: " + dir_.string() + " is not a folder");
+    return make_error(Errc::not_found, "bitstream registry: " + dir_.string() + " is not a folder");
   std::vector<fs::path> manifests;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     if (entry.path().extension() == ".toml" && entry.is_regular_file()) manifests.push_back(entry.path());
   }
-  if (ec) return make_error("io_error", "bitstream registry: cannot list " + dir_.string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "bitstream registry: cannot list " + dir_.string() + ": " + ec.message());
   std::sort(manifests.begin(), manifests.end());
   std::map<std::string, Bitstream> by_id;
   std::vector<Rejected> rejected;
@@ -184,7 +184,7 @@ Status Registry::reload() {
     }
     auto [it, inserted] = by_id.emplace(b->id(), *b);
     if (!inserted) {
-      rejected.push_back({path, make_error("already_exists", "manifest " + path.string() + ": " + b->id() +
+      rejected.push_back({path, make_error(Errc::already_exists, "manifest " + path.string() + ": " + b->id() +
                                                                  " is already defined by " +
                                                                  it->second.manifest_path.string())});
     }
@@ -216,21 +216,21 @@ Result<Bitstream> Registry::get(std::string_view name, std::string_view version)
   }
   if (best) return *best;
   std::string what = std::string(name) + (version.empty() ? "" : "@" + std::string(version));
-  return make_error("not_found", "bitstream registry " + dir_.string() + ": no bitstream " + what);
+  return make_error(Errc::not_found, "bitstream registry " + dir_.string() + ": no bitstream " + what);
 }
 
 Result<Bitstream> Registry::find_by_sha256(std::string_view sha256) const {
   for (const auto& [id, b] : by_id_) {
     if (b.manifest.sha256 == sha256) return b;
   }
-  return make_error("not_found", "bitstream registry " + dir_.string() + ": no image with sha256 " + std::string(sha256));
+  return make_error(Errc::not_found, "bitstream registry " + dir_.string() + ": no image with sha256 " + std::string(sha256));
 }
 
 Status Registry::compatible(const Bitstream& bitstream, std::string_view device_model) {
   if (model_matches(bitstream.manifest.compatible, device_model)) return Status::ok();
   std::string list;
   for (const auto& c : bitstream.manifest.compatible) list += (list.empty() ? "" : ", ") + c;
-  return make_error("incompatible", "bitstream " + bitstream.id() + " is not for device model '" +
+  return make_error(Errc::incompatible, "bitstream " + bitstream.id() + " is not for device model '" +
                                         std::string(device_model) + "' (it fits: " + list + ")");
 }
 
@@ -255,13 +255,13 @@ Status Registry::can_add(const Manifest& manifest) const {
   fs::path manifest_path = dir_ / (manifest.name + "-" + manifest.version + ".toml");
   if (auto st = validate_manifest(manifest, manifest_path.string()); !st) return st.error();
   if (by_id_.count(manifest.id()))
-    return make_error("already_exists", "bitstream registry: " + manifest.id() + " is already registered");
+    return make_error(Errc::already_exists, "bitstream registry: " + manifest.id() + " is already registered");
   std::error_code ec;
   if (fs::exists(manifest_path, ec))
-    return make_error("already_exists", "bitstream registry: " + manifest_path.string() + " already exists");
+    return make_error(Errc::already_exists, "bitstream registry: " + manifest_path.string() + " already exists");
   fs::path target = dir_ / manifest.file;
   if (fs::exists(target, ec))
-    return make_error("already_exists", "bitstream registry: field 'file': " + target.string() + " already exists");
+    return make_error(Errc::already_exists, "bitstream registry: field 'file': " + target.string() + " already exists");
   return Status::ok();
 }
 
@@ -270,13 +270,13 @@ Result<Registry::Staged> Registry::stage(const fs::path& dir, const Manifest& ma
   if (auto st = validate_manifest(manifest, manifest_path.string()); !st) return st.error();
   std::error_code ec;
   if (!fs::is_regular_file(source_file, ec))
-    return make_error("missing_file", "register " + manifest.id() + ": source " + source_file.string() +
+    return make_error(Errc::missing_file, "register " + manifest.id() + ": source " + source_file.string() +
                                           " does not exist or is not a file");
   std::string suffix = random_suffix();
   Staged staged;
   staged.image_ = dir / (".tmp-" + manifest.file + "-" + suffix);
   if (!fs::copy_file(source_file, staged.image_, fs::copy_options::none, ec)) {
-    return make_error("io_error", "register " + manifest.id() + ": copying " + source_file.string() + " into " +
+    return make_error(Errc::io_error, "register " + manifest.id() + ": copying " + source_file.string() + " into " +
                                       dir.string() + " failed: " + ec.message());
   }
   auto verified = verify_image(manifest, manifest_path, staged.image_);
@@ -295,14 +295,14 @@ Result<Bitstream> Registry::commit(Staged staged) {
   std::error_code ec;
   fs::rename(staged.image_, target, ec);
   if (ec) {
-    return make_error("io_error", "register " + manifest.id() + ": rename into " + target.string() + " failed: " + ec.message());
+    return make_error(Errc::io_error, "register " + manifest.id() + ": rename into " + target.string() + " failed: " + ec.message());
   }
   staged.image_.clear();
   fs::rename(staged.manifest_file_, manifest_path, ec);
   if (ec) {
     std::error_code ignore;
     fs::remove(target, ignore);
-    return make_error("io_error", "register " + manifest.id() + ": rename into " + manifest_path.string() +
+    return make_error(Errc::io_error, "register " + manifest.id() + ": rename into " + manifest_path.string() +
                                       " failed: " + ec.message());
   }
   staged.manifest_file_.clear();
@@ -323,11 +323,11 @@ Result<Bitstream> Registry::add(const Manifest& manifest, const fs::path& source
 Status Registry::remove(std::string_view name, std::string_view version) {
   auto it = by_id_.find(std::string(name) + "@" + std::string(version));
   if (it == by_id_.end())
-    return make_error("not_found", "bitstream registry " + dir_.string() + ": no bitstream " + std::string(name) + "@" +
+    return make_error(Errc::not_found, "bitstream registry " + dir_.string() + ": no bitstream " + std::string(name) + "@" +
                                        std::string(version));
   std::error_code ec;
   fs::remove(it->second.manifest_path, ec);
-  if (ec) return make_error("io_error", "remove " + it->first + ": " + it->second.manifest_path.string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "remove " + it->first + ": " + it->second.manifest_path.string() + ": " + ec.message());
   // The image may be shared with another manifest (same file name): keep it then.
   bool shared = false;
   for (const auto& [id, b] : by_id_) {
@@ -335,7 +335,7 @@ Status Registry::remove(std::string_view name, std::string_view version) {
   }
   if (!shared) fs::remove(it->second.file_path, ec);
   by_id_.erase(it);
-  if (ec) return make_error("io_error", "remove: manifest removed but its image could not be: " + ec.message());
+  if (ec) return make_error(Errc::io_error, "remove: manifest removed but its image could not be: " + ec.message());
   return Status::ok();
 }
 

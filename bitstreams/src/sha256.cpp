@@ -36,16 +36,16 @@ std::string sha256_bytes(std::string_view bytes) {
 
 Result<std::string> sha256_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("io_error", path.string() + ": cannot be opened for reading");
+  if (!in) return make_error(Errc::io_error, path.string() + ": cannot be opened for reading");
   MdCtx ctx(EVP_MD_CTX_new());
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    return make_error("io_error", "sha256: OpenSSL digest initialisation failed");
+    return make_error(Errc::io_error, "sha256: OpenSSL digest initialisation failed");
   std::array<char, 1 << 16> buf;
   while (in) {
     in.read(buf.data(), buf.size());
     if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(in.gcount()));
   }
-  if (in.bad()) return make_error("io_error", path.string() + ": read failed");
+  if (in.bad()) return make_error(Errc::io_error, path.string() + ": read failed");
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx.get(), digest, &len);

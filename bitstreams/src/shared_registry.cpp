@@ -11,7 +11,7 @@ Result<std::shared_ptr<SharedRegistry>> SharedRegistry::open(const fs::path& dir
   bool created = false;
   if (!fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);
-    if (ec) return make_error("io_error", "bitstream registry: cannot create " + dir.string() + ": " + ec.message());
+    if (ec) return make_error(Errc::io_error, "bitstream registry: cannot create " + dir.string() + ": " + ec.message());
     created = true;
   }
   auto reg = Registry::open(dir);
@@ -86,15 +86,15 @@ Result<std::string> SharedRegistry::read_image(std::string_view sha256, std::uin
   auto b = find_by_sha256(sha256);  // the file is read without the lock
   if (!b) return b.error();
   std::ifstream in(b->file_path, std::ios::binary);
-  if (!in) return make_error("io_error", "bitstream " + b->id() + ": " + b->file_path.string() + " cannot be read");
+  if (!in) return make_error(Errc::io_error, "bitstream " + b->id() + ": " + b->file_path.string() + " cannot be read");
   std::error_code ec;
   total = fs::file_size(b->file_path, ec);
-  if (ec) return make_error("io_error", "bitstream " + b->id() + ": cannot stat " + b->file_path.string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "bitstream " + b->id() + ": cannot stat " + b->file_path.string() + ": " + ec.message());
   if (offset >= total) return std::string();
   std::string out(static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, total - offset)), '\0');
   in.seekg(static_cast<std::streamoff>(offset));
   in.read(out.data(), static_cast<std::streamsize>(out.size()));
-  if (!in) return make_error("io_error", "bitstream " + b->id() + ": reading " + b->file_path.string() + " failed");
+  if (!in) return make_error(Errc::io_error, "bitstream " + b->id() + ": reading " + b->file_path.string() + " failed");
   return out;
 }
 

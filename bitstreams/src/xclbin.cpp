@@ -57,7 +57,7 @@ T read_le(std::string_view bytes, std::size_t offset) {
 }
 
 Error corrupt(std::string_view origin, std::string_view what) {
-  return make_error("corrupt_image", "xclbin " + std::string(origin) + ": " + std::string(what));
+  return make_error(Errc::corrupt_image, "xclbin " + std::string(origin) + ": " + std::string(what));
 }
 
 std::string format_uuid(const unsigned char* u) {
@@ -151,7 +151,7 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
 
 Result<XclbinInfo> read_xclbin(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("io_error", "xclbin " + path.string() + ": cannot be opened");
+  if (!in) return make_error(Errc::io_error, "xclbin " + path.string() + ": cannot be opened");
   std::ostringstream os;
   os << in.rdbuf();
   std::string bytes = os.str();

@@ -6,7 +6,7 @@ namespace accelpool::bitstreams::detail {
 bool have_xrt() { return false; }
 
 Status parse_with_xrt(const std::string&, std::string_view origin, XclbinInfo&) {
-  return make_error("unsupported", "xclbin " + std::string(origin) + ": this build has no XRT to parse it");
+  return make_error(Errc::unsupported, "xclbin " + std::string(origin) + ": this build has no XRT to parse it");
 }
 
 }  // namespace accelpool::bitstreams::detail

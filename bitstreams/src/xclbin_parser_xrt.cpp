@@ -42,9 +42,9 @@ Status parse_with_xrt(const std::string& bytes, std::string_view origin, XclbinI
     for (const auto& kernel : xclbin.get_kernels()) info.kernels.push_back(kernel.get_name());
     return Status::ok();
   } catch (const std::exception& e) {
-    return make_error("corrupt_image", "xclbin " + std::string(origin) + ": XRT's parser rejects it: " + e.what());
+    return make_error(Errc::corrupt_image, "xclbin " + std::string(origin) + ": XRT's parser rejects it: " + e.what());
   } catch (...) {
-    return make_error("corrupt_image", "xclbin " + std::string(origin) + ": XRT's parser rejects it (unknown error)");
+    return make_error(Errc::corrupt_image, "xclbin " + std::string(origin) + ": XRT's parser rejects it (unknown error)");
   }
 }
 

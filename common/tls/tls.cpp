@@ -17,7 +17,7 @@ namespace accelpool::common::tls {
 namespace {
 
 Error bad(const std::string& name, const std::string& path, const std::string& why) {
-  return make_error("config", name + " '" + path + "': " + why);
+  return make_error(Errc::invalid_config, name + " '" + path + "': " + why);
 }
 
 // A file the process can open, else the error saying why.
@@ -33,7 +33,7 @@ int no_passphrase(char*, int, int, void*) { return 0; }
 // Loads the certificate chain and key of `f` into `ctx`, checking they belong together.
 Status load_identity(SSL_CTX* ctx, const Files& f) {
   if (f.cert.empty() != f.key.empty()) {
-    return make_error("config", f.cert.empty() ? f.key_name + " needs " + f.cert_name : f.cert_name + " needs " + f.key_name);
+    return make_error(Errc::invalid_config, f.cert.empty() ? f.key_name + " needs " + f.cert_name : f.cert_name + " needs " + f.key_name);
   }
   if (f.cert.empty()) return Status::ok();
   if (auto s = readable(f.cert_name, f.cert); !s) return s;
@@ -67,7 +67,7 @@ Status load_ca(SSL_CTX* ctx, const Files& f) {
 // A context of `method` (TLS 1.2 or newer) with f's certificate and key when given, and f.ca's CAs when given.
 Result<Context> new_context(const SSL_METHOD* method, const Files& f) {
   Context ctx(SSL_CTX_new(method), SSL_CTX_free);
-  if (!ctx) return make_error("internal", last_error("SSL_CTX_new failed"));
+  if (!ctx) return make_error(Errc::internal, last_error("SSL_CTX_new failed"));
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   if (auto s = load_identity(ctx.get(), f); !s) return s.error();
   if (!f.ca.empty()) {
@@ -90,7 +90,7 @@ Status expect_host(SSL* ssl, const std::string& host) {
   const int ok = ip ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str())
                     : X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size()) == 1 &&
                           SSL_set_tlsext_host_name(ssl, host.c_str()) == 1;
-  if (ok != 1) return make_error("invalid_argument", "TLS cannot check the host name '" + host + "': " + last_error("refused"));
+  if (ok != 1) return make_error(Errc::invalid_argument, "TLS cannot check the host name '" + host + "': " + last_error("refused"));
   return Status::ok();
 }
 
@@ -105,7 +105,7 @@ std::string last_error(const std::string& fallback) {
 }
 
 Result<Context> server_context(const Files& f) {
-  if (f.cert.empty() || f.key.empty()) return make_error("config", f.cert_name + " and " + f.key_name + " go together");
+  if (f.cert.empty() || f.key.empty()) return make_error(Errc::invalid_config, f.cert_name + " and " + f.key_name + " go together");
   auto ctx = new_context(TLS_server_method(), f);
   if (!ctx) return ctx;
   if (!f.ca.empty()) {
@@ -120,7 +120,7 @@ Result<Context> client_context(const Files& f) {
   auto ctx = new_context(TLS_client_method(), f);
   if (!ctx) return ctx;
   if (f.ca.empty() && SSL_CTX_set_default_verify_paths(ctx->get()) != 1) {
-    return make_error("config", "cannot load the system's CA certificates: " + last_error("unknown"));
+    return make_error(Errc::invalid_config, "cannot load the system's CA certificates: " + last_error("unknown"));
   }
   SSL_CTX_set_verify(ctx->get(), SSL_VERIFY_PEER, nullptr);
   return ctx;

@@ -37,12 +37,12 @@ Result<HttpReply> http_request(const std::string& url, const std::string& ca_fil
                                double timeout_s) {
   const bool https = url.rfind("https://", 0) == 0;
   if (!https && url.rfind("http://", 0) != 0) {
-    return make_error("invalid_argument", "URL '" + url + "' must start with http:// or https://");
+    return make_error(Errc::invalid_argument, "URL '" + url + "' must start with http:// or https://");
   }
   std::string hostport = url.substr(https ? 8 : 7);
   while (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
   auto colon = hostport.rfind(':');
-  if (colon == std::string::npos) return make_error("invalid_argument", "URL '" + url + "' must name a port (http://HOST:PORT)");
+  if (colon == std::string::npos) return make_error(Errc::invalid_argument, "URL '" + url + "' must name a port (http://HOST:PORT)");
   std::string host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
@@ -60,7 +60,7 @@ Result<HttpReply> http_request(const std::string& url, const std::string& ca_fil
     files.ca = ca_file;
     files.ca_name = "--cacert";
     auto ctx = common::tls::client_context(files);
-    if (!ctx) return make_error("invalid_argument", ctx.error().message);
+    if (!ctx) return make_error(Errc::invalid_argument, ctx.error().message);
     tls = *ctx;
   }
   try {
@@ -86,7 +86,7 @@ Result<HttpReply> http_request(const std::string& url, const std::string& ca_fil
       stream.handshake(asio::ssl::stream_base::client);
     } catch (const boost::system::system_error& e) {
       // Most often a certificate this client does not trust, or a server that does not speak TLS.
-      return make_error("unreachable", "TLS handshake with " + hostport + " failed: " + e.code().message() +
+      return make_error(Errc::unreachable, "TLS handshake with " + hostport + " failed: " + e.code().message() +
                                            (ca_file.empty() ? " (give the manager's CA with --cacert?)" : ""));
     }
     HttpReply reply = round_trip(stream, req);
@@ -94,9 +94,9 @@ Result<HttpReply> http_request(const std::string& url, const std::string& ca_fil
     stream.shutdown(ec);  // close_notify; the server's may not come before it closes
     return reply;
   } catch (const boost::system::system_error& e) {
-    return make_error("unreachable", e.code().message());
+    return make_error(Errc::unreachable, e.code().message());
   } catch (const std::exception& e) {
-    return make_error("unreachable", e.what());
+    return make_error(Errc::unreachable, e.what());
   }
 }
 

@@ -50,7 +50,7 @@ struct Options {
 json::value call(const Options& o, const std::string& method, const std::string& target, const std::string& body = "") {
   auto r = accelpool::ctl::http_request(o.url, o.cacert, method, target, o.token, body, 10);
   if (!r) {
-    if (r.error().code == "unreachable") {
+    if (r.error().code == accelpool::Errc::unreachable) {
       die(3, "cannot reach the manager at " + o.url + ": " + r.error().message +
                  " (is accelpool-manager running? set --url or ACCELPOOL_URL)");
     }

@@ -465,7 +465,8 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
     const char* which = request.models == kAnyModel ? " of its kind" : " of its kind and of a model its bitstream fits";
     return Rejection{"request " + id_text(request.id) + " asks for " + std::to_string(request.count) +
                      " devices but only " + std::to_string(reachable) + which +
-                     " are reachable from its guest's host: it can never be served"};
+                     " are reachable from its guest's host: it can never be served",
+                     Rejection::Kind::infeasible};
   }
   Entry& e = add_entry(request);
   if (spec_.learns_images()) observe_arrival(request, now);

@@ -412,17 +412,17 @@ TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it regi
   REQUIRE(f.owner.wait([&] { return !f.owner.lost.empty(); }));
   f.owner.sync([&] {
     CHECK(std::get<0>(f.owner.lost[0]) == "host-a");
-    CHECK(std::get<1>(f.owner.lost[0]).code == "host_lost");
+    CHECK(std::get<1>(f.owner.lost[0]).code == Errc::host_lost);
     // Lost because its connection closed, not later by the heartbeat timeout.
     CHECK(std::get<1>(f.owner.lost[0]).message.find("no heartbeat") == std::string::npos);
     REQUIRE(hung.done);
-    CHECK(hung.status.error().code == "host_lost");
+    CHECK(hung.status.error().code == Errc::host_lost);
   });
   CHECK_FALSE(a->connected());
   CHECK(f.listener->hosts() == std::vector<std::string>{"host-b", "host-c"});
   // Operations on the lost host fail at once; the other hosts are unaffected.
   auto r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, ""));
-  CHECK(r.status.error().code == "host_lost");
+  CHECK(r.status.error().code == Errc::host_lost);
   auto b = f.host("host-b");
   r = f.owner.prepare(*b, prepare_request("sim:0", "vadd", false, ""));
   CHECK(r.status);
@@ -469,28 +469,28 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     RawClient raw(f.port());
     auto m = raw.call(R"({"jsonrpc":"2.0","id":1,"method":"agent.heartbeat","params":{}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "unauthorized");
+    CHECK(m.error->code == Errc::unauthorized);
     m = raw.call(R"({"jsonrpc":"2.0","id":2,"method":"agent.register","params":{"token":"x","host":"host-y","protocol":1,"devices":[]}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "unauthorized");
+    CHECK(m.error->code == Errc::unauthorized);
     CHECK(m.error->message == "agent.register: wrong agent token");
     m = raw.call(R"({"jsonrpc":"2.0","id":3,"method":"agent.register","params":{"token":")" + kToken +
                  R"(","host":"host-a","protocol":1,"devices":[]}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "already_registered");
+    CHECK(m.error->code == Errc::already_registered);
     CHECK(m.error->message.find("host 'host-a' is already registered") != std::string::npos);
     m = raw.call(R"({"jsonrpc":"2.0","id":4,"method":"agent.register","params":{"token":")" + kToken +
                  R"(","host":"host-y","protocol":2,"devices":[]}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "unsupported_version");
+    CHECK(m.error->code == Errc::unsupported_version);
     m = raw.call(R"({"jsonrpc":"2.0","id":5,"method":"agent.register","params":{"token":")" + kToken +
                  R"(","host":"host-y","protocol":1,"devices":[{"id":"d0","kind":"fpga","model":"m","bogus":1}]}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "invalid_argument");
+    CHECK(m.error->code == Errc::invalid_argument);
     CHECK(m.error->message.find("devices[0]: unknown field 'bogus'") != std::string::npos);
     m = raw.call("not json");
     REQUIRE(m.error);
-    CHECK(m.error->code == "parse_error");
+    CHECK(m.error->code == Errc::parse_error);
     CHECK(f.listener->hosts() == std::vector<std::string>{"host-a"});
 
     // Now registered: an unknown device in a heartbeat is refused and no health changes.
@@ -500,7 +500,7 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     CHECK(m.result->at("heartbeat_timeout_ms").as_int64() == 1500);
     m = raw.call(R"({"jsonrpc":"2.0","id":7,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"failed"},{"id":"d9","health":"ok"}]}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "not_found");
+    CHECK(m.error->code == Errc::not_found);
     CHECK(m.error->message.find("no device 'd9'") != std::string::npos);
     m = raw.call(R"({"jsonrpc":"2.0","id":8,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"ok"}]}})");
     REQUIRE(m.result);
@@ -515,7 +515,7 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     REQUIRE(m.result);
     m = raw.call(R"({"jsonrpc":"2.0","id":13,"method":"agent.heartbeat","params":{"devices":[],"full":"yes"}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "invalid_argument");
+    CHECK(m.error->code == Errc::invalid_argument);
     CHECK(m.error->message.find("'full'") != std::string::npos);
     f.owner.sync([&] {
       REQUIRE(f.owner.health.size() == 1);
@@ -523,17 +523,17 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     });
     m = raw.call(R"({"jsonrpc":"2.0","id":9,"method":"agent.frobnicate","params":{}})");
     REQUIRE(m.error);
-    CHECK(m.error->code == "method_not_found");
+    CHECK(m.error->code == Errc::method_not_found);
   }
   SECTION("unknown device ids through RemoteHost") {
     auto r = f.owner.prepare(*a, prepare_request("sim:99", "vadd", false, ""));
     REQUIRE_FALSE(r.status);
-    CHECK(r.status.error().code == "not_found");
+    CHECK(r.status.error().code == Errc::not_found);
     CHECK(r.status.error().message.find("host 'host-a' has no device 'sim:99'") != std::string::npos);
     r = f.owner.call([&](auto done) { a->release("sim:99", done); });
-    CHECK(r.status.error().code == "not_found");
+    CHECK(r.status.error().code == Errc::not_found);
     r = f.owner.call([&](auto done) { a->reset("nope", done); });
-    CHECK(r.status.error().code == "not_found");
+    CHECK(r.status.error().code == Errc::not_found);
     // The real devices are untouched.
     r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, ""));
     CHECK(r.status);
@@ -607,7 +607,7 @@ TEST_CASE("RemoteHost sends every field of a prepare and reads the whole result,
 
   out = prepare_answered(R"({"loaded":"vadd","attach":"teleport"})");
   REQUIRE_FALSE(out.status);
-  CHECK(out.status.error().code == "invalid_argument");
+  CHECK(out.status.error().code == Errc::invalid_argument);
   CHECK(out.status.error().message == "device.prepare result: field 'attach' has unknown mode 'teleport'");
   out = prepare_answered(R"({"loaded":"vadd","details":{"memory_bytes":"1 GiB"}})");
   REQUIRE_FALSE(out.status);
@@ -632,15 +632,15 @@ TEST_CASE("with a bitstream registry prepare programs verified images and refuse
   // A model the image does not list.
   r = f.owner.prepare(*a, prepare_request("sim:1", "vadd", false, ""));
   REQUIRE_FALSE(r.status);
-  CHECK(r.status.error().code == "incompatible");
+  CHECK(r.status.error().code == Errc::incompatible);
   // No such bitstream, an unknown sha256, and the sha256 of another image.
   r = f.owner.prepare(*a, prepare_request("sim:0", "nope", false, ""));
-  CHECK(r.status.error().code == "not_found");
+  CHECK(r.status.error().code == Errc::not_found);
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "", vadd_sha, ""));
-  CHECK(r.status.error().code == "not_found");  // the manager it asked has no such image
+  CHECK(r.status.error().code == Errc::not_found);  // the manager it asked has no such image
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "",
                                            "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a"));
-  CHECK(r.status.error().code == "invalid_argument");
+  CHECK(r.status.error().code == Errc::invalid_argument);
   CHECK(r.status.error().message.find("is image 'matmul'") != std::string::npos);
   // Nothing was changed by the refusals: the device still holds vadd.
   r = f.owner.prepare(*a, prepare_request("sim:0", "", false, ""));
@@ -680,7 +680,7 @@ TEST_CASE("after a manager restart the agent registers again and reports what it
   CHECK(devs[0].vm.empty());
   // Serving a VM, the device is not reset behind the lease's back; released, it is free again.
   r = owner.call([&](auto done) { a->reset("sim:1", done); });
-  CHECK(r.status.error().code == "invalid_state");
+  CHECK(r.status.error().code == Errc::invalid_state);
   r = owner.call([&](auto done) { a->release("sim:1", done); });
   CHECK(r.status);
   r = owner.call([&](auto done) { a->reset("sim:1", done); });
@@ -734,14 +734,14 @@ TEST_CASE("prepare hot-plugs a sim device into a running VM and an unacknowledge
   // A VM with no OS never acknowledges the eject: quarantine, reported unhealthy; no second grant.
   r = f.owner.call([&](auto done) { a->release("sim:0", done); });
   REQUIRE_FALSE(r.status);
-  CHECK(r.status.error().code == "quarantined");
+  CHECK(r.status.error().code == Errc::quarantined);
   REQUIRE(f.owner.wait([&] {
     for (auto& h : f.owner.health)
       if (h.device == "sim:0" && h.health == "failed" && h.detail.find("quarantined") != std::string::npos) return true;
     return false;
   }));
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "other-vm"));
-  CHECK(r.status.error().code == "invalid_state");
+  CHECK(r.status.error().code == Errc::invalid_state);
 
   // The VM's end frees the device and is reported as vm.stopped with the device.
   REQUIRE(daemon->destroy_vm(vm));
@@ -912,11 +912,11 @@ TEST_CASE("an image that is unknown to the manager or corrupt there is not kept 
   REQUIRE(r.status);
   r = f.owner.prepare(*a, prepare_request("sim:0", "bad", false, "", bad_sha));
   REQUIRE_FALSE(r.status);
-  CHECK(r.status.error().code == "checksum_mismatch");
+  CHECK(r.status.error().code == Errc::checksum_mismatch);
   CHECK(r.status.error().message.find("fetch image " + bad_sha) != std::string::npos);
   r = f.owner.prepare(*a, prepare_request("sim:0", "good", false, "", std::string(64, 'e')));
   REQUIRE_FALSE(r.status);
-  CHECK(r.status.error().code == "not_found");
+  CHECK(r.status.error().code == Errc::not_found);
   CHECK(r.status.error().message.find("no image with sha256 " + std::string(64, 'e')) != std::string::npos);
   // The device still holds what it held, and the folder only the good image: no piece of the others is left.
   r = f.owner.prepare(*a, prepare_request("sim:0", "", false, ""));
@@ -942,7 +942,7 @@ TEST_CASE("image requests need a registered agent, are answered in bounded piece
   // Before agent.register (which needs the agent token) nothing is served.
   auto m = raw.call(read_line(2, 0, 10));
   REQUIRE(m.error);
-  CHECK(m.error->code == "unauthorized");
+  CHECK(m.error->code == Errc::unauthorized);
   m = raw.call(R"({"jsonrpc":"2.0","id":1,"method":"agent.register","params":{"token":")" + kToken +
                R"(","host":"host-raw","protocol":1,"devices":[]}})");
   REQUIRE(m.result);
@@ -970,19 +970,19 @@ TEST_CASE("image requests need a registered agent, are answered in bounded piece
     return *answer.error;
   };
   auto e = refused(read_line(7, 0, 0));
-  CHECK(e.code == "invalid_argument");
+  CHECK(e.code == Errc::invalid_argument);
   CHECK(e.message.find("field 'length'") != std::string::npos);
   e = refused(read_line(8, 0, agent::kImageChunk + 1));
-  CHECK(e.code == "invalid_argument");
+  CHECK(e.code == Errc::invalid_argument);
   CHECK(e.message.find("field 'length'") != std::string::npos);
   e = refused(read_line(9, 0, 10, R"(,"extra":1)"));
-  CHECK(e.code == "invalid_argument");
+  CHECK(e.code == Errc::invalid_argument);
   CHECK(e.message.find("'extra'") != std::string::npos);
   e = refused(R"({"jsonrpc":"2.0","id":10,"method":"image.manifest","params":{"sha256":")" + std::string(64, 'f') +
               R"("}})");
-  CHECK(e.code == "not_found");
+  CHECK(e.code == Errc::not_found);
   e = refused(R"({"jsonrpc":"2.0","id":11,"method":"image.write","params":{}})");
-  CHECK(e.code == "method_not_found");
+  CHECK(e.code == Errc::method_not_found);
   // The link serves on.
   m = raw.call(R"({"jsonrpc":"2.0","id":12,"method":"agent.heartbeat","params":{"devices":[]}})");
   CHECK(m.result);

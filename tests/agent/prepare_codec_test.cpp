@@ -24,7 +24,7 @@ host::PrepareResult full_result() {
 std::string result_error(const std::string& text) {
   auto r = agent::parse_prepare_result(json::parse(text), "device.prepare result");
   REQUIRE_FALSE(r);
-  CHECK(r.error().code == "invalid_argument");
+  CHECK(r.error().code == Errc::invalid_argument);
   return r.error().message;
 }
 

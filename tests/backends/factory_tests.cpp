@@ -5,6 +5,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::backends;
+using accelpool::Errc;
 
 TEST_CASE("factory: backends are created by name", "[factory]") {
   auto names = built_backends();
@@ -18,11 +19,11 @@ TEST_CASE("factory: backends are created by name", "[factory]") {
 TEST_CASE("factory: unknown names and bad config are clear errors", "[factory][errors]") {
   auto none = make_backend("cuda", {});
   REQUIRE_FALSE(none.is_ok());
-  CHECK(none.error().code == "not_found");
+  CHECK(none.error().code == Errc::not_found);
   CHECK_THAT(none.error().message, Catch::Contains("cuda") && Catch::Contains("sim"));
   auto bad = make_backend("sim", {{"colour", "red"}});
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.error().code == "invalid_argument");
+  CHECK(bad.error().code == Errc::invalid_argument);
   CHECK_THAT(bad.error().message, Catch::Contains("'colour'"));
 }
 

@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::backends;
+using accelpool::Errc;
 using namespace accelpool::backends::test;
 
 namespace {
@@ -101,7 +102,7 @@ TEST_CASE("opencl: splitting into more sub-devices than compute units is refused
     CHECK((*b)->enumerate()->empty());
     return;
   }
-  CHECK(b.error().code == "invalid_argument");
+  CHECK(b.error().code == Errc::invalid_argument);
   CHECK_THAT(b.error().message, Catch::Contains("'subdevices'") && Catch::Contains("compute units"));
 }
 
@@ -142,12 +143,12 @@ TEST_CASE("opencl: a PoCL sub-device is programmed with the vadd sample and runs
   CHECK(b->loaded(other)->empty());
   auto not_programmed = b->run_kernel(other, "vadd", args, {n});
   REQUIRE_FALSE(not_programmed.is_ok());
-  CHECK(not_programmed.error().code == "not_programmed");
+  CHECK(not_programmed.error().code == Errc::not_programmed);
 
   // Bad calls are clear errors.
-  CHECK(b->run_kernel(sub, "vsub", args, {n}).error().code == "not_found");
+  CHECK(b->run_kernel(sub, "vsub", args, {n}).error().code == Errc::not_found);
   std::vector<KernelArg> too_few{KernelArg::in<float>(x)};
-  CHECK(b->run_kernel(sub, "vadd", too_few, {n}).error().code == "invalid_argument");
+  CHECK(b->run_kernel(sub, "vadd", too_few, {n}).error().code == Errc::invalid_argument);
 
   REQUIRE(b->reset(sub).is_ok());
   CHECK(b->loaded(sub)->empty());
@@ -187,8 +188,8 @@ TEST_CASE("opencl: a program binary built on one sub-device programs another", "
   std::ofstream(image.file, std::ios::binary | std::ios::trunc) << "not a program binary";
   auto bad = b->program(root + ".1", image);
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.error().code == "program_failed");
-  CHECK(b->program_binary("opencl:9:9").error().code == "not_found");
+  CHECK(bad.error().code == Errc::program_failed);
+  CHECK(b->program_binary("opencl:9:9").error().code == Errc::not_found);
 }
 
 TEST_CASE("opencl: the checksum and matmul samples compute correct results", "[opencl][pocl]") {
@@ -246,7 +247,7 @@ TEST_CASE("opencl: wrong images are refused and leave the loaded image in place"
   if (auto x = reg.get("vadd_u250")) {
     auto st = b->program(cpu, make_image(*x));
     REQUIRE_FALSE(st.is_ok());
-    CHECK(st.error().code == "incompatible");
+    CHECK(st.error().code == Errc::incompatible);
     CHECK_THAT(st.error().message, Catch::Contains("xclbin"));
   }
 
@@ -254,7 +255,7 @@ TEST_CASE("opencl: wrong images are refused and leave the loaded image in place"
   other_model.compatible = {"NVIDIA *"};
   auto st = b->program(cpu, other_model);
   REQUIRE_FALSE(st.is_ok());
-  CHECK(st.error().code == "incompatible");
+  CHECK(st.error().code == Errc::incompatible);
   CHECK_THAT(st.error().message, Catch::Contains(cpu) && Catch::Contains("NVIDIA *"));
 
   ScratchDir dir("badcl");
@@ -267,13 +268,13 @@ TEST_CASE("opencl: wrong images are refused and leave the loaded image in place"
   broken.file = bad;
   st = b->program(cpu, broken);
   REQUIRE_FALSE(st.is_ok());
-  CHECK(st.error().code == "program_failed");
+  CHECK(st.error().code == Errc::program_failed);
   CHECK_THAT(st.error().message, Catch::Contains("undefined_thing"));  // the compiler's log
 
   broken.file = dir.path() / "absent.cl";
-  CHECK(b->program(cpu, broken).error().code == "program_failed");
+  CHECK(b->program(cpu, broken).error().code == Errc::program_failed);
   CHECK(*b->loaded(cpu) == vadd.sha256);
-  CHECK(b->program("opencl:9:9", vadd).error().code == "not_found");
+  CHECK(b->program("opencl:9:9", vadd).error().code == Errc::not_found);
 }
 
 TEST_CASE("opencl: health runs a tiny kernel, again and again", "[opencl][health]") {

@@ -7,6 +7,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::backends;
+using accelpool::Errc;
 using namespace accelpool::backends::test;
 using namespace std::chrono_literals;
 
@@ -82,7 +83,7 @@ TEST_CASE("sim: bad config is refused with the key named", "[sim][errors]") {
     INFO(key);
     auto sim = SimBackend::create(config);
     REQUIRE_FALSE(sim.is_ok());
-    CHECK(sim.error().code == "invalid_argument");
+    CHECK(sim.error().code == Errc::invalid_argument);
     CHECK_THAT(sim.error().message, Catch::Contains(key));
   }
 }
@@ -139,7 +140,7 @@ TEST_CASE("sim: registry images program by compatibility", "[sim]") {
 
   auto wrong = sim->program("sim:0", make_image(*reg.get("matmul_u280")));
   REQUIRE_FALSE(wrong.is_ok());
-  CHECK(wrong.error().code == "incompatible");
+  CHECK(wrong.error().code == Errc::incompatible);
   CHECK_THAT(wrong.error().message, Catch::Contains("sim:0") && Catch::Contains(kU250));
   CHECK(*sim->loaded("sim:0") == vadd_u250->manifest.sha256);  // unchanged
   CHECK(rec.waits.size() == 1);                                  // no time spent on the refused image
@@ -159,7 +160,7 @@ TEST_CASE("sim: injected failures", "[sim][failures]") {
     for (int i = 0; i < 2; ++i) {
       auto st = sim->program("sim:0", image);
       REQUIRE_FALSE(st.is_ok());
-      CHECK(st.error().code == "program_failed");
+      CHECK(st.error().code == Errc::program_failed);
       CHECK(sim->loaded("sim:0")->empty());  // a failed programming leaves no image
     }
     REQUIRE(sim->program("sim:0", image).is_ok());
@@ -170,7 +171,7 @@ TEST_CASE("sim: injected failures", "[sim][failures]") {
     REQUIRE(sim->hang_next_program("sim:1").is_ok());
     auto st = sim->program("sim:1", image);
     REQUIRE_FALSE(st.is_ok());
-    CHECK(st.error().code == "program_failed");
+    CHECK(st.error().code == Errc::program_failed);
     CHECK_THAT(st.error().message, Catch::Contains("hung"));
     REQUIRE(rec.waits.size() == 1);
     CHECK(rec.waits[0] == 5s);
@@ -181,7 +182,7 @@ TEST_CASE("sim: injected failures", "[sim][failures]") {
     auto h = sim->health("sim:2");
     CHECK(h.health == Health::failed);
     CHECK(h.detail == "fan stopped");
-    CHECK(sim->program("sim:2", image).error().code == "program_failed");
+    CHECK(sim->program("sim:2", image).error().code == Errc::program_failed);
     CHECK_FALSE(sim->reset("sim:2").is_ok());
     CHECK(sim->health("sim:1").health == Health::ok);  // others unaffected
     REQUIRE(sim->recover_device("sim:2").is_ok());
@@ -201,10 +202,10 @@ TEST_CASE("sim: injected failures", "[sim][failures]") {
     CHECK(slow->loaded("sim:0")->empty());
   }
   SECTION("unknown devices are errors everywhere") {
-    CHECK(sim->program("sim:9", image).error().code == "not_found");
-    CHECK(sim->loaded("sim:9").error().code == "not_found");
-    CHECK(sim->reset("sim:9").error().code == "not_found");
-    CHECK(sim->fail_device("gpu0").error().code == "not_found");
+    CHECK(sim->program("sim:9", image).error().code == Errc::not_found);
+    CHECK(sim->loaded("sim:9").error().code == Errc::not_found);
+    CHECK(sim->reset("sim:9").error().code == Errc::not_found);
+    CHECK(sim->fail_device("gpu0").error().code == Errc::not_found);
     CHECK(sim->health("sim:9").health == Health::failed);
   }
 }

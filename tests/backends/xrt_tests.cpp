@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::backends;
+using accelpool::Errc;
 using namespace accelpool::backends::test;
 
 namespace {
@@ -73,17 +74,17 @@ TEST_CASE("xrt: calls on absent devices are clear errors", "[xrt][errors]") {
   REQUIRE(vadd.is_ok());
   auto st = (*b)->program("xrt:0000:65:00.1", make_image(*vadd));
   REQUIRE_FALSE(st.is_ok());
-  CHECK(st.error().code == "not_found");
+  CHECK(st.error().code == Errc::not_found);
   CHECK_THAT(st.error().message, Catch::Contains("xrt:0000:65:00.1"));
-  CHECK((*b)->loaded("xrt:0000:65:00.1").error().code == "not_found");
-  CHECK((*b)->reset("xrt:0000:65:00.1").error().code == "not_found");
+  CHECK((*b)->loaded("xrt:0000:65:00.1").error().code == Errc::not_found);
+  CHECK((*b)->reset("xrt:0000:65:00.1").error().code == Errc::not_found);
   CHECK((*b)->health("xrt:0000:65:00.1").health == Health::failed);
 }
 
 TEST_CASE("xrt: bad config is refused", "[xrt][errors]") {
   auto b = XrtBackend::create({{"runtime_root", "relative/path"}});
   REQUIRE_FALSE(b.is_ok());
-  CHECK(b.error().code == "invalid_argument");
+  CHECK(b.error().code == Errc::invalid_argument);
   CHECK_THAT(b.error().message, Catch::Contains("'runtime_root'"));
   auto u = XrtBackend::create({{"xilinx", "/opt"}});
   REQUIRE_FALSE(u.is_ok());

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 using namespace accelpool::bitstreams;
+using accelpool::Errc;
 
 namespace {
 
@@ -81,7 +82,7 @@ TEST_CASE("manifest errors name the manifest and the field", "[manifest][errors]
     INFO(c.text);
     auto m = parse_manifest(c.text, "/srv/bitstreams/vadd.toml");
     REQUIRE_FALSE(m.is_ok());
-    CHECK(m.error().code == "invalid_manifest");
+    CHECK(m.error().code == Errc::invalid_manifest);
     CHECK_THAT(m.error().message, Catch::Contains("/srv/bitstreams/vadd.toml"));
     CHECK_THAT(m.error().message, Catch::Contains(c.field));
   }
@@ -90,7 +91,7 @@ TEST_CASE("manifest errors name the manifest and the field", "[manifest][errors]
 TEST_CASE("TOML syntax errors report the line", "[manifest][errors]") {
   auto m = parse_manifest("name = \"x\"\nversion = \n", "broken.toml");
   REQUIRE_FALSE(m.is_ok());
-  CHECK(m.error().code == "invalid_manifest");
+  CHECK(m.error().code == Errc::invalid_manifest);
   CHECK_THAT(m.error().message, Catch::Contains("broken.toml") && Catch::Contains("line 2"));
 }
 
@@ -118,7 +119,7 @@ TEST_CASE("sha256 matches the FIPS 180-2 test vector", "[sha256]") {
   CHECK(sha256_bytes("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   auto missing = sha256_file("/nonexistent/accelpool/file");
   REQUIRE_FALSE(missing.is_ok());
-  CHECK(missing.error().code == "io_error");
+  CHECK(missing.error().code == Errc::io_error);
   CHECK_THAT(missing.error().message, Catch::Contains("/nonexistent/accelpool/file"));
 }
 

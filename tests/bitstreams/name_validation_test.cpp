@@ -11,6 +11,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::bitstreams;
+using accelpool::Errc;
 using namespace accelpool::bitstreams::test;
 namespace fs = std::filesystem;
 
@@ -46,7 +47,7 @@ TEST_CASE("an image file named like its own manifest is refused, not overwritten
   auto m = opaque_manifest("k", "1.0", "k-1.0.toml", src.path() / "img", "image bytes\n");
   auto added = r->add(m, src.path() / "img");
   REQUIRE_FALSE(added.is_ok());
-  CHECK(added.error().code == "invalid_manifest");
+  CHECK(added.error().code == Errc::invalid_manifest);
   CHECK_THAT(added.error().message, Catch::Contains("'file'") && Catch::Contains("k-1.0.toml"));
   CHECK(names_in(dir.path()).empty());
   CHECK_FALSE(r->find_by_sha256(m.sha256).is_ok());
@@ -63,7 +64,7 @@ TEST_CASE("an image named like another manifest never becomes a bitstream after 
   auto m = opaque_manifest("k", "1.0", "other-2.0.toml", src.path() / "img", to_toml(other));
   auto added = r->add(m, src.path() / "img");
   REQUIRE_FALSE(added.is_ok());
-  CHECK(added.error().code == "invalid_manifest");
+  CHECK(added.error().code == Errc::invalid_manifest);
   CHECK(names_in(dir.path()) == std::set<std::string>{"other.bin"});
   REQUIRE(r->reload().is_ok());
   CHECK(r->list().empty());
@@ -80,7 +81,7 @@ TEST_CASE("an image file name with a NUL or another control character is refused
     auto m = opaque_manifest("k", "1.0", file, src.path() / "img", "image bytes\n");
     auto added = r->add(m, src.path() / "img");
     REQUIRE_FALSE(added.is_ok());
-    CHECK(added.error().code == "invalid_manifest");
+    CHECK(added.error().code == Errc::invalid_manifest);
     CHECK_THAT(added.error().message, Catch::Contains("'file'"));
     CHECK(added.error().message.find('\0') == std::string::npos);
     CHECK(names_in(dir.path()).empty());
@@ -97,7 +98,7 @@ TEST_CASE("hidden and temporary image names are refused, plain ones are taken", 
     auto m = opaque_manifest("k", "1.0", file, src.path() / "img", "image bytes\n");
     auto added = r->add(m, src.path() / "img");
     REQUIRE_FALSE(added.is_ok());
-    CHECK(added.error().code == "invalid_manifest");
+    CHECK(added.error().code == Errc::invalid_manifest);
   }
   CHECK(names_in(dir.path()).empty());
   auto m = opaque_manifest("k", "1.0", "K_1.0+b-2.bin", src.path() / "img", "image bytes\n");
@@ -112,11 +113,11 @@ TEST_CASE("uploaded and on-disk manifests follow the same rule", "[registry][nam
       "\"\nprogramming_seconds = 0\ncompatible = [\"*\"]\n";
   auto parsed = parse_manifest(text, "(uploaded)");
   REQUIRE_FALSE(parsed.is_ok());
-  CHECK(parsed.error().code == "invalid_manifest");
+  CHECK(parsed.error().code == Errc::invalid_manifest);
   CHECK_THAT(parsed.error().message, Catch::Contains("(uploaded)") && Catch::Contains("'file'"));
   auto nul = parse_manifest(replace_all(text, "k-1.0.toml", "k.bin\\u0000.toml"), "(uploaded)");
   REQUIRE_FALSE(nul.is_ok());
-  CHECK(nul.error().code == "invalid_manifest");
+  CHECK(nul.error().code == Errc::invalid_manifest);
 
   // A folder written by hand: the manifest naming a .toml image is rejected at load, the image never read as one.
   ScratchDir dir("names-load");

@@ -8,6 +8,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::bitstreams;
+using accelpool::Errc;
 using namespace accelpool::bitstreams::test;
 namespace fs = std::filesystem;
 
@@ -65,7 +66,7 @@ TEST_CASE("the OpenCL sample manifests load and verify", "[registry]") {
 TEST_CASE("opening a folder that does not exist is an error", "[registry][errors]") {
   auto r = Registry::open("/nonexistent/accelpool/registry");
   REQUIRE_FALSE(r.is_ok());
-  CHECK(r.error().code == "not_found");
+  CHECK(r.error().code == Errc::not_found);
   CHECK_THAT(r.error().message, Catch::Contains("/nonexistent/accelpool/registry"));
 }
 
@@ -77,11 +78,11 @@ TEST_CASE("an image whose checksum does not match is rejected and never handed o
   REQUIRE(r.is_ok());
   CHECK(r->list().size() == 2);
   const Rejected& x = rejection_for(*r, "vadd.toml");
-  CHECK(x.error.code == "checksum_mismatch");
+  CHECK(x.error.code == Errc::checksum_mismatch);
   CHECK_THAT(x.error.message, Catch::Contains("vadd.toml") && Catch::Contains("'sha256'"));
   auto got = r->get("vadd");
   REQUIRE_FALSE(got.is_ok());
-  CHECK(got.error().code == "not_found");
+  CHECK(got.error().code == Errc::not_found);
 }
 
 TEST_CASE("a missing image file is rejected naming the file field", "[registry][errors]") {
@@ -91,7 +92,7 @@ TEST_CASE("a missing image file is rejected naming the file field", "[registry][
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   const Rejected& x = rejection_for(*r, "matmul.toml");
-  CHECK(x.error.code == "missing_file");
+  CHECK(x.error.code == Errc::missing_file);
   CHECK_THAT(x.error.message, Catch::Contains("matmul.toml") && Catch::Contains("'file'"));
   CHECK_FALSE(r->get("matmul").is_ok());
 }
@@ -104,7 +105,7 @@ TEST_CASE("a manifest naming a kernel the source lacks is rejected", "[registry]
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   const Rejected& x = rejection_for(*r, "checksum.toml");
-  CHECK(x.error.code == "invalid_manifest");
+  CHECK(x.error.code == Errc::invalid_manifest);
   CHECK_THAT(x.error.message, Catch::Contains("'kernels'") && Catch::Contains("crc32"));
 }
 
@@ -116,7 +117,7 @@ TEST_CASE("two manifests for the same name and version: the second is rejected",
   REQUIRE(r.is_ok());
   CHECK(r->list().size() == 3);
   const Rejected& x = rejection_for(*r, "vadd.toml");  // sorted: "vadd-copy.toml" loads first
-  CHECK(x.error.code == "already_exists");
+  CHECK(x.error.code == Errc::already_exists);
 }
 
 TEST_CASE("compatible() accepts listed models and refuses others", "[registry]") {
@@ -127,7 +128,7 @@ TEST_CASE("compatible() accepts listed models and refuses others", "[registry]")
   CHECK(Registry::compatible(*vadd, "pthread-haswell-AMD EPYC 7B13").is_ok());
   auto no = Registry::compatible(*vadd, "xilinx_u250_gen3x16_xdma_4_1_202210_1");
   REQUIRE_FALSE(no.is_ok());
-  CHECK(no.error().code == "incompatible");
+  CHECK(no.error().code == Errc::incompatible);
   CHECK_THAT(no.error().message, Catch::Contains("vadd@1.0.0") && Catch::Contains("xilinx_u250"));
 }
 
@@ -165,7 +166,7 @@ TEST_CASE("add registers an image atomically, bad registrations change nothing",
     auto before = folder_listing(dir.path());
     auto dup = r->add(m, source);
     REQUIRE_FALSE(dup.is_ok());
-    CHECK(dup.error().code == "already_exists");
+    CHECK(dup.error().code == Errc::already_exists);
     CHECK(folder_listing(dir.path()) == before);
 
     SECTION("and remove deletes manifest and image") {
@@ -174,28 +175,28 @@ TEST_CASE("add registers an image atomically, bad registrations change nothing",
       CHECK_FALSE(r->get("scale").is_ok());
       auto gone = r->remove("scale", "0.9.1");
       REQUIRE_FALSE(gone.is_ok());
-      CHECK(gone.error().code == "not_found");
+      CHECK(gone.error().code == Errc::not_found);
     }
   }
   SECTION("a wrong checksum is refused and leaves no file behind") {
     m.sha256 = std::string(64, 'a');
     auto added = r->add(m, source);
     REQUIRE_FALSE(added.is_ok());
-    CHECK(added.error().code == "checksum_mismatch");
+    CHECK(added.error().code == Errc::checksum_mismatch);
     CHECK(folder_listing(dir.path()).empty());
   }
   SECTION("an invalid manifest is refused") {
     m.file = "../escape.cl";
     auto added = r->add(m, source);
     REQUIRE_FALSE(added.is_ok());
-    CHECK(added.error().code == "invalid_manifest");
+    CHECK(added.error().code == Errc::invalid_manifest);
     CHECK_THAT(added.error().message, Catch::Contains("'file'"));
     CHECK(folder_listing(dir.path()).empty());
   }
   SECTION("a missing source is refused") {
     auto added = r->add(m, upload.path() / "nope.cl");
     REQUIRE_FALSE(added.is_ok());
-    CHECK(added.error().code == "missing_file");
+    CHECK(added.error().code == Errc::missing_file);
     CHECK(folder_listing(dir.path()).empty());
   }
 }
@@ -235,8 +236,8 @@ TEST_CASE("verify re-checks an image changed on disk after loading", "[registry]
   write_file(dir.path() / "vadd.cl", "__kernel void vadd() {}\n");
   auto v = r->verify("vadd", "1.0.0");
   REQUIRE_FALSE(v.is_ok());
-  CHECK(v.error().code == "checksum_mismatch");
+  CHECK(v.error().code == Errc::checksum_mismatch);
   fs::remove(dir.path() / "vadd.cl");
-  CHECK(r->verify("vadd", "1.0.0").error().code == "missing_file");
-  CHECK(r->verify("nope", "1.0.0").error().code == "not_found");
+  CHECK(r->verify("vadd", "1.0.0").error().code == Errc::missing_file);
+  CHECK(r->verify("nope", "1.0.0").error().code == Errc::not_found);
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 using namespace accelpool::bitstreams;
+using accelpool::Errc;
 using namespace accelpool::bitstreams::test;
 using accelpool::Result;
 using accelpool::make_error;
@@ -31,7 +32,7 @@ TEST_CASE("base64 round-trips every length and refuses bad text", "[bitstreams][
   CHECK(base64_encode("foobar") == "Zm9vYmFy");
   CHECK(base64_encode("fo") == "Zm8=");
   CHECK(*base64_decode("Zm8=") == "fo");
-  CHECK(base64_decode("Zm8").error().code == "invalid_argument");
+  CHECK(base64_decode("Zm8").error().code == Errc::invalid_argument);
   CHECK_THAT(base64_decode("Zm!v").error().message, Catch::Contains("offset 2"));
   CHECK_FALSE(base64_decode("Z=9v").is_ok());
   CHECK_FALSE(base64_decode("Zm=v").is_ok());
@@ -62,14 +63,14 @@ TEST_CASE("a new shared registry folder is seeded with the samples, an existing 
   REQUIRE(rest.is_ok());
   CHECK(sha256_bytes(*head + *rest) == vadd->manifest.sha256);
   CHECK((*reg)->read_image(vadd->manifest.sha256, total + 5, 10, total)->empty());
-  CHECK((*reg)->read_image(std::string(64, '0'), 0, 10, total).error().code == "not_found");
+  CHECK((*reg)->read_image(std::string(64, '0'), 0, 10, total).error().code == Errc::not_found);
 
   // Removing one and opening again: the folder exists, so nothing is seeded back.
   REQUIRE((*reg)->remove("vadd", vadd->manifest.version).is_ok());
   auto again = SharedRegistry::open(dir.path() / "reg", build_samples);
   REQUIRE(again.is_ok());
   CHECK((*again)->list().size() == samples->list().size() - 1);
-  CHECK((*again)->get("vadd").error().code == "not_found");
+  CHECK((*again)->get("vadd").error().code == Errc::not_found);
 
   // No seed: an empty registry.
   auto empty = SharedRegistry::open(dir.path() / "empty");
@@ -91,7 +92,7 @@ TEST_CASE("an add copies and hashes without the registry's lock, and of two raci
   // While an add has staged and verified its image, lookups and another add go through: the lock is free.
   // (Were it held, the calls below would wait for the hook, which waits for them: the test would hang.)
   std::promise<void> staged, go_on;
-  Result<Bitstream> first = make_error("unset", "");  // checked after the join (Catch2 asserts on one thread)
+  Result<Bitstream> first = make_error(Errc::internal, "not set yet");  // checked after the join (Catch2 asserts on one thread)
   std::thread adding([&] {
     first = reg->add(sim_image_manifest("one", "one.bin", "first image"), dir.path() / "one.bin", [&] {
       staged.set_value();
@@ -100,7 +101,7 @@ TEST_CASE("an add copies and hashes without the registry's lock, and of two raci
   });
   staged.get_future().wait();
   CHECK(reg->list().empty());
-  CHECK(reg->find_by_sha256(sha256_bytes("first image")).error().code == "not_found");
+  CHECK(reg->find_by_sha256(sha256_bytes("first image")).error().code == Errc::not_found);
   CHECK(reg->add(sim_image_manifest("two", "two.bin", "second image"), dir.path() / "two.bin").is_ok());
   go_on.set_value();
   adding.join();
@@ -115,7 +116,7 @@ TEST_CASE("an add copies and hashes without the registry's lock, and of two raci
   auto racer = [&](const std::string& file, const std::string& bytes) {
     return reg->add(sim_image_manifest("same", file, bytes), dir.path() / file, [&] { both_staged.arrive_and_wait(); });
   };
-  Result<Bitstream> ra = make_error("unset", ""), rb = make_error("unset", "");
+  Result<Bitstream> ra = make_error(Errc::internal, "not set yet"), rb = make_error(Errc::internal, "not set yet");
   std::thread ta([&] { ra = racer("a.bin", "image a"); });
   std::thread tb([&] { rb = racer("b.bin", "image b"); });
   ta.join();
@@ -123,7 +124,7 @@ TEST_CASE("an add copies and hashes without the registry's lock, and of two raci
   CHECK(ra.is_ok() != rb.is_ok());
   const auto& refused = ra.is_ok() ? rb : ra;
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.error().code == "already_exists");
+  CHECK(refused.error().code == Errc::already_exists);
   auto same = reg->get("same");
   REQUIRE(same.is_ok());
   CHECK(read_file(same->file_path) == (ra.is_ok() ? "image a" : "image b"));

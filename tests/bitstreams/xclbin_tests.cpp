@@ -13,6 +13,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::bitstreams;
+using accelpool::Errc;
 using namespace accelpool::bitstreams::test;
 namespace fs = std::filesystem;
 
@@ -90,7 +91,7 @@ TEST_CASE("the build's sample folder loads completely", "[xclbin][registry]") {
   CHECK(Registry::compatible(*vadd, "xilinx_u250_gen3x16_xdma_4_1_202210_1").is_ok());
   auto wrong = Registry::compatible(*vadd, "xilinx_u280_gen3x16_xdma_1_202211_1");
   REQUIRE_FALSE(wrong.is_ok());
-  CHECK(wrong.error().code == "incompatible");
+  CHECK(wrong.error().code == Errc::incompatible);
   // The generator is deterministic: the manifest's checksum is that of the image just built.
   CHECK(vadd->manifest.sha256 == *sha256_file(build_samples / "vadd_u250.xclbin"));
 }
@@ -156,7 +157,7 @@ TEST_CASE("corrupt xclbins are rejected with a clear error", "[xclbin][errors]")
     INFO(c.name);
     auto direct = check_xclbin_container(c.image, c.name);
     REQUIRE_FALSE(direct.is_ok());
-    CHECK(direct.error().code == "corrupt_image");
+    CHECK(direct.error().code == Errc::corrupt_image);
     CHECK_THAT(direct.error().message, Catch::Contains(c.expect));
     publish(dir.path(), c.name, c.image, platform);
   }
@@ -165,7 +166,7 @@ TEST_CASE("corrupt xclbins are rejected with a clear error", "[xclbin][errors]")
   CHECK(r->list().empty());
   REQUIRE(r->rejected().size() == cases.size());
   for (const auto& x : r->rejected()) {
-    CHECK(x.error.code == "corrupt_image");
+    CHECK(x.error.code == Errc::corrupt_image);
     CHECK_THAT(x.error.message, Catch::Contains(x.manifest_path.string()));
   }
 }
@@ -177,7 +178,7 @@ TEST_CASE("an xclbin for a platform the manifest does not list is rejected", "[x
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   REQUIRE(r->rejected().size() == 1);
-  CHECK(r->rejected()[0].error.code == "incompatible");
+  CHECK(r->rejected()[0].error.code == Errc::incompatible);
   CHECK_THAT(r->rejected()[0].error.message, Catch::Contains("'compatible'") && Catch::Contains("xilinx_u250"));
 }
 
@@ -193,7 +194,7 @@ TEST_CASE("an xclbin manifest naming a kernel the image lacks is rejected", "[xc
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   REQUIRE(r->rejected().size() == 1);
-  CHECK(r->rejected()[0].error.code == "invalid_manifest");
+  CHECK(r->rejected()[0].error.code == Errc::invalid_manifest);
   CHECK_THAT(r->rejected()[0].error.message, Catch::Contains("fft"));
 }
 
@@ -211,11 +212,11 @@ TEST_CASE("an xclbin whose metadata XRT cannot read is rejected by XRT's parser"
   publish(dir.path(), "bad_xml", image, "xilinx_u250_gen3x16_xdma_4_1_202210_1");
   auto direct = read_xclbin(dir.path() / "bad_xml.xclbin");
   REQUIRE_FALSE(direct.is_ok());
-  CHECK(direct.error().code == "corrupt_image");
+  CHECK(direct.error().code == Errc::corrupt_image);
   CHECK_THAT(direct.error().message, Catch::Contains("XRT's parser rejects it"));
   auto r = Registry::open(dir.path());
   REQUIRE(r.is_ok());
   CHECK(r->list().empty());
   REQUIRE(r->rejected().size() == 1);
-  CHECK(r->rejected()[0].error.code == "corrupt_image");
+  CHECK(r->rejected()[0].error.code == Errc::corrupt_image);
 }

@@ -34,15 +34,3 @@ TEST_CASE("a line longer than the limit overflows the buffer for good", "[common
   exact.append("12345678\n");
   CHECK(exact.next_line() == std::optional<std::string>("12345678"));
 }
-
-TEST_CASE("error words and JSON-RPC codes map both ways", "[common][framing]") {
-  using accelpool::common::rpc_code;
-  using accelpool::common::rpc_word;
-  CHECK(rpc_code("parse_error") == -32700);
-  CHECK(rpc_code("not_found") == -32004);
-  CHECK(rpc_code("conflict") == -32009);
-  CHECK(rpc_code("no_such_word") == -32000);
-  for (const auto& row : accelpool::common::kRpcCodes) CHECK(rpc_code(rpc_word(row.code)) == row.code);
-  CHECK(rpc_word(-32009) == "invalid_state");  // the first word of a shared code
-  CHECK(rpc_word(-1) == "internal");
-}

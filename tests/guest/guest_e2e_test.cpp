@@ -145,7 +145,7 @@ TEST_CASE("the relay finds the host socket of a VM's guest channel in its live X
   CHECK_FALSE(none->has_value());
   auto bad = hypervisor::channel_socket_path("<domain><devices>", kPortName);
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().code == "invalid_argument");
+  CHECK(bad.error().code == Errc::invalid_argument);
   CHECK_FALSE(hypervisor::ChannelFinder::create("", kPortName));
   CHECK_FALSE(hypervisor::ChannelFinder::create("qemu:///system", ""));
 }

@@ -222,6 +222,21 @@ struct RemovedEvents {
   }
 };
 
+// A VM named `name` of the guest image in `image` (kernel, initramfs) with command line `cmdline`, its console
+// logged to `dir`/console.log and port kPortName on the socket `dir`/guest.sock.
+hypervisor::testing::VmOptions guest_vm(const std::string& name, const fs::path& image, const fs::path& dir,
+                                        const std::string& cmdline) {
+  hypervisor::testing::VmOptions vm;
+  vm.name = name + "-" + std::to_string(getpid());
+  vm.memory_mib = 128;
+  vm.kernel = fs::exists(image / "vmlinux") ? image / "vmlinux" : image / "vmlinuz";
+  vm.initrd = image / "initramfs.cpio.gz";
+  vm.cmdline = cmdline;
+  vm.console_log = dir / "console.log";
+  vm.channels.push_back({kPortName, dir / "guest.sock"});
+  return vm;
+}
+
 }  // namespace
 
 TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their removal and echoes on virtio-serial",
@@ -232,15 +247,7 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
   if (daemon == nullptr) return;
 
   TempDir tmp;
-  const bool pvh = fs::exists(dir / "vmlinux");
-  hypervisor::testing::VmOptions vm;
-  vm.name = "ap-guest-" + std::to_string(getpid());
-  vm.memory_mib = 128;
-  vm.kernel = pvh ? dir / "vmlinux" : dir / "vmlinuz";
-  vm.initrd = dir / "initramfs.cpio.gz";
-  vm.cmdline = std::string("console=ttyS0 quiet panic=-1 accelpool.echo=") + kPortName;
-  vm.console_log = tmp.path / "console.log";
-  vm.channels.push_back({kPortName, tmp.path / "guest.sock"});
+  const auto vm = guest_vm("ap-guest", dir, tmp.path, std::string("console=ttyS0 quiet panic=-1 accelpool.echo=") + kPortName);
   Console console(vm.console_log);
 
   const auto boot_start = Clock::now();
@@ -388,14 +395,7 @@ TEST_CASE("a program added to the image runs as /etc/accelpool/run and its end p
     CHECK(read_file(initramfs) == bytes);
   }
 
-  hypervisor::testing::VmOptions vm;
-  vm.name = "ap-guest-run-" + std::to_string(getpid());
-  vm.memory_mib = 128;
-  vm.kernel = fs::exists(tmp.path / "image" / "vmlinux") ? tmp.path / "image" / "vmlinux" : tmp.path / "image" / "vmlinuz";
-  vm.initrd = tmp.path / "image" / "initramfs.cpio.gz";
-  vm.cmdline = "console=ttyS0 quiet panic=-1 accelpool.poweroff";
-  vm.console_log = tmp.path / "console.log";
-  vm.channels.push_back({kPortName, tmp.path / "guest.sock"});
+  const auto vm = guest_vm("ap-guest-run", tmp.path / "image", tmp.path, "console=ttyS0 quiet panic=-1 accelpool.poweroff");
   Console console(vm.console_log);
   const auto boot_start = Clock::now();
   auto uuid = daemon->create_vm(vm);

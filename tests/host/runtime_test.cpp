@@ -132,7 +132,7 @@ PrepareRequest program(const std::string& device, const std::string& bitstream, 
   return r;
 }
 
-std::string message_of(const Status& s) { return s ? std::string() : s.error().code + ": " + s.error().message; }
+std::string message_of(const Status& s) { return s ? std::string() : accelpool::describe(s.error()); }
 
 // A registry folder holding one opaque image `name` for the sim model, with its bytes.
 struct ScratchRegistry {
@@ -274,7 +274,7 @@ TEST_CASE("a prepare answers the device's details and how the guest reaches it",
 
   auto unknown = prepare_now(*m.runtime, program("sim:7", "vadd"));
   REQUIRE_FALSE(unknown.status.is_ok());
-  CHECK(unknown.status.error().code == "not_found");
+  CHECK(unknown.status.error().code == Errc::not_found);
   CHECK(unknown.status.error().message.find("'h1'") != std::string::npos);
   CHECK(unknown.status.error().message.find("sim:7") != std::string::npos);
 
@@ -287,7 +287,7 @@ TEST_CASE("a prepare answers the device's details and how the guest reaches it",
   b.vm = "vm-b";
   auto other = prepare_now(*m.runtime, b);
   REQUIRE_FALSE(other.status.is_ok());
-  CHECK(other.status.error().code == "invalid_state");
+  CHECK(other.status.error().code == Errc::invalid_state);
   CHECK(other.status.error().message.find("vm-a") != std::string::npos);
 }
 
@@ -367,7 +367,7 @@ TEST_CASE("an image is hashed once per version of its file, and never for a devi
   reg.write(std::string(4096, 'y'));
   auto bad = prepare_now(rt, program("sim:3", "img"));
   REQUIRE_FALSE(bad.status.is_ok());
-  CHECK(bad.status.error().code == "checksum_mismatch");
+  CHECK(bad.status.error().code == Errc::checksum_mismatch);
   CHECK(bad.result.loaded.empty());
   CHECK(*m.sim->program_count("sim:3") == 0);
   CHECK(rt.image_hashes() == 3);
@@ -388,7 +388,7 @@ TEST_CASE("an image is hashed once per version of its file, and never for a devi
   // Unless asked to reprogram.
   auto again = prepare_now(rt, program("sim:0", "img", true));
   REQUIRE_FALSE(again.status.is_ok());
-  CHECK(again.status.error().code == "missing_file");
+  CHECK(again.status.error().code == Errc::missing_file);
 }
 
 TEST_CASE("an image whose sha256 belongs to another bitstream is refused", "[host]") {
@@ -398,7 +398,7 @@ TEST_CASE("an image whose sha256 belongs to another bitstream is refused", "[hos
   r.sha256 = reg.registry->get("img")->manifest.sha256;
   auto p = prepare_now(*m.runtime, r);
   REQUIRE_FALSE(p.status.is_ok());
-  CHECK(p.status.error().code == "invalid_argument");
+  CHECK(p.status.error().code == Errc::invalid_argument);
   CHECK(p.status.error().message.find("'img'") != std::string::npos);
   CHECK(*m.sim->program_count("sim:0") == 0);
 }
@@ -407,14 +407,14 @@ TEST_CASE("create refuses bad backends with a clear error", "[host]") {
   std::vector<std::unique_ptr<backends::DeviceBackend>> none;
   auto empty = HostRuntime::create({}, std::move(none), {}, {}, {});
   REQUIRE_FALSE(empty.is_ok());
-  CHECK(empty.error().code == "invalid_argument");
+  CHECK(empty.error().code == Errc::invalid_argument);
 
   std::vector<std::unique_ptr<backends::DeviceBackend>> twice;
   twice.push_back(std::make_unique<backends::SimBackend>(sim_config(1)));
   twice.push_back(std::make_unique<backends::SimBackend>(sim_config(1)));
   auto dup = HostRuntime::create({}, std::move(twice), {}, {}, {});
   REQUIRE_FALSE(dup.is_ok());
-  CHECK(dup.error().code == "invalid_argument");
+  CHECK(dup.error().code == Errc::invalid_argument);
   CHECK(dup.error().message.find("'sim:0'") != std::string::npos);
 }
 
@@ -476,14 +476,14 @@ TEST_CASE("a prepare with a VM hot-plugs the device, and an unacknowledged relea
   auto rf = released->get_future();
   auto [rs, rr] = wait(rf);
   REQUIRE_FALSE(rs.is_ok());
-  CHECK(rs.error().code == "quarantined");
+  CHECK(rs.error().code == Errc::quarantined);
   REQUIRE(rr.detach.has_value());
   CHECK(rr.detach->outcome == hypervisor::DetachOutcome::timed_out);
   CHECK(m.runtime->devices().front().health == "failed");
   CHECK(m.runtime->devices().front().attach_state() == "quarantined");
   auto refused = prepare_now(*m.runtime, request);
   REQUIRE_FALSE(refused.status.is_ok());
-  CHECK(refused.status.error().code == "invalid_state");
+  CHECK(refused.status.error().code == Errc::invalid_state);
 
   // A restart reconciles from the state file: still quarantined in that VM.
   m.runtime.reset();

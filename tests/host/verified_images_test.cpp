@@ -52,7 +52,7 @@ TEST_CASE("a verified image is hashed again only when its file's stamp changes",
   now = wall_now_ns() + 10'000'000'000;
   auto bad = cache.verify(b);
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.error().code == "checksum_mismatch");
+  CHECK(bad.error().code == Errc::checksum_mismatch);
   CHECK(cache.hashes() == 2);
   // A failed verification is not remembered.
   CHECK_FALSE(cache.verify(b).is_ok());
@@ -60,7 +60,7 @@ TEST_CASE("a verified image is hashed again only when its file's stamp changes",
 
   std::filesystem::remove(b.file_path);
   CHECK_FALSE(stamp_of(b.file_path).has_value());
-  CHECK(cache.verify(b).error().code == "missing_file");
+  CHECK(cache.verify(b).error().code == Errc::missing_file);
 }
 
 TEST_CASE("a file written within the last second is hashed on every verification", "[host][bitstreams]") {

@@ -40,7 +40,7 @@ Status write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   out.close();
-  if (!out) return make_error("unavailable", "cannot write " + path.string());
+  if (!out) return make_error(Errc::unavailable, "cannot write " + path.string());
   return Status::ok();
 }
 
@@ -87,12 +87,12 @@ bool has_group(const char* name) { return getgrnam(name) != nullptr; }
 }  // namespace
 
 Result<std::string> domain_xml(const VmOptions& o) {
-  if (o.name.empty()) return make_error("invalid_argument", "VM name is empty");
+  if (o.name.empty()) return make_error(Errc::invalid_argument, "VM name is empty");
   if (o.memory_mib == 0 || o.vcpus == 0) {
-    return make_error("invalid_argument", "VM '" + o.name + "' needs memory and at least one vCPU");
+    return make_error(Errc::invalid_argument, "VM '" + o.name + "' needs memory and at least one vCPU");
   }
   if (o.kernel.empty() && (!o.initrd.empty() || !o.cmdline.empty())) {
-    return make_error("invalid_argument", "VM '" + o.name + "': initrd or cmdline given without a kernel");
+    return make_error(Errc::invalid_argument, "VM '" + o.name + "': initrd or cmdline given without a kernel");
   }
   std::string x = "<domain type='qemu'>\n  <name>" + xml_escape(o.name) + "</name>\n  <memory unit='MiB'>" +
                   std::to_string(o.memory_mib) + "</memory>\n  <vcpu>" + std::to_string(o.vcpus) +
@@ -144,14 +144,14 @@ LibvirtDaemon* LibvirtDaemon::shared(std::string* why_not) {
 
 Status LibvirtDaemon::launch(const DaemonOptions& options) {
   if (geteuid() != 0) {
-    return make_error("unavailable",
+    return make_error(Errc::unavailable,
                       "a private libvirtd with the QEMU driver needs root (euid is " + std::to_string(geteuid()) + ")");
   }
   for (const auto& bin : {options.libvirtd, options.emulator}) {
-    if (access(bin.c_str(), X_OK) != 0) return make_error("unavailable", bin.string() + " is not installed");
+    if (access(bin.c_str(), X_OK) != 0) return make_error(Errc::unavailable, bin.string() + " is not installed");
   }
   char tmpl[] = "/tmp/accelpool-libvirtd-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return make_error("unavailable", std::string("mkdtemp: ") + std::strerror(errno));
+  if (mkdtemp(tmpl) == nullptr) return make_error(Errc::unavailable, std::string("mkdtemp: ") + std::strerror(errno));
   dir_ = tmpl;
   std::error_code ec;
   for (const char* sub : {"etc", "run", "lib", "log", "sock"}) fs::create_directories(dir_ / sub, ec);
@@ -164,7 +164,7 @@ Status LibvirtDaemon::launch(const DaemonOptions& options) {
   };
   for (const auto& [from, to] : binds) {
     fs::create_directories(to, ec);
-    if (!fs::is_directory(to)) return make_error("unavailable", "cannot create " + to.string());
+    if (!fs::is_directory(to)) return make_error(Errc::unavailable, "cannot create " + to.string());
   }
   fs::create_directories("/var/cache/libvirt", ec);
 
@@ -185,7 +185,7 @@ Status LibvirtDaemon::launch(const DaemonOptions& options) {
     passwd.close();
     group.close();
     if (!passwd || !group)
-      return make_error("unavailable", "cannot write the private passwd/group in " + dir_.string());
+      return make_error(Errc::unavailable, "cannot write the private passwd/group in " + dir_.string());
     all_binds.emplace_back(dir_ / "passwd", "/etc/passwd");
     all_binds.emplace_back(dir_ / "group", "/etc/group");
   }
@@ -209,7 +209,7 @@ Status LibvirtDaemon::spawn() {
   const std::vector<std::string>& bind_to = bind_to_;
   const std::string out_path = (dir_ / "log" / "daemon.out").string();
   const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (out < 0) return make_error("unavailable", "cannot open " + out_path);
+  if (out < 0) return make_error(Errc::unavailable, "cannot open " + out_path);
   const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   const char* argv[] = {daemon.c_str(), "--config", conf.c_str(), "--pid-file", pidfile.c_str(), nullptr};
   const pid_t parent = getpid();
@@ -217,7 +217,7 @@ Status LibvirtDaemon::spawn() {
   const pid_t pid = fork();
   if (pid < 0) {
     close(out);
-    return make_error("unavailable", std::string("fork: ") + std::strerror(errno));
+    return make_error(Errc::unavailable, std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
     auto fail = [out](const char* what) {
@@ -252,7 +252,7 @@ Status LibvirtDaemon::spawn() {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return make_error("unavailable",
+      return make_error(Errc::unavailable,
                         "libvirtd exited during start-up (status " + std::to_string(status) + "); log:\n" + log_tail());
     }
     if (fs::exists(socket)) {
@@ -269,7 +269,7 @@ Status LibvirtDaemon::spawn() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return make_error("unavailable", "libvirtd did not answer at " + uri_ + " within " +
+  return make_error(Errc::unavailable, "libvirtd did not answer at " + uri_ + " within " +
                                        std::to_string(options_.start_timeout.count()) + " s (" + last + "); log:\n" +
                                        log_tail());
 }
@@ -355,7 +355,7 @@ Result<std::string> LibvirtDaemon::create_vm(const VmOptions& options) {
   if (!xml) return xml.error();
   virDomainPtr d = virDomainCreateXML(conn_, xml->c_str(), 0);
   if (d == nullptr) {
-    return make_error("hypervisor", "creating VM '" + options.name + "': " + libvirt_message() + "\nQEMU log:\n" +
+    return make_error(Errc::hypervisor, "creating VM '" + options.name + "': " + libvirt_message() + "\nQEMU log:\n" +
                                         read_tail(dir_ / "log" / "qemu" / (options.name + ".log"), 2000));
   }
   char uuid[VIR_UUID_STRING_BUFLEN] = {};
@@ -366,20 +366,20 @@ Result<std::string> LibvirtDaemon::create_vm(const VmOptions& options) {
 
 Status LibvirtDaemon::destroy_vm(const std::string& name) {
   virDomainPtr d = virDomainLookupByName(conn_, name.c_str());
-  if (d == nullptr) return make_error("not_found", "no VM '" + name + "': " + libvirt_message());
+  if (d == nullptr) return make_error(Errc::not_found, "no VM '" + name + "': " + libvirt_message());
   const int rc = virDomainDestroy(d);
   std::string message = rc < 0 ? libvirt_message() : "";
   virDomainFree(d);
-  if (rc < 0) return make_error("hypervisor", "destroying VM '" + name + "': " + message);
+  if (rc < 0) return make_error(Errc::hypervisor, "destroying VM '" + name + "': " + message);
   return Status::ok();
 }
 
 Status LibvirtDaemon::kill_vm(const std::string& name) {
   const fs::path pidfile = dir_ / "run" / "qemu" / (name + ".pid");
   const pid_t pid = qemu_pid(pidfile);
-  if (pid <= 0) return make_error("not_found", "no running VM '" + name + "' (no pid in " + pidfile.string() + ")");
+  if (pid <= 0) return make_error(Errc::not_found, "no running VM '" + name + "' (no pid in " + pidfile.string() + ")");
   if (kill(pid, SIGKILL) != 0) {
-    return make_error("hypervisor", "killing QEMU of VM '" + name + "': " + std::strerror(errno));
+    return make_error(Errc::hypervisor, "killing QEMU of VM '" + name + "': " + std::strerror(errno));
   }
   return Status::ok();
 }
@@ -387,22 +387,22 @@ Status LibvirtDaemon::kill_vm(const std::string& name) {
 Status LibvirtDaemon::set_metadata(const std::string& name, const std::string& ns_uri, const std::string& key,
                                    const std::string& xml) {
   virDomainPtr d = virDomainLookupByName(conn_, name.c_str());
-  if (d == nullptr) return make_error("not_found", "no VM '" + name + "': " + libvirt_message());
+  if (d == nullptr) return make_error(Errc::not_found, "no VM '" + name + "': " + libvirt_message());
   const int rc = virDomainSetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, xml.empty() ? nullptr : xml.c_str(),
                                       xml.empty() ? nullptr : key.c_str(), ns_uri.c_str(), VIR_DOMAIN_AFFECT_LIVE);
   std::string message = rc < 0 ? libvirt_message() : "";
   virDomainFree(d);
-  if (rc < 0) return make_error("hypervisor", "setting metadata of VM '" + name + "': " + message);
+  if (rc < 0) return make_error(Errc::hypervisor, "setting metadata of VM '" + name + "': " + message);
   return Status::ok();
 }
 
 Result<std::string> LibvirtDaemon::live_xml(const std::string& name) {
   virDomainPtr d = virDomainLookupByName(conn_, name.c_str());
-  if (d == nullptr) return make_error("not_found", "no VM '" + name + "': " + libvirt_message());
+  if (d == nullptr) return make_error(Errc::not_found, "no VM '" + name + "': " + libvirt_message());
   char* xml = virDomainGetXMLDesc(d, 0);
   std::string message = xml == nullptr ? libvirt_message() : "";
   virDomainFree(d);
-  if (xml == nullptr) return make_error("hypervisor", "reading VM '" + name + "': " + message);
+  if (xml == nullptr) return make_error(Errc::hypervisor, "reading VM '" + name + "': " + message);
   std::string out(xml);
   std::free(xml);
   return out;

@@ -32,9 +32,9 @@ TEST_CASE("device ids escape injectively into valid aliases and shmem names", "[
 
 TEST_CASE("device ids and specs are validated", "[hypervisor]") {
   CHECK(validate_device_id("sim:0").is_ok());
-  CHECK(validate_device_id("").error().code == "invalid_argument");
-  CHECK(validate_device_id("has space").error().code == "invalid_argument");
-  CHECK(validate_device_id(std::string(kMaxDeviceIdLength + 1, 'x')).error().code == "invalid_argument");
+  CHECK(validate_device_id("").error().code == Errc::invalid_argument);
+  CHECK(validate_device_id("has space").error().code == Errc::invalid_argument);
+  CHECK(validate_device_id(std::string(kMaxDeviceIdLength + 1, 'x')).error().code == Errc::invalid_argument);
 
   DeviceSpec spec{"sim:0", "lease-1", AttachMethod::emulated, ""};
   CHECK(validate_spec(spec).is_ok());
@@ -53,7 +53,7 @@ TEST_CASE("PCI addresses are normalised or rejected with the reason", "[hypervis
     auto r = normalize_bdf(bad);
     INFO(bad);
     REQUIRE_FALSE(r.is_ok());
-    CHECK(r.error().code == "invalid_argument");
+    CHECK(r.error().code == Errc::invalid_argument);
     CHECK(r.error().message.find("PCI address") != std::string::npos);
   }
 }
@@ -70,8 +70,8 @@ TEST_CASE("device XML for hot-plug names the device by its alias", "[hypervisor]
   CHECK(pci->find("<address domain='0x0000' bus='0x65' slot='0x00' function='0x1'/>") != std::string::npos);
   CHECK(pci->find("<alias name='ua-accelpool-xrt_3a0'/>") != std::string::npos);
 
-  CHECK(device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 3).error().code == "invalid_argument");
-  CHECK(device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "zz"}, 1).error().code == "invalid_argument");
+  CHECK(device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 3).error().code == Errc::invalid_argument);
+  CHECK(device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "zz"}, 1).error().code == Errc::invalid_argument);
 }
 
 TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]") {
@@ -109,7 +109,7 @@ TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]")
   REQUIRE(prefixed->size() == 1);
   CHECK((*prefixed)[0].device_id == "sim:1");
 
-  CHECK(parse_metadata_xml("").error().code == "invalid_argument");
+  CHECK(parse_metadata_xml("").error().code == Errc::invalid_argument);
   CHECK(parse_metadata_xml("<accelpool><device id='x'/>").error().message.find("not well-formed") != std::string::npos);
   CHECK(parse_metadata_xml("<other/>").error().message.find("<accelpool>") != std::string::npos);
   auto bad_state =
@@ -128,7 +128,7 @@ TEST_CASE("device aliases are read from a domain definition", "[hypervisor]") {
       "</controller></devices><metadata><alias name='not-a-device'/></metadata></domain>");
   REQUIRE(aliases.is_ok());
   CHECK(*aliases == std::vector<std::string>{"ua-accelpool-a", "usb"});
-  CHECK(device_aliases("<domain>").error().code == "invalid_argument");
+  CHECK(device_aliases("<domain>").error().code == Errc::invalid_argument);
 }
 
 TEST_CASE("the guest PCI address of a device is read from a live domain definition by its alias", "[hypervisor]") {
@@ -152,12 +152,12 @@ TEST_CASE("the guest PCI address of a device is read from a live domain definiti
   CHECK(at("usb") == "");  // no PCI address
   auto missing = guest_pci_address(xml, "ua-accelpool-none");
   REQUIRE_FALSE(missing.is_ok());
-  CHECK(missing.error().code == "not_found");
+  CHECK(missing.error().code == Errc::not_found);
   auto bad = guest_pci_address(xml, "bad");  // slot 0x40 is past the 32 slots of a bus
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.error().code == "invalid_argument");
+  CHECK(bad.error().code == Errc::invalid_argument);
   CHECK(bad.error().message.find("'bad'") != std::string::npos);
-  CHECK(guest_pci_address("<domain>", "x").error().code == "invalid_argument");
+  CHECK(guest_pci_address("<domain>", "x").error().code == Errc::invalid_argument);
 }
 
 TEST_CASE("the test VM builder writes an OS-less or a kernel-booting domain", "[hypervisor]") {
@@ -187,7 +187,7 @@ TEST_CASE("the test VM builder writes an OS-less or a kernel-booting domain", "[
   testing::VmOptions bad;
   bad.name = "b";
   bad.cmdline = "x";
-  CHECK(testing::domain_xml(bad).error().code == "invalid_argument");
+  CHECK(testing::domain_xml(bad).error().code == Errc::invalid_argument);
 }
 
 TEST_CASE("an attacher with bad options or no daemon fails with a clear error", "[hypervisor]") {
@@ -195,12 +195,12 @@ TEST_CASE("an attacher with bad options or no daemon fails with a clear error", 
   o.uri = "qemu+unix:///system?socket=/nonexistent/accelpool/libvirt-sock";
   auto a = make_libvirt_attacher(o);
   REQUIRE_FALSE(a.is_ok());
-  CHECK(a.error().code == "unavailable");
+  CHECK(a.error().code == Errc::unavailable);
   CHECK(a.error().message.find("/nonexistent/accelpool/libvirt-sock") != std::string::npos);
 
   o.detach_timeout = std::chrono::milliseconds(0);
-  CHECK(make_libvirt_attacher(o).error().code == "invalid_argument");
+  CHECK(make_libvirt_attacher(o).error().code == Errc::invalid_argument);
   o.detach_timeout = std::chrono::milliseconds(100);
   o.shmem_size_mib = 3;
-  CHECK(make_libvirt_attacher(o).error().code == "invalid_argument");
+  CHECK(make_libvirt_attacher(o).error().code == Errc::invalid_argument);
 }

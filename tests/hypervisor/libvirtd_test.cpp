@@ -174,48 +174,48 @@ TEST_CASE("bad input to the attacher is refused with a clear error and changes n
 
   auto no_vm = attacher->attach("no-such-vm", sim(daemon->unique_device_id("sim:9"), "l"));
   REQUIRE_FALSE(no_vm.is_ok());
-  CHECK(no_vm.error().code == "not_found");
+  CHECK(no_vm.error().code == Errc::not_found);
   CHECK(no_vm.error().message.find("no-such-vm") != std::string::npos);
 
   auto twice = attacher->attach(vm, sim(dev, "lease-other"));
   REQUIRE_FALSE(twice.is_ok());
-  CHECK(twice.error().code == "already_attached");
+  CHECK(twice.error().code == Errc::already_attached);
   CHECK(twice.error().message.find("lease-0") != std::string::npos);
 
   auto elsewhere = attacher->attach(other_vm, sim(dev, "lease-other"));
   REQUIRE_FALSE(elsewhere.is_ok());
-  CHECK(elsewhere.error().code == "already_attached");
+  CHECK(elsewhere.error().code == Errc::already_attached);
   CHECK(elsewhere.error().message.find(vm) != std::string::npos);
 
   auto bad_bdf = attacher->attach(vm, DeviceSpec{"xrt:x", "l", AttachMethod::pci_hostdev, "0000:65:00.9"});
   REQUIRE_FALSE(bad_bdf.is_ok());
-  CHECK(bad_bdf.error().code == "invalid_argument");
+  CHECK(bad_bdf.error().code == Errc::invalid_argument);
   CHECK(bad_bdf.error().message.find("0000:65:00.9") != std::string::npos);
 
   // Well-formed, but no such PCI function on this host: libvirt refuses, the record is rolled back.
   auto absent_pci = attacher->attach(vm, DeviceSpec{"xrt:absent", "l", AttachMethod::pci_hostdev, "0000:fe:1f.7"});
   REQUIRE_FALSE(absent_pci.is_ok());
-  CHECK(absent_pci.error().code == "hypervisor");
+  CHECK(absent_pci.error().code == Errc::hypervisor);
   CHECK(absent_pci.error().message.find("xrt:absent") != std::string::npos);
   INFO(absent_pci.error().message);
 
   // The same in a VM with no records at all: the rollback leaves no metadata behind.
   auto absent_pci_other =
       attacher->attach(other_vm, DeviceSpec{"xrt:absent", "l", AttachMethod::pci_hostdev, "0000:fe:1f.7"});
-  CHECK(absent_pci_other.error().code == "hypervisor");
+  CHECK(absent_pci_other.error().code == Errc::hypervisor);
   auto other_xml = daemon->live_xml(other_vm);
   REQUIRE(other_xml.is_ok());
   CHECK(other_xml->find(std::string(kMetadataNamespace)) == std::string::npos);
 
   auto no_lease = attacher->attach(vm, sim(daemon->unique_device_id("sim:8"), ""));
   REQUIRE_FALSE(no_lease.is_ok());
-  CHECK(no_lease.error().code == "invalid_argument");
+  CHECK(no_lease.error().code == Errc::invalid_argument);
 
   auto not_attached = attacher->detach(vm, "sim:never");
   REQUIRE_FALSE(not_attached.is_ok());
-  CHECK(not_attached.error().code == "not_attached");
-  CHECK(attacher->detach("no-such-vm", dev).error().code == "not_found");
-  CHECK(attacher->list_attached("no-such-vm").error().code == "not_found");
+  CHECK(not_attached.error().code == Errc::not_attached);
+  CHECK(attacher->detach("no-such-vm", dev).error().code == Errc::not_found);
+  CHECK(attacher->list_attached("no-such-vm").error().code == Errc::not_found);
 
   CHECK(live_aliases(*daemon, vm) == aliases_before);
   CHECK(live_aliases(*daemon, other_vm) == other_before);
@@ -277,12 +277,12 @@ TEST_CASE("records of devices no longer in the VM reconcile, and unreadable reco
               .is_ok());
   auto garbled = attacher->list_attached(vm);
   REQUIRE_FALSE(garbled.is_ok());
-  CHECK(garbled.error().code == "hypervisor");
+  CHECK(garbled.error().code == Errc::hypervisor);
   CHECK(garbled.error().message.find("unknown state 'lost'") != std::string::npos);
   CHECK(garbled.error().message.find(vm) != std::string::npos);
   auto refused = attacher->attach(vm, sim(daemon->unique_device_id("sim:1"), "lease-1"));
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.error().code == "hypervisor");
+  CHECK(refused.error().code == Errc::hypervisor);
   CHECK(live_aliases(*daemon, vm) == aliases_before);
 }
 
@@ -334,7 +334,7 @@ TEST_CASE("a detach the guest never acknowledges ends in quarantine, not in a fr
   CHECK((*after)[0].note.find("no removal confirmation") != std::string::npos);
   auto regrant = attacher->attach(vm, sim(dev, "lease-next"));
   REQUIRE_FALSE(regrant.is_ok());
-  CHECK(regrant.error().code == "already_attached");
+  CHECK(regrant.error().code == Errc::already_attached);
   CHECK(regrant.error().message.find("quarantined") != std::string::npos);
 
   // The quarantine is in the VM's metadata, so a restarted agent sees it too.
@@ -385,7 +385,7 @@ TEST_CASE("a destroyed VM fires the lifecycle handler with its devices and ends 
 
   auto gone = attacher->list_attached(vm);
   REQUIRE_FALSE(gone.is_ok());
-  CHECK((gone.error().code == "not_found" || gone.error().code == "vm_not_running"));
+  CHECK((gone.error().code == Errc::not_found || gone.error().code == Errc::vm_not_running));
 
   // A VM whose QEMU dies (a crash, as far as libvirt can tell) is reported as crashed, with its devices.
   const std::string crash_vm = vm_name("crash");

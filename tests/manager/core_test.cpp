@@ -4,6 +4,7 @@
 #include <accelpool/manager/auth.hpp>
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 TEST_CASE("a lease goes queued -> granted -> released and the next request is served", "[core]") {
@@ -32,7 +33,7 @@ TEST_CASE("a lease goes queued -> granted -> released and the next request is se
 
   auto again = pool.core->release(pool.owner(a), a.id);
   REQUIRE_FALSE(again.is_ok());
-  CHECK(again.error().code == "invalid_state");
+  CHECK(again.error().code == Errc::invalid_state);
   auto st = pool.core->stats(3600);
   CHECK(st.all.jct.count == 1);
   CHECK(st.all.jct.avg == Approx(5));
@@ -58,7 +59,7 @@ TEST_CASE("queued requests are served in FIFO order and cancel removes one", "[c
   CHECK(cancelled->state == LeaseState::cancelled);
   auto not_queued = pool.core->cancel(pool.owner(a), a.id);
   REQUIRE_FALSE(not_queued.is_ok());
-  CHECK(not_queued.error().code == "invalid_state");
+  CHECK(not_queued.error().code == Errc::invalid_state);
 
   REQUIRE(pool.core->release(pool.owner(a), a.id).is_ok());
   CHECK(pool.get(c.id).state == LeaseState::granted);
@@ -82,7 +83,7 @@ TEST_CASE("a gang request is granted all devices at once or waits", "[core]") {
     return pool.core->acquire(p);
   }();
   REQUIRE_FALSE(too_big.is_ok());
-  CHECK(too_big.error().code == "infeasible");
+  CHECK(too_big.error().code == Errc::infeasible);
 }
 
 TEST_CASE("a lease whose guest stops heartbeating expires and its device serves the next", "[core]") {
@@ -140,10 +141,10 @@ TEST_CASE("a tenant sees and releases only its own leases", "[core]") {
   Lease a = pool.acquire("a", "vm1");
   auto peek = pool.core->get(Caller::direct("b", "vm1"), a.id);
   REQUIRE_FALSE(peek.is_ok());
-  CHECK(peek.error().code == "not_found");
+  CHECK(peek.error().code == Errc::not_found);
   auto steal = pool.core->release(Caller::direct("b", "vm1"), a.id);
   REQUIRE_FALSE(steal.is_ok());
-  CHECK(steal.error().code == "not_found");
+  CHECK(steal.error().code == Errc::not_found);
   CHECK(pool.get(a.id).state == LeaseState::granted);
   CHECK(pool.core->authenticate(pool.token).value() == "a");
   CHECK(pool.core->authenticate(pool.token_b).value() == "b");
@@ -161,7 +162,7 @@ TEST_CASE("quotas and bad input are refused without changing anything", "[core]"
   AcquireParams p{"a", "vm1", "", "fpga", "", 1, std::nullopt};
   auto over = pool.core->acquire(p);
   REQUIRE_FALSE(over.is_ok());
-  CHECK(over.error().code == "quota_exceeded");
+  CHECK(over.error().code == Errc::quota_exceeded);
 
   auto before = pool.core->list({}).size();
   std::vector<AcquireParams> bad = {
@@ -215,10 +216,10 @@ TEST_CASE("a drained host grants nothing new and revokes what still runs at its 
   pool.posts.drain();
 
   // Bad input changes nothing.
-  CHECK(pool.core->set_host_draining("nowhere", true).error().code == "not_found");
-  CHECK(pool.core->set_host_draining("local", true, -1.0).error().code == "invalid_argument");
-  CHECK(pool.core->set_host_draining("local", false, 5.0).error().code == "invalid_argument");
-  CHECK(pool.core->set_draining("local/fpga0", true, std::nan("")).error().code == "invalid_argument");
+  CHECK(pool.core->set_host_draining("nowhere", true).error().code == Errc::not_found);
+  CHECK(pool.core->set_host_draining("local", true, -1.0).error().code == Errc::invalid_argument);
+  CHECK(pool.core->set_host_draining("local", false, 5.0).error().code == Errc::invalid_argument);
+  CHECK(pool.core->set_draining("local/fpga0", true, std::nan("")).error().code == Errc::invalid_argument);
   CHECK_FALSE(pool.core->host_draining("local"));
   CHECK_FALSE(pool.core->device("local/fpga1")->record.draining);
 
@@ -324,15 +325,11 @@ TEST_CASE("tokens are stored hashed", "[core][store]") {
 
 TEST_CASE("an acquire no host can ever serve names the guest's host, not a number", "[core][acquire]") {
   Pool pool(make_devices("fpga", 2, /*passthrough=*/true));
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm-9";
+  AcquireParams p = acquire_params("a", "vm-9", "fpga", 3);
   p.guest_host = "local";
-  p.kind = "fpga";
-  p.count = 3;
   auto r = pool.core->acquire(p);
   REQUIRE_FALSE(r.is_ok());
-  CHECK(r.error().code == "infeasible");
+  CHECK(r.error().code == Errc::infeasible);
   CHECK(r.error().message.find("only 2 of its kind are reachable") != std::string::npos);
   CHECK(r.error().message.find("(guest vm-9 on host local)") != std::string::npos);
   CHECK(r.error().message.find("host 0") == std::string::npos);
@@ -343,9 +340,9 @@ TEST_CASE("named admin tokens: issued, rotated and revoked, across a restart", "
   auto first = pool.core->issue_admin_token("ops-1");
   REQUIRE(first.is_ok());
   CHECK(first->rfind("apa_", 0) == 0);
-  CHECK(pool.core->issue_admin_token("ops-1").error().code == "conflict");
-  CHECK(pool.core->issue_admin_token("bad name").error().code == "invalid_argument");
-  CHECK(pool.core->issue_admin_token("nobody", true).error().code == "not_found");
+  CHECK(pool.core->issue_admin_token("ops-1").error().code == Errc::conflict);
+  CHECK(pool.core->issue_admin_token("bad name").error().code == Errc::invalid_argument);
+  CHECK(pool.core->issue_admin_token("nobody", true).error().code == Errc::not_found);
   auto second = pool.core->issue_admin_token("ops-2");
   REQUIRE(second.is_ok());
   auto rotated = pool.core->issue_admin_token("ops-1", true);
@@ -354,7 +351,7 @@ TEST_CASE("named admin tokens: issued, rotated and revoked, across a restart", "
   CHECK(pool.core->check_admin(*rotated));
   REQUIRE(pool.core->revoke_admin_token("ops-2").is_ok());
   CHECK_FALSE(pool.core->check_admin(*second));
-  CHECK(pool.core->revoke_admin_token("ops-2").error().code == "not_found");
+  CHECK(pool.core->revoke_admin_token("ops-2").error().code == Errc::not_found);
 
   pool.restart(make_devices("fpga", 2));
   CHECK(pool.core->admin_token_names() == std::vector<std::string>{"ops-1"});
@@ -382,11 +379,11 @@ TEST_CASE("a tenant is deleted only without live leases, and its token with it",
   auto l = pool.acquire("a", "vm1");
   auto refused = pool.core->delete_tenant("a");
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.error().code == "conflict");
+  CHECK(refused.error().code == Errc::conflict);
   CHECK(refused.error().message.find("live leases " + std::to_string(l.id)) != std::string::npos);
   REQUIRE(pool.core->release(Pool::owner(l), l.id).is_ok());
   REQUIRE(pool.core->delete_tenant("a").is_ok());
-  CHECK(pool.core->delete_tenant("a").error().code == "not_found");
+  CHECK(pool.core->delete_tenant("a").error().code == Errc::not_found);
   CHECK_FALSE(pool.core->authenticate(pool.token).is_ok());
   // Created again in the same group commit as its deletion: the creation wins.
   pool.core->set_group_commit(true);
@@ -480,10 +477,7 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   Lease a = pool.acquire("a", "vm1", 2);
   REQUIRE(a.state == LeaseState::granted);
   pool.posts.drain();
-  AcquireParams gp;
-  gp.tenant = "b";
-  gp.guest = "vm-g";
-  gp.kind = "gpu";
+  AcquireParams gp = acquire_params("b", "vm-g", "gpu");
   auto g1 = pool.core->acquire(gp);
   gp.guest = "vm-h";
   auto g2 = pool.core->acquire(gp);
@@ -494,8 +488,8 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   auto dup = pool.core->attach_host(
       std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls));
   REQUIRE_FALSE(dup.is_ok());
-  CHECK(dup.error().code == "conflict");
-  CHECK(pool.core->host_lost("nowhere").error().code == "not_found");
+  CHECK(dup.error().code == Errc::conflict);
+  CHECK(pool.core->host_lost("nowhere").error().code == Errc::not_found);
 
   calls.clear();
   REQUIRE(pool.core->host_lost("remote").is_ok());
@@ -528,7 +522,7 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   CHECK(pool.get(a.id).state == LeaseState::granted);
   pool.posts.drain();
   CHECK(pool.get(a.id).ready);
-  CHECK(pool.core->set_device_usable("remote/nope", true).error().code == "not_found");
+  CHECK(pool.core->set_device_usable("remote/nope", true).error().code == Errc::not_found);
 
   // A failed device preempts its lease; a stopped VM ends its guest's leases.
   REQUIRE(pool.core->set_device_usable("remote/fpga1", false).is_ok());
@@ -549,10 +543,7 @@ TEST_CASE("a stopped VM ends only the leases of that VM on its host, not a same-
   REQUIRE(pool.core->attach_host(
                       std::make_unique<RecordingHost>("remote", make_devices("gpu", 1), pool.posts.poster(), &calls))
               .is_ok());
-  AcquireParams p;
-  p.kind = "gpu";
-  p.guest = "web-1";
-  p.tenant = "a";
+  AcquireParams p = acquire_params("a", "web-1", "gpu");
   p.guest_host = "local";
   auto on_local = pool.core->acquire(p);
   p.tenant = "b";
@@ -571,16 +562,13 @@ TEST_CASE("one guest holds at most max_live_per_guest live leases, so hello and 
   CoreOptions o;
   o.max_live_per_guest = 2;
   Pool pool(make_devices("fpga", 1), o);
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm1";
-  p.kind = "fpga";
+  AcquireParams p = acquire_params("a", "vm1");
   auto first = pool.core->acquire(p);
   auto second = pool.core->acquire(p);  // queued behind the first
   REQUIRE((first && second));
   auto third = pool.core->acquire(p);
   REQUIRE_FALSE(third);
-  CHECK(third.error().code == "quota_exceeded");
+  CHECK(third.error().code == Errc::quota_exceeded);
   CHECK_THAT(third.error().message, Catch::Contains("max_per_guest"));
   CHECK(pool.core->list(LeaseFilter{}).size() == 2);  // the refusal changed nothing
 
@@ -595,7 +583,7 @@ TEST_CASE("one guest holds at most max_live_per_guest live leases, so hello and 
   REQUIRE(pool.core->cancel(Pool::owner(*second), second->id));
   CHECK(pool.core->acquire(p));
   pool.restart(make_devices("fpga", 1));
-  CHECK(pool.core->acquire(p).error().code == "quota_exceeded");
+  CHECK(pool.core->acquire(p).error().code == Errc::quota_exceeded);
   REQUIRE(pool.core->release(Pool::owner(*first), first->id));
   CHECK(pool.core->acquire(p));
 }
@@ -660,11 +648,7 @@ TEST_CASE("a gang of passthrough devices lands on the guest's own host, never sp
     return std::all_of(l.devices.begin(), l.devices.end(),
                        [&](const std::string& d) { return d.rfind(host + "/", 0) == 0; });
   };
-  AcquireParams p;
-  p.tenant = "a";
-  p.kind = "fpga";
-  p.count = 4;
-  p.guest = "vm-remote";
+  AcquireParams p = acquire_params("a", "vm-remote", "fpga", 4);
   p.guest_host = "remote";
   auto remote = pool.core->acquire(p);
   REQUIRE(remote);
@@ -682,7 +666,7 @@ TEST_CASE("a gang of passthrough devices lands on the guest's own host, never sp
     CHECK(pool.get(big->id).state == LeaseState::queued);
     CHECK(pool.get(big->id).devices.empty());
   } else {
-    CHECK(big.error().code == "infeasible");
+    CHECK(big.error().code == Errc::infeasible);
   }
   p.count = 4;
   auto local = pool.core->acquire(p);
@@ -721,14 +705,11 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
 
   // No model of the kind fits: refused up front, naming the models on both sides, and nothing queued.
   const auto queued_before = pool.core->queue_length();
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm4";
-  p.kind = "fpga";
+  AcquireParams p = acquire_params("a", "vm4");
   p.bitstream = "for-u9";
   auto refused = pool.core->acquire(p);
   REQUIRE_FALSE(refused);
-  CHECK(refused.error().code == "incompatible");
+  CHECK(refused.error().code == Errc::incompatible);
   CHECK(refused.error().message.find("fits device models u9") != std::string::npos);
   CHECK(refused.error().message.find("'u250', 'u280'") != std::string::npos);
   // More devices than the fitting models have: infeasible.
@@ -736,7 +717,7 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
   p.count = 2;
   refused = pool.core->acquire(p);
   REQUIRE_FALSE(refused);
-  CHECK(refused.error().code == "infeasible");
+  CHECK(refused.error().code == Errc::infeasible);
   CHECK(pool.core->queue_length() == queued_before);
 
   // A lease waits for u280; a host joins whose device is of a new model the bitstream also fits: it goes there.
@@ -798,14 +779,11 @@ TEST_CASE("registering a bitstream again with another compatible list re-checks 
 
 TEST_CASE("a guest's job label groups what the pool learns, is checked, bounded per tenant, and kept", "[core]") {
   Pool pool(make_devices("fpga", 1));
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = "vm1";
-  p.kind = "fpga";
+  AcquireParams p = acquire_params("a", "vm1");
   p.label = "bad label";
   auto bad = pool.core->acquire(p);
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().code == "invalid_argument");
+  CHECK(bad.error().code == Errc::invalid_argument);
   CHECK_THAT(bad.error().message, Catch::Contains("label"));
   CHECK(pool.core->list(LeaseFilter{}).empty());  // the refusal changed nothing
 
@@ -866,7 +844,7 @@ TEST_CASE("a guest's job label groups what the pool learns, is checked, bounded 
   p.label = "one-too-many";
   auto over = pool.core->acquire(p);
   REQUIRE_FALSE(over);
-  CHECK(over.error().code == "quota_exceeded");
+  CHECK(over.error().code == Errc::quota_exceeded);
   CHECK_THAT(over.error().message, Catch::Contains("1000 distinct labels"));
   p.label = "eval";
   CHECK(pool.core->acquire(p));

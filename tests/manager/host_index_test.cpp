@@ -6,6 +6,7 @@
 #include <set>
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 namespace {
@@ -96,7 +97,7 @@ TEST_CASE("a host's join, loss, return and drain visit only that host's devices"
   twice.push_back(twice.front());
   auto refused = pool.core->attach_host(make_static_host("doubled", twice, pool.posts.poster()));
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.error().code == "invalid_argument");
+  CHECK(refused.error().code == Errc::invalid_argument);
   CHECK_FALSE(pool.core->host_known("doubled"));
 }
 
@@ -121,8 +122,8 @@ TEST_CASE("a host known only from the store is listed, drained and returns throu
   CHECK(pool.count_state(host_name(5), "draining") == kPerHost);  // the drain outlived the restart
   CHECK(pool.core->host(host_name(5))->connected);
   CHECK_FALSE(pool.core->host(host_name(6))->connected);
-  CHECK(pool.core->host("nowhere").error().code == "not_found");
-  CHECK(pool.core->set_host_draining("nowhere", true).error().code == "not_found");
+  CHECK(pool.core->host("nowhere").error().code == Errc::not_found);
+  CHECK(pool.core->set_host_draining("nowhere", true).error().code == Errc::not_found);
 }
 
 TEST_CASE("a host's loss and return are stored once for the host, not per device, and a restart keeps them",
@@ -292,6 +293,6 @@ TEST_CASE("a store that holds one device name twice is reported corrupt at start
   REQUIRE(store.is_ok());
   auto core = PoolCore::create(CoreOptions{}, clock, **store);
   REQUIRE_FALSE(core.is_ok());
-  CHECK(core.error().code == "corrupt");
+  CHECK(core.error().code == Errc::corrupt);
   CHECK(core.error().message == "device h/d0 is stored twice");
 }

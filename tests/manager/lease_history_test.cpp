@@ -5,6 +5,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 namespace {
@@ -123,13 +124,13 @@ TEST_CASE("listing and lookup read ended leases from the store, page by page", "
     CHECK(old->guest == "vm-cycle");
     CHECK(pool.core->get(Caller::direct("a", "vm-cycle"), ended_a.front()).is_ok());
     // Another guest of the same tenant does not own it, from the store either.
-    CHECK(pool.core->get(Caller::direct("a", "vm-other"), ended_a.front()).error().code == "not_found");
+    CHECK(pool.core->get(Caller::direct("a", "vm-other"), ended_a.front()).error().code == Errc::not_found);
     auto other = pool.core->get(Caller::direct("b", "vm-cycle"), ended_a.front());
     REQUIRE_FALSE(other.is_ok());
-    CHECK(other.error().code == "not_found");
+    CHECK(other.error().code == Errc::not_found);
     auto none = pool.core->get(Caller::admin(), 999999);
     REQUIRE_FALSE(none.is_ok());
-    CHECK(none.error().code == "not_found");
+    CHECK(none.error().code == Errc::not_found);
   }
 
   SECTION("every lease, live and ended, once, in id order, in pages of any size, both ways") {

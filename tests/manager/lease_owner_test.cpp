@@ -3,16 +3,14 @@
 #include "test_support.hpp"
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 namespace {
 
 Lease acquire_relayed(Pool& pool, const std::string& vm, const std::string& host) {
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = vm;
+  AcquireParams p = acquire_params("a", vm);
   p.guest_host = host;
-  p.kind = "fpga";
   p.relayed = true;
   auto r = pool.core->acquire(p);
   REQUIRE(r.is_ok());
@@ -26,10 +24,10 @@ TEST_CASE("only the guest that acquired a lease may touch it, and an admin may t
   Lease a = pool.acquire("a", "vm1");
   Lease q = pool.acquire("a", "vm1");
   const Caller other = Caller::direct("a", "vm2");
-  CHECK(pool.core->get(other, a.id).error().code == "not_found");
-  CHECK(pool.core->heartbeat(other, a.id).error().code == "not_found");
-  CHECK(pool.core->release(other, a.id).error().code == "not_found");
-  CHECK(pool.core->cancel(other, q.id).error().code == "not_found");
+  CHECK(pool.core->get(other, a.id).error().code == Errc::not_found);
+  CHECK(pool.core->heartbeat(other, a.id).error().code == Errc::not_found);
+  CHECK(pool.core->release(other, a.id).error().code == Errc::not_found);
+  CHECK(pool.core->cancel(other, q.id).error().code == Errc::not_found);
   CHECK(pool.core->heartbeat(other, std::nullopt)->empty());
   LeaseFilter f;
   f.owner = other;
@@ -38,8 +36,8 @@ TEST_CASE("only the guest that acquired a lease may touch it, and an admin may t
   CHECK(pool.get(q.id).state == LeaseState::queued);
   // An ended lease of another guest is not found either (not "already ended").
   REQUIRE(pool.core->release(pool.owner(a), a.id).is_ok());
-  CHECK(pool.core->release(other, a.id).error().code == "not_found");
-  CHECK(pool.core->release(pool.owner(a), a.id).error().code == "invalid_state");
+  CHECK(pool.core->release(other, a.id).error().code == Errc::not_found);
+  CHECK(pool.core->release(pool.owner(a), a.id).error().code == Errc::invalid_state);
   CHECK(pool.core->get(Caller::admin(), a.id).is_ok());
   CHECK(pool.core->revoke(q.id, "").is_ok());
 }
@@ -51,9 +49,9 @@ TEST_CASE("a relayed VM's lease belongs to that VM on that host, through restart
   const Caller port{"a", "web-1", "local", true};
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);
-    CHECK(pool.core->get(Caller::direct("a", "web-1"), l.id).error().code == "not_found");          // direct, same name
-    CHECK(pool.core->get(Caller{"a", "web-1", "hv-02", true}, l.id).error().code == "not_found");  // other host
-    CHECK(pool.core->get(Caller{"a", "web-2", "local", true}, l.id).error().code == "not_found");  // other VM
+    CHECK(pool.core->get(Caller::direct("a", "web-1"), l.id).error().code == Errc::not_found);          // direct, same name
+    CHECK(pool.core->get(Caller{"a", "web-1", "hv-02", true}, l.id).error().code == Errc::not_found);  // other host
+    CHECK(pool.core->get(Caller{"a", "web-2", "local", true}, l.id).error().code == Errc::not_found);  // other VM
     CHECK(pool.core->get(port, l.id).is_ok());
     pool.restart(make_devices("fpga", 2));  // the voucher is stored with the lease
   }

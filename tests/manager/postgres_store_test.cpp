@@ -5,6 +5,7 @@
 #include "postgres_cluster.hpp"
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using accelpool::testing::eventually;
 using accelpool::testing::PostgresCluster;
 
@@ -89,14 +90,14 @@ TEST_CASE("a PostgreSQL database gets the current schema once, and a newer one i
   cluster.sql(db, "UPDATE accelpool_schema SET version = 99");
   auto opened = open_postgres_store(cluster.url(db));
   REQUIRE_FALSE(opened.is_ok());
-  CHECK(opened.error().code == "store");
+  CHECK(opened.error().code == Errc::store);
   CHECK(opened.error().message.find("schema version 99, newer than this manager understands (3)") != std::string::npos);
 }
 
 TEST_CASE("a PostgreSQL server that cannot be reached gives a clear error", "[store][postgres]") {
   auto opened = open_postgres_store("postgresql:///nowhere?host=/nonexistent-accelpool-folder&user=accelpool");
   REQUIRE_FALSE(opened.is_ok());
-  CHECK(opened.error().code == "store");
+  CHECK(opened.error().code == Errc::store);
   CHECK(opened.error().message.find("connecting to PostgreSQL") != std::string::npos);
   CHECK(opened.error().message.find("nonexistent-accelpool-folder") != std::string::npos);
 }
@@ -109,7 +110,7 @@ TEST_CASE("of two managers on one database one leads, and the other may not writ
   // Before leading, nobody writes.
   auto before = a->apply(one_lease(1));
   REQUIRE_FALSE(before.is_ok());
-  CHECK(before.error().code == "fenced");
+  CHECK(before.error().code == Errc::fenced);
 
   REQUIRE(*a->try_lead(manager("a"), 60));
   CHECK(a->epoch() == 1);
@@ -118,7 +119,7 @@ TEST_CASE("of two managers on one database one leads, and the other may not writ
   REQUIRE(a->apply(one_lease(1)).is_ok());
   auto refused = b->apply(one_lease(2));
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.error().code == "fenced");
+  CHECK(refused.error().code == Errc::fenced);
 
   REQUIRE(b->announce(manager("b"), 60).is_ok());
   auto view = b->leadership();
@@ -158,11 +159,11 @@ TEST_CASE("a leader that stops renewing past its timeout is fenced: it can never
   // The old leader comes back: its writes and renewals fail, naming both epochs, and leave nothing behind.
   auto late = a->apply(one_lease(2));
   REQUIRE_FALSE(late.is_ok());
-  CHECK(late.error().code == "fenced");
+  CHECK(late.error().code == Errc::fenced);
   CHECK(late.error().message.find("led with epoch 1, the store is at epoch 2") != std::string::npos);
   auto renewed = a->renew();
   REQUIRE_FALSE(renewed.is_ok());
-  CHECK(renewed.error().code == "fenced");
+  CHECK(renewed.error().code == Errc::fenced);
   CHECK(stored_leases(*b) == 1);
   REQUIRE(b->renew().is_ok());
   REQUIRE(b->apply(one_lease(3)).is_ok());
@@ -181,7 +182,7 @@ TEST_CASE("a leader's batch that fails halfway leaves nothing, and the leader ke
   bad.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "", false, true, 1});  // the same name
   auto failed = a->apply(bad);
   REQUIRE_FALSE(failed.is_ok());
-  CHECK(failed.error().code == "store");
+  CHECK(failed.error().code == Errc::store);
   CHECK(failed.error().message.find("writing device h/d0") != std::string::npos);
   CHECK(stored_leases(*a) == 0);
   REQUIRE(a->apply(one_lease(2)).is_ok());

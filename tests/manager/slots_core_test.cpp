@@ -2,6 +2,7 @@
 #include "test_support.hpp"
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 namespace {
@@ -14,17 +15,14 @@ std::vector<HostDevice> device_with_slots(std::uint32_t slots) {
 }
 
 accelpool::Result<Lease> try_acquire(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream) {
-  AcquireParams p;
-  p.tenant = "a";
-  p.guest = guest;
-  p.kind = kind;
+  AcquireParams p = acquire_params("a", guest, kind);
   p.bitstream = bitstream;
   return pool.core->acquire(p);
 }
 
 Lease acquire_kind(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream = "") {
   auto r = try_acquire(pool, guest, kind, bitstream);
-  if (!r) FAIL(r.error().code + ": " + r.error().message);
+  if (!r) FAIL(accelpool::describe(r.error()));
   return *r;
 }
 
@@ -68,7 +66,7 @@ TEST_CASE("slot leases share a device, the whole device waits until every slot i
   CHECK(pool.core->devices()[0].slots.size() == 2);
   CHECK(pool.core->device_page({}, {}).devices.size() == 1);
   // A device with a leased slot is not reset under it.
-  CHECK(pool.core->reset_device("local/fpga0").error().code == "invalid_state");
+  CHECK(pool.core->reset_device("local/fpga0").error().code == Errc::invalid_state);
 
   REQUIRE(pool.core->release(Pool::owner(a), a.id).is_ok());
   CHECK(pool.get(c.id).state == LeaseState::granted);
@@ -113,7 +111,7 @@ TEST_CASE("a host may not declare too many slots, nor a device named as a slot",
   many[0].slots = kMaxSlotsPerDevice + 1;
   auto r = pool.core->attach_host(make_static_host("h2", many, pool.posts.poster()));
   REQUIRE_FALSE(r);
-  CHECK(r.error().code == "invalid_argument");
+  CHECK(r.error().code == Errc::invalid_argument);
   auto clash = make_devices("gpu", 1);
   clash[0].slots = 1;
   clash.push_back({"gpu0:slot0", "gpu", "", false, ""});
@@ -141,7 +139,7 @@ TEST_CASE("a partial image goes on a slot, a full image takes the whole device",
   CHECK(full.state == LeaseState::queued);  // the device is shared by the two slot leases
   auto refused = try_acquire(pool, "vm4", "fpga:slot", "full");
   REQUIRE_FALSE(refused);
-  CHECK(refused.error().code == "incompatible");
+  CHECK(refused.error().code == Errc::incompatible);
   Lease unknown = acquire_kind(pool, "vm5", "fpga", "not-registered");
   CHECK(unknown.kind == "fpga");
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 using namespace accelpool::manager;
+using accelpool::Errc;
 using namespace accelpool::manager::test;
 
 namespace {
@@ -31,6 +32,7 @@ Lease stored_lease(LeaseId id, LeaseState state, double ended_at) {
 // The store in `file`, which must open (the test stops there when it does not).
 std::unique_ptr<Store> open_store(const std::filesystem::path& file, bool full_sync) {
   auto opened = open_sqlite_store(file, full_sync);
+  INFO((opened.is_ok() ? "" : opened.error().message));
   REQUIRE(opened.is_ok());
   return std::move(*opened);
 }
@@ -194,7 +196,7 @@ TEST_CASE("the PostgreSQL store refuses a backup and names PostgreSQL's tools", 
   TempDir other;
   auto s = store->backup(other.path / "copy.db");
   REQUIRE_FALSE(s.is_ok());
-  CHECK(s.error().code == "store");
+  CHECK(s.error().code == Errc::store);
   CHECK(s.error().message.find("pg_dump") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(other.path / "copy.db"));
 }
@@ -204,7 +206,7 @@ TEST_CASE("a file that is not a database gives a clear error", "[store]") {
   std::ofstream(dir.path / "junk.db") << "this is not sqlite, just some text that is long enough to matter............";
   auto opened = open_sqlite_store(dir.path / "junk.db", false);
   REQUIRE_FALSE(opened.is_ok());
-  CHECK(opened.error().code == "store");
+  CHECK(opened.error().code == Errc::store);
   CHECK(opened.error().message.find("junk.db") != std::string::npos);
 }
 
@@ -323,10 +325,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
                 "ALTER TABLE leases DROP COLUMN grants; ALTER TABLE leases DROP COLUMN label; DROP TABLE estimates; " +
                     std::string(kDevicesByName) + "PRAGMA user_version=1;");
   {
-    auto opened = open_sqlite_store(file, false);
-    INFO((opened.is_ok() ? "" : opened.error().message));
-    REQUIRE(opened.is_ok());
-    auto snap = (*opened)->load(10);
+    auto snap = open_store(file, false)->load(10);
     REQUIRE(snap.is_ok());
     REQUIRE(snap->leases.size() == 2);
     CHECK(snap->leases[0].id == 5);
@@ -366,10 +365,8 @@ TEST_CASE("a store of schema version 6 keys its device rows by scheduler id afte
   write_leases(kind, "v6", {stored_lease(5, LeaseState::granted, 0)});
   run_sql(file, std::string(kDevicesByName) + "PRAGMA user_version=6;");
   CHECK(device_table_shape(file) == "indexes=2 rowid_is_sched_id=0");  // the name's and the scheduler id's
-  auto opened = open_sqlite_store(file, false);
-  INFO((opened.is_ok() ? "" : opened.error().message));
-  REQUIRE(opened.is_ok());
-  auto snap = (*opened)->load(10);
+  auto store = open_store(file, false);
+  auto snap = store->load(10);
   REQUIRE(snap.is_ok());
   REQUIRE(snap->devices.size() == 1);
   CHECK(snap->devices[0].name == "h/d0");
@@ -381,12 +378,12 @@ TEST_CASE("a store of schema version 6 keys its device rows by scheduler id afte
   DeviceRecord d = snap->devices[0];
   d.available = false;
   b.devices.push_back(d);
-  REQUIRE((*opened)->apply(b).is_ok());
-  auto again = (*opened)->load(10);
+  REQUIRE(store->apply(b).is_ok());
+  auto again = store->load(10);
   REQUIRE(again.is_ok());
   REQUIRE(again->devices.size() == 1);
   CHECK_FALSE(again->devices[0].available);
-  opened->reset();
+  store.reset();
   CHECK(device_table_shape(file) == "indexes=0 rowid_is_sched_id=1");
 }
 
@@ -445,7 +442,7 @@ void corrupt_grants(StoreKind& kind) {
   const auto store = kind.open("s");
   auto snap = store->load(10);
   REQUIRE_FALSE(snap.is_ok());
-  CHECK(snap.error().code == "corrupt");
+  CHECK(snap.error().code == Errc::corrupt);
   CHECK(snap.error().message == "lease 5 grants[0]: field 'attach' has unknown mode 'teleport'");
 }
 

@@ -52,6 +52,12 @@ struct EventLog : CoreListener {
 };
 
 // "fpga:4" -> four fpga devices named fpga0.. on the host.
+// An acquire by guest `guest` of tenant `tenant` for `count` devices of `kind`; a test sets the other fields.
+inline AcquireParams acquire_params(const std::string& tenant, const std::string& guest, const std::string& kind = "fpga",
+                                    std::uint32_t count = 1) {
+  return AcquireParams{tenant, guest, /*guest_host=*/"", kind, /*bitstream=*/"", count, /*estimate_s=*/std::nullopt};
+}
+
 inline std::vector<HostDevice> make_devices(const std::string& kind, int n, bool passthrough = false) {
   std::vector<HostDevice> out;
   for (int i = 0; i < n; ++i) out.push_back({kind + std::to_string(i), kind, "test-" + kind, passthrough, ""});
@@ -117,14 +123,10 @@ struct Pool {
   }
   Lease acquire(const std::string& tenant, const std::string& guest, std::uint32_t count = 1,
                 const std::string& bitstream = "") {
-    AcquireParams p;
-    p.tenant = tenant;
-    p.guest = guest;
-    p.kind = "fpga";
-    p.count = count;
+    AcquireParams p = acquire_params(tenant, guest, "fpga", count);
     p.bitstream = bitstream;
     auto r = core->acquire(p);
-    if (!r) FAIL(r.error().code + ": " + r.error().message);
+    if (!r) FAIL(accelpool::describe(r.error()));
     return *r;
   }
   // The caller that owns `l`: its guest on a direct connection.

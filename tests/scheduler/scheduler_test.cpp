@@ -35,16 +35,21 @@ TEST_CASE("bad requests are rejected with a reason and change nothing", "[schedu
   auto zero = s->submit(req(1, 0, 0), 0, out);
   REQUIRE(zero);
   CHECK_THAT(zero->error, Catch::Contains("0 devices"));
+  CHECK(zero->kind == Rejection::Kind::invalid);
   auto huge = s->submit(req(2, 0, 3), 0, out);
   REQUIRE(huge);
   CHECK_THAT(huge->error, Catch::Contains("never"));
+  CHECK(huge->kind == Rejection::Kind::infeasible);  // well-formed, but no pool of this shape can serve it
   Request gpu = req(3, 0, 2);
   gpu.kind = kGpu;
-  CHECK(s->submit(gpu, 0, out));  // only one gpu exists
+  auto too_many_gpus = s->submit(gpu, 0, out);  // only one gpu exists
+  REQUIRE(too_many_gpus);
+  CHECK(too_many_gpus->kind == Rejection::Kind::infeasible);
   CHECK(granted(submit(*s, req(4, 0), 0)) == V{4});
   auto dup = s->submit(req(4, 0), 0, out);
   REQUIRE(dup);
   CHECK_THAT(dup->error, Catch::Contains("already exists"));
+  CHECK(dup->kind == Rejection::Kind::invalid);
   CHECK(s->release(99, 0, out));
   CHECK(s->requeue(99, 0, out));
   CHECK(out.empty());

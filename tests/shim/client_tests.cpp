@@ -19,6 +19,7 @@
 #include <vector>
 
 using namespace accelpool::shim;
+using accelpool::Errc;
 using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerProcess;
 using accelpool::shim::test::eventually;
@@ -33,7 +34,7 @@ std::unique_ptr<Client> connect(const ManagerProcess& m, const std::string& gues
   o.token = m.guest_token();
   o.guest = guest;
   auto c = Client::connect(o);
-  INFO((c ? std::string() : c.error().code + ": " + c.error().message));
+  INFO((c ? std::string() : accelpool::describe(c.error())));
   REQUIRE(c);
   return std::move(*c);
 }
@@ -145,7 +146,7 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   auto r = pending.wait();
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   REQUIRE_FALSE(r);
-  CHECK(r.error().code == "timeout");
+  CHECK(r.error().code == Errc::timeout);
   CHECK(took >= 0.45);  // not before its timeout
   std::uint64_t id = pending.lease_id();
   REQUIRE(id != 0);
@@ -154,13 +155,13 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   // Blocking form, and cancel of an asynchronous one.
   auto r2 = c->acquire(fpga(0.2));
   REQUIRE_FALSE(r2);
-  CHECK(r2.error().code == "timeout");
+  CHECK(r2.error().code == Errc::timeout);
   auto p3 = c->acquire_async(fpga());
   REQUIRE(eventually([&] { return p3.lease_id() != 0; }));
   REQUIRE(p3.cancel());
   auto r3 = p3.wait();
   REQUIRE_FALSE(r3);
-  CHECK(r3.error().code == "cancelled");
+  CHECK(r3.error().code == Errc::cancelled);
   std::uint64_t id3 = p3.lease_id();
   CHECK(eventually([&] { auto s = c->get(id3); return s && s->state == LeaseState::cancelled; }));
   // The held lease was untouched.
@@ -175,17 +176,17 @@ TEST_CASE("a request no device can serve fails at once as infeasible", "[integra
   gpu.kind = "gpu";
   auto r = c->acquire(gpu);  // no timeout: only the refusal ends it
   REQUIRE_FALSE(r);
-  CHECK(r.error().code == "infeasible");
+  CHECK(r.error().code == Errc::infeasible);
   CHECK(r.error().message.find("gpu") != std::string::npos);
   AcquireOptions many = fpga();
   many.count = 50;
   auto r2 = c->acquire(many);
   REQUIRE_FALSE(r2);
-  CHECK(r2.error().code == "infeasible");
+  CHECK(r2.error().code == Errc::infeasible);
   AcquireOptions empty;
   auto r3 = c->acquire(empty);
   REQUIRE_FALSE(r3);
-  CHECK(r3.error().code == "invalid_argument");
+  CHECK(r3.error().code == Errc::invalid_argument);
 }
 
 TEST_CASE("a wrong token is refused with unauthorized", "[integration][shim]") {
@@ -197,7 +198,7 @@ TEST_CASE("a wrong token is refused with unauthorized", "[integration][shim]") {
   o.guest = "vm-bad";
   auto c = Client::connect(o);
   REQUIRE_FALSE(c);
-  CHECK(c.error().code == "unauthorized");
+  CHECK(c.error().code == Errc::unauthorized);
   CHECK(c.error().message.find(m.tcp_uri()) != std::string::npos);
 }
 
@@ -214,14 +215,14 @@ TEST_CASE("an unreachable pool is a clear error, not a hang", "[integration][shi
     o.connect_timeout = Seconds(1);
     auto c = Client::connect(o);
     REQUIRE_FALSE(c);
-    CHECK(c.error().code == "unreachable");
+    CHECK(c.error().code == Errc::unreachable);
   }
   ClientOptions bad;
   bad.uri = "http://127.0.0.1:7070";
   bad.token = "x";
   auto c = Client::connect(bad);
   REQUIRE_FALSE(c);
-  CHECK(c.error().code == "invalid_argument");
+  CHECK(c.error().code == Errc::invalid_argument);
 }
 
 TEST_CASE("the client reconnects when the stream drops and keeps its lease alive", "[integration][shim]") {
@@ -281,7 +282,7 @@ TEST_CASE("a lease survives a manager restart: the client reconnects and resumes
   auto other = connect(m, "vm-other", true);
   auto r = other->acquire(fpga(0.3));
   REQUIRE_FALSE(r);
-  CHECK(r.error().code == "timeout");
+  CHECK(r.error().code == Errc::timeout);
   REQUIRE(lease->release());
   auto r2 = other->acquire(fpga(kGranted));
   CHECK(r2);
@@ -426,7 +427,7 @@ TEST_CASE("serial:// finds the port by its name and speaks the protocol over it"
     wrong.uri = "serial://org.accelpool.other";
     auto w = Client::connect(wrong);
     REQUIRE_FALSE(w);
-    CHECK(w.error().code == "unreachable");
+    CHECK(w.error().code == Errc::unreachable);
     CHECK(w.error().message.find("org.accelpool.guest (vport0p2)") != std::string::npos);
   }
   stop = true;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 using namespace accelpool::shim;
+using accelpool::Errc;
 using json = nlohmann::json;
 
 TEST_CASE("pool URIs are parsed, bad ones refused with the reason", "[shim]") {
@@ -44,7 +45,7 @@ TEST_CASE("pool URIs are parsed, bad ones refused with the reason", "[shim]") {
     auto r = parse_pool_uri(bad);
     INFO(bad);
     REQUIRE_FALSE(r);
-    CHECK(r.error().code == "invalid_argument");
+    CHECK(r.error().code == Errc::invalid_argument);
     CHECK(r.error().message.find("pool URI") != std::string::npos);
   }
 }
@@ -62,11 +63,11 @@ TEST_CASE("a virtio-serial port is found by its name", "[shim]") {
   CHECK(*p == "/dev/vport0p2");
   auto missing = find_virtio_port("other", root + "/sys", "/dev");
   REQUIRE_FALSE(missing);
-  CHECK(missing.error().code == "unreachable");
+  CHECK(missing.error().code == Errc::unreachable);
   CHECK(missing.error().message.find("org.accelpool.guest (vport0p2)") != std::string::npos);
   auto nodir = find_virtio_port("x", root + "/nothing", "/dev");
   REQUIRE_FALSE(nodir);
-  CHECK(nodir.error().code == "unreachable");
+  CHECK(nodir.error().code == Errc::unreachable);
   test::remove_tree(root);
 }
 
@@ -94,7 +95,7 @@ TEST_CASE("lease objects and device names become descriptions", "[shim]") {
   CHECK_FALSE(l->devices[2].opencl_platform);
   auto bad = parse_lease(R"({"state":"granted"})");
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().code == "protocol");
+  CHECK(bad.error().code == Errc::protocol);
 }
 
 TEST_CASE("what the server says of a device replaces what its name suggests", "[shim]") {
@@ -223,7 +224,7 @@ TEST_CASE("a stream that drops during a call fails that call as disconnected, th
   a.kind = "fpga";
   auto r = (*c)->acquire(a);
   REQUIRE_FALSE(r);
-  CHECK(r.error().code == "disconnected");
+  CHECK(r.error().code == Errc::disconnected);
   // The next call goes over a new connection, with a new hello.
   auto l = (*c)->list();
   REQUIRE(l);
@@ -233,7 +234,7 @@ TEST_CASE("a stream that drops during a call fails that call as disconnected, th
   // Errors carry the protocol's data.code.
   auto r2 = (*c)->acquire(a);
   REQUIRE_FALSE(r2);
-  CHECK(r2.error().code == "infeasible");
+  CHECK(r2.error().code == Errc::infeasible);
   CHECK(r2.error().message.find("no such kind") != std::string::npos);
 }
 
@@ -249,7 +250,7 @@ TEST_CASE("a call the server never answers fails with timeout", "[shim]") {
   auto t0 = std::chrono::steady_clock::now();
   auto l = (*c)->list();
   REQUIRE_FALSE(l);
-  CHECK(l.error().code == "timeout");
+  CHECK(l.error().code == Errc::timeout);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(took >= 0.25);  // not before the call timeout
 }

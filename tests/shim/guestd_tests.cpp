@@ -30,6 +30,8 @@ using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerOptions;
 using accelpool::shim::test::ManagerProcess;
 using accelpool::shim::test::read_file;
+using accelpool::shim::test::Child;
+using accelpool::shim::test::spawn;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -347,33 +349,21 @@ TEST_CASE("accelpool-run jobs share one stream through guestd", "[integration][g
   ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
   Guestd g(m.unix_uri(), m.dir());
-  std::vector<pid_t> jobs;
+  const std::map<std::string, std::string> env = {
+      {"ACCELPOOL_POOL", "unix://" + g.socket}, {"ACCELPOOL_TOKEN", m.guest_token()}, {"ACCELPOOL_GUEST", "vm-jobs"}};
+  std::vector<Child> jobs;
   for (int i = 0; i < 3; ++i) {
-    pid_t p = fork();
-    if (p == 0) {
-      std::string out = m.dir() + "/job" + std::to_string(i) + ".out";
-      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      setenv("ACCELPOOL_POOL", ("unix://" + g.socket).c_str(), 1);
-      setenv("ACCELPOOL_TOKEN", m.guest_token().c_str(), 1);
-      setenv("ACCELPOOL_GUEST", "vm-jobs", 1);
-      execl(ACCELPOOL_RUN_BIN, ACCELPOOL_RUN_BIN, "--", "/bin/sh", "-c", "echo lease=$ACCELPOOL_LEASE; sleep 0.3",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    jobs.push_back(p);
+    jobs.push_back(spawn({ACCELPOOL_RUN_BIN, "--", "/bin/sh", "-c", "echo lease=$ACCELPOOL_LEASE; sleep 0.3"}, env,
+                         m.dir() + "/job" + std::to_string(i) + ".out"));
   }
   std::set<std::string> leases;
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    int st = -1;
-    bool done = eventually([&] { return waitpid(jobs[i], &st, WNOHANG) == jobs[i]; });
-    if (!done) ::kill(jobs[i], SIGKILL);
+  for (auto& job : jobs) {
+    const bool done = job.wait();
+    if (!done) job.kill_group();
     REQUIRE(done);
-    std::string out = read_file(m.dir() + "/job" + std::to_string(i) + ".out");
+    const std::string out = job.output();
     INFO(out);
-    CHECK(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == 0);
+    CHECK(job.exit_code() == 0);
     leases.insert(out.substr(0, out.find('\n')));
   }
   CHECK(leases.size() == 3);  // three leases, one after the other on the one device

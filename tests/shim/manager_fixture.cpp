@@ -184,4 +184,35 @@ int ManagerProcess::admin_request(const std::string& method, const std::string& 
   return std::atoi(resp.c_str() + sp + 1);
 }
 
+bool Child::wait() { return eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }); }
+
+void Child::kill_group() {
+  ::kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+}
+
+int Child::exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const std::string& out) {
+  Child c;
+  c.out = out;
+  c.pid = fork();
+  if (c.pid == 0) {
+    setpgid(0, 0);
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    for (const auto& [k, v] : env) {
+      if (v.empty()) unsetenv(k.c_str());
+      else setenv(k.c_str(), v.c_str(), 1);
+    }
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return c;
+}
+
 }  // namespace accelpool::shim::test

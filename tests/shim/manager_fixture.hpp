@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 #include <sys/types.h>
 
 namespace accelpool::shim::test {
@@ -77,6 +79,23 @@ class ManagerProcess {
 std::string make_temp_dir(const std::string& prefix);
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
+
+// A child process with its own process group, its output in a file.
+struct Child {
+  pid_t pid = -1;
+  std::string out;
+  int status = -1;
+
+  // Waits for it to exit (up to kHungAfter); returns false if it is still running.
+  bool wait();
+  void kill_group();
+  int exit_code() const;
+  std::string output() const { return read_file(out); }
+};
+
+// Starts `args` (args[0] a path) in its own process group with stdout and stderr in the file `out` and `env` set
+// on top of this process's environment; an empty value removes that variable.
+Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const std::string& out);
 
 using ::accelpool::testing::eventually;
 

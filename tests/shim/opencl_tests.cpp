@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 using namespace accelpool::shim;
+using accelpool::Errc;
 using accelpool::shim::test::ManagerOptions;
 using accelpool::shim::test::ManagerProcess;
-using accelpool::shim::test::read_file;
+using accelpool::shim::test::Child;
+using accelpool::shim::test::spawn;
 
 #ifdef SHIM_OPENCL_EXAMPLE_BIN
 TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the pool", "[integration][shim][opencl]") {
@@ -41,38 +43,28 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
     a.kind = "cpu";
     a.timeout = accelpool::testing::kHungAfter;
     auto l = (*c)->acquire(a);
-    if (!l && l.error().code == "infeasible") {
+    if (!l && l.error().code == Errc::infeasible) {
       ACCELPOOL_SKIP("the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " + l.error().message);
     }
     REQUIRE(l);
   }
   constexpr int kJobs = 3;
-  std::vector<pid_t> pids;
+  std::vector<Child> jobs;
   for (int i = 0; i < kJobs; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::string out = m.dir() + "/job" + std::to_string(i) + ".out";
-      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      setenv("ACCELPOOL_POOL", m.unix_uri().c_str(), 1);
-      setenv("ACCELPOOL_TOKEN", m.guest_token().c_str(), 1);
-      setenv("ACCELPOOL_GUEST", ("vm-job" + std::to_string(i)).c_str(), 1);
-      setenv("POCL_CACHE_DIR", o.pocl_cache_dir.c_str(), 1);
-      execl(ACCELPOOL_RUN_BIN, ACCELPOOL_RUN_BIN, "--kind", "cpu", "--estimate", "2", "--timeout", "60", "--",
-            SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "262144", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pids.push_back(pid);
+    const std::map<std::string, std::string> env = {{"ACCELPOOL_POOL", m.unix_uri()},
+                                                    {"ACCELPOOL_TOKEN", m.guest_token()},
+                                                    {"ACCELPOOL_GUEST", "vm-job" + std::to_string(i)},
+                                                    {"POCL_CACHE_DIR", o.pocl_cache_dir}};
+    jobs.push_back(spawn({ACCELPOOL_RUN_BIN, "--kind", "cpu", "--estimate", "2", "--timeout", "60", "--",
+                          SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "262144"},
+                         env, m.dir() + "/job" + std::to_string(i) + ".out"));
   }
   std::set<std::string> leases;
-  for (int i = 0; i < kJobs; ++i) {
-    int st = 0;
-    waitpid(pids[i], &st, 0);
-    std::string out = read_file(m.dir() + "/job" + std::to_string(i) + ".out");
+  for (auto& job : jobs) {
+    REQUIRE(job.wait());
+    const std::string out = job.output();
     INFO(out);
-    CHECK(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == 0);
+    CHECK(job.exit_code() == 0);
     CHECK(out.find("262144 elements verified") != std::string::npos);
     auto p = out.find("lease ");
     REQUIRE(p != std::string::npos);
@@ -81,36 +73,20 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
   CHECK(leases.size() == kJobs);  // three grants, one after the other on the pool's device(s)
 
   // The examples acquire by themselves through the library: the C++ one and the C one (C ABI), at the same time.
-  auto start = [&](const std::string& name, std::vector<std::string> args) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::string out = m.dir() + "/" + name + ".out";
-      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      unsetenv("ACCELPOOL_LEASE");
-      setenv("ACCELPOOL_POOL", m.tcp_uri().c_str(), 1);
-      setenv("ACCELPOOL_TOKEN", m.guest_token().c_str(), 1);
-      setenv("ACCELPOOL_GUEST", name.c_str(), 1);
-      setenv("ACCELPOOL_KIND", "cpu", 1);
-      setenv("POCL_CACHE_DIR", o.pocl_cache_dir.c_str(), 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    return pid;
+  auto start = [&](const std::string& name, const std::vector<std::string>& args) {
+    const std::map<std::string, std::string> env = {
+        {"ACCELPOOL_LEASE", ""},  // removed
+        {"ACCELPOOL_POOL", m.tcp_uri()},   {"ACCELPOOL_TOKEN", m.guest_token()},       {"ACCELPOOL_GUEST", name},
+        {"ACCELPOOL_KIND", "cpu"},         {"POCL_CACHE_DIR", o.pocl_cache_dir}};
+    return spawn(args, env, m.dir() + "/" + name + ".out");
   };
-  pid_t cpp = start("cpp", {SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "65536"});
-  pid_t c = start("c", {SHIM_OPENCL_C_EXAMPLE_BIN, m.unix_uri(), m.guest_token(), "vm-c", "cpu", SHIM_VADD_SOURCE, "65536"});
-  for (auto [pid, name] : {std::pair{cpp, "cpp"}, std::pair{c, "c"}}) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    std::string out = read_file(m.dir() + "/" + name + ".out");
+  Child cpp = start("cpp", {SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "65536"});
+  Child c = start("c", {SHIM_OPENCL_C_EXAMPLE_BIN, m.unix_uri(), m.guest_token(), "vm-c", "cpu", SHIM_VADD_SOURCE, "65536"});
+  for (auto [child, name] : {std::pair{&cpp, "cpp"}, std::pair{&c, "c"}}) {
+    REQUIRE(child->wait());
+    const std::string out = child->output();
     INFO(name << ": " << out);
-    CHECK(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == 0);
+    CHECK(child->exit_code() == 0);
     CHECK(out.find("65536 elements verified") != std::string::npos);
     CHECK(out.find("local/opencl:") != std::string::npos);
   }

@@ -24,43 +24,10 @@ using accelpool::shim::test::eventually;
 using accelpool::shim::test::renewed_past_ttl;
 using Clock = std::chrono::steady_clock;
 using accelpool::shim::test::read_file;
+using accelpool::shim::test::Child;
+using accelpool::shim::test::spawn;
 
 namespace {
-
-// A child process with its own process group, its output in a file.
-struct Child {
-  pid_t pid = -1;
-  std::string out;
-  int status = -1;
-
-  // Waits for it to exit (up to kHungAfter); returns false if it is still running.
-  bool wait() { return eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }); }
-  void kill_group() {
-    ::kill(-pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
-  std::string output() const { return read_file(out); }
-};
-
-Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const std::string& out) {
-  Child c;
-  c.out = out;
-  c.pid = fork();
-  if (c.pid == 0) {
-    setpgid(0, 0);
-    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return c;
-}
 
 std::string run_bin() { return ACCELPOOL_RUN_BIN; }
 

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   aopts.timeout = Seconds(timeout_s);
   auto client = Client::connect(copts);
   if (!client) {
-    std::fprintf(stderr, "connect: [%s] %s\n", client.error().code.c_str(), client.error().message.c_str());
+    std::fprintf(stderr, "connect: %s\n", accelpool::describe(client.error()).c_str());
     return 1;
   }
   aopts.on_revoking = [](const LeaseInfo& l) {
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   };
   auto lease = (*client)->acquire(aopts);
   if (!lease) {
-    std::fprintf(stderr, "acquire: [%s] %s\n", lease.error().code.c_str(), lease.error().message.c_str());
+    std::fprintf(stderr, "acquire: %s\n", accelpool::describe(lease.error()).c_str());
     return 1;
   }
   LeaseInfo info = lease->info();
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (hold_s > 0) std::this_thread::sleep_for(Seconds(hold_s));
   if (auto s = lease->release(); !s) {
-    std::fprintf(stderr, "release: [%s] %s\n", s.error().code.c_str(), s.error().message.c_str());
+    std::fprintf(stderr, "release: %s\n", accelpool::describe(s.error()).c_str());
     return 1;
   }
   std::printf("released\n");

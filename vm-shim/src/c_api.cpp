@@ -7,6 +7,7 @@
 #include <string_view>
 #include <utility>
 
+using accelpool::Errc;
 using accelpool::Error;
 using namespace accelpool::shim;
 
@@ -28,20 +29,20 @@ namespace {
 
 thread_local std::string t_last_error;
 
-accelpool_status status_of(const std::string& code) {
-  if (code == "invalid_argument" || code == "unsupported_version") return ACCELPOOL_ERR_INVALID_ARGUMENT;
-  if (code == "unreachable") return ACCELPOOL_ERR_UNREACHABLE;
-  if (code == "unauthorized") return ACCELPOOL_ERR_UNAUTHORIZED;
-  if (code == "infeasible") return ACCELPOOL_ERR_INFEASIBLE;
-  if (code == "timeout") return ACCELPOOL_ERR_TIMEOUT;
-  if (code == "cancelled") return ACCELPOOL_ERR_CANCELLED;
-  if (code == "not_found") return ACCELPOOL_ERR_NOT_FOUND;
-  if (code == "invalid_state") return ACCELPOOL_ERR_INVALID_STATE;
-  if (code == "quota_exceeded") return ACCELPOOL_ERR_QUOTA_EXCEEDED;
-  if (code == "disconnected") return ACCELPOOL_ERR_DISCONNECTED;
-  if (code == "ended") return ACCELPOOL_ERR_ENDED;
-  if (code == "protocol") return ACCELPOOL_ERR_PROTOCOL;
-  if (code == "closed") return ACCELPOOL_ERR_CLOSED;
+accelpool_status status_of(Errc code) {
+  if (code == Errc::invalid_argument || code == Errc::unsupported_version) return ACCELPOOL_ERR_INVALID_ARGUMENT;
+  if (code == Errc::unreachable) return ACCELPOOL_ERR_UNREACHABLE;
+  if (code == Errc::unauthorized) return ACCELPOOL_ERR_UNAUTHORIZED;
+  if (code == Errc::infeasible) return ACCELPOOL_ERR_INFEASIBLE;
+  if (code == Errc::timeout) return ACCELPOOL_ERR_TIMEOUT;
+  if (code == Errc::cancelled) return ACCELPOOL_ERR_CANCELLED;
+  if (code == Errc::not_found) return ACCELPOOL_ERR_NOT_FOUND;
+  if (code == Errc::invalid_state) return ACCELPOOL_ERR_INVALID_STATE;
+  if (code == Errc::quota_exceeded) return ACCELPOOL_ERR_QUOTA_EXCEEDED;
+  if (code == Errc::disconnected) return ACCELPOOL_ERR_DISCONNECTED;
+  if (code == Errc::ended) return ACCELPOOL_ERR_ENDED;
+  if (code == Errc::protocol) return ACCELPOOL_ERR_PROTOCOL;
+  if (code == Errc::closed) return ACCELPOOL_ERR_CLOSED;
   return ACCELPOOL_ERR_INTERNAL;
 }
 
@@ -67,8 +68,8 @@ accelpool_status guarded(F&& f) {
 }
 
 accelpool::Result<AcquireOptions> to_options(const accelpool_acquire_options* o) {
-  if (!o) return accelpool::make_error("invalid_argument", "acquire: options are NULL");
-  if (!o->kind || !*o->kind) return accelpool::make_error("invalid_argument", "acquire: 'kind' is required");
+  if (!o) return accelpool::make_error(Errc::invalid_argument, "acquire: options are NULL");
+  if (!o->kind || !*o->kind) return accelpool::make_error(Errc::invalid_argument, "acquire: 'kind' is required");
   AcquireOptions a;
   a.kind = o->kind;
   if (o->bitstream) a.bitstream = o->bitstream;

@@ -44,7 +44,8 @@ std::string seconds_text(Seconds s) {
   return buf;
 }
 
-// The protocol's error object -> Error, keeping data.code as the code.
+// The protocol's error object -> Error, with data.code as the code (without one, the JSON-RPC code's first word;
+// a word this client does not know becomes "internal" with the word in the message: error_from_wire).
 Error rpc_error(const json& err, const std::string& method) {
   std::string code;
   std::string message = "error";
@@ -53,9 +54,12 @@ Error rpc_error(const json& err, const std::string& method) {
     if (auto d = err.find("data"); d != err.end() && d->is_object()) {
       if (auto c = d->find("code"); c != d->end() && c->is_string()) code = c->get<std::string>();
     }
-    if (code.empty()) code = std::string(common::rpc_word(err.value("code", -32000)));
+    if (code.empty()) {
+      const auto rpc = err.find("code");
+      code = to_string(rpc != err.end() && rpc->is_number_integer() ? errc_from_rpc(rpc->get<int>()) : Errc::internal);
+    }
   }
-  return make_error(code, method + ": " + message);
+  return error_from_wire(code, method + ": " + message);
 }
 
 std::string default_guest() {
@@ -228,7 +232,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     std::unique_lock<std::mutex> lk(mu);
     if (closed || closing) {
       lk.unlock();
-      done(make_error("closed", method + ": the client is closed"));
+      done(make_error(Errc::closed, method + ": the client is closed"));
       return;
     }
     if (fatal) {
@@ -301,7 +305,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       if ((info.state == LeaseState::granted || info.state == LeaseState::revoking) && info.ready) {
         complete(a, std::nullopt);
       } else if (is_terminal(info.state)) {
-        complete(a, make_error("ended", "lease " + std::to_string(info.id) + " ended (" + to_string(info.state) +
+        complete(a, make_error(Errc::ended, "lease " + std::to_string(info.id) + " ended (" + to_string(info.state) +
                                             (info.end_reason.empty() ? "" : ": " + info.end_reason) +
                                             ") before it was granted"));
       }
@@ -343,7 +347,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       return;
     }
     call_async("cancel", json{{"lease", slot->id}}, [self, slot, release](Result<json> r) {
-      if (!r && r.error().code == "invalid_state") {
+      if (!r && r.error().code == Errc::invalid_state) {
         release();  // granted in the meantime
         return;
       }
@@ -358,7 +362,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     call_async("get", json{{"lease", slot->id}}, [self, slot](Result<json> r) {
       if (r && r->contains("lease")) {
         self->apply_json((*r)["lease"]);
-      } else if (!r && r.error().code == "not_found") {
+      } else if (!r && r.error().code == Errc::not_found) {
         LeaseInfo gone;
         {
           std::lock_guard<std::mutex> lk(self->mu);
@@ -386,32 +390,32 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     std::string line = json{{"jsonrpc", "2.0"}, {"id", 0}, {"method", "hello"}, {"params", params}}.dump() + "\n";
     if (auto e = write_all(s, line, deadline); !e.empty()) {
       close_stream(s);
-      return make_error("unreachable", "pool " + uri.text + ": sending hello: " + e);
+      return make_error(Errc::unreachable, "pool " + uri.text + ": sending hello: " + e);
     }
     for (;;) {
       std::string reply;
       if (auto e = read_line(s, buf, reply, deadline); !e.empty()) {
         close_stream(s);
-        return make_error(e == "no answer in time" ? "timeout" : "unreachable",
+        return make_error(e == "no answer in time" ? Errc::timeout : Errc::unreachable,
                           "pool " + uri.text + ": waiting for the answer to hello: " + e);
       }
       json j = json::parse(reply, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
         close_stream(s);
-        return make_error("protocol", "pool " + uri.text + ": the answer to hello is not a JSON object: " + reply.substr(0, 200));
+        return make_error(Errc::protocol, "pool " + uri.text + ": the answer to hello is not a JSON object: " + reply.substr(0, 200));
       }
       auto id = j.find("id");
       if (id == j.end() || !id->is_number_integer() || id->get<long long>() != 0) continue;  // not our answer
       if (auto err = j.find("error"); err != j.end()) {
         close_stream(s);
         Error e = rpc_error(*err, "hello");
-        if (e.code == "unauthorized") e.message = "pool " + uri.text + " refused the token: " + e.message;
+        if (e.code == Errc::unauthorized) e.message = "pool " + uri.text + " refused the token: " + e.message;
         return e;
       }
       auto res = j.find("result");
       if (res == j.end() || !res->is_object()) {
         close_stream(s);
-        return make_error("protocol", "pool " + uri.text + ": hello answered without a result");
+        return make_error(Errc::protocol, "pool " + uri.text + ": hello answered without a result");
       }
       return *res;
     }
@@ -441,7 +445,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       cv.notify_all();
     }
     for (std::size_t i = 0; i < failed.size(); ++i) {
-      failed[i](make_error("disconnected", methods[i] + ": the stream to pool " + uri.text + " dropped (" + why +
+      failed[i](make_error(Errc::disconnected, methods[i] + ": the stream to pool " + uri.text + " dropped (" + why +
                                                ") before the answer came; its outcome is unknown"));
     }
   }
@@ -502,7 +506,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       } else if (auto res = j.find("result"); res != j.end()) {
         done(*res);
       } else {
-        done(make_error("protocol", method + ": the answer has neither result nor error"));
+        done(make_error(Errc::protocol, method + ": the answer has neither result nor error"));
       }
       return;
     }
@@ -524,9 +528,9 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       std::lock_guard<std::mutex> lk(mu);
       for (auto it = calls.begin(); it != calls.end();) {
         if (it->second.deadline <= now) {
-          Error e = connected ? make_error("timeout", it->second.method + ": no answer from pool " + uri.text + " within " +
+          Error e = connected ? make_error(Errc::timeout, it->second.method + ": no answer from pool " + uri.text + " within " +
                                                           seconds_text(options.call_timeout) + " s")
-                              : make_error("unreachable", it->second.method + ": pool " + uri.text +
+                              : make_error(Errc::unreachable, it->second.method + ": pool " + uri.text +
                                                               " is unreachable (" + last_error + ")");
           expired.emplace_back(std::move(it->second.done), e);
           it = calls.erase(it);
@@ -537,7 +541,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       for (auto& a : std::vector<std::shared_ptr<AcquireSlot>>(acquires)) {
         if (a->done || !a->deadline || *a->deadline > now) continue;
         a->abandoned = true;
-        complete(a, make_error("timeout", "acquire " + a->options.kind +
+        complete(a, make_error(Errc::timeout, "acquire " + a->options.kind +
                                               (a->options.bitstream.empty() ? "" : " with " + a->options.bitstream) +
                                               ": not granted within " +
                                               seconds_text(a->options.timeout.value_or(Seconds(0))) +
@@ -562,7 +566,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
           if (auto ls = r->find("leases"); ls != r->end() && ls->is_array()) {
             for (const auto& j : *ls) self->apply_json(j);
           }
-        } else if (r.error().code == "not_found" || r.error().code == "invalid_state") {
+        } else if (r.error().code == Errc::not_found || r.error().code == Errc::invalid_state) {
           self->refresh(s);
         }
       });
@@ -582,7 +586,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
           std::lock_guard<std::mutex> lk(mu);
           give_up = !options.reconnect || fatal.has_value();
           if (!options.reconnect && !fatal) {
-            fatal = make_error("disconnected", "the stream to pool " + uri.text + " dropped (" + last_error +
+            fatal = make_error(Errc::disconnected, "the stream to pool " + uri.text + " dropped (" + last_error +
                                                    ") and reconnecting is disabled");
           }
         }
@@ -599,7 +603,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
           }
           std::lock_guard<std::mutex> lk(mu);
           last_error = hello.error().message;
-          if (hello.error().code == "unauthorized" || hello.error().code == "unsupported_version") fatal = hello.error();
+          if (hello.error().code == Errc::unauthorized || hello.error().code == Errc::unsupported_version) fatal = hello.error();
         }
         run_timers();
         fail_all_if_fatal();
@@ -689,7 +693,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       if (closed) return;
       for (auto& a : std::vector<std::shared_ptr<AcquireSlot>>(acquires)) {
         a->abandoned = true;
-        complete(a, make_error("closed", "the client was closed"));
+        complete(a, make_error(Errc::closed, "the client was closed"));
       }
       for (auto& [id, s] : leases) held.push_back(s);
     }
@@ -714,7 +718,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       leases.clear();
       cv.notify_all();
     }
-    for (auto& f : failed) f(make_error("closed", "the client was closed"));
+    for (auto& f : failed) f(make_error(Errc::closed, "the client was closed"));
     {
       std::lock_guard<std::mutex> lk(cb_mu);
       cb_stop = true;
@@ -779,7 +783,7 @@ void Lease::on_ended(LeaseCallback cb) {
 }
 
 Status Lease::wait_ready(std::optional<Seconds> timeout) {
-  if (!slot_) return make_error("invalid_state", "no lease");
+  if (!slot_) return make_error(Errc::invalid_state, "no lease");
   std::unique_lock<std::mutex> lk(core_->mu);
   auto ready = [&] {
     const auto& i = slot_->info;
@@ -788,15 +792,15 @@ Status Lease::wait_ready(std::optional<Seconds> timeout) {
   };
   if (timeout) {
     if (!core_->cv.wait_for(lk, to_ms(*timeout), ready)) {
-      return make_error("timeout", "lease " + std::to_string(slot_->id) + " not ready within " +
+      return make_error(Errc::timeout, "lease " + std::to_string(slot_->id) + " not ready within " +
                                        seconds_text(*timeout) + " s");
     }
   } else {
     core_->cv.wait(lk, ready);
   }
-  if (core_->closed) return make_error("closed", "the client was closed");
+  if (core_->closed) return make_error(Errc::closed, "the client was closed");
   if (is_terminal(slot_->info.state)) {
-    return make_error("ended", "lease " + std::to_string(slot_->id) + " ended (" + to_string(slot_->info.state) + ")");
+    return make_error(Errc::ended, "lease " + std::to_string(slot_->id) + " ended (" + to_string(slot_->info.state) + ")");
   }
   return Status::ok();
 }
@@ -806,7 +810,7 @@ Status Lease::release() {
   {
     std::lock_guard<std::mutex> lk(core_->mu);
     if (slot_->release_done) return Status::ok();
-    if (core_->closed) return make_error("closed", "the client was closed");
+    if (core_->closed) return make_error(Errc::closed, "the client was closed");
     if (is_terminal(slot_->info.state)) {
       slot_->release_done = true;
       return Status::ok();
@@ -821,8 +825,8 @@ Status Lease::release() {
       break;
     }
     const auto& code = r.error().code;
-    if (code == "disconnected" && attempt == 0) continue;  // the pool keeps leases across reconnects: ask again
-    if (code == "not_found" || code == "invalid_state") break;  // already ended
+    if (code == Errc::disconnected && attempt == 0) continue;  // the pool keeps leases across reconnects: ask again
+    if (code == Errc::not_found || code == Errc::invalid_state) break;  // already ended
     result = r.error();
     break;
   }
@@ -862,18 +866,18 @@ bool PendingAcquire::done() const {
 }
 
 Result<Lease> PendingAcquire::wait(std::optional<Seconds> timeout) {
-  if (!slot_) return make_error("invalid_state", "no acquire in progress");
+  if (!slot_) return make_error(Errc::invalid_state, "no acquire in progress");
   std::unique_lock<std::mutex> lk(core_->mu);
   if (timeout) {
     if (!core_->cv.wait_for(lk, to_ms(*timeout), [&] { return slot_->done; })) {
-      return make_error("timeout", "acquire " + slot_->options.kind + " still pending after " +
+      return make_error(Errc::timeout, "acquire " + slot_->options.kind + " still pending after " +
                                        seconds_text(*timeout) + " s");
     }
   } else {
     core_->cv.wait(lk, [&] { return slot_->done; });
   }
   if (slot_->error) return *slot_->error;
-  if (slot_->taken) return make_error("invalid_state", "the lease was already taken from this acquire");
+  if (slot_->taken) return make_error(Errc::invalid_state, "the lease was already taken from this acquire");
   slot_->taken = true;
   taken_ = true;
   return Lease(core_, slot_->lease);
@@ -884,12 +888,12 @@ Status PendingAcquire::cancel() {
   std::shared_ptr<LeaseSlot> give;
   {
     std::lock_guard<std::mutex> lk(core_->mu);
-    if (slot_->taken) return make_error("invalid_state", "the lease was already taken; release it instead");
+    if (slot_->taken) return make_error(Errc::invalid_state, "the lease was already taken; release it instead");
     slot_->abandoned = true;
     if (!slot_->done) {
-      core_->complete(slot_, make_error("cancelled", "acquire " + slot_->options.kind + " was cancelled"));
+      core_->complete(slot_, make_error(Errc::cancelled, "acquire " + slot_->options.kind + " was cancelled"));
     } else if (!slot_->error) {
-      slot_->error = make_error("cancelled", "acquire " + slot_->options.kind + " was cancelled");
+      slot_->error = make_error(Errc::cancelled, "acquire " + slot_->options.kind + " was cancelled");
     }
     slot_->taken = true;
     taken_ = true;
@@ -912,14 +916,14 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   if (!uri) return uri.error();
   if (options.guest.empty()) options.guest = default_guest();
   if (!common::valid_guest_id(options.guest)) {
-    return make_error("invalid_argument", "guest id '" + options.guest + "' must be " + common::kGuestIdSyntax);
+    return make_error(Errc::invalid_argument, "guest id '" + options.guest + "' must be " + common::kGuestIdSyntax);
   }
-  if (options.token.empty()) return make_error("unauthorized", "no token given for pool " + options.uri);
+  if (options.token.empty()) return make_error(Errc::unauthorized, "no token given for pool " + options.uri);
   auto core = std::make_shared<ClientCore>();
   core->options = std::move(options);
   core->uri = *uri;
   int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return make_error("internal", std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return make_error(Errc::internal, std::string("pipe: ") + std::strerror(errno));
   core->wake_rd = p[0];
   core->wake_wr = p[1];
   Stream s;
@@ -943,9 +947,9 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
   slot->on_done = std::move(on_done);
   p.slot_ = slot;
   std::optional<Error> bad;
-  if (options.kind.empty()) bad = make_error("invalid_argument", "acquire: 'kind' is required");
-  if (options.count == 0) bad = make_error("invalid_argument", "acquire: 'count' must be at least 1");
-  if (options.timeout && options.timeout->count() < 0) bad = make_error("invalid_argument", "acquire: 'timeout' must be >= 0");
+  if (options.kind.empty()) bad = make_error(Errc::invalid_argument, "acquire: 'kind' is required");
+  if (options.count == 0) bad = make_error(Errc::invalid_argument, "acquire: 'count' must be at least 1");
+  if (options.timeout && options.timeout->count() < 0) bad = make_error(Errc::invalid_argument, "acquire: 'timeout' must be >= 0");
   {
     std::lock_guard<std::mutex> lk(core_->mu);
     core_->acquires.push_back(slot);
@@ -966,7 +970,7 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
       core->complete(slot, r.error());
       return;
     }
-    auto info = r->contains("lease") ? lease_from_json((*r)["lease"]) : Result<LeaseInfo>(make_error("protocol", "acquire answered without a lease"));
+    auto info = r->contains("lease") ? lease_from_json((*r)["lease"]) : Result<LeaseInfo>(make_error(Errc::protocol, "acquire answered without a lease"));
     if (!info) {
       std::lock_guard<std::mutex> lk(core->mu);
       core->complete(slot, info.error());
@@ -989,7 +993,7 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
         if ((info->state == LeaseState::granted || info->state == LeaseState::revoking) && info->ready) {
           core->complete(slot, std::nullopt);
         } else if (is_terminal(info->state)) {
-          core->complete(slot, make_error("ended", "lease " + std::to_string(info->id) + " ended at once (" +
+          core->complete(slot, make_error(Errc::ended, "lease " + std::to_string(info->id) + " ended at once (" +
                                                        to_string(info->state) + ")"));
         }
       }
@@ -1007,7 +1011,7 @@ Result<Lease> Client::acquire(const AcquireOptions& options) {
 Result<LeaseInfo> Client::get(std::uint64_t lease) {
   auto r = core_->call("get", nlohmann::json{{"lease", lease}});
   if (!r) return r.error();
-  if (!r->contains("lease")) return make_error("protocol", "get answered without a lease");
+  if (!r->contains("lease")) return make_error(Errc::protocol, "get answered without a lease");
   auto l = lease_from_json((*r)["lease"]);
   if (l) core_->apply(*l);
   return l;
@@ -1018,7 +1022,7 @@ Result<std::vector<LeaseInfo>> Client::list() {
   if (!r) return r.error();
   std::vector<LeaseInfo> out;
   auto ls = r->find("leases");
-  if (ls == r->end() || !ls->is_array()) return make_error("protocol", "list answered without 'leases'");
+  if (ls == r->end() || !ls->is_array()) return make_error(Errc::protocol, "list answered without 'leases'");
   for (const auto& j : *ls) {
     auto l = lease_from_json(j);
     if (!l) return l.error();

@@ -98,11 +98,11 @@ DeviceInfo describe_device(const std::string& name) {
 }
 
 Result<LeaseInfo> lease_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return make_error("protocol", "a lease must be a JSON object, got: " + j.dump());
+  if (!j.is_object()) return make_error(Errc::protocol, "a lease must be a JSON object, got: " + j.dump());
   auto id = j.find("id");
-  if (id == j.end() || !id->is_number_unsigned()) return make_error("protocol", "lease without an integer 'id': " + j.dump());
+  if (id == j.end() || !id->is_number_unsigned()) return make_error(Errc::protocol, "lease without an integer 'id': " + j.dump());
   auto st = j.find("state");
-  if (st == j.end() || !st->is_string()) return make_error("protocol", "lease without a 'state': " + j.dump());
+  if (st == j.end() || !st->is_string()) return make_error(Errc::protocol, "lease without a 'state': " + j.dump());
   LeaseInfo l;
   l.id = id->get<std::uint64_t>();
   l.state = state_from(st->get<std::string>());
@@ -154,7 +154,7 @@ Result<LeaseInfo> lease_from_json(const nlohmann::json& j) {
 
 Result<LeaseInfo> parse_lease(const std::string& json_text) {
   auto j = nlohmann::json::parse(json_text, nullptr, false);
-  if (j.is_discarded()) return make_error("protocol", "lease text is not JSON");
+  if (j.is_discarded()) return make_error(Errc::protocol, "lease text is not JSON");
   return lease_from_json(j);
 }
 

@@ -30,7 +30,7 @@ namespace accelpool::shim {
 namespace {
 
 Error bad_uri(const std::string& uri, const std::string& why) {
-  return make_error("invalid_argument",
+  return make_error(Errc::invalid_argument,
                     "pool URI '" + uri + "': " + why + " (expected tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME)");
 }
 
@@ -49,7 +49,7 @@ Result<Stream> connect_tcp(const PoolUri& uri, std::chrono::milliseconds timeout
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   int rc = getaddrinfo(uri.host.c_str(), uri.port.c_str(), &hints, &res);
-  if (rc != 0) return make_error("unreachable", "pool " + uri.text + ": cannot resolve '" + uri.host + "': " + gai_strerror(rc));
+  if (rc != 0) return make_error(Errc::unreachable, "pool " + uri.text + ": cannot resolve '" + uri.host + "': " + gai_strerror(rc));
   std::string last = "no address";
   for (addrinfo* a = res; a; a = a->ai_next) {
     int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -86,7 +86,7 @@ Result<Stream> connect_tcp(const PoolUri& uri, std::chrono::milliseconds timeout
     return Stream{fd, true};
   }
   freeaddrinfo(res);
-  return make_error("unreachable", "pool " + uri.text + " is unreachable: " + last);
+  return make_error(Errc::unreachable, "pool " + uri.text + " is unreachable: " + last);
 }
 
 // While it lives, a write on a closed socket (OpenSSL writes with write(2), not send(MSG_NOSIGNAL)) raises no
@@ -143,18 +143,18 @@ Result<Stream> start_tls(const PoolUri& uri, Stream tcp, std::chrono::millisecon
   auto ctx = common::tls::client_context(files);
   if (!ctx) {
     close_stream(tcp);
-    return make_error("invalid_argument", "pool " + uri.text + ": " + ctx.error().message);
+    return make_error(Errc::invalid_argument, "pool " + uri.text + ": " + ctx.error().message);
   }
   tcp.tls = SSL_new(ctx->get());
   if (tcp.tls == nullptr || SSL_set_fd(tcp.tls, tcp.fd) != 1) {
     close_stream(tcp);
-    return make_error("internal", "pool " + uri.text + ": " + common::tls::last_error("SSL_new failed"));
+    return make_error(Errc::internal, "pool " + uri.text + ": " + common::tls::last_error("SSL_new failed"));
   }
   // Partial writes: the caller's buffer grows and moves between a write that could not finish and its retry.
   SSL_set_mode(tcp.tls, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (auto s = common::tls::expect_host(tcp.tls, uri.host); !s) {
     close_stream(tcp);
-    return make_error("invalid_argument", "pool " + uri.text + ": " + s.error().message);
+    return make_error(Errc::invalid_argument, "pool " + uri.text + ": " + s.error().message);
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -182,7 +182,7 @@ Result<Stream> start_tls(const PoolUri& uri, Stream tcp, std::chrono::millisecon
       continue;
     }
     close_stream(tcp);
-    return make_error("unreachable", "pool " + uri.text + ": TLS handshake failed: " + why);
+    return make_error(Errc::unreachable, "pool " + uri.text + ": TLS handshake failed: " + why);
   }
 }
 
@@ -190,16 +190,16 @@ Result<Stream> connect_unix(const PoolUri& uri) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (uri.path.size() >= sizeof addr.sun_path) {
-    return make_error("invalid_argument", "pool " + uri.text + ": socket path longer than " +
+    return make_error(Errc::invalid_argument, "pool " + uri.text + ": socket path longer than " +
                                               std::to_string(sizeof addr.sun_path - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, uri.path.c_str(), uri.path.size() + 1);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return make_error("unreachable", "pool " + uri.text + ": socket: " + std::strerror(errno));
+  if (fd < 0) return make_error(Errc::unreachable, "pool " + uri.text + ": socket: " + std::strerror(errno));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     std::string why = std::strerror(errno);
     ::close(fd);
-    return make_error("unreachable", "pool " + uri.text + " is unreachable: " + why);
+    return make_error(Errc::unreachable, "pool " + uri.text + " is unreachable: " + why);
   }
   int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -210,7 +210,7 @@ Result<Stream> open_serial(const PoolUri& uri, const SerialDirs& dirs) {
   auto dev = find_virtio_port(uri.name, dirs.sys_dir, dirs.dev_dir);
   if (!dev) return dev.error();
   int fd = ::open(dev->c_str(), O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return make_error("unreachable", "pool " + uri.text + ": cannot open " + *dev + ": " + std::strerror(errno));
+  if (fd < 0) return make_error(Errc::unreachable, "pool " + uri.text + ": cannot open " + *dev + ": " + std::strerror(errno));
   return Stream{fd, false};
 }
 
@@ -267,7 +267,7 @@ Result<PoolUri> parse_pool_uri(const std::string& uri) {
 Result<std::string> find_virtio_port(const std::string& name, const std::string& sys_dir, const std::string& dev_dir) {
   DIR* d = opendir(sys_dir.c_str());
   if (!d) {
-    return make_error("unreachable", "no virtio-serial port named '" + name + "': cannot read " + sys_dir + ": " +
+    return make_error(Errc::unreachable, "no virtio-serial port named '" + name + "': cannot read " + sys_dir + ": " +
                                          std::strerror(errno));
   }
   std::vector<std::string> seen;
@@ -289,7 +289,7 @@ Result<std::string> find_virtio_port(const std::string& name, const std::string&
     std::sort(seen.begin(), seen.end());
     std::string list;
     for (const auto& s : seen) list += (list.empty() ? "" : ", ") + s;
-    return make_error("unreachable", "no virtio-serial port named '" + name + "' under " + sys_dir +
+    return make_error(Errc::unreachable, "no virtio-serial port named '" + name + "' under " + sys_dir +
                                          (list.empty() ? " (no named ports)" : " (ports: " + list + ")"));
   }
   return dev_dir + "/" + found;
@@ -357,7 +357,7 @@ Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout
     case PoolUri::Kind::unix_socket: return connect_unix(uri);
     case PoolUri::Kind::serial: return open_serial(uri, serial);
   }
-  return make_error("internal", "unknown URI kind");
+  return make_error(Errc::internal, "unknown URI kind");
 }
 
 }  // namespace accelpool::shim

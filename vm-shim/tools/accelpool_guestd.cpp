@@ -7,6 +7,7 @@
 // programs that said hello when nobody owns it). When the port's host side goes away, calls in flight fail with
 // `disconnected`; when it comes back, each program's last hello is sent again, so its session (and the
 // notifications of its leases) resume without the program noticing more than the failed calls.
+#include <accelpool/common/errors.hpp>
 #include <accelpool/common/json_lines.hpp>
 #include <accelpool/common/cli.hpp>
 #include <accelpool/shim/transport.hpp>
@@ -34,6 +35,7 @@ namespace {
 
 using namespace accelpool::shim;
 using json = nlohmann::json;
+using accelpool::Errc;
 using accelpool::common::LineBuffer;
 using Clock = std::chrono::steady_clock;
 
@@ -52,8 +54,11 @@ constexpr std::chrono::milliseconds kRetryMin{100}, kRetryMax{1000};
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
-std::string error_line(const json& id, int code, const std::string& word, const std::string& message) {
-  return json{{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}, {"data", {{"code", word}}}}}}
+// The JSON-RPC error of `code`, with its number and word from the table of errors.hpp.
+std::string error_line(const json& id, Errc code, const std::string& message) {
+  return json{{"jsonrpc", "2.0"},
+              {"id", id},
+              {"error", {{"code", rpc_code(code)}, {"message", message}, {"data", {{"code", to_string(code)}}}}}}
              .dump() +
          "\n";
 }
@@ -221,7 +226,7 @@ class Daemon {
     for (auto& [upstream, c] : calls_) {
       auto it = programs_.find(c.program);
       if (it == programs_.end()) continue;
-      it->second.out += error_line(c.id, -32000, "disconnected",
+      it->second.out += error_line(c.id, Errc::disconnected,
                                    c.method + ": the host side of the pool stream went away while the call was in "
                                               "flight; its outcome is unknown");
     }
@@ -325,7 +330,7 @@ class Daemon {
     bool open = read_available(p.fd, p.in);
     while (auto line = p.in.next_line()) from_program(pid, p, *line);
     if (p.in.overflow()) {
-      p.out += error_line(nullptr, -32600, "invalid_request",
+      p.out += error_line(nullptr, Errc::invalid_request,
                           "message longer than " + std::to_string(kMaxLine) + " bytes; closing the connection");
       p.closing = true;
       return;
@@ -336,11 +341,11 @@ class Daemon {
   void from_program(std::uint64_t pid, Program& p, const std::string& line) {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded()) {
-      p.out += error_line(nullptr, -32700, "parse_error", "not valid JSON");
+      p.out += error_line(nullptr, Errc::parse_error, "not valid JSON");
       return;
     }
     if (!j.is_object()) {
-      p.out += error_line(nullptr, -32600, "invalid_request", "a message must be a JSON object");
+      p.out += error_line(nullptr, Errc::invalid_request, "a message must be a JSON object");
       return;
     }
     auto idit = j.find("id");
@@ -351,7 +356,7 @@ class Daemon {
     }
     json id = *idit;
     if (!(id.is_null() || id.is_number_integer() || (id.is_string() && id.get<std::string>().size() <= 128))) {
-      p.out += error_line(nullptr, -32600, "invalid_request", "'id' must be an integer or a string of at most 128 characters");
+      p.out += error_line(nullptr, Errc::invalid_request, "'id' must be an integer or a string of at most 128 characters");
       return;
     }
     if (method == "hello") {
@@ -362,7 +367,7 @@ class Daemon {
     }
     if (port_fd_ < 0) {
       if (p.waiting.size() >= kMaxWaitingLines) {
-        p.out += error_line(id, -32000, "unreachable", method + ": the pool stream is down and too many calls wait");
+        p.out += error_line(id, Errc::unreachable, method + ": the pool stream is down and too many calls wait");
         return;
       }
     }

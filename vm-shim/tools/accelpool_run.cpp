@@ -24,6 +24,7 @@ extern char** environ;
 namespace {
 
 using namespace accelpool::shim;
+using accelpool::Errc;
 
 constexpr const char* kDescription = R"(accelpool-run: run a command with devices of an accelpool pool:
 accelpool-run [options] -- command [args...]
@@ -54,12 +55,12 @@ int fail_usage(const std::string& msg) {
   return 2;
 }
 
-int exit_code_for(const std::string& code) {
-  if (code == "invalid_argument" || code == "unsupported_version") return 2;
-  if (code == "unreachable" || code == "disconnected") return 3;
-  if (code == "unauthorized") return 4;
-  if (code == "infeasible" || code == "quota_exceeded") return 5;
-  if (code == "timeout") return 6;
+int exit_code_for(Errc code) {
+  if (code == Errc::invalid_argument || code == Errc::unsupported_version) return 2;
+  if (code == Errc::unreachable || code == Errc::disconnected) return 3;
+  if (code == Errc::unauthorized) return 4;
+  if (code == Errc::infeasible || code == Errc::quota_exceeded) return 5;
+  if (code == Errc::timeout) return 6;
   return 1;
 }
 
@@ -233,12 +234,12 @@ int main(int argc, char** argv) {
     auto r = pending.wait(Seconds(0.1));
     // This wait's slice ran out, but the request may have finished right after it (granted, or its own
     // --timeout passed): then the next wait returns that outcome at once.
-    if (!r && r.error().code == "timeout" && pending.done()) r = pending.wait(Seconds(0));
+    if (!r && r.error().code == Errc::timeout && pending.done()) r = pending.wait(Seconds(0));
     if (r) {
       lease = std::move(*r);
       break;
     }
-    if (r.error().code != "timeout" || pending.done()) {
+    if (r.error().code != Errc::timeout || pending.done()) {
       std::fprintf(stderr, "accelpool-run: %s\n", r.error().message.c_str());
       return exit_code_for(r.error().code);
     }

@@ -73,7 +73,7 @@ class AgentImpl final : public Agent {
     }
 #else
     if (!cfg_.libvirt_uri.empty())
-      return make_error("invalid_config", "libvirt.uri is set but this accelpool-agent was built without libvirt");
+      return make_error(Errc::invalid_config, "libvirt.uri is set but this accelpool-agent was built without libvirt");
 #endif
     const bool attaching = attacher != nullptr;
     host::RuntimeOptions ro;
@@ -126,7 +126,7 @@ class AgentImpl final : public Agent {
         registered_ = false;
         out_.clear();
         ++gen_;
-        answer_all(make_error("unavailable", "the connection to the manager at " + cfg_.manager + " ended"));
+        answer_all(make_error(Errc::unavailable, "the connection to the manager at " + cfg_.manager + " ended"));
       } else {
         log::warn("cannot connect to the manager", {{"host", cfg_.host}, {"manager", cfg_.manager}, {"error", fd.error().message}});
       }
@@ -221,9 +221,9 @@ class AgentImpl final : public Agent {
       bool is_register = m->id.is_int64() && m->id.get_int64() == kRegisterId;
       if (m->error) {
         log::error(is_register ? "registration refused" : "heartbeat refused",
-                   {{"host", cfg_.host}, {"manager", cfg_.manager}, {"code", m->error->code}, {"error", m->error->message}});
-        if (is_register && (m->error->code == "unauthorized" || m->error->code == "unsupported_version" ||
-                            m->error->code == "invalid_argument" || m->error->code == "conflict"))
+                   {{"host", cfg_.host}, {"manager", cfg_.manager}, {"code", to_string(m->error->code)}, {"error", m->error->message}});
+        if (is_register && (m->error->code == Errc::unauthorized || m->error->code == Errc::unsupported_version ||
+                            m->error->code == Errc::invalid_argument || m->error->code == Errc::conflict))
           return 2;
         return -1;  // already registered (an old connection not yet noticed as lost), or forgotten: start over
       }
@@ -244,7 +244,7 @@ class AgentImpl final : public Agent {
     }
     const std::string method = m->method;
     if (!registered) {
-      reply(gen, *m, make_error("invalid_state", method + ": the agent is not registered yet"));
+      reply(gen, *m, make_error(Errc::invalid_state, method + ": the agent is not registered yet"));
       return 0;
     }
     if (method == "device.prepare") {
@@ -290,7 +290,7 @@ class AgentImpl final : public Agent {
       });
       return 0;
     }
-    reply(gen, *m, make_error("method_not_found", "no method '" + method + "'"));
+    reply(gen, *m, make_error(Errc::method_not_found, "no method '" + method + "'"));
     return 0;
   }
 
@@ -327,7 +327,7 @@ class AgentImpl final : public Agent {
     auto asked = std::make_shared<Asked>();
     {
       std::unique_lock lock(mu_);
-      if (!registered_) return make_error("unavailable", method + ": not connected to the manager at " + cfg_.manager);
+      if (!registered_) return make_error(Errc::unavailable, method + ": not connected to the manager at " + cfg_.manager);
       const std::int64_t id = next_id_++;
       asked_[id] = asked;
       out_ += request_line(id, method, std::move(params));
@@ -338,7 +338,7 @@ class AgentImpl final : public Agent {
     // answer is not taken for another reply.
     bool came = answered_.wait_for(lock, kAnswerTimeout, [&] { return asked->answer.has_value(); });
     if (!came)
-      return make_error("unavailable", method + ": no answer from the manager within " +
+      return make_error(Errc::unavailable, method + ": no answer from the manager within " +
                                            std::to_string(kAnswerTimeout.count()) + " s");
     return std::move(*asked->answer);
   }
@@ -378,10 +378,10 @@ class AgentImpl final : public Agent {
       const auto* manifest = o ? o->if_contains("manifest") : nullptr;
       const auto* size = o ? o->if_contains("size") : nullptr;
       if (!manifest || !manifest->is_string() || !size || !size->is_number())
-        return make_error("invalid_argument", "image.manifest: the answer lacks a string 'manifest' and a 'size'");
+        return make_error(Errc::invalid_argument, "image.manifest: the answer lacks a string 'manifest' and a 'size'");
       std::error_code ec;
       auto bytes = size->to_number<std::uint64_t>(ec);
-      if (ec) return make_error("invalid_argument", "image.manifest: field 'size' must be a non-negative integer");
+      if (ec) return make_error(Errc::invalid_argument, "image.manifest: field 'size' must be a non-negative integer");
       return Described{std::string(manifest->get_string()), bytes};
     }
     Result<std::string> read(std::string_view sha256, std::uint64_t offset) override {
@@ -391,7 +391,7 @@ class AgentImpl final : public Agent {
       if (!r) return r.error();
       const auto* data = r->is_object() ? r->get_object().if_contains("data") : nullptr;
       if (!data || !data->is_string())
-        return make_error("invalid_argument", "image.read: the answer lacks a string 'data'");
+        return make_error(Errc::invalid_argument, "image.read: the answer lacks a string 'data'");
       auto bytes = bitstreams::base64_decode(data->get_string());
       if (!bytes) return make_error(bytes.error().code, "image.read: field 'data': " + bytes.error().message);
       return bytes;

@@ -15,7 +15,7 @@ struct Reader {
   std::optional<Error> error;
 
   void fail(const std::string& key, const std::string& what) {
-    if (!error) error = make_error("invalid_config", file + ": key '" + key + "': " + what);
+    if (!error) error = make_error(Errc::invalid_config, file + ": key '" + key + "': " + what);
   }
   void only(const toml::table& t, const std::string& prefix, const std::set<std::string>& keys) {
     for (const auto& [k, v] : t)
@@ -51,7 +51,7 @@ struct Reader {
 
 Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   std::ifstream in(file);
-  if (!in) return make_error("not_found", "cannot read agent config '" + file.string() + "'");
+  if (!in) return make_error(Errc::not_found, "cannot read agent config '" + file.string() + "'");
   std::stringstream text;
   text << in.rdbuf();
   toml::table root;
@@ -60,13 +60,13 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   } catch (const toml::parse_error& e) {
     std::ostringstream msg;
     msg << file.string() << ":" << e.source().begin.line << ": " << e.description();
-    return make_error("invalid_config", msg.str());
+    return make_error(Errc::invalid_config, msg.str());
   }
   Reader r{file.string(), std::nullopt};
   AgentConfig c;
   r.only(root, "", {"agent", "libvirt", "backends", "relay", "log"});
   auto* agent = root["agent"].as_table();
-  if (!agent) return make_error("invalid_config", file.string() + ": table [agent] is required");
+  if (!agent) return make_error(Errc::invalid_config, file.string() + ": table [agent] is required");
   r.only(*agent, "agent.",
          {"manager", "token", "token_file", "host", "heartbeat_interval_ms", "reconnect_min_ms", "reconnect_max_ms",
           "bitstreams", "state_file", "images_url", "tls_ca", "tls_cert", "tls_key"});
@@ -85,7 +85,7 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   } else if (!c.tls_ca.empty() && !r.error) {
     auto ctx = common::tls::client_context(common::tls::table_files("agent", c.tls_cert, c.tls_key, c.tls_ca, "tls_ca"));
     if (ctx) c.tls = *ctx;
-    else if (!r.error) r.error = make_error("invalid_config", file.string() + ": " + ctx.error().message);
+    else if (!r.error) r.error = make_error(Errc::invalid_config, file.string() + ": " + ctx.error().message);
   }
   c.token = r.str(*agent, "agent.", "token", false);
   std::string token_file = r.str(*agent, "agent.", "token_file", false);

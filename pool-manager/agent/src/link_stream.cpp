@@ -69,7 +69,7 @@ class TlsStream final : public LinkStream {
         return Status::ok();
       }
       fail(err);
-      return make_error("io_error", "TLS write: " + error_);
+      return make_error(Errc::io_error, "TLS write: " + error_);
     }
     return Status::ok();
   }
@@ -101,7 +101,7 @@ Result<std::unique_ptr<LinkStream>> tls_stream(int fd, const common::tls::Contex
   SSL* ssl = SSL_new(ctx.get());
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
     if (ssl != nullptr) SSL_free(ssl);
-    return make_error("internal", common::tls::last_error("SSL_new failed"));
+    return make_error(Errc::internal, common::tls::last_error("SSL_new failed"));
   }
   // write_some's buffer moves and grows between a write that could not finish and its retry.
   SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);

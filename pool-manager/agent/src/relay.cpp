@@ -230,7 +230,7 @@ class RelayImpl final : public Relay {
       return false;
     }
     if (m->error) {
-      bool refused = m->error->code == "unauthorized";
+      bool refused = m->error->code == Errc::unauthorized;
       if (!refused || !l.refused_logged) drop(l, "relay refused by the manager: " + m->error->message, opt_.reconnect_max);
       else drop(l, "", opt_.reconnect_max);
       l.refused_logged = refused;
@@ -263,10 +263,10 @@ class RelayImpl final : public Relay {
 }  // namespace
 
 Result<std::unique_ptr<Relay>> Relay::start(RelayOptions options, RelayTargets targets, RelayLog log) {
-  if (options.manager.empty()) return make_error("invalid_argument", "relay: the manager's guest address is empty");
-  if (options.token.empty()) return make_error("invalid_argument", "relay: the agent token is empty");
-  if (options.host.empty()) return make_error("invalid_argument", "relay: the host name is empty");
-  if (!targets) return make_error("invalid_argument", "relay: no way to list VMs");
+  if (options.manager.empty()) return make_error(Errc::invalid_argument, "relay: the manager's guest address is empty");
+  if (options.token.empty()) return make_error(Errc::invalid_argument, "relay: the agent token is empty");
+  if (options.host.empty()) return make_error(Errc::invalid_argument, "relay: the host name is empty");
+  if (!targets) return make_error(Errc::invalid_argument, "relay: no way to list VMs");
   auto r = std::make_unique<RelayImpl>(std::move(options), std::move(targets), std::move(log));
   r->begin();
   return std::unique_ptr<Relay>(std::move(r));

@@ -49,7 +49,7 @@ std::string error_line(const json::value& id, const Error& error) {
   json::object err;
   err["code"] = rpc_code(error.code);
   err["message"] = error.message;
-  err["data"] = json::object{{"code", error.code}};
+  err["data"] = json::object{{"code", to_string(error.code)}};
   json::object o;
   o["jsonrpc"] = "2.0";
   o["id"] = id;
@@ -60,48 +60,54 @@ std::string error_line(const json::value& id, const Error& error) {
 Result<Message> parse_message(std::string_view line) {
   json::error_code ec;
   json::value v = json::parse(line, ec);
-  if (ec) return make_error("parse_error", "message is not JSON: " + ec.message());
-  if (!v.is_object()) return make_error("invalid_request", "message is not a JSON object");
+  if (ec) return make_error(Errc::parse_error, "message is not JSON: " + ec.message());
+  if (!v.is_object()) return make_error(Errc::invalid_request, "message is not a JSON object");
   auto& o = v.get_object();  // params and result are moved out of it, not copied (a registration lists every device)
   Message m;
   for (const auto& kv : o) {
     auto k = kv.key();
     if (k != "jsonrpc" && k != "id" && k != "method" && k != "params" && k != "result" && k != "error")
-      return make_error("invalid_request", "unknown member '" + std::string(k) + "' in message");
+      return make_error(Errc::invalid_request, "unknown member '" + std::string(k) + "' in message");
   }
   auto* ver = o.if_contains("jsonrpc");
   if (!ver || !ver->is_string() || ver->get_string() != "2.0")
-    return make_error("invalid_request", "member 'jsonrpc' must be \"2.0\"");
+    return make_error(Errc::invalid_request, "member 'jsonrpc' must be \"2.0\"");
   if (auto* id = o.if_contains("id")) {
     if (!id->is_int64() && !id->is_uint64() && !(id->is_string() && id->get_string().size() <= 128) && !id->is_null())
-      return make_error("invalid_request", "member 'id' must be an integer or a string of at most 128 characters");
+      return make_error(Errc::invalid_request, "member 'id' must be an integer or a string of at most 128 characters");
     m.id = *id;
     m.has_id = !id->is_null();
   }
   if (auto* method = o.if_contains("method")) {
-    if (!method->is_string()) return make_error("invalid_request", "member 'method' must be a string");
+    if (!method->is_string()) return make_error(Errc::invalid_request, "member 'method' must be a string");
     m.method = std::string(method->get_string());
     if (auto* p = o.if_contains("params")) {
-      if (!p->is_object()) return make_error("invalid_request", "member 'params' must be an object");
+      if (!p->is_object()) return make_error(Errc::invalid_request, "member 'params' must be an object");
       m.params = std::move(p->get_object());
     }
     if (o.contains("result") || o.contains("error"))
-      return make_error("invalid_request", "a request may not carry 'result' or 'error'");
+      return make_error(Errc::invalid_request, "a request may not carry 'result' or 'error'");
     return m;
   }
-  if (!o.contains("id")) return make_error("invalid_request", "message has neither 'method' nor 'id'");
+  if (!o.contains("id")) return make_error(Errc::invalid_request, "message has neither 'method' nor 'id'");
   if (auto* r = o.if_contains("result")) {
     m.result = std::move(*r);
   } else if (auto* e = o.if_contains("error")) {
-    if (!e->is_object()) return make_error("invalid_request", "member 'error' must be an object");
+    if (!e->is_object()) return make_error(Errc::invalid_request, "member 'error' must be an object");
     const auto& eo = e->get_object();
-    Error err{"internal", ""};
-    if (auto* msg = eo.if_contains("message"); msg && msg->is_string()) err.message = std::string(msg->get_string());
+    // data.code names the code; without it, the JSON-RPC code's first word (errors.hpp).
+    std::string message;
+    if (auto* msg = eo.if_contains("message"); msg && msg->is_string()) message = std::string(msg->get_string());
+    std::string name;
     if (auto* d = eo.if_contains("data"); d && d->is_object())
-      if (auto* c = d->get_object().if_contains("code"); c && c->is_string()) err.code = std::string(c->get_string());
-    m.error = std::move(err);
+      if (auto* c = d->get_object().if_contains("code"); c && c->is_string()) name = std::string(c->get_string());
+    if (name.empty()) {
+      const auto* rpc = eo.if_contains("code");
+      name = to_string(rpc && rpc->is_int64() ? errc_from_rpc(static_cast<int>(rpc->get_int64())) : Errc::internal);
+    }
+    m.error = error_from_wire(name, std::move(message));
   } else {
-    return make_error("invalid_request", "reply has neither 'result' nor 'error'");
+    return make_error(Errc::invalid_request, "reply has neither 'result' nor 'error'");
   }
   return m;
 }
@@ -110,13 +116,13 @@ Result<std::string> get_string(const json::object& obj, std::string_view key, st
                                bool required) {
   auto* v = obj.if_contains(key);
   if (!v) {
-    if (required) return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is required");
+    if (required) return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is required");
     return std::string();
   }
   if (!v->is_string())
-    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' must be a string");
+    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' must be a string");
   if (v->get_string().size() > 4096)
-    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is too long");
+    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is too long");
   return std::string(v->get_string());
 }
 
@@ -124,7 +130,7 @@ Result<bool> get_bool(const json::object& obj, std::string_view key, std::string
   auto* v = obj.if_contains(key);
   if (!v) return fallback;
   if (!v->is_bool())
-    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' must be a boolean");
+    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' must be a boolean");
   return v->get_bool();
 }
 
@@ -138,11 +144,11 @@ Result<std::uint64_t> get_uint(const json::object& obj, std::string_view key, st
   } else if (v->is_int64() && v->get_int64() >= 0) {
     n = static_cast<std::uint64_t>(v->get_int64());
   } else {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       std::string(where) + ": field '" + std::string(key) + "' must be a non-negative integer");
   }
   if (n > max)
-    return make_error("invalid_argument", std::string(where) + ": field '" + std::string(key) + "' is above " +
+    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is above " +
                                               std::to_string(max));
   return n;
 }
@@ -158,7 +164,7 @@ json::object prepare_request_json(const host::PrepareRequest& request) {
 namespace {
 
 Result<host::DeviceDetails> parse_details(const json::value& value, const std::string& where) {
-  if (!value.is_object()) return make_error("invalid_argument", where + ": must be an object");
+  if (!value.is_object()) return make_error(Errc::invalid_argument, where + ": must be an object");
   const auto& o = value.get_object();
   if (auto s = only_fields(o, "kind,model,vendor,pci_vendor_id,pci_device_id,memory_bytes,host_pci", where); !s)
     return s.error();
@@ -186,7 +192,7 @@ Result<host::DeviceDetails> parse_details(const json::value& value, const std::s
 
 Result<host::PrepareResult> parse_prepare_result(const json::value& value, std::string_view where) {
   const std::string w(where);
-  if (!value.is_object()) return make_error("invalid_argument", w + ": must be an object");
+  if (!value.is_object()) return make_error(Errc::invalid_argument, w + ": must be an object");
   const auto& o = value.get_object();
   if (auto s = only_fields(o, "loaded,attach,guest_pci,endpoint,details", w); !s) return s.error();
   auto loaded = get_string(o, "loaded", w, false);
@@ -198,7 +204,7 @@ Result<host::PrepareResult> parse_prepare_result(const json::value& value, std::
   host::PrepareResult result;
   result.loaded = *loaded;
   if (!attach->empty() && !host::parse_attach_mode(*attach, result.attach))
-    return make_error("invalid_argument", w + ": field 'attach' has unknown mode '" + *attach + "'");
+    return make_error(Errc::invalid_argument, w + ": field 'attach' has unknown mode '" + *attach + "'");
   result.guest_pci = *guest_pci;
   result.endpoint = *endpoint;
   if (auto* details = o.if_contains("details")) {
@@ -220,7 +226,7 @@ Status only_fields(const json::object& obj, std::string_view allowed, std::strin
   };
   for (const auto& kv : obj) {
     std::string_view k = kv.key();
-    if (!listed(k)) return make_error("invalid_argument", std::string(where) + ": unknown field '" + std::string(k) + "'");
+    if (!listed(k)) return make_error(Errc::invalid_argument, std::string(where) + ": unknown field '" + std::string(k) + "'");
   }
   return Status::ok();
 }
@@ -242,7 +248,7 @@ Result<Parsed> parse_address(std::string_view address) {
   if (address.rfind("unix:", 0) == 0) {
     std::string path(address.substr(5));
     if (path.empty() || path.size() >= sizeof(p.un.sun_path))
-      return make_error("invalid_argument", "address '" + std::string(address) + "': bad Unix socket path");
+      return make_error(Errc::invalid_argument, "address '" + std::string(address) + "': bad Unix socket path");
     p.unix_socket = true;
     p.un.sun_family = AF_UNIX;
     std::memcpy(p.un.sun_path, path.c_str(), path.size() + 1);
@@ -250,18 +256,18 @@ Result<Parsed> parse_address(std::string_view address) {
   }
   auto colon = address.rfind(':');
   if (colon == std::string_view::npos)
-    return make_error("invalid_argument", "address '" + std::string(address) + "': expected HOST:PORT or unix:PATH");
+    return make_error(Errc::invalid_argument, "address '" + std::string(address) + "': expected HOST:PORT or unix:PATH");
   std::string host(address.substr(0, colon));
   std::string port(address.substr(colon + 1));
   char* end = nullptr;
   long n = std::strtol(port.c_str(), &end, 10);
   if (port.empty() || *end != '\0' || n < 0 || n > 65535)
-    return make_error("invalid_argument", "address '" + std::string(address) + "': bad port '" + port + "'");
+    return make_error(Errc::invalid_argument, "address '" + std::string(address) + "': bad port '" + port + "'");
   p.in.sin_family = AF_INET;
   p.in.sin_port = htons(static_cast<std::uint16_t>(n));
   if (host == "localhost") host = "127.0.0.1";
   if (::inet_pton(AF_INET, host.c_str(), &p.in.sin_addr) != 1)
-    return make_error("invalid_argument", "address '" + std::string(address) + "': host must be a numeric IPv4 address");
+    return make_error(Errc::invalid_argument, "address '" + std::string(address) + "': host must be a numeric IPv4 address");
   return p;
 }
 
@@ -271,7 +277,7 @@ Result<int> listen_on(std::string_view address) {
   auto p = parse_address(address);
   if (!p) return p.error();
   int fd = ::socket(p->unix_socket ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return make_error("io_error", "socket: " + errno_text());
+  if (fd < 0) return make_error(Errc::io_error, "socket: " + errno_text());
   int rc;
   if (p->unix_socket) {
     ::unlink(p->un.sun_path);
@@ -282,7 +288,7 @@ Result<int> listen_on(std::string_view address) {
     rc = ::bind(fd, reinterpret_cast<sockaddr*>(&p->in), sizeof(p->in));
   }
   if (rc != 0 || ::listen(fd, SOMAXCONN) != 0) {
-    auto e = make_error("io_error", "cannot listen on '" + std::string(address) + "': " + errno_text());
+    auto e = make_error(Errc::io_error, "cannot listen on '" + std::string(address) + "': " + errno_text());
     ::close(fd);
     return e;
   }
@@ -301,11 +307,11 @@ Result<int> connect_to(std::string_view address) {
   auto p = parse_address(address);
   if (!p) return p.error();
   int fd = ::socket(p->unix_socket ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return make_error("unavailable", "socket: " + errno_text());
+  if (fd < 0) return make_error(Errc::unavailable, "socket: " + errno_text());
   int rc = p->unix_socket ? ::connect(fd, reinterpret_cast<sockaddr*>(&p->un), sizeof(p->un))
                           : ::connect(fd, reinterpret_cast<sockaddr*>(&p->in), sizeof(p->in));
   if (rc != 0) {
-    auto e = make_error("unavailable", "cannot connect to '" + std::string(address) + "': " + errno_text());
+    auto e = make_error(Errc::unavailable, "cannot connect to '" + std::string(address) + "': " + errno_text());
     ::close(fd);
     return e;
   }
@@ -326,7 +332,7 @@ Status write_some(int fd, std::string& out) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
     if (n < 0 && errno == EINTR) continue;
-    return make_error("io_error", "write: " + errno_text());
+    return make_error(Errc::io_error, "write: " + errno_text());
   }
   return Status::ok();
 }

@@ -100,7 +100,7 @@ struct OpenClBackend::Impl {
     return nullptr;
   }
   static Error no_device(std::string_view local_id) {
-    return make_error("not_found", "opencl backend: no device '" + std::string(local_id) + "'");
+    return make_error(Errc::not_found, "opencl backend: no device '" + std::string(local_id) + "'");
   }
 
   Status add_device(cl_device_id id, bool sub, DeviceInfo info) {
@@ -111,10 +111,10 @@ struct OpenClBackend::Impl {
     cl_int err = CL_SUCCESS;
     d->context.reset(clCreateContext(nullptr, 1, &id, nullptr, nullptr, &err));
     if (err != CL_SUCCESS)
-      return make_error("backend_failed", "opencl backend: creating a context for " + d->info.local_id + ": " + cl_error(err));
+      return make_error(Errc::backend_failed, "opencl backend: creating a context for " + d->info.local_id + ": " + cl_error(err));
     d->queue.reset(clCreateCommandQueue(d->context.get(), id, 0, &err));
     if (err != CL_SUCCESS)
-      return make_error("backend_failed", "opencl backend: creating a queue for " + d->info.local_id + ": " + cl_error(err));
+      return make_error(Errc::backend_failed, "opencl backend: creating a queue for " + d->info.local_id + ": " + cl_error(err));
     devices.push_back(std::move(d));
     return Status::ok();
   }
@@ -122,7 +122,7 @@ struct OpenClBackend::Impl {
   Result<Program> build(Device& d, const Image& image) {
     std::ifstream in(image.file, std::ios::binary);
     if (!in)
-      return make_error("program_failed", "opencl backend: image " + image.name + ": cannot read " + image.file.string());
+      return make_error(Errc::program_failed, "opencl backend: image " + image.name + ": cannot read " + image.file.string());
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     cl_int err = CL_SUCCESS;
     Program program;
@@ -138,11 +138,11 @@ struct OpenClBackend::Impl {
       if (err == CL_SUCCESS && status != CL_SUCCESS) err = status;
     }
     if (err != CL_SUCCESS)
-      return make_error("program_failed", "opencl backend: image " + image.name + " on " + d.info.local_id +
+      return make_error(Errc::program_failed, "opencl backend: image " + image.name + " on " + d.info.local_id +
                                               ": creating the program failed: " + cl_error(err));
     err = clBuildProgram(program.get(), 1, &d.id, "", nullptr, nullptr);
     if (err != CL_SUCCESS)
-      return make_error("program_failed", "opencl backend: image " + image.name + " on " + d.info.local_id +
+      return make_error(Errc::program_failed, "opencl backend: image " + image.name + " on " + d.info.local_id +
                                               ": build failed (" + cl_error(err) + "): " + build_log(program.get(), d.id));
     return program;
   }
@@ -178,7 +178,7 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
   if (err == CL_PLATFORM_NOT_FOUND_KHR || num_platforms == 0) {
     return std::unique_ptr<OpenClBackend>(new OpenClBackend(std::move(impl)));
   }
-  if (err != CL_SUCCESS) return make_error("backend_failed", "opencl backend: listing platforms: " + cl_error(err));
+  if (err != CL_SUCCESS) return make_error(Errc::backend_failed, "opencl backend: listing platforms: " + cl_error(err));
   std::vector<cl_platform_id> platforms(num_platforms);
   clGetPlatformIDs(num_platforms, platforms.data(), nullptr);
 
@@ -194,7 +194,7 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
     err = clGetDeviceIDs(platforms[p], type, 0, nullptr, &num_devices);
     if (err == CL_DEVICE_NOT_FOUND || num_devices == 0) continue;
     if (err != CL_SUCCESS)
-      return make_error("backend_failed", "opencl backend: listing devices of platform '" + pname + "': " + cl_error(err));
+      return make_error(Errc::backend_failed, "opencl backend: listing devices of platform '" + pname + "': " + cl_error(err));
     std::vector<cl_device_id> ids(num_devices);
     clGetDeviceIDs(platforms[p], type, num_devices, ids.data(), nullptr);
     for (cl_uint i = 0; i < num_devices; ++i) {
@@ -226,7 +226,7 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
 
       if (c->subdevices >= 2) {
         if (cus < static_cast<cl_uint>(c->subdevices))
-          return make_error("invalid_argument", "backend opencl: config key 'subdevices': device " + base.local_id + " ('" +
+          return make_error(Errc::invalid_argument, "backend opencl: config key 'subdevices': device " + base.local_id + " ('" +
                                                     base.model + "') has " + std::to_string(cus) +
                                                     " compute units, too few for " + std::to_string(c->subdevices) +
                                                     " sub-devices");
@@ -236,7 +236,7 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
         cl_uint made = 0;
         err = clCreateSubDevices(dev, props, static_cast<cl_uint>(subs.size()), subs.data(), &made);
         if (err != CL_SUCCESS)
-          return make_error("invalid_argument", "backend opencl: config key 'subdevices': device " + base.local_id +
+          return make_error(Errc::invalid_argument, "backend opencl: config key 'subdevices': device " + base.local_id +
                                                     " cannot be split: " + cl_error(err));
         // Equal partitioning may yield more pieces than asked (CUs not divisible): keep the first N.
         for (cl_uint s = 0; s < made; ++s) {
@@ -269,7 +269,7 @@ Status OpenClBackend::program(std::string_view local_id, const Image& image) {
   if (!d) return Impl::no_device(local_id);
   std::string format = image_format(image);
   if (format != "opencl-source" && format != "opencl-binary")
-    return make_error("incompatible", "opencl backend: image " + image.name + " has format " + format +
+    return make_error(Errc::incompatible, "opencl backend: image " + image.name + " has format " + format +
                                           "; OpenCL devices load opencl-source or opencl-binary");
   if (auto st = check_compatible(image, d->info); !st) return st;
   auto program = impl_->build(*d, image);
@@ -292,30 +292,30 @@ Status OpenClBackend::reset(std::string_view local_id) {
   d->program.reset();
   d->loaded_sha256.clear();
   if (err != CL_SUCCESS)
-    return make_error("reset_failed", "opencl backend: " + d->info.local_id + ": waiting for queued work: " + cl_error(err));
+    return make_error(Errc::reset_failed, "opencl backend: " + d->info.local_id + ": waiting for queued work: " + cl_error(err));
   return Status::ok();
 }
 
 Result<std::string> OpenClBackend::program_binary(std::string_view local_id) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  if (!d->program) return make_error("not_programmed", "opencl backend: device " + d->info.local_id + " holds no image");
+  if (!d->program) return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
   std::size_t size = 0;
   cl_int err = clGetProgramInfo(d->program.get(), CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr);
   if (err != CL_SUCCESS || size == 0)
-    return make_error("run_failed", "opencl backend: device " + d->info.local_id + ": no program binary (" + cl_error(err) + ")");
+    return make_error(Errc::run_failed, "opencl backend: device " + d->info.local_id + ": no program binary (" + cl_error(err) + ")");
   std::string binary(size, '\0');
   unsigned char* ptr = reinterpret_cast<unsigned char*>(binary.data());
   err = clGetProgramInfo(d->program.get(), CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr);
   if (err != CL_SUCCESS)
-    return make_error("run_failed", "opencl backend: device " + d->info.local_id + ": reading the binary: " + cl_error(err));
+    return make_error(Errc::run_failed, "opencl backend: device " + d->info.local_id + ": reading the binary: " + cl_error(err));
   return binary;
 }
 
 Result<std::vector<std::string>> OpenClBackend::kernel_names(std::string_view local_id) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  if (!d->program) return make_error("not_programmed", "opencl backend: device " + d->info.local_id + " holds no image");
+  if (!d->program) return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
   std::size_t size = 0;
   clGetProgramInfo(d->program.get(), CL_PROGRAM_KERNEL_NAMES, 0, nullptr, &size);
   std::string names(size, '\0');
@@ -334,18 +334,18 @@ namespace {
 Status run_on(cl_context context, cl_command_queue queue, cl_program program, const std::string& where,
               const std::string& kernel_name, std::vector<KernelArg>& args, const std::vector<std::size_t>& global) {
   if (global.empty() || global.size() > 3)
-    return make_error("invalid_argument", where + ": global size must have 1 to 3 dimensions");
+    return make_error(Errc::invalid_argument, where + ": global size must have 1 to 3 dimensions");
   for (auto g : global) {
-    if (g == 0) return make_error("invalid_argument", where + ": global size has a zero dimension");
+    if (g == 0) return make_error(Errc::invalid_argument, where + ": global size has a zero dimension");
   }
   cl_int err = CL_SUCCESS;
   Kernel kernel(clCreateKernel(program, kernel_name.c_str(), &err));
   if (err != CL_SUCCESS)
-    return make_error("not_found", where + ": the loaded program has no kernel '" + kernel_name + "' (" + cl_error(err) + ")");
+    return make_error(Errc::not_found, where + ": the loaded program has no kernel '" + kernel_name + "' (" + cl_error(err) + ")");
   cl_uint num_args = 0;
   clGetKernelInfo(kernel.get(), CL_KERNEL_NUM_ARGS, sizeof num_args, &num_args, nullptr);
   if (num_args != args.size())
-    return make_error("invalid_argument", where + ": kernel '" + kernel_name + "' takes " + std::to_string(num_args) +
+    return make_error(Errc::invalid_argument, where + ": kernel '" + kernel_name + "' takes " + std::to_string(num_args) +
                                               " arguments, " + std::to_string(args.size()) + " given");
   std::vector<Mem> buffers(args.size());
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -353,34 +353,34 @@ Status run_on(cl_context context, cl_command_queue queue, cl_program program, co
     if (a.kind == KernelArg::Kind::scalar) {
       err = clSetKernelArg(kernel.get(), static_cast<cl_uint>(i), a.bytes.size(), a.bytes.data());
     } else {
-      if (a.bytes.empty()) return make_error("invalid_argument", where + ": argument " + std::to_string(i) + " is an empty buffer");
+      if (a.bytes.empty()) return make_error(Errc::invalid_argument, where + ": argument " + std::to_string(i) + " is an empty buffer");
       cl_mem_flags flags = a.kind == KernelArg::Kind::input    ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR
                            : a.kind == KernelArg::Kind::output ? CL_MEM_WRITE_ONLY
                                                                : CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
       void* host = a.kind == KernelArg::Kind::output ? nullptr : a.bytes.data();
       buffers[i].reset(clCreateBuffer(context, flags, a.bytes.size(), host, &err));
       if (err != CL_SUCCESS)
-        return make_error("run_failed", where + ": allocating argument " + std::to_string(i) + ": " + cl_error(err));
+        return make_error(Errc::run_failed, where + ": allocating argument " + std::to_string(i) + ": " + cl_error(err));
       cl_mem m = buffers[i].get();
       err = clSetKernelArg(kernel.get(), static_cast<cl_uint>(i), sizeof m, &m);
     }
     if (err != CL_SUCCESS)
-      return make_error("invalid_argument", where + ": setting argument " + std::to_string(i) + " of '" + kernel_name +
+      return make_error(Errc::invalid_argument, where + ": setting argument " + std::to_string(i) + " of '" + kernel_name +
                                                 "': " + cl_error(err));
   }
   err = clEnqueueNDRangeKernel(queue, kernel.get(), static_cast<cl_uint>(global.size()), nullptr, global.data(), nullptr,
                                0, nullptr, nullptr);
-  if (err != CL_SUCCESS) return make_error("run_failed", where + ": launching '" + kernel_name + "': " + cl_error(err));
+  if (err != CL_SUCCESS) return make_error(Errc::run_failed, where + ": launching '" + kernel_name + "': " + cl_error(err));
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto& a = args[i];
     if (a.kind == KernelArg::Kind::output || a.kind == KernelArg::Kind::inout) {
       err = clEnqueueReadBuffer(queue, buffers[i].get(), CL_TRUE, 0, a.bytes.size(), a.bytes.data(), 0, nullptr, nullptr);
       if (err != CL_SUCCESS)
-        return make_error("run_failed", where + ": reading back argument " + std::to_string(i) + ": " + cl_error(err));
+        return make_error(Errc::run_failed, where + ": reading back argument " + std::to_string(i) + ": " + cl_error(err));
     }
   }
   err = clFinish(queue);
-  if (err != CL_SUCCESS) return make_error("run_failed", where + ": finishing '" + kernel_name + "': " + cl_error(err));
+  if (err != CL_SUCCESS) return make_error(Errc::run_failed, where + ": finishing '" + kernel_name + "': " + cl_error(err));
   return Status::ok();
 }
 
@@ -390,7 +390,7 @@ Status OpenClBackend::run_kernel(std::string_view local_id, const std::string& k
                                  const std::vector<std::size_t>& global_size) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  if (!d->program) return make_error("not_programmed", "opencl backend: device " + d->info.local_id + " holds no image");
+  if (!d->program) return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
   return run_on(d->context.get(), d->queue.get(), d->program.get(), "opencl backend: device " + d->info.local_id, kernel,
                 args, global_size);
 }

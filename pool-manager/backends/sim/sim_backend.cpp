@@ -143,7 +143,7 @@ const SimBackend::Device* SimBackend::find(std::string_view local_id) const {
 }
 
 Error SimBackend::no_device(std::string_view local_id) {
-  return make_error("not_found", "sim backend: no device '" + std::string(local_id) + "'");
+  return make_error(Errc::not_found, "sim backend: no device '" + std::string(local_id) + "'");
 }
 
 Result<std::vector<DeviceInfo>> SimBackend::enumerate() {
@@ -172,10 +172,10 @@ Status SimBackend::program(std::string_view local_id, const Image& image) {
     Device* d = find(local_id);
     if (!d) return no_device(local_id);
     if (!d->failure.empty())
-      return make_error("program_failed", "sim backend: device " + d->info.local_id + " has failed: " + d->failure);
+      return make_error(Errc::program_failed, "sim backend: device " + d->info.local_id + " has failed: " + d->failure);
     if (auto st = check_compatible(image, d->info); !st) return st;
     if (image.sha256.empty())
-      return make_error("invalid_argument", "sim backend: image " + image.name + " has no sha256");
+      return make_error(Errc::invalid_argument, "sim backend: image " + image.name + " has no sha256");
     wait = programming_time(image);
     if (d->hang_pending) {
       d->hang_pending = false;
@@ -192,15 +192,15 @@ Status SimBackend::program(std::string_view local_id, const Image& image) {
   std::lock_guard lock(mutex_);
   Device* d = find(local_id);
   if (hang)
-    return make_error("program_failed", "sim backend: programming device " + d->info.local_id + " with " + image.name +
+    return make_error(Errc::program_failed, "sim backend: programming device " + d->info.local_id + " with " + image.name +
                                             " hung (no answer for " +
                                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) +
                                             " ms)");
   if (fail)
-    return make_error("program_failed",
+    return make_error(Errc::program_failed,
                       "sim backend: programming device " + d->info.local_id + " with " + image.name + " failed (injected)");
   if (!d->failure.empty())
-    return make_error("program_failed", "sim backend: device " + d->info.local_id + " failed while programming: " + d->failure);
+    return make_error(Errc::program_failed, "sim backend: device " + d->info.local_id + " failed while programming: " + d->failure);
   d->loaded_sha256 = image.sha256;
   ++d->programs;
   return Status::ok();
@@ -218,7 +218,7 @@ Status SimBackend::reset(std::string_view local_id) {
   Device* d = find(local_id);
   if (!d) return no_device(local_id);
   if (!d->failure.empty())
-    return make_error("reset_failed", "sim backend: device " + d->info.local_id + " has failed: " + d->failure);
+    return make_error(Errc::reset_failed, "sim backend: device " + d->info.local_id + " has failed: " + d->failure);
   if (config_.reset_unloads) d->loaded_sha256.clear();
   return Status::ok();
 }
@@ -254,7 +254,7 @@ Status SimBackend::fail_next_programs(std::string_view local_id, int count) {
   std::lock_guard lock(mutex_);
   Device* d = find(local_id);
   if (!d) return no_device(local_id);
-  if (count < 0) return make_error("invalid_argument", "sim backend: failure count must be >= 0");
+  if (count < 0) return make_error(Errc::invalid_argument, "sim backend: failure count must be >= 0");
   d->failures_pending = count;
   return Status::ok();
 }

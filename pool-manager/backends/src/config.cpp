@@ -8,7 +8,7 @@
 namespace accelpool::backends {
 
 Error ConfigReader::error(const std::string& key, const std::string& what) const {
-  return make_error("invalid_argument", "backend " + backend_ + ": config key '" + key + "': " + what);
+  return make_error(Errc::invalid_argument, "backend " + backend_ + ": config key '" + key + "': " + what);
 }
 
 std::string ConfigReader::get_string(const std::string& key, const std::string& fallback) {
@@ -60,7 +60,7 @@ Status ConfigReader::finish() const {
     if (!read_.count(key)) unknown += (unknown.empty() ? "'" : ", '") + key + "'";
   }
   if (!unknown.empty())
-    return make_error("invalid_argument", "backend " + backend_ + ": unknown config key(s) " + unknown);
+    return make_error(Errc::invalid_argument, "backend " + backend_ + ": unknown config key(s) " + unknown);
   return Status::ok();
 }
 
@@ -68,7 +68,7 @@ Status check_compatible(const Image& image, const DeviceInfo& device) {
   if (image.compatible.empty() || bitstreams::model_matches(image.compatible, device.model)) return Status::ok();
   std::string list;
   for (const auto& c : image.compatible) list += (list.empty() ? "" : ", ") + c;
-  return make_error("incompatible", "image " + image.name + "@" + image.version + " is not for device " +
+  return make_error(Errc::incompatible, "image " + image.name + "@" + image.version + " is not for device " +
                                         device.local_id + " (model '" + device.model + "'; the image fits: " + list + ")");
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 // Runs `f`, turning any exception into an Error with `code` and `what` as context.
 template <typename F>
-auto guarded(const std::string& code, const std::string& what, F&& f) -> decltype(f()) {
+auto guarded(Errc code, const std::string& what, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
@@ -59,12 +59,12 @@ Result<std::unique_ptr<XrtBackend>> XrtBackend::create(const BackendConfig& conf
     std::error_code ec;
     std::filesystem::create_directories(c->runtime_root, ec);
     if (ec)
-      return make_error("backend_failed", "xrt backend: cannot create " + c->runtime_root.string() + ": " + ec.message());
+      return make_error(Errc::backend_failed, "xrt backend: cannot create " + c->runtime_root.string() + ": " + ec.message());
     auto lib = c->runtime_root / "lib";
     if (!std::filesystem::exists(std::filesystem::symlink_status(lib, ec))) {
       std::filesystem::create_directory_symlink(c->xrt_lib_dir, lib, ec);
       if (ec)
-        return make_error("backend_failed", "xrt backend: cannot link " + lib.string() + " -> " + c->xrt_lib_dir.string() +
+        return make_error(Errc::backend_failed, "xrt backend: cannot link " + lib.string() + " -> " + c->xrt_lib_dir.string() +
                                                 ": " + ec.message());
     }
     setenv("XILINX_XRT", c->runtime_root.c_str(), 1);
@@ -75,7 +75,7 @@ Result<std::unique_ptr<XrtBackend>> XrtBackend::create(const BackendConfig& conf
 XrtBackend::~XrtBackend() = default;
 
 Result<std::vector<DeviceInfo>> XrtBackend::enumerate() {
-  return guarded("backend_failed", "enumerating devices", [&]() -> Result<std::vector<DeviceInfo>> {
+  return guarded(Errc::backend_failed, "enumerating devices", [&]() -> Result<std::vector<DeviceInfo>> {
     std::vector<DeviceInfo> out;
     unsigned int n = xrt::system::enumerate_devices();
     for (unsigned int i = 0; i < n; ++i) {
@@ -105,24 +105,24 @@ Result<unsigned int> XrtBackend::index_of(std::string_view local_id) {
   for (const auto& d : *devices) {
     if (d.local_id == local_id) return static_cast<unsigned int>(std::stoul(d.attributes.at("index")));
   }
-  return make_error("not_found", "xrt backend: no device '" + std::string(local_id) + "'");
+  return make_error(Errc::not_found, "xrt backend: no device '" + std::string(local_id) + "'");
 }
 
 Status XrtBackend::program(std::string_view local_id, const Image& image) {
   auto index = index_of(local_id);
   if (!index) return index.error();
   if (image_format(image) != "xclbin")
-    return make_error("incompatible", "xrt backend: image " + image.name + " has format " + image_format(image) +
+    return make_error(Errc::incompatible, "xrt backend: image " + image.name + " has format " + image_format(image) +
                                           "; XRT devices load xclbin images");
   auto info = bitstreams::read_xclbin(image.file);
   if (!info) return info.error();
-  return guarded("program_failed", "programming " + std::string(local_id), [&]() -> Status {
+  return guarded(Errc::program_failed, "programming " + std::string(local_id), [&]() -> Status {
     xrt::device device(*index);
     DeviceInfo dev;
     dev.local_id = std::string(local_id);
     dev.model = device.get_info<xrt::info::device::name>();
     if (info->platform != dev.model)
-      return make_error("incompatible", "xrt backend: image " + image.name + " targets platform '" + info->platform +
+      return make_error(Errc::incompatible, "xrt backend: image " + image.name + " targets platform '" + info->platform +
                                             "' but device " + dev.local_id + " runs shell '" + dev.model + "'");
     if (auto st = check_compatible(image, dev); !st) return st;
     xrt::uuid uuid = device.load_xclbin(image.file.string());
@@ -134,7 +134,7 @@ Status XrtBackend::program(std::string_view local_id, const Image& image) {
 Result<std::string> XrtBackend::loaded(std::string_view local_id) {
   auto index = index_of(local_id);
   if (!index) return index.error();
-  return guarded("backend_failed", "reading the loaded xclbin of " + std::string(local_id), [&]() -> Result<std::string> {
+  return guarded(Errc::backend_failed, "reading the loaded xclbin of " + std::string(local_id), [&]() -> Result<std::string> {
     xrt::device device(*index);
     xrt::uuid uuid = device.get_xclbin_uuid();
     if (!uuid) return std::string();
@@ -146,10 +146,10 @@ Result<std::string> XrtBackend::loaded(std::string_view local_id) {
 Status XrtBackend::reset(std::string_view local_id) {
   auto index = index_of(local_id);
   if (!index) return index.error();
-  return guarded("reset_failed", "resetting " + std::string(local_id), [&]() -> Status {
+  return guarded(Errc::reset_failed, "resetting " + std::string(local_id), [&]() -> Status {
     xrt::device device(*index);
     if (device.get_info<xrt::info::device::offline>())
-      return make_error("reset_failed", "xrt backend: device " + std::string(local_id) + " is offline");
+      return make_error(Errc::reset_failed, "xrt backend: device " + std::string(local_id) + " is offline");
     return Status::ok();
   });
 }

@@ -20,7 +20,7 @@ Result<bitstreams::Bitstream> find_entry(const AnyRegistry& registry, const std:
   auto b = sha256.empty() ? registry.get(bitstream) : registry.find_by_sha256(sha256);
   if (!b) return make_error(b.error().code, "bitstream '" + bitstream + "': " + b.error().message);
   if (b->manifest.name != bitstream) {
-    return make_error("invalid_argument", "bitstream '" + bitstream + "': sha256 " + sha256 + " is image '" +
+    return make_error(Errc::invalid_argument, "bitstream '" + bitstream + "': sha256 " + sha256 + " is image '" +
                                               b->manifest.name + "'");
   }
   return b;
@@ -60,7 +60,7 @@ class FolderImages final : public ImageSource {
     if (!sha256.empty() && !registry_->find_by_sha256(sha256)) {
       // Not here yet: the manager's copy is fetched, verified and kept in the folder.
       if (!fetcher_) {
-        return make_error("missing_file", "bitstream '" + bitstream + "': no image with sha256 " + sha256 +
+        return make_error(Errc::missing_file, "bitstream '" + bitstream + "': no image with sha256 " + sha256 +
                                               " here, and nothing to fetch it from");
       }
       std::lock_guard lock(fetching_);  // one fetch at a time; a second asker of the same image finds it fetched
@@ -89,7 +89,7 @@ Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& 
   // A cache that fetches what it lacks may start empty: SharedRegistry::open creates it (a fresh host's state
   // folder has none yet). One that cannot fetch must exist.
   if (std::error_code ec; !fetcher && !std::filesystem::is_directory(dir, ec))
-    return make_error("not_found", "bitstream registry: " + dir.string() + " is not a folder");
+    return make_error(Errc::not_found, "bitstream registry: " + dir.string() + " is not a folder");
   auto registry = bitstreams::SharedRegistry::open(dir);
   if (!registry) return registry.error();
   return std::unique_ptr<ImageSource>(

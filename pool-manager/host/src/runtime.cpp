@@ -154,9 +154,9 @@ class Runtime final : public HostRuntime {
 
   Status init(std::vector<std::unique_ptr<backends::DeviceBackend>> backends) {
     const std::string where = "host " + options_.host + ": ";
-    if (backends.empty()) return make_error("invalid_argument", where + "no device backend");
+    if (backends.empty()) return make_error(Errc::invalid_argument, where + "no device backend");
     for (auto& b : backends) {
-      if (!b) return make_error("invalid_argument", where + "a device backend is missing");
+      if (!b) return make_error(Errc::invalid_argument, where + "a device backend is missing");
       auto found = b->enumerate();
       if (!found) {
         return make_error(found.error().code,
@@ -164,7 +164,7 @@ class Runtime final : public HostRuntime {
       }
       for (auto& info : *found) {
         if (devices_.count(info.local_id)) {
-          return make_error("invalid_argument",
+          return make_error(Errc::invalid_argument,
                             where + "device id '" + info.local_id + "' is reported by two backends");
         }
         Device d;
@@ -279,7 +279,7 @@ class Runtime final : public HostRuntime {
   Result<Device> lookup(const std::string& id, const std::string& what) const {
     std::lock_guard lock(mu_);
     auto it = devices_.find(id);
-    if (it == devices_.end()) return make_error("not_found", what + ": host '" + options_.host + "' has no device '" + id + "'");
+    if (it == devices_.end()) return make_error(Errc::not_found, what + ": host '" + options_.host + "' has no device '" + id + "'");
     return it->second;
   }
 
@@ -355,9 +355,9 @@ class Runtime final : public HostRuntime {
     const Device& d = *found;
     out.details = d.details;
     out.loaded = d.state.loaded;
-    if (d.state.quarantined) return make_error("invalid_state", what + " is quarantined (" + d.state.detail + ")");
+    if (d.state.quarantined) return make_error(Errc::invalid_state, what + " is quarantined (" + d.state.detail + ")");
     if (!d.state.vm.empty() && d.state.vm != r.vm)
-      return make_error("invalid_state", what + " serves VM '" + d.state.vm + "'; release it first");
+      return make_error(Errc::invalid_state, what + " serves VM '" + d.state.vm + "'; release it first");
     if (!r.bitstream.empty()) {
       // A device that already holds the image is not programmed, and its image file is not read.
       auto held = call(d.backend, [&](backends::DeviceBackend& b) { return b.loaded(r.device); });
@@ -387,7 +387,7 @@ class Runtime final : public HostRuntime {
       spec.pci_bdf = pci ? d.state.info.pci_bdf : "";
       auto at = attacher_->attach(r.vm, spec);
       if (!at) {
-        return make_error("attach_failed", what + ": attaching it to VM '" + r.vm + "' (" + at.error().code +
+        return make_error(Errc::attach_failed, what + ": attaching it to VM '" + r.vm + "' (" + std::string(to_string(at.error().code)) +
                                                "): " + at.error().message);
       }
       std::lock_guard lock(mu_);
@@ -429,13 +429,13 @@ class Runtime final : public HostRuntime {
           std::string why = "quarantined in VM '" + d.vm + "': " + outcome.detail;
           update(id, [](DeviceState& s) { s.quarantined = true; });
           set_health(id, "failed", why, true);
-          return make_error("quarantined", what + " " + why);
+          return make_error(Errc::quarantined, what + " " + why);
         }
-      } else if (pending.error().code != "not_attached" && pending.error().code != "not_found") {
-        return make_error("detach_failed", what + ": detaching it from VM '" + d.vm + "': " + pending.error().message);
+      } else if (pending.error().code != Errc::not_attached && pending.error().code != Errc::not_found) {
+        return make_error(Errc::detach_failed, what + ": detaching it from VM '" + d.vm + "': " + pending.error().message);
       }
     }
-    if (d.quarantined) return make_error("quarantined", what + " is quarantined (" + d.detail + ")");
+    if (d.quarantined) return make_error(Errc::quarantined, what + " is quarantined (" + d.detail + ")");
     {
       std::lock_guard lock(mu_);
       auto& s = devices_.at(id).state;
@@ -457,8 +457,8 @@ class Runtime final : public HostRuntime {
     if (!found) return found.error();
     const DeviceState& d = found->state;
     loaded = d.loaded;
-    if (d.quarantined) return make_error("invalid_state", what + " is quarantined (" + d.detail + ")");
-    if (!d.vm.empty()) return make_error("invalid_state", what + " serves VM '" + d.vm + "'");
+    if (d.quarantined) return make_error(Errc::invalid_state, what + " is quarantined (" + d.detail + ")");
+    if (!d.vm.empty()) return make_error(Errc::invalid_state, what + " serves VM '" + d.vm + "'");
     Status s = call(found->backend, [&](backends::DeviceBackend& b) { return b.reset(id); });
     loaded = refresh_loaded(found->backend, id);
     if (!s) return make_error(s.error().code, what + ": " + s.error().message);

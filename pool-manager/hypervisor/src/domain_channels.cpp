@@ -33,14 +33,14 @@ class LibvirtChannelFinder final : public ChannelFinder {
     if (conn_ != nullptr && virConnectIsAlive(conn_) != 1) disconnect();
     if (conn_ == nullptr) {
       conn_ = virConnectOpen(uri_.c_str());
-      if (conn_ == nullptr) return make_error("unavailable", "libvirt '" + uri_ + "': " + libvirt_message());
+      if (conn_ == nullptr) return make_error(Errc::unavailable, "libvirt '" + uri_ + "': " + libvirt_message());
     }
     virDomainPtr* doms = nullptr;
     int n = virConnectListAllDomains(conn_, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
     if (n < 0) {
       std::string why = libvirt_message();
       disconnect();
-      return make_error("hypervisor", "libvirt '" + uri_ + "': listing domains: " + why);
+      return make_error(Errc::hypervisor, "libvirt '" + uri_ + "': listing domains: " + why);
     }
     std::vector<DomainChannel> out;
     for (int i = 0; i < n; ++i) {
@@ -75,12 +75,12 @@ class LibvirtChannelFinder final : public ChannelFinder {
 
 Result<std::optional<std::string>> channel_socket_path(std::string_view domain_xml, std::string_view name) {
   if (name.find('\'') != std::string_view::npos && name.find('"') != std::string_view::npos)
-    return make_error("invalid_argument", "channel name '" + std::string(name) + "' holds both kinds of quote");
+    return make_error(Errc::invalid_argument, "channel name '" + std::string(name) + "' holds both kinds of quote");
   if (domain_xml.size() > static_cast<std::size_t>(INT_MAX))
-    return make_error("invalid_argument", "domain XML too large");
+    return make_error(Errc::invalid_argument, "domain XML too large");
   xmlDocPtr doc = xmlReadMemory(domain_xml.data(), static_cast<int>(domain_xml.size()), "domain.xml", nullptr,
                                 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-  if (doc == nullptr) return make_error("invalid_argument", "domain XML is not well-formed");
+  if (doc == nullptr) return make_error(Errc::invalid_argument, "domain XML is not well-formed");
   std::string expr = "/domain/devices/channel[@type='unix'][target[@type='virtio' and @name=" + xpath_literal(name) +
                      "]]/source/@path";
   std::optional<std::string> found;
@@ -101,8 +101,8 @@ Result<std::optional<std::string>> channel_socket_path(std::string_view domain_x
 }
 
 Result<std::unique_ptr<ChannelFinder>> ChannelFinder::create(std::string uri, std::string channel) {
-  if (uri.empty()) return make_error("invalid_argument", "channel finder: empty libvirt URI");
-  if (channel.empty()) return make_error("invalid_argument", "channel finder: empty channel name");
+  if (uri.empty()) return make_error(Errc::invalid_argument, "channel finder: empty libvirt URI");
+  if (channel.empty()) return make_error(Errc::invalid_argument, "channel finder: empty channel name");
   return std::unique_ptr<ChannelFinder>(std::make_unique<LibvirtChannelFinder>(std::move(uri), std::move(channel)));
 }
 

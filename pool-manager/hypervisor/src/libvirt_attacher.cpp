@@ -53,7 +53,7 @@ class EventLoop {
       return virEventRegisterDefaultImpl();
     }();
     if (registered < 0) {
-      return make_error("unavailable", "cannot register libvirt's event loop: " + last_error_message());
+      return make_error(Errc::unavailable, "cannot register libvirt's event loop: " + last_error_message());
     }
     if (users()++ == 0) {
       stop_flag().store(false);
@@ -269,18 +269,18 @@ class LibvirtAttacher final : public Attacher {
     if (!records) return records.error();
     for (const auto& r : *records) {
       if (r.device_id == spec.device_id) {
-        return make_error("already_attached", "device '" + spec.device_id + "' is already recorded in " + label +
+        return make_error(Errc::already_attached, "device '" + spec.device_id + "' is already recorded in " + label +
                                                   " (state " + std::string(to_string(r.state)) + ", lease '" +
                                                   r.lease_id + "')");
       }
     }
     if (auto other = recorded_elsewhere(uuid, spec.device_id)) {
-      return make_error("already_attached", "device '" + spec.device_id + "' is recorded in VM '" + *other + "'");
+      return make_error(Errc::already_attached, "device '" + spec.device_id + "' is recorded in VM '" + *other + "'");
     }
     auto aliases = live_aliases(c, d, label);
     if (!aliases) return aliases.error();
     if (std::find(aliases->begin(), aliases->end(), alias) != aliases->end()) {
-      return make_error("already_attached", label + " already has a device with alias '" + alias +
+      return make_error(Errc::already_attached, label + " already has a device with alias '" + alias +
                                                 "' that accelpool has no record of; remove it by hand first");
     }
 
@@ -330,7 +330,7 @@ class LibvirtAttacher final : public Attacher {
     auto it = std::find_if(records->begin(), records->end(),
                            [&](const AttachedDevice& r) { return r.device_id == device_id; });
     if (it == records->end()) {
-      return make_error("not_attached",
+      return make_error(Errc::not_attached,
                         "device '" + std::string(device_id) + "' is not recorded as attached to " + label);
     }
     const std::string key = uuid + "|" + it->alias;
@@ -414,12 +414,12 @@ class LibvirtAttacher final : public Attacher {
   Status open_connection() {
     virConnectPtr c = virConnectOpen(options_.uri.c_str());
     if (c == nullptr) {
-      return make_error("unavailable", "cannot connect to libvirt at '" + options_.uri + "': " + last_error_message());
+      return make_error(Errc::unavailable, "cannot connect to libvirt at '" + options_.uri + "': " + last_error_message());
     }
     virConnSetErrorFunc(c, nullptr, discard_error);
     // Returns 1 where keepalive is not supported (local test driver): fine.
     if (virConnectSetKeepAlive(c, options_.keepalive_interval_s, options_.keepalive_count) < 0) {
-      Error e = make_error("unavailable", "libvirt keepalive at '" + options_.uri + "': " + last_error_message());
+      Error e = make_error(Errc::unavailable, "libvirt keepalive at '" + options_.uri + "': " + last_error_message());
       virConnectClose(c);
       return e;
     }
@@ -440,7 +440,7 @@ class LibvirtAttacher final : public Attacher {
       if (handle < 0) {
         // libvirt does not take ownership of `opaque` when registration fails.
         delete opaque;
-        Error e = make_error("unavailable",
+        Error e = make_error(Errc::unavailable,
                              "subscribing to domain events at '" + options_.uri + "': " + last_error_message());
         drop_connection();
         return e;
@@ -476,7 +476,7 @@ class LibvirtAttacher final : public Attacher {
     const std::string message = last_error_message();
     const bool alive = c != nullptr && virConnectIsAlive(c) == 1;
     const bool lost = !alive || code == VIR_ERR_SYSTEM_ERROR || code == VIR_ERR_RPC || code == VIR_ERR_NO_CONNECT;
-    return make_error(lost ? "unavailable" : "hypervisor", what + ": " + message);
+    return make_error(lost ? Errc::unavailable : Errc::hypervisor, what + ": " + message);
   }
 
   static std::string describe_vm(std::string_view vm) { return "VM '" + std::string(vm) + "'"; }
@@ -497,13 +497,13 @@ class LibvirtAttacher final : public Attacher {
   }
 
   Result<DomainRef> lookup(virConnectPtr c, std::string_view vm) const {
-    if (vm.empty()) return make_error("invalid_argument", "VM name is empty");
+    if (vm.empty()) return make_error(Errc::invalid_argument, "VM name is empty");
     const std::string v(vm);
     virDomainPtr d = looks_like_uuid(v) ? virDomainLookupByUUIDString(c, v.c_str()) : nullptr;
     if (d == nullptr) d = virDomainLookupByName(c, v.c_str());
     if (d == nullptr) {
       if (last_error_code() == VIR_ERR_NO_DOMAIN) {
-        return make_error("not_found", "no VM with name or UUID '" + v + "' at '" + options_.uri + "'");
+        return make_error(Errc::not_found, "no VM with name or UUID '" + v + "' at '" + options_.uri + "'");
       }
       return libvirt_error(c, "looking up VM '" + v + "'");
     }
@@ -513,7 +513,7 @@ class LibvirtAttacher final : public Attacher {
   Status require_running(virConnectPtr c, virDomainPtr d, std::string_view vm, const char* why) const {
     const int active = virDomainIsActive(d);
     if (active < 0) return libvirt_error(c, "checking whether " + describe_vm(vm) + " runs");
-    if (active == 0) return make_error("vm_not_running", describe_vm(vm) + " is not running: " + why);
+    if (active == 0) return make_error(Errc::vm_not_running, describe_vm(vm) + " is not running: " + why);
     return Status::ok();
   }
 
@@ -529,7 +529,7 @@ class LibvirtAttacher final : public Attacher {
     std::string text(xml);
     std::free(xml);
     auto records = parse_metadata_xml(text);
-    if (!records) return make_error("hypervisor", label + ": " + records.error().message);
+    if (!records) return make_error(Errc::hypervisor, label + ": " + records.error().message);
     return records;
   }
 
@@ -561,7 +561,7 @@ class LibvirtAttacher final : public Attacher {
     std::string text(xml);
     std::free(xml);
     auto aliases = device_aliases(text);
-    if (!aliases) return make_error("hypervisor", label + ": " + aliases.error().message);
+    if (!aliases) return make_error(Errc::hypervisor, label + ": " + aliases.error().message);
     return aliases;
   }
 
@@ -817,9 +817,9 @@ class LibvirtAttacher final : public Attacher {
 }  // namespace
 
 Result<std::unique_ptr<Attacher>> make_libvirt_attacher(const LibvirtOptions& options) {
-  if (options.uri.empty()) return make_error("invalid_argument", "libvirt URI is empty");
+  if (options.uri.empty()) return make_error(Errc::invalid_argument, "libvirt URI is empty");
   if (options.detach_timeout.count() <= 0) {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       "detach timeout must be positive, got " + std::to_string(options.detach_timeout.count()) + " ms");
   }
   if (Status s = validate_shmem_size(options.shmem_size_mib); !s) return s.error();

@@ -39,7 +39,7 @@ using DocPtr = std::unique_ptr<xmlDoc, DocFree>;
 // Parses without network access, entity expansion into the tree or error output on stderr.
 Result<DocPtr> parse_document(std::string_view xml, std::string_view what) {
   if (xml.size() > static_cast<std::size_t>(INT32_MAX)) {
-    return make_error("invalid_argument", std::string(what) + ": document too large");
+    return make_error(Errc::invalid_argument, std::string(what) + ": document too large");
   }
   DocPtr doc(xmlReadMemory(xml.data(), static_cast<int>(xml.size()), "memory.xml", nullptr,
                            XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
@@ -48,7 +48,7 @@ Result<DocPtr> parse_document(std::string_view xml, std::string_view what) {
     std::string detail = err != nullptr && err->message != nullptr ? err->message : "unknown parse error";
     while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
     if (err != nullptr) detail += " (line " + std::to_string(err->line) + ")";
-    return make_error("invalid_argument", std::string(what) + " is not well-formed XML: " + detail);
+    return make_error(Errc::invalid_argument, std::string(what) + " is not well-formed XML: " + detail);
   }
   return doc;
 }
@@ -82,15 +82,15 @@ std::optional<AttachMethod> parse_method(std::string_view s) {
 }  // namespace
 
 Status validate_device_id(std::string_view device_id) {
-  if (device_id.empty()) return make_error("invalid_argument", "device id is empty");
+  if (device_id.empty()) return make_error(Errc::invalid_argument, "device id is empty");
   if (device_id.size() > kMaxDeviceIdLength) {
-    return make_error("invalid_argument", "device id '" + std::string(device_id.substr(0, 20)) +
+    return make_error(Errc::invalid_argument, "device id '" + std::string(device_id.substr(0, 20)) +
                                               "...' is longer than " + std::to_string(kMaxDeviceIdLength) +
                                               " characters");
   }
   for (char c : device_id) {
     if (c <= ' ' || c > '~') {
-      return make_error("invalid_argument",
+      return make_error(Errc::invalid_argument,
                         "device id '" + std::string(device_id) + "' contains a space or a non-printable character");
     }
   }
@@ -100,20 +100,20 @@ Status validate_device_id(std::string_view device_id) {
 Status validate_spec(const DeviceSpec& spec) {
   if (Status s = validate_device_id(spec.device_id); !s) return s;
   if (spec.lease_id.empty()) {
-    return make_error("invalid_argument", "lease id for device '" + spec.device_id + "' is empty");
+    return make_error(Errc::invalid_argument, "lease id for device '" + spec.device_id + "' is empty");
   }
   if (spec.lease_id.size() > kMaxLeaseIdLength) {
-    return make_error("invalid_argument", "lease id for device '" + spec.device_id + "' is longer than " +
+    return make_error(Errc::invalid_argument, "lease id for device '" + spec.device_id + "' is longer than " +
                                               std::to_string(kMaxLeaseIdLength) + " characters");
   }
   for (char c : spec.lease_id) {
     if (static_cast<unsigned char>(c) < ' ') {
-      return make_error("invalid_argument", "lease id for device '" + spec.device_id + "' has a control character");
+      return make_error(Errc::invalid_argument, "lease id for device '" + spec.device_id + "' has a control character");
     }
   }
   if (spec.method == AttachMethod::pci_hostdev) {
     if (auto bdf = normalize_bdf(spec.pci_bdf); !bdf) {
-      return make_error("invalid_argument", "device '" + spec.device_id + "': " + bdf.error().message);
+      return make_error(Errc::invalid_argument, "device '" + spec.device_id + "': " + bdf.error().message);
     }
   }
   return Status::ok();
@@ -121,7 +121,7 @@ Status validate_spec(const DeviceSpec& spec) {
 
 Result<std::string> normalize_bdf(std::string_view bdf) {
   auto bad = [&](std::string_view why) {
-    return make_error("invalid_argument", "PCI address '" + std::string(bdf) + "' is malformed (" + std::string(why) +
+    return make_error(Errc::invalid_argument, "PCI address '" + std::string(bdf) + "' is malformed (" + std::string(why) +
                                               "); expected DDDD:BB:SS.F or BB:SS.F in hex");
   };
   std::string_view rest = bdf;
@@ -194,7 +194,7 @@ std::string xml_escape(std::string_view text) {
 
 Status validate_shmem_size(std::uint32_t shmem_size_mib) {
   if (shmem_size_mib == 0 || shmem_size_mib > 1024 || (shmem_size_mib & (shmem_size_mib - 1)) != 0) {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       "shared-memory size " + std::to_string(shmem_size_mib) + " MiB is not a power of two in 1..1024");
   }
   return Status::ok();
@@ -239,7 +239,7 @@ Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml) {
   if (!doc) return doc.error();
   const xmlNode* root = xmlDocGetRootElement(doc->get());
   if (root == nullptr || !named(root, "accelpool")) {
-    return make_error("invalid_argument", "accelpool metadata: root element is not <accelpool>");
+    return make_error(Errc::invalid_argument, "accelpool metadata: root element is not <accelpool>");
   }
   std::vector<AttachedDevice> out;
   int index = 0;
@@ -248,7 +248,7 @@ Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml) {
     ++index;
     const std::string where = "accelpool metadata, element " + std::to_string(index);
     if (!named(n, "device")) {
-      return make_error("invalid_argument",
+      return make_error(Errc::invalid_argument,
                         where + ": unexpected <" + reinterpret_cast<const char*>(n->name) + ">, expected <device>");
     }
     AttachedDevice d;
@@ -258,12 +258,12 @@ Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml) {
     auto alias = attribute(n, "alias");
     auto state = attribute(n, "state");
     if (!id || !lease || !method || !alias || !state) {
-      return make_error("invalid_argument", where + ": <device> needs id, lease, method, alias and state");
+      return make_error(Errc::invalid_argument, where + ": <device> needs id, lease, method, alias and state");
     }
     auto m = parse_method(*method);
-    if (!m) return make_error("invalid_argument", where + ": unknown method '" + *method + "'");
+    if (!m) return make_error(Errc::invalid_argument, where + ": unknown method '" + *method + "'");
     auto st = parse_state(*state);
-    if (!st) return make_error("invalid_argument", where + ": unknown state '" + *state + "'");
+    if (!st) return make_error(Errc::invalid_argument, where + ": unknown state '" + *state + "'");
     d.device_id = *id;
     d.lease_id = *lease;
     d.method = *m;
@@ -272,7 +272,7 @@ Result<std::vector<AttachedDevice>> parse_metadata_xml(std::string_view xml) {
     d.pci_bdf = attribute(n, "bdf").value_or("");
     d.note = attribute(n, "note").value_or("");
     if (Status s = validate_device_id(d.device_id); !s)
-      return make_error("invalid_argument", where + ": " + s.error().message);
+      return make_error(Errc::invalid_argument, where + ": " + s.error().message);
     out.push_back(std::move(d));
   }
   return out;
@@ -288,7 +288,7 @@ Status for_each_device(std::string_view domain_xml,
   if (!doc) return doc.error();
   const xmlNode* root = xmlDocGetRootElement(doc->get());
   if (root == nullptr || !named(root, "domain")) {
-    return make_error("invalid_argument", "domain definition: root element is not <domain>");
+    return make_error(Errc::invalid_argument, "domain definition: root element is not <domain>");
   }
   for (const xmlNode* n = root->children; n != nullptr; n = n->next) {
     if (!named(n, "devices")) continue;
@@ -349,7 +349,7 @@ Result<std::string> guest_pci_address(std::string_view domain_xml, std::string_v
           !parse_hex(attribute(c, "bus").value_or(""), 0x100, bus) ||
           !parse_hex(attribute(c, "slot").value_or(""), 0x20, slot) ||
           !parse_hex(attribute(c, "function").value_or(""), 0x8, function)) {
-        bad = make_error("invalid_argument", "domain definition: device '" + a + "' has a malformed PCI address");
+        bad = make_error(Errc::invalid_argument, "domain definition: device '" + a + "' has a malformed PCI address");
         return;
       }
       char text[16];
@@ -359,7 +359,7 @@ Result<std::string> guest_pci_address(std::string_view domain_xml, std::string_v
   });
   if (!s) return s.error();
   if (!bad) return bad.error();
-  if (!found) return make_error("not_found", "domain definition: no device with alias '" + std::string(alias) + "'");
+  if (!found) return make_error(Errc::not_found, "domain definition: no device with alias '" + std::string(alias) + "'");
   return address;
 }
 

@@ -24,22 +24,8 @@ namespace json = boost::json;
 
 namespace {
 
-int http_status(const std::string& code) {
-  if (code == "invalid_argument") return 400;
-  if (code == "unauthorized") return 401;
-  if (code == "forbidden") return 403;
-  if (code == "not_found") return 404;
-  if (code == "conflict" || code == "invalid_state") return 409;
-  if (code == "quota_exceeded" || code == "infeasible") return 422;
-  if (code == "invalid_manifest") return 400;
-  if (code == "already_exists") return 409;
-  if (code == "checksum_mismatch" || code == "corrupt_image" || code == "incompatible" || code == "missing_file")
-    return 422;
-  return 500;
-}
-
 ApiResponse ok(json::value v, int status = 200) { return {status, "application/json", json::serialize(v)}; }
-ApiResponse from_error(const Error& e) { return AdminApi::error(http_status(e.code), e.code, e.message); }
+ApiResponse from_error(const Error& e) { return AdminApi::error(e.code, e.message); }
 
 std::string url_decode(std::string_view s, bool* bad) {
   std::string out;
@@ -107,11 +93,11 @@ std::optional<json::object> parse_body(const std::string& body, ApiResponse* err
   json::error_code ec;
   auto v = json::parse(body, ec);
   if (ec) {
-    *err = AdminApi::error(400, "invalid_argument", "the body is not valid JSON: " + ec.message());
+    *err = AdminApi::error(Errc::invalid_argument, "the body is not valid JSON: " + ec.message());
     return std::nullopt;
   }
   if (!v.is_object()) {
-    *err = AdminApi::error(400, "invalid_argument", "the body must be a JSON object");
+    *err = AdminApi::error(Errc::invalid_argument, "the body must be a JSON object");
     return std::nullopt;
   }
   return std::move(v.get_object());
@@ -128,13 +114,13 @@ std::optional<std::uint64_t> parse_id(const std::string& s) {
 Result<std::size_t> parse_limit(const std::string& v, std::size_t max) {
   auto n = parse_id(v);
   if (!n || *n < 1 || *n > max) {
-    return make_error("invalid_argument", "query 'limit' must be a whole number from 1 to " + std::to_string(max));
+    return make_error(Errc::invalid_argument, "query 'limit' must be a whole number from 1 to " + std::to_string(max));
   }
   return static_cast<std::size_t>(*n);
 }
 
 Error unknown_query_parameter(const std::string& key) {
-  return make_error("invalid_argument", "unknown query parameter '" + key + "'");
+  return make_error(Errc::invalid_argument, "unknown query parameter '" + key + "'");
 }
 
 // Reads `limit` or `cursor` (a name) into `spec` of a listing by name; any other `key` is an unknown parameter.
@@ -146,7 +132,7 @@ Status read_page_param(const std::string& key, const std::string& v, PageSpec& s
     return Status::ok();
   }
   if (key == "cursor") {
-    if (v.empty()) return make_error("invalid_argument", "query 'cursor' is empty (pass the next_cursor of a page)");
+    if (v.empty()) return make_error(Errc::invalid_argument, "query 'cursor' is empty (pass the next_cursor of a page)");
     spec.after = v;
     return Status::ok();
   }
@@ -165,7 +151,7 @@ json::object page_json(const char* key, const Items& items, const std::optional<
 }
 
 ApiResponse method_not_allowed(const std::string& method, const std::string& path) {
-  return AdminApi::error(405, "method_not_allowed", method + " is not allowed on " + path);
+  return AdminApi::error(Errc::method_not_allowed, method + " is not allowed on " + path);
 }
 
 // The dashboard's pages run only this server's scripts and styles (no inline script, nothing from elsewhere),
@@ -179,7 +165,7 @@ const char* const kDashboardCsp =
 ApiResponse dashboard_file(const ApiRequest& req, const std::string& name, const std::string& path) {
   if (req.method != "GET") return method_not_allowed(req.method, path);
   const DashboardAsset* a = find_dashboard_asset(name);
-  if (!a) return AdminApi::error(404, "not_found", "no dashboard file " + path);
+  if (!a) return AdminApi::error(Errc::not_found, "no dashboard file " + path);
   bool unchanged = req.if_none_match == a->etag;
   ApiResponse r{unchanged ? 304 : 200, std::string(a->content_type), unchanged ? "" : std::string(a->body), {}};
   r.headers = {{"Content-Security-Policy", kDashboardCsp},
@@ -195,7 +181,7 @@ ApiResponse dashboard_file(const ApiRequest& req, const std::string& name, const
 std::optional<ApiResponse> cross_origin_refusal(const ApiRequest& req) {
   if (req.method == "GET" || req.method == "HEAD" || req.origin.empty()) return std::nullopt;
   if (req.origin == "http://" + req.host || req.origin == "https://" + req.host) return std::nullopt;
-  return AdminApi::error(403, "forbidden", "cross-origin " + req.method + " refused: Origin '" + req.origin +
+  return AdminApi::error(Errc::forbidden, "cross-origin " + req.method + " refused: Origin '" + req.origin +
                                                "' is not this server ('" + req.host + "')");
 }
 
@@ -208,8 +194,8 @@ std::optional<std::string> bearer_token(const ApiRequest& req) {
 
 }  // namespace
 
-ApiResponse AdminApi::error(int status, const std::string& code, const std::string& message) {
-  return ok(json::object{{"error", json::object{{"code", code}, {"message", message}}}}, status);
+ApiResponse AdminApi::error(Errc code, const std::string& message) {
+  return ok(json::object{{"error", json::object{{"code", to_string(code)}, {"message", message}}}}, http_status(code));
 }
 
 AdminApi::AdminApi(PoolCore& core, Metrics& metrics, std::string openapi, std::function<bool()> ready,
@@ -246,7 +232,7 @@ void AdminApi::handle(ApiRequest request, std::function<void(ApiResponse)> respo
 
 ApiResponse AdminApi::route(const ApiRequest& req) {
   auto parsed = parse_target(req.target);
-  if (!parsed) return error(400, "invalid_argument", "malformed request target");
+  if (!parsed) return error(Errc::invalid_argument, "malformed request target");
   const auto& seg = parsed->segments;
   const auto& query = parsed->query;
   const std::string& m = req.method;
@@ -266,10 +252,10 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (m != "GET") return method_not_allowed(m, path);
     if (!metrics_token_.empty()) {
       auto bearer = bearer_token(req);
-      if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <metrics token>' header ([metrics] token is set)");
+      if (!bearer) return error(Errc::unauthorized, "missing 'Authorization: Bearer <metrics token>' header ([metrics] token is set)");
       bool allowed = (bearer->size() == metrics_token_.size() && constant_time_equal(*bearer, metrics_token_)) ||
                      core_.check_admin(*bearer);
-      if (!allowed) return error(401, "unauthorized", "wrong metrics token");
+      if (!allowed) return error(Errc::unauthorized, "wrong metrics token");
     }
     return {200, "text/plain; version=0.0.4", metrics_.scrape()};
   }
@@ -282,19 +268,19 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   if (seg.size() == 2 && seg[0] == "assets") return dashboard_file(req, seg[1], path);
   if (auto refused = cross_origin_refusal(req)) return *refused;
 
-  if (seg.empty() || seg[0] != "v1") return error(404, "not_found", "no route " + path);
+  if (seg.empty() || seg[0] != "v1") return error(Errc::not_found, "no route " + path);
   // Images by sha256, for host agents (their agent token) as well as admins.
   if (seg.size() >= 3 && seg.size() <= 4 && seg[1] == "images") return image(req, seg);
   if (seg.size() == 2 && seg[1] == "events") {
-    return error(404, "not_found", "GET /v1/events is a stream: this server has none");  // with one, admin_http took it
+    return error(Errc::not_found, "GET /v1/events is a stream: this server has none");  // with one, admin_http took it
   }
   // Everything under /v1 needs the admin token.
   auto bearer = bearer_token(req);
-  if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <admin token>' header");
+  if (!bearer) return error(Errc::unauthorized, "missing 'Authorization: Bearer <admin token>' header");
   const std::string& token = *bearer;
   if (!core_.check_admin(token)) {
-    if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot use the admin API");
-    return error(401, "unauthorized", "wrong admin token");
+    if (core_.authenticate(token)) return error(Errc::forbidden, "a tenant token cannot use the admin API");
+    return error(Errc::unauthorized, "wrong admin token");
   }
   // An upload's body (the image, base64) is parsed where it is written: not here when it can be deferred.
   if (seg.size() == 2 && seg[1] == "bitstreams" && m == "POST" && catalog_) return upload(req);
@@ -307,7 +293,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   if (r1 == "hosts") {
     if (seg.size() == 4) {
       const std::string& action = seg[3];
-      if (action != "drain" && action != "undrain") return error(404, "not_found", "no route " + path);
+      if (action != "drain" && action != "undrain") return error(Errc::not_found, "no route " + path);
       if (m != "POST") return method_not_allowed(m, path);
       auto deadline = in.number("deadline_s", false, 0, kMaxDrainDeadlineS);
       if (auto e = in.finish()) return from_error(*e);
@@ -320,7 +306,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       PageSpec spec;
       for (const auto& [k, v] : query) {
         if (k == "connected" || k == "draining") {
-          if (v != "true" && v != "false") return error(400, "invalid_argument", "query '" + k + "' must be true or false");
+          if (v != "true" && v != "false") return error(Errc::invalid_argument, "query '" + k + "' must be true or false");
           (k == "connected" ? f.connected : f.draining) = v == "true";
         } else if (auto s = read_page_param(k, v, spec); !s) {
           return from_error(s.error());
@@ -349,7 +335,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         else if (k == "kind") f.kind = v;
         else if (k == "state") {
           if (v != "free" && v != "leased" && v != "draining" && v != "unavailable" && v != "shared" && v != "holding")
-            return error(400, "invalid_argument",
+            return error(Errc::invalid_argument,
                          "query 'state' must be free, leased, draining, unavailable, shared or holding");
           f.state = v;
         } else if (auto s = read_page_param(k, v, spec); !s) {
@@ -368,7 +354,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         return ok(to_json(*d));
       }
       const std::string& action = seg[4];
-      if (action != "drain" && action != "undrain" && action != "reset") return error(404, "not_found", "no route " + path);
+      if (action != "drain" && action != "undrain" && action != "reset") return error(Errc::not_found, "no route " + path);
       if (m != "POST") return method_not_allowed(m, path);
       std::optional<double> deadline;
       if (action != "reset") deadline = in.number("deadline_s", false, 0, kMaxDrainDeadlineS);
@@ -391,9 +377,9 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         else if (k == "device") f.device = v;
         else if (k == "state") {
           f.state = parse_lease_state(v);
-          if (!f.state) return error(400, "invalid_argument", "query 'state': unknown lease state '" + v + "'");
+          if (!f.state) return error(Errc::invalid_argument, "query 'state': unknown lease state '" + v + "'");
         } else if (k == "all") {
-          if (v != "true" && v != "false") return error(400, "invalid_argument", "query 'all' must be true or false");
+          if (v != "true" && v != "false") return error(Errc::invalid_argument, "query 'all' must be true or false");
           f.include_ended = v == "true";
         } else if (k == "limit") {
           auto n = parse_limit(v, LeasePageSpec::kMaxLimit);
@@ -401,9 +387,9 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
           spec.limit = *n;
         } else if (k == "cursor") {
           spec.after = parse_id(v);
-          if (!spec.after) return error(400, "invalid_argument", "query 'cursor' must be a lease id (a next_cursor)");
+          if (!spec.after) return error(Errc::invalid_argument, "query 'cursor' must be a lease id (a next_cursor)");
         } else if (k == "order") {
-          if (v != "asc" && v != "desc") return error(400, "invalid_argument", "query 'order' must be asc or desc");
+          if (v != "asc" && v != "desc") return error(Errc::invalid_argument, "query 'order' must be asc or desc");
           spec.newest_first = v == "desc";
         } else {
           return from_error(unknown_query_parameter(k));
@@ -415,7 +401,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
                              {"next_cursor", page->next ? json::value(*page->next) : json::value(nullptr)}});
     }
     auto id = parse_id(seg[2]);
-    if (!id) return error(400, "invalid_argument", "lease id '" + seg[2] + "' is not a non-negative integer");
+    if (!id) return error(Errc::invalid_argument, "lease id '" + seg[2] + "' is not a non-negative integer");
     if (seg.size() == 3) {
       if (m != "GET") return method_not_allowed(m, path);
       auto l = core_.get(Caller::admin(), *id);
@@ -458,7 +444,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         for (const auto& t : core_.tenants()) {
           if (t.name == seg[2]) return ok(to_json(t));
         }
-        return error(404, "not_found", "no tenant " + seg[2]);
+        return error(Errc::not_found, "no tenant " + seg[2]);
       }
       if (m == "DELETE") {
         if (auto e = in.finish()) return from_error(*e);
@@ -526,7 +512,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       double w = 0;
       auto r = std::from_chars(v.data(), v.data() + v.size(), w);
       if (r.ec != std::errc() || r.ptr != v.data() + v.size() || !(w > 0) || w > 1e8) {
-        return error(400, "invalid_argument", "query 'window' must be a number of seconds in (0, 1e8]");
+        return error(Errc::invalid_argument, "query 'window' must be a number of seconds in (0, 1e8]");
       }
       windows = {w};
     }
@@ -540,7 +526,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
                                                      {"expirations", c.expirations}}},
                            {"queue_length", core_.queue_length()}});
   }
-  return error(404, "not_found", "no route " + m + " " + path);
+  return error(Errc::not_found, "no route " + m + " " + path);
 }
 
 namespace {
@@ -584,7 +570,7 @@ Result<std::filesystem::path> write_upload(const std::filesystem::path& dir, con
   if (!out) {
     std::error_code ec;
     std::filesystem::remove(path, ec);
-    return make_error("io_error", "cannot write the uploaded image to " + path.string());
+    return make_error(Errc::io_error, "cannot write the uploaded image to " + path.string());
   }
   return path;
 }
@@ -609,7 +595,7 @@ UploadOutcome register_upload(bitstreams::SharedRegistry& registry, const std::s
   auto manifest = bitstreams::parse_manifest(*manifest_text, "(uploaded)");
   if (!manifest) return {std::nullopt, from_error(manifest.error())};
   auto bytes = bitstreams::base64_decode(*content);
-  if (!bytes) return {std::nullopt, AdminApi::error(400, "invalid_argument", where + ": field 'content_base64': " + bytes.error().message)};
+  if (!bytes) return {std::nullopt, AdminApi::error(Errc::invalid_argument, where + ": field 'content_base64': " + bytes.error().message)};
   auto written = write_upload(registry.dir(), *bytes);
   if (!written) return {std::nullopt, from_error(written.error())};
   auto added = registry.add(*manifest, *written);
@@ -624,10 +610,10 @@ UploadOutcome register_upload(bitstreams::SharedRegistry& registry, const std::s
 
 std::variant<Viewer, ApiResponse> AdminApi::stream_viewer(const ApiRequest& req) const {
   auto token = bearer_token(req);
-  if (!token) return error(401, "unauthorized", "missing 'Authorization: Bearer <admin or tenant token>' header");
+  if (!token) return error(Errc::unauthorized, "missing 'Authorization: Bearer <admin or tenant token>' header");
   if (core_.check_admin(*token)) return Viewer{};
   if (auto tenant = core_.authenticate(*token)) return Viewer{*tenant};
-  return error(401, "unauthorized", "wrong token: it is neither an admin token nor a tenant's token");
+  return error(Errc::unauthorized, "wrong token: it is neither an admin token nor a tenant's token");
 }
 
 ApiResponse AdminApi::upload(const ApiRequest& req) {
@@ -653,17 +639,17 @@ ApiResponse AdminApi::upload(const ApiRequest& req) {
 
 ApiResponse AdminApi::image(const ApiRequest& req, const std::vector<std::string>& seg) {
   std::string path = req.target.substr(0, req.target.find('?'));
-  if (seg.size() == 4 && seg[3] != "manifest") return error(404, "not_found", "no route " + path);
+  if (seg.size() == 4 && seg[3] != "manifest") return error(Errc::not_found, "no route " + path);
   auto bearer = bearer_token(req);
-  if (!bearer) return error(401, "unauthorized", "missing 'Authorization: Bearer <agent or admin token>' header");
+  if (!bearer) return error(Errc::unauthorized, "missing 'Authorization: Bearer <agent or admin token>' header");
   const std::string& token = *bearer;
   bool agent = !agent_token_.empty() && token.size() == agent_token_.size() && constant_time_equal(token, agent_token_);
   if (!agent && !core_.check_admin(token)) {
-    if (core_.authenticate(token)) return error(403, "forbidden", "a tenant token cannot read images");
-    return error(401, "unauthorized", "wrong agent or admin token");
+    if (core_.authenticate(token)) return error(Errc::forbidden, "a tenant token cannot read images");
+    return error(Errc::unauthorized, "wrong agent or admin token");
   }
   if (req.method != "GET") return method_not_allowed(req.method, path);
-  if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
+  if (!catalog_) return error(Errc::not_found, "this manager has no bitstream registry");
   auto b = catalog_->registry()->find_by_sha256(seg[2]);
   if (!b) return from_error(b.error());
   if (seg.size() == 4) return {200, "application/toml", bitstreams::to_toml(b->manifest)};
@@ -704,7 +690,7 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
     if (auto e = in.finish()) return from_error(*e);
     auto names = core_.admin_token_names();
     if (names.size() == 1 && names.front() == seg[2]) {
-      return error(409, "conflict", "admin token " + seg[2] + " is the only one: create another first (or use "
+      return error(Errc::conflict, "admin token " + seg[2] + " is the only one: create another first (or use "
                                     "'accelpool-manager token' on the stopped manager's store)");
     }
     if (auto s = core_.revoke_admin_token(seg[2]); !s) return from_error(s.error());
@@ -719,7 +705,7 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
     log::info("admin token rotated", {{"name", seg[2]}});
     return ok(json::object{{"name", seg[2]}, {"token", *token}});
   }
-  return error(404, "not_found", "no route " + m + " " + path);
+  return error(Errc::not_found, "no route " + m + " " + path);
 }
 
 ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::string>& seg) {
@@ -751,17 +737,17 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
     json::array rejected;
     if (catalog_) {
       for (const auto& r : catalog_->registry()->rejected()) {
-        rejected.emplace_back(json::object{{"manifest", r.manifest_path.string()}, {"code", r.error.code}, {"message", r.error.message}});
+        rejected.emplace_back(json::object{{"manifest", r.manifest_path.string()}, {"code", to_string(r.error.code)}, {"message", r.error.message}});
       }
     }
     return ok(json::object{{"bitstreams", std::move(a)}, {"rejected", std::move(rejected)}});
   }
   if (seg.size() == 2 && m == "POST") {
-    return error(404, "not_found", "this manager has no bitstream registry");  // with one, route() took it
+    return error(Errc::not_found, "this manager has no bitstream registry");  // with one, route() took it
   }
   if (seg.size() == 2) return method_not_allowed(m, path);
   if (seg.size() == 3 || seg.size() == 4) {
-    if (!catalog_) return error(404, "not_found", "this manager has no bitstream registry");
+    if (!catalog_) return error(Errc::not_found, "this manager has no bitstream registry");
     const std::string& name = seg[2];
     std::string version = seg.size() == 4 ? seg[3] : "";
     if (m == "GET") {
@@ -771,7 +757,7 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
     }
     if (m == "DELETE") {
       if (seg.size() != 4) {
-        return error(405, "method_not_allowed", "DELETE is not allowed on " + path + ": it needs a version, "
+        return error(Errc::method_not_allowed, "DELETE is not allowed on " + path + ": it needs a version, "
                                                 "/v1/bitstreams/{name}/{version}");
       }
       auto b = catalog_->registry()->get(name, version);
@@ -781,7 +767,7 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
         if (l.bitstream == name) users += (users.empty() ? "" : ", ") + std::to_string(l.id) + " (" + std::string(to_string(l.state)) + ")";
       }
       if (!users.empty()) {
-        return error(409, "conflict", "bitstream " + b->id() + " is in use by leases " + users +
+        return error(Errc::conflict, "bitstream " + b->id() + " is in use by leases " + users +
                                           "; delete it when they have ended");
       }
       if (auto s = catalog_->registry()->remove(name, version); !s) return from_error(s.error());
@@ -789,7 +775,7 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
     }
     return method_not_allowed(m, path);
   }
-  return error(404, "not_found", "no route " + m + " " + path);
+  return error(Errc::not_found, "no route " + m + " " + path);
 }
 
 }  // namespace accelpool::manager

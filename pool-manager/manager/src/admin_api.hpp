@@ -68,8 +68,8 @@ class AdminApi {
   // Who leads the managers of a shared (PostgreSQL) store, for GET /v1/leadership (docs/ha.md). Without one the
   // manager is alone on its SQLite store and says so.
   void set_leadership(std::function<Result<Leadership>()> leadership) { leadership_ = std::move(leadership); }
-  // A JSON error response: {"error":{"code":...,"message":...}}.
-  static ApiResponse error(int status, const std::string& code, const std::string& message);
+  // A JSON error response: {"error":{"code":...,"message":...}}, with the HTTP status of `code` (errors.hpp).
+  static ApiResponse error(Errc code, const std::string& message);
 
  private:
   PoolCore& core_;

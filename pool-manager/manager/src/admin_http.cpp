@@ -131,12 +131,13 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
     }
     if (ec) {
       ApiResponse r = ec == http::error::body_limit
-                          ? AdminApi::error(413, "too_large", "the body is larger than " +
+                          ? AdminApi::error(Errc::too_large, "the body is larger than " +
                                                                    std::to_string(server_->limits.max_body_bytes) + " bytes")
                       : ec == http::error::header_limit
-                          ? AdminApi::error(431, "too_large", "the request headers are larger than " +
+                          ? AdminApi::error(Errc::too_large, "the request headers are larger than " +
                                                                    std::to_string(server_->limits.max_header_bytes) + " bytes")
-                          : AdminApi::error(400, "bad_request", "malformed HTTP request: " + ec.message());
+                          : AdminApi::error(Errc::bad_request, "malformed HTTP request: " + ec.message());
+      if (ec == http::error::header_limit) r.status = 431;  // too_large's status is 413, for a body; 431 for headers
       return write(r, 11, false);
     }
     auto& req = parser_->get();
@@ -203,7 +204,7 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
     auto admitted = server_->api.stream_viewer(in);
     if (auto* refusal = std::get_if<ApiResponse>(&admitted)) return write(*refusal, version, false);
     if (!in.body.empty()) {
-      return write(AdminApi::error(400, "invalid_argument", "GET /v1/events takes no body"), version, false);
+      return write(AdminApi::error(Errc::invalid_argument, "GET /v1/events takes no body"), version, false);
     }
     viewer_ = std::get<Viewer>(admitted);
     lowest().expires_never();
@@ -338,13 +339,13 @@ Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, c
   }
   beast::error_code ec;
   auto addr = asio::ip::make_address(address, ec);
-  if (ec) return make_error("listen", "admin address '" + address + "': " + ec.message());
+  if (ec) return make_error(Errc::listen, "admin address '" + address + "': " + ec.message());
   tcp::endpoint ep(addr, port);
   impl->listening.acceptor.open(ep.protocol(), ec);
   if (!ec) impl->listening.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl->listening.acceptor.bind(ep, ec);
   if (!ec) impl->listening.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return make_error("listen", "admin API on " + address + ":" + std::to_string(port) + ": " + ec.message());
+  if (ec) return make_error(Errc::listen, "admin API on " + address + ":" + std::to_string(port) + ": " + ec.message());
   impl->listening.backoff =
       common::AcceptBackoff("admin API " + address + ":" + std::to_string(impl->listening.acceptor.local_endpoint().port()));
   impl->accept();

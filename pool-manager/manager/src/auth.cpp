@@ -86,24 +86,24 @@ void AdminTokens::put(const std::string& name, std::string hash, MetaRows& rows)
 
 Result<std::string> AdminTokens::issue(const std::string& name, bool replace, MetaRows& rows) {
   if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), common::is_name_char)) {
-    return make_error("invalid_argument", "admin token name '" + name + "' must be 1-64 characters of [A-Za-z0-9._:-]");
+    return make_error(Errc::invalid_argument, "admin token name '" + name + "' must be 1-64 characters of [A-Za-z0-9._:-]");
   }
   bool exists = by_name_.count(name) > 0;
-  if (replace && !exists) return make_error("not_found", "no admin token named " + name);
-  if (!replace && exists) return make_error("conflict", "admin token " + name + " exists (rotate it instead)");
+  if (replace && !exists) return make_error(Errc::not_found, "no admin token named " + name);
+  if (!replace && exists) return make_error(Errc::conflict, "admin token " + name + " exists (rotate it instead)");
   std::string token = generate_token("apa_");
   put(name, sha256_hex(token), rows);
   return token;
 }
 
 Status AdminTokens::set(const std::string& name, const std::string& token, MetaRows& rows) {
-  if (token.size() < 16) return make_error("invalid_argument", "an admin token needs at least 16 characters");
+  if (token.size() < 16) return make_error(Errc::invalid_argument, "an admin token needs at least 16 characters");
   put(name, sha256_hex(token), rows);
   return Status::ok();
 }
 
 Status AdminTokens::revoke(const std::string& name, MetaRows& rows) {
-  if (!by_name_.count(name)) return make_error("not_found", "no admin token named " + name);
+  if (!by_name_.count(name)) return make_error(Errc::not_found, "no admin token named " + name);
   put(name, "", rows);
   return Status::ok();
 }

@@ -25,7 +25,7 @@ Status check_keys(const std::filesystem::path& file, const toml::table& t, const
                   const std::string& table) {
   for (const auto& [k, v] : t) {
     if (!known.count(std::string(k.str()))) {
-      return make_error("config", where(file, v) + ": unknown key '" + std::string(k.str()) + "' in " + table);
+      return make_error(Errc::invalid_config, where(file, v) + ": unknown key '" + std::string(k.str()) + "' in " + table);
     }
   }
   return Status::ok();
@@ -39,12 +39,12 @@ Result<std::vector<const toml::table*>> tables_in(const std::filesystem::path& f
   const auto* arr = n.as_array();
   if (!arr) {
     const std::string syntax = entry.rfind("[[", 0) == 0 ? " (" + entry + ")" : "";
-    return make_error("config", where(file, n) + ": " + name + " must be an array of tables" + syntax);
+    return make_error(Errc::invalid_config, where(file, n) + ": " + name + " must be an array of tables" + syntax);
   }
   std::vector<const toml::table*> tables;
   for (const auto& e : *arr) {
     const auto* t = e.as_table();
-    if (!t) return make_error("config", where(file, e) + ": each " + entry + " entry must be a table");
+    if (!t) return make_error(Errc::invalid_config, where(file, e) + ": each " + entry + " entry must be a table");
     if (auto s = check_keys(file, *t, known, entry); !s) return s.error();
     tables.push_back(t);
   }
@@ -57,13 +57,13 @@ Status read(const std::filesystem::path& file, const toml::table& t, const char*
   if (!n) return Status::ok();
   if constexpr (std::is_same_v<T, std::string>) {
     if (auto v = n->value<std::string>()) { out = *v; return Status::ok(); }
-    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be a string");
+    return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be a string");
   } else if constexpr (std::is_same_v<T, bool>) {
     if (auto v = n->value<bool>(); v && n->is_boolean()) { out = *v; return Status::ok(); }
-    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be true or false");
+    return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be true or false");
   } else if constexpr (std::is_floating_point_v<T>) {
     if (n->is_number()) { out = *n->value<double>(); return Status::ok(); }
-    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be a number");
+    return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be a number");
   } else {
     if (n->is_integer()) {
       auto v = *n->value<std::int64_t>();
@@ -72,7 +72,7 @@ Status read(const std::filesystem::path& file, const toml::table& t, const char*
         return Status::ok();
       }
     }
-    return make_error("config", where(file, *n) + ": " + table + "." + key + " must be a non-negative integer");
+    return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be a non-negative integer");
   }
 }
 
@@ -98,7 +98,7 @@ Status read_tls(const std::filesystem::path& file, const toml::table& t, const s
   ACCELPOOL_TRY(path("tls_key", out.key));
   if (client_ca) ACCELPOOL_TRY(path("tls_client_ca", out.client_ca));
   auto ctx = server_tls(out, table);
-  if (!ctx) return make_error("config", where(file, *n) + ": " + ctx.error().message);
+  if (!ctx) return make_error(Errc::invalid_config, where(file, *n) + ": " + ctx.error().message);
   return Status::ok();
 }
 
@@ -118,7 +118,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
   } catch (const toml::parse_error& e) {
     std::ostringstream o;
     o << file.string() << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
-    return make_error("config", o.str());
+    return make_error(Errc::invalid_config, o.str());
   }
   Config c;
   ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams", "ha", "log", "metrics"}, "the top level"));
@@ -127,7 +127,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
   c.data_dir = data_dir;
   if (c.data_dir.is_relative()) c.data_dir = file.parent_path() / c.data_dir;
   for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents", "bitstreams", "ha"}) {
-    if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
+    if (root.get(name) && !sub(root, name)) return make_error(Errc::invalid_config, where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "store")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"file", "full_sync", "url"}, "[store]"));
@@ -136,11 +136,11 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "url", c.store_url, "store"));
     if (const auto* n = t->get("url")) {
       if (c.store_url.rfind("postgresql://", 0) != 0 && c.store_url.rfind("postgres://", 0) != 0) {
-        return make_error("config", where(file, *n) + ": store.url must be a PostgreSQL URL (postgresql://...)");
+        return make_error(Errc::invalid_config, where(file, *n) + ": store.url must be a PostgreSQL URL (postgresql://...)");
       }
       for (const char* sqlite_only : {"file", "full_sync"}) {
         if (t->get(sqlite_only)) {
-          return make_error("config", where(file, *t->get(sqlite_only)) + ": store." + sqlite_only +
+          return make_error(Errc::invalid_config, where(file, *t->get(sqlite_only)) + ": store." + sqlite_only +
                                           " is for the SQLite store; it cannot go with store.url");
         }
       }
@@ -149,13 +149,13 @@ Result<Config> load_config(const std::filesystem::path& file) {
   if (auto* t = sub(root, "ha")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"name", "leader_timeout_s", "standby_poll_s"}, "[ha]"));
     if (c.store_url.empty()) {
-      return make_error("config", where(file, *t) + ": [ha] needs the PostgreSQL store ([store] url)");
+      return make_error(Errc::invalid_config, where(file, *t) + ": [ha] needs the PostgreSQL store ([store] url)");
     }
     ACCELPOOL_TRY(read(file, *t, "name", c.ha.name, "ha"));
     ACCELPOOL_TRY(read(file, *t, "leader_timeout_s", c.ha.leader_timeout_s, "ha"));
     ACCELPOOL_TRY(read(file, *t, "standby_poll_s", c.ha.standby_poll_s, "ha"));
-    if (!(c.ha.leader_timeout_s > 0)) return make_error("config", where(file, *t) + ": ha.leader_timeout_s must be > 0");
-    if (!(c.ha.standby_poll_s > 0)) return make_error("config", where(file, *t) + ": ha.standby_poll_s must be > 0");
+    if (!(c.ha.leader_timeout_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": ha.leader_timeout_s must be > 0");
+    if (!(c.ha.standby_poll_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": ha.standby_poll_s must be > 0");
   }
   if (auto* t = sub(root, "guest")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s", "tls_cert", "tls_key"}, "[guest]"));
@@ -165,8 +165,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "network_thread", c.guest_network_thread, "guest"));
     ACCELPOOL_TRY(read(file, *t, "max_silent", c.guest_max_silent, "guest"));
     ACCELPOOL_TRY(read(file, *t, "hello_timeout_s", c.guest_hello_timeout_s, "guest"));
-    if (c.guest_max_silent < 1) return make_error("config", where(file, *t) + ": guest.max_silent must be >= 1");
-    if (!(c.guest_hello_timeout_s > 0)) return make_error("config", where(file, *t) + ": guest.hello_timeout_s must be > 0");
+    if (c.guest_max_silent < 1) return make_error(Errc::invalid_config, where(file, *t) + ": guest.max_silent must be >= 1");
+    if (!(c.guest_hello_timeout_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": guest.hello_timeout_s must be > 0");
   }
   if (auto* t = sub(root, "admin")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"listen", "header_timeout_s", "max_connections_per_source", "tls_cert", "tls_key"}, "[admin]"));
@@ -174,9 +174,9 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "listen", c.admin_listen, "admin"));
     ACCELPOOL_TRY(read(file, *t, "header_timeout_s", c.admin_header_timeout_s, "admin"));
     ACCELPOOL_TRY(read(file, *t, "max_connections_per_source", c.admin_max_connections_per_source, "admin"));
-    if (!(c.admin_header_timeout_s > 0)) return make_error("config", where(file, *t) + ": admin.header_timeout_s must be > 0");
+    if (!(c.admin_header_timeout_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": admin.header_timeout_s must be > 0");
     if (c.admin_max_connections_per_source < 1) {
-      return make_error("config", where(file, *t) + ": admin.max_connections_per_source must be >= 1");
+      return make_error(Errc::invalid_config, where(file, *t) + ": admin.max_connections_per_source must be >= 1");
     }
   }
   if (auto* t = sub(root, "leases")) {
@@ -187,16 +187,16 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "history", c.core.history, "leases"));
     ACCELPOOL_TRY(read(file, *t, "max_per_guest", c.core.max_live_per_guest, "leases"));
     if (c.core.max_live_per_guest < 1 || c.core.max_live_per_guest > 5000) {
-      return make_error("config", file.string() + ": leases.max_per_guest must be in [1, 5000]");
+      return make_error(Errc::invalid_config, file.string() + ": leases.max_per_guest must be in [1, 5000]");
     }
     double keep_days = c.core.keep_ended_s / 86400;
     ACCELPOOL_TRY(read(file, *t, "keep_ended_days", keep_days, "leases"));
     if (!(keep_days >= 0) || keep_days > 36500) {
-      return make_error("config", file.string() + ": leases.keep_ended_days must be in [0, 36500]");
+      return make_error(Errc::invalid_config, file.string() + ": leases.keep_ended_days must be in [0, 36500]");
     }
     c.core.keep_ended_s = keep_days * 86400;
-    if (!(c.core.lease_ttl_s > 0)) return make_error("config", file.string() + ": leases.ttl_s must be > 0");
-    if (!(c.core.revoke_grace_s >= 0)) return make_error("config", file.string() + ": leases.revoke_grace_s must be >= 0");
+    if (!(c.core.lease_ttl_s > 0)) return make_error(Errc::invalid_config, file.string() + ": leases.ttl_s must be > 0");
+    if (!(c.core.revoke_grace_s >= 0)) return make_error(Errc::invalid_config, file.string() + ": leases.revoke_grace_s must be >= 0");
   }
   if (auto* t = sub(root, "scheduler")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"policy"}, "[scheduler]"));
@@ -213,7 +213,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(check_keys(file, *t, {"dir", "seed"}, "[bitstreams]"));
     std::string dir, seed;
     ACCELPOOL_TRY(read(file, *t, "dir", dir, "bitstreams"));
-    if (t->get("dir") && dir.empty()) return make_error("config", where(file, *t->get("dir")) + ": bitstreams.dir must not be empty");
+    if (t->get("dir") && dir.empty()) return make_error(Errc::invalid_config, where(file, *t->get("dir")) + ": bitstreams.dir must not be empty");
     if (!dir.empty()) {
       c.bitstreams.dir = dir;
       if (c.bitstreams.dir.is_relative()) c.bitstreams.dir = file.parent_path() / c.bitstreams.dir;
@@ -230,16 +230,16 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read_tls(file, *t, "agents", true, c.agents.tls));
     if (const toml::node* ln = t->get("listen")) {
       const auto* arr = ln->as_array();
-      if (!arr) return make_error("config", where(file, *ln) + ": agents.listen must be an array of strings");
+      if (!arr) return make_error(Errc::invalid_config, where(file, *ln) + ": agents.listen must be an array of strings");
       for (const auto& a : *arr) {
         auto v = a.value<std::string>();
         if (!a.is_string() || !v || v->empty()) {
-          return make_error("config", where(file, a) + ": agents.listen entries must be \"IP:PORT\" or \"unix:PATH\"");
+          return make_error(Errc::invalid_config, where(file, a) + ": agents.listen entries must be \"IP:PORT\" or \"unix:PATH\"");
         }
         if (v->rfind("unix:", 0) != 0) {
-          if (auto ep = parse_endpoint(*v); !ep) return make_error("config", where(file, a) + ": agents.listen: " + ep.error().message);
+          if (auto ep = parse_endpoint(*v); !ep) return make_error(Errc::invalid_config, where(file, a) + ": agents.listen: " + ep.error().message);
         } else if (v->size() == 5) {
-          return make_error("config", where(file, a) + ": agents.listen: 'unix:' needs a path");
+          return make_error(Errc::invalid_config, where(file, a) + ": agents.listen: 'unix:' needs a path");
         }
         c.agents.listen.push_back(*v);
       }
@@ -249,23 +249,23 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "token_file", token_file, "agents"));
     if (!token_file.empty()) {
       if (!c.agents.token.empty()) {
-        return make_error("config", where(file, *t->get("token_file")) + ": agents.token and agents.token_file exclude each other");
+        return make_error(Errc::invalid_config, where(file, *t->get("token_file")) + ": agents.token and agents.token_file exclude each other");
       }
       std::filesystem::path tf = token_file;
       if (tf.is_relative()) tf = file.parent_path() / tf;
       std::ifstream in(tf);
-      if (!in) return make_error("config", where(file, *t->get("token_file")) + ": agents.token_file: cannot read " + tf.string());
+      if (!in) return make_error(Errc::invalid_config, where(file, *t->get("token_file")) + ": agents.token_file: cannot read " + tf.string());
       std::getline(in, c.agents.token);
       while (!c.agents.token.empty() && (c.agents.token.back() == '\r' || c.agents.token.back() == ' ')) c.agents.token.pop_back();
     }
     ACCELPOOL_TRY(read(file, *t, "heartbeat_timeout_ms", c.agents.heartbeat_timeout_ms, "agents"));
     ACCELPOOL_TRY(read(file, *t, "max_connections", c.agents.max_connections, "agents"));
-    if (c.agents.max_connections < 1) return make_error("config", where(file, *t) + ": agents.max_connections must be >= 1");
+    if (c.agents.max_connections < 1) return make_error(Errc::invalid_config, where(file, *t) + ": agents.max_connections must be >= 1");
     if (c.agents.heartbeat_timeout_ms < 1 || c.agents.heartbeat_timeout_ms > 3600000) {
-      return make_error("config", where(file, *t) + ": agents.heartbeat_timeout_ms must be in 1..3600000");
+      return make_error(Errc::invalid_config, where(file, *t) + ": agents.heartbeat_timeout_ms must be in 1..3600000");
     }
     if (!c.agents.listen.empty() && c.agents.token.size() < 16) {
-      return make_error("config", where(file, *t) + ": agents.token (or agents.token_file) must hold at least 16 characters when agents.listen is set");
+      return make_error(Errc::invalid_config, where(file, *t) + ": agents.token (or agents.token_file) must hold at least 16 characters when agents.listen is set");
     }
   }
   if (const toml::node* hn = root.get("hosts")) {
@@ -281,7 +281,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
           else if (v.is_integer()) hc.settings[std::string(k.str())] = std::to_string(*v.value<std::int64_t>());
           else if (v.is_floating_point()) hc.settings[std::string(k.str())] = std::to_string(*v.value<double>());
           else if (v.is_boolean()) hc.settings[std::string(k.str())] = *v.value<bool>() ? "true" : "false";
-          else return make_error("config", where(file, v) + ": hosts.settings." + std::string(k.str()) + " must be a string, number or boolean");
+          else return make_error(Errc::invalid_config, where(file, v) + ": hosts.settings." + std::string(k.str()) + " must be a string, number or boolean");
         }
       }
       if (const toml::node* dn = t->get("devices")) {
@@ -297,20 +297,20 @@ Result<Config> load_config(const std::filesystem::path& file) {
           ACCELPOOL_TRY(read(file, *dt, "attach", attach, "hosts.devices"));
           ACCELPOOL_TRY(read(file, *dt, "slots", g.slots, "hosts.devices"));
           if (g.slots > kMaxSlotsPerDevice) {
-            return make_error("config", where(file, *dt) + ": hosts.devices.slots must be in 0.." +
+            return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.slots must be in 0.." +
                                             std::to_string(kMaxSlotsPerDevice));
           }
           if (attach != "network" && attach != "passthrough") {
-            return make_error("config", where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
+            return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
           }
-          if (count < 1 || count > 100000) return make_error("config", where(file, *dt) + ": hosts.devices.count must be in 1..100000");
+          if (count < 1 || count > 100000) return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.count must be in 1..100000");
           g.count = static_cast<int>(count);
           g.passthrough = attach == "passthrough";
           hc.devices.push_back(g);
         }
       }
       if (hc.backend != "static") {
-        if (auto b = host_backends(hc); !b) return make_error("config", where(file, *t) + ": " + b.error().message);
+        if (auto b = host_backends(hc); !b) return make_error(Errc::invalid_config, where(file, *t) + ": " + b.error().message);
       }
       c.hosts.push_back(std::move(hc));
     }
@@ -323,12 +323,12 @@ Result<Config> load_config(const std::filesystem::path& file) {
       ACCELPOOL_TRY(read(file, *t, "name", tc.name, "tenants"));
       ACCELPOOL_TRY(read(file, *t, "weight", tc.weight, "tenants"));
       ACCELPOOL_TRY(read(file, *t, "max_devices", tc.max_devices, "tenants"));
-      if (tc.name.empty()) return make_error("config", where(file, *t) + ": tenants.name is required");
+      if (tc.name.empty()) return make_error(Errc::invalid_config, where(file, *t) + ": tenants.name is required");
       c.tenants.push_back(tc);
     }
   }
   for (const char* name : {"log", "metrics"}) {
-    if (root.get(name) && !sub(root, name)) return make_error("config", where(file, *root.get(name)) + ": " + name + " must be a table");
+    if (root.get(name) && !sub(root, name)) return make_error(Errc::invalid_config, where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "log")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"level", "format"}, "[log]"));
@@ -337,12 +337,12 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "format", format, "log"));
     if (t->get("level")) {
       auto l = log::parse_level(level);
-      if (!l) return make_error("config", where(file, *t->get("level")) + ": log.level must be \"debug\", \"info\", \"warn\" or \"error\"");
+      if (!l) return make_error(Errc::invalid_config, where(file, *t->get("level")) + ": log.level must be \"debug\", \"info\", \"warn\" or \"error\"");
       c.log.level = *l;
     }
     if (t->get("format")) {
       auto f = log::parse_format(format);
-      if (!f) return make_error("config", where(file, *t->get("format")) + ": log.format must be \"text\" or \"json\"");
+      if (!f) return make_error(Errc::invalid_config, where(file, *t->get("format")) + ": log.format must be \"text\" or \"json\"");
       c.log.format = *f;
     }
   }
@@ -351,10 +351,10 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "token", c.metrics.token, "metrics"));
     ACCELPOOL_TRY(read(file, *t, "max_label_values", c.metrics.max_label_values, "metrics"));
     if (t->get("token") && c.metrics.token.size() < 16) {
-      return make_error("config", where(file, *t->get("token")) + ": metrics.token must be at least 16 characters");
+      return make_error(Errc::invalid_config, where(file, *t->get("token")) + ": metrics.token must be at least 16 characters");
     }
     if (c.metrics.max_label_values < 1 || c.metrics.max_label_values > 1000) {
-      return make_error("config", where(file, *t) + ": metrics.max_label_values must be in 1..1000");
+      return make_error(Errc::invalid_config, where(file, *t) + ": metrics.max_label_values must be in 1..1000");
     }
   }
   return c;
@@ -405,12 +405,12 @@ Result<std::vector<HostBackend>> host_backends(const HostConfig& host) {
     auto plus = rest.find('+');
     std::string name(rest.substr(0, plus));
     if (name.empty() || name == "static") {
-      return make_error("config", "host " + host.name + ": backend '" + host.backend +
+      return make_error(Errc::invalid_config, "host " + host.name + ": backend '" + host.backend +
                                       "' must be one backend name or several joined with '+' (e.g. \"sim+opencl\"); "
                                       "\"static\" stands alone");
     }
     for (const auto& b : out) {
-      if (b.name == name) return make_error("config", "host " + host.name + ": backend '" + name + "' is listed twice");
+      if (b.name == name) return make_error(Errc::invalid_config, "host " + host.name + ": backend '" + name + "' is listed twice");
     }
     out.push_back({name, {}});
     if (plus == std::string_view::npos) break;
@@ -432,7 +432,7 @@ Result<std::vector<HostBackend>> host_backends(const HostConfig& host) {
       }
     }
     if (!placed) {
-      return make_error("config", "host " + host.name + ": settings key '" + key + "' must be '<backend>.<key>' for one of " +
+      return make_error(Errc::invalid_config, "host " + host.name + ": settings key '" + key + "' must be '<backend>.<key>' for one of " +
                                       host.backend + " (the host has several backends)");
     }
   }
@@ -442,13 +442,13 @@ Result<std::vector<HostBackend>> host_backends(const HostConfig& host) {
 Result<std::pair<std::string, unsigned short>> parse_endpoint(const std::string& text) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) {
-    return make_error("config", "endpoint '" + text + "' must look like ADDRESS:PORT, e.g. 127.0.0.1:7070");
+    return make_error(Errc::invalid_config, "endpoint '" + text + "' must look like ADDRESS:PORT, e.g. 127.0.0.1:7070");
   }
   std::string host = text.substr(0, colon);
   unsigned port = 0;
   auto r = std::from_chars(text.data() + colon + 1, text.data() + text.size(), port);
   if (r.ec != std::errc() || r.ptr != text.data() + text.size() || port > 65535) {
-    return make_error("config", "endpoint '" + text + "': the port must be a number in 0..65535");
+    return make_error(Errc::invalid_config, "endpoint '" + text + "': the port must be a number in 0..65535");
   }
   return std::make_pair(host, static_cast<unsigned short>(port));
 }

@@ -37,7 +37,7 @@ struct HostBackend {
 };
 
 // The backends a device-backend host lists, with their settings: with one backend every settings key is its own;
-// with several ("sim+opencl") each key must be "<backend>.<key>" for one of them. Errors: "config" naming the host
+// with several ("sim+opencl") each key must be "<backend>.<key>" for one of them. Errors: "invalid_config" naming the host
 // and the key.
 Result<std::vector<HostBackend>> host_backends(const HostConfig& host);
 
@@ -64,7 +64,7 @@ struct TlsConfig {
   bool enabled() const { return !cert.empty(); }
 };
 
-// The server context of `tls` ([`table`] names the keys in errors); nullptr when TLS is off. Errors: "config"
+// The server context of `tls` ([`table`] names the keys in errors); nullptr when TLS is off. Errors: "invalid_config"
 // naming the key and the file (common::tls::server_context).
 Result<common::tls::Context> server_tls(const TlsConfig& tls, const std::string& table);
 
@@ -143,12 +143,12 @@ struct Config {
 // <exe>/../share/accelpool/bitstreams (installed); "" when neither exists.
 std::filesystem::path default_bitstream_seed();
 
-// Reads a TOML file. Errors: "config" naming the file, line and key.
+// Reads a TOML file. Errors: "invalid_config" naming the file, line and key.
 Result<Config> load_config(const std::filesystem::path& file);
 // The settings used with no config file.
 Config default_config();
 
-// "127.0.0.1:7070" -> host, port. Errors: "config".
+// "127.0.0.1:7070" -> host, port. Errors: "invalid_config".
 Result<std::pair<std::string, unsigned short>> parse_endpoint(const std::string& text);
 
 }  // namespace accelpool::manager

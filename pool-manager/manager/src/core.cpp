@@ -28,6 +28,15 @@ bool valid_name(const std::string& s, std::size_t max_len) {
   return !s.empty() && s.size() <= max_len && std::all_of(s.begin(), s.end(), common::is_name_char);
 }
 
+// The error code of a scheduler's rejection: its kind survives up to the APIs.
+Errc errc_of(const sched::Rejection& rejection) {
+  switch (rejection.kind) {
+    case sched::Rejection::Kind::infeasible: return Errc::infeasible;
+    case sched::Rejection::Kind::invalid: return Errc::invalid_argument;
+  }
+  return Errc::internal;
+}
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   p.count = v.size();
@@ -62,9 +71,9 @@ std::string device_state_name(std::optional<sched::DeviceState> s) {
 // A drain deadline is a number of seconds from now, and only a drain has one.
 std::optional<Error> check_drain_deadline(bool draining, std::optional<double> deadline_s) {
   if (!deadline_s) return std::nullopt;
-  if (!draining) return make_error("invalid_argument", "'deadline_s' applies to drain only");
+  if (!draining) return make_error(Errc::invalid_argument, "'deadline_s' applies to drain only");
   if (!std::isfinite(*deadline_s) || *deadline_s < 0 || *deadline_s > kMaxDrainDeadlineS) {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       "'deadline_s' must be a number of seconds in [0, " + std::to_string(static_cast<long>(kMaxDrainDeadlineS)) + "]");
   }
   return std::nullopt;
@@ -363,8 +372,9 @@ struct PoolCore::Impl {
     }
     Lease* l = find_lease(id);
     bool current = l && epoch[id] == ep && (l->state == LeaseState::granted || l->state == LeaseState::revoking);
-    const std::string code = s ? std::string() : s.error().code;
-    if (code == "checksum_mismatch" || code == "corrupt_image" || code == "missing_file" || code == "incompatible") {
+    const Errc code = s ? Errc::internal : s.error().code;
+    if (!s && (code == Errc::checksum_mismatch || code == Errc::corrupt_image || code == Errc::missing_file ||
+               code == Errc::incompatible)) {
       // The image is at fault, not the device: it was not touched and stays usable; the lease ends, saying why.
       log::warn("device not programmed", {{"device", name}, {"lease", id}, {"error", s.error().message}});
       if (current) end_lease(*l, LeaseState::revoked, "bitstream " + l->bitstream + ": " + s.error().message, t);
@@ -420,7 +430,7 @@ struct PoolCore::Impl {
 
   // Drains or undrains one device. `deadline_at`: when a lease still on it is revoked (draining only).
   Status drain(DeviceRecord& d, bool draining, std::optional<double> deadline_at, double t, sched::Decisions& out) {
-    if (auto r = scheduler->set_draining(d.sched_id, draining, t, out)) return make_error("invalid_state", r->error);
+    if (auto r = scheduler->set_draining(d.sched_id, draining, t, out)) return make_error(Errc::invalid_state, r->error);
     d.draining = draining;
     touch(d);
     bool had_deadline = drain_deadlines.erase(d.name) > 0;
@@ -580,12 +590,12 @@ struct PoolCore::Impl {
     Lease* l = find_lease(id);
     if (!l) {
       if (const Lease* e = find_any(id); e && caller.owns(*e)) {
-        return make_error("invalid_state", "lease " + std::to_string(id) + " has already ended (" +
+        return make_error(Errc::invalid_state, "lease " + std::to_string(id) + " has already ended (" +
                                                std::string(to_string(e->state)) + ")");
       }
-      return make_error("not_found", "no lease " + std::to_string(id));
+      return make_error(Errc::not_found, "no lease " + std::to_string(id));
     }
-    if (!caller.owns(*l)) return make_error("not_found", "no lease " + std::to_string(id));
+    if (!caller.owns(*l)) return make_error(Errc::not_found, "no lease " + std::to_string(id));
     return l;
   }
 
@@ -631,7 +641,7 @@ struct PoolCore::Impl {
     }
     std::string error;
     auto estimator = sched::RuntimeEstimator::from_state(state, &error);
-    if (!estimator) return make_error("corrupt", "learned run times: " + error);
+    if (!estimator) return make_error(Errc::corrupt, "learned run times: " + error);
     scheduler->set_estimator(std::move(*estimator));
     return Status::ok();
   }
@@ -724,7 +734,7 @@ struct PoolCore::Impl {
       const sched::KindId kind = kinds.intern(rec.kind);
       const bool new_model = !models_of_kind(kind).find(rec.model);
       if (auto r = scheduler->add_slot(sched_device(rec), parent.sched_id, t, out)) {
-        return make_error("invalid_argument", "slot " + name + ": " + r->error);
+        return make_error(Errc::invalid_argument, "slot " + name + ": " + r->error);
       }
       if (new_model) widen_models(kind, t, out);
     }
@@ -743,7 +753,7 @@ struct PoolCore::Impl {
     for (auto& d : snap.devices) {
       next_sched_id = std::max(next_sched_id, d.sched_id + 1);
       auto [at, added] = devices.try_emplace(d.name);
-      if (!added) return make_error("corrupt", "device " + d.name + " is stored twice");
+      if (!added) return make_error(Errc::corrupt, "device " + d.name + " is stored twice");
       DeviceRecord& rec = at->second;
       rec = std::move(d);  // its name was copied into the key first
       by_sched_id[rec.sched_id] = &rec;
@@ -782,7 +792,7 @@ struct PoolCore::Impl {
     sched::Decisions out;
     for (auto& [name, d] : devices) {
       if (auto r = scheduler->add_device(sched_device(d), t, out)) {
-        return make_error("corrupt", "device " + name + ": " + r->error);
+        return make_error(Errc::corrupt, "device " + name + ": " + r->error);
       }
     }
     std::vector<Lease*> orphans;
@@ -850,7 +860,7 @@ PoolCore::~PoolCore() = default;
 
 Result<std::unique_ptr<PoolCore>> PoolCore::create(CoreOptions options, const Clock& clock, Store& store) {
   if (!(options.lease_ttl_s > 0) || !(options.revoke_grace_s >= 0)) {
-    return make_error("config", "lease TTL must be > 0 and revocation grace >= 0");
+    return make_error(Errc::invalid_config, "lease TTL must be > 0 and revocation grace >= 0");
   }
   auto snap = store.load(options.history);
   if (!snap) return snap.error();
@@ -860,9 +870,9 @@ Result<std::unique_ptr<PoolCore>> PoolCore::create(CoreOptions options, const Cl
   if (auto it = meta.find("policy"); it != meta.end() && meta["policy_config"] == options.policy) spec_text = it->second;
   std::string error;
   auto spec = sched::PolicySpec::parse(spec_text, &error);
-  if (!spec) return make_error("config", "policy '" + spec_text + "': " + error);
+  if (!spec) return make_error(Errc::invalid_config, "policy '" + spec_text + "': " + error);
   auto scheduler = sched::Scheduler::create(*spec, &error);
-  if (!scheduler) return make_error("config", "policy '" + spec_text + "': " + error);
+  if (!scheduler) return make_error(Errc::invalid_config, "policy '" + spec_text + "': " + error);
   auto impl = std::make_unique<Impl>(options, clock, store);
   impl->scheduler = std::move(scheduler);
   impl->policy_text = spec->to_string();
@@ -877,10 +887,10 @@ void PoolCore::add_listener(CoreListener* listener) { impl_->listeners.push_back
 Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport& report) {
   auto& m = *impl_;
   std::string name = host->name();
-  if (!valid_name(name, 64)) return make_error("invalid_argument", "host name '" + name + "' is not valid");
+  if (!valid_name(name, 64)) return make_error(Errc::invalid_argument, "host name '" + name + "' is not valid");
   const bool attached_before = m.hosts.count(name) > 0;
   const bool was_lost = m.lost_hosts.count(name) > 0;  // lost here, or before a restart
-  if (attached_before && !was_lost) return make_error("conflict", "host " + name + " is already attached");
+  if (attached_before && !was_lost) return make_error(Errc::conflict, "host " + name + " is already attached");
   auto found = host->devices();
   if (!found) return found.error();
   // Every name is checked before anything changes.
@@ -888,13 +898,13 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   reported.reserve(found->size());
   for (const auto& hd : *found) {
     if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
-      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' of kind '" +
+      return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id + "' of kind '" +
                                                 hd.kind + "' with characters outside [A-Za-z0-9._:-]");
     }
     if (!reported.insert(hd.local_id).second)
-      return make_error("invalid_argument", "host " + name + " reports device '" + hd.local_id + "' twice");
+      return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id + "' twice");
     if (hd.slots > kMaxSlotsPerDevice) {
-      return make_error("invalid_argument", "host " + name + " declares " + std::to_string(hd.slots) +
+      return make_error(Errc::invalid_argument, "host " + name + " declares " + std::to_string(hd.slots) +
                                                 " slots on device '" + hd.local_id + "' (at most " +
                                                 std::to_string(kMaxSlotsPerDevice) + ")");
     }
@@ -902,7 +912,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   for (const auto& hd : *found) {
     for (std::uint32_t n = 0; n < hd.slots; ++n) {
       if (reported.count(slot_local_id(hd.local_id, n))) {
-        return make_error("invalid_argument", "host " + name + " reports device '" + slot_local_id(hd.local_id, n) +
+        return make_error(Errc::invalid_argument, "host " + name + " reports device '" + slot_local_id(hd.local_id, n) +
                                                   "', the name of a slot of device '" + hd.local_id + "'");
       }
     }
@@ -933,7 +943,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       const sched::KindId kind = m.kinds.intern(rec.kind);
       const bool new_model = !m.models_of_kind(kind).find(rec.model);
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
-        return make_error("invalid_argument", "device " + dev_name + ": " + r->error);
+        return make_error(Errc::invalid_argument, "device " + dev_name + ": " + r->error);
       }
       if (new_model) m.widen_models(kind, t, out);
       if (!usable) {
@@ -989,7 +999,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
 
 Status PoolCore::host_lost(const std::string& host) {
   auto& m = *impl_;
-  if (!m.hosts.count(host)) return make_error("not_found", "no host " + host + " is attached");
+  if (!m.hosts.count(host)) return make_error(Errc::not_found, "no host " + host + " is attached");
   double t = m.now();
   sched::Decisions out;
   // The device records keep their own state; the scheduler stops granting them, preempting the leases holding
@@ -1010,7 +1020,7 @@ bool PoolCore::host_live(const std::string& host) const {
 Status PoolCore::set_device_usable(const std::string& name, bool usable) {
   auto& m = *impl_;
   auto it = m.devices.find(name);
-  if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  if (it == m.devices.end()) return make_error(Errc::not_found, "no device " + name);
   auto& d = it->second;
   if (usable && m.lost_hosts.count(d.host)) return Status::ok();
   if (d.available == usable) return Status::ok();
@@ -1054,11 +1064,11 @@ std::vector<Lease> PoolCore::end_guest_leases(const std::string& host, const std
 
 Result<std::string> PoolCore::create_tenant(const std::string& name, double weight, std::uint32_t max_devices) {
   auto& m = *impl_;
-  if (!valid_name(name, 64)) return make_error("invalid_argument", "tenant name must be 1-64 characters of [A-Za-z0-9._:-]");
+  if (!valid_name(name, 64)) return make_error(Errc::invalid_argument, "tenant name must be 1-64 characters of [A-Za-z0-9._:-]");
   if (!(weight > 0) || !std::isfinite(weight) || weight > 1e6) {
-    return make_error("invalid_argument", "tenant weight must be a number in (0, 1e6]");
+    return make_error(Errc::invalid_argument, "tenant weight must be a number in (0, 1e6]");
   }
-  if (m.tenants.count(name)) return make_error("conflict", "tenant " + name + " exists");
+  if (m.tenants.count(name)) return make_error(Errc::conflict, "tenant " + name + " exists");
   TenantRecord t{name, weight, max_devices, ""};
   std::string token = new_tenant_token(t);
   m.tenants[name] = t;
@@ -1073,9 +1083,9 @@ Status PoolCore::update_tenant(const std::string& name, std::optional<double> we
                                std::optional<std::uint32_t> max_devices) {
   auto& m = *impl_;
   auto it = m.tenants.find(name);
-  if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
+  if (it == m.tenants.end()) return make_error(Errc::not_found, "no tenant " + name);
   if (weight && (!(*weight > 0) || !std::isfinite(*weight) || *weight > 1e6)) {
-    return make_error("invalid_argument", "tenant weight must be a number in (0, 1e6]");
+    return make_error(Errc::invalid_argument, "tenant weight must be a number in (0, 1e6]");
   }
   if (weight) {
     it->second.weight = *weight;
@@ -1090,7 +1100,7 @@ Status PoolCore::update_tenant(const std::string& name, std::optional<double> we
 Result<std::string> PoolCore::rotate_tenant_token(const std::string& name) {
   auto& m = *impl_;
   auto it = m.tenants.find(name);
-  if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
+  if (it == m.tenants.end()) return make_error(Errc::not_found, "no tenant " + name);
   m.tenant_by_hash.erase(it->second.token_hash);
   std::string token = new_tenant_token(it->second);
   m.tenant_by_hash[it->second.token_hash] = name;
@@ -1107,22 +1117,22 @@ std::vector<TenantRecord> PoolCore::tenants() const {
 }
 
 Result<std::string> PoolCore::authenticate(const std::string& token) const {
-  if (token.empty() || token.size() > 256) return make_error("unauthorized", "missing or malformed token");
+  if (token.empty() || token.size() > 256) return make_error(Errc::unauthorized, "missing or malformed token");
   auto it = impl_->tenant_by_hash.find(sha256_hex(token));
-  if (it == impl_->tenant_by_hash.end()) return make_error("unauthorized", "unknown token");
+  if (it == impl_->tenant_by_hash.end()) return make_error(Errc::unauthorized, "unknown token");
   return it->second;
 }
 
 Status PoolCore::delete_tenant(const std::string& name) {
   auto& m = *impl_;
   auto it = m.tenants.find(name);
-  if (it == m.tenants.end()) return make_error("not_found", "no tenant " + name);
+  if (it == m.tenants.end()) return make_error(Errc::not_found, "no tenant " + name);
   std::string holding;
   for (const auto& [id, l] : m.live) {
     if (l.tenant == name) holding += (holding.empty() ? "" : ", ") + std::to_string(id) + " (" + std::string(to_string(l.state)) + ")";
   }
   if (!holding.empty()) {
-    return make_error("conflict", "tenant " + name + " has live leases " + holding +
+    return make_error(Errc::conflict, "tenant " + name + " has live leases " + holding +
                                       ": release or revoke them, then delete the tenant");
   }
   m.tenant_by_hash.erase(it->second.token_hash);
@@ -1164,26 +1174,26 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   auto& m = *impl_;
   AcquireParams p = asked;  // its kind becomes a slot kind for a partial image
   auto tit = m.tenants.find(p.tenant);
-  if (tit == m.tenants.end()) return make_error("not_found", "no tenant " + p.tenant);
+  if (tit == m.tenants.end()) return make_error(Errc::not_found, "no tenant " + p.tenant);
   if (!common::valid_guest_id(p.guest)) {
-    return make_error("invalid_argument", std::string("guest id must be ") + common::kGuestIdSyntax);
+    return make_error(Errc::invalid_argument, std::string("guest id must be ") + common::kGuestIdSyntax);
   }
-  if (!valid_name(p.kind, 64)) return make_error("invalid_argument", "kind must be 1-64 characters of [A-Za-z0-9._:-]");
+  if (!valid_name(p.kind, 64)) return make_error(Errc::invalid_argument, "kind must be 1-64 characters of [A-Za-z0-9._:-]");
   if (!p.bitstream.empty() && !valid_name(p.bitstream, 128)) {
-    return make_error("invalid_argument", "bitstream must be 1-128 characters of [A-Za-z0-9._:-]");
+    return make_error(Errc::invalid_argument, "bitstream must be 1-128 characters of [A-Za-z0-9._:-]");
   }
   if (!p.guest_host.empty() && !valid_name(p.guest_host, 64)) {
-    return make_error("invalid_argument", "guest_host must be 1-64 characters of [A-Za-z0-9._:-]");
+    return make_error(Errc::invalid_argument, "guest_host must be 1-64 characters of [A-Za-z0-9._:-]");
   }
-  if (p.count < 1 || p.count > 4096) return make_error("invalid_argument", "count must be in 1..4096");
+  if (p.count < 1 || p.count > 4096) return make_error(Errc::invalid_argument, "count must be in 1..4096");
   if (p.estimate_s && (!std::isfinite(*p.estimate_s) || *p.estimate_s < 0 || *p.estimate_s > 1e9)) {
-    return make_error("invalid_argument", "estimate_s must be a number in [0, 1e9]");
+    return make_error(Errc::invalid_argument, "estimate_s must be a number in [0, 1e9]");
   }
   if (!p.label.empty()) {
-    if (!valid_name(p.label, 64)) return make_error("invalid_argument", "label must be 1-64 characters of [A-Za-z0-9._:-]");
+    if (!valid_name(p.label, 64)) return make_error(Errc::invalid_argument, "label must be 1-64 characters of [A-Za-z0-9._:-]");
     const auto it = m.labels_of_tenant.find(p.tenant);
     if (it != m.labels_of_tenant.end() && it->second.size() >= kMaxLabelsPerTenant && !it->second.contains(p.label)) {
-      return make_error("quota_exceeded", "tenant " + p.tenant + " already gave " + std::to_string(kMaxLabelsPerTenant) +
+      return make_error(Errc::quota_exceeded, "tenant " + p.tenant + " already gave " + std::to_string(kMaxLabelsPerTenant) +
                                               " distinct labels, the most one tenant may use; reuse one of them or "
                                               "give none");
     }
@@ -1193,12 +1203,12 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     const bool slot_asked = p.kind.ends_with(":slot");
     if (*partial && !slot_asked) p.kind = slot_kind(p.kind);
     if (!*partial && slot_asked) {
-      return make_error("incompatible", "bitstream " + p.bitstream + " is a full image: it takes a whole device, not a "
+      return make_error(Errc::incompatible, "bitstream " + p.bitstream + " is a full image: it takes a whole device, not a "
                                         "slot (kind '" + p.kind + "')");
     }
   }
   const auto kind = m.kinds.find(p.kind);
-  if (!kind) return make_error("infeasible", "the pool has no device of kind '" + p.kind + "'");
+  if (!kind) return make_error(Errc::infeasible, "the pool has no device of kind '" + p.kind + "'");
   const auto compatible = m.compatible_of(p.bitstream);
   const sched::ModelSet fits = m.fitting_models(*kind, compatible);
   if (fits == 0) {
@@ -1206,7 +1216,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     for (const auto& c : *compatible) patterns += (patterns.empty() ? "" : ", ") + c;
     const sched::NameTable& table = m.models_of_kind(*kind);
     for (std::uint32_t i = 0; i < table.size(); ++i) listed += (listed.empty() ? "'" : ", '") + table.name(i) + "'";
-    return make_error("incompatible", "bitstream " + p.bitstream + " fits device models " + patterns +
+    return make_error(Errc::incompatible, "bitstream " + p.bitstream + " fits device models " + patterns +
                                           ", but the devices of kind '" + p.kind + "' are " + listed);
   }
   if (m.options.acquire_check) {
@@ -1214,7 +1224,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   }
   if (auto it = m.live_per_guest.find({p.tenant, p.guest});
       it != m.live_per_guest.end() && it->second >= m.options.max_live_per_guest) {
-    return make_error("quota_exceeded", "guest " + p.guest + " of tenant " + p.tenant + " holds or waits for " +
+    return make_error(Errc::quota_exceeded, "guest " + p.guest + " of tenant " + p.tenant + " holds or waits for " +
                                             std::to_string(it->second) + " leases, the most one guest may have " +
                                             "([leases] max_per_guest); release or cancel some first");
   }
@@ -1224,7 +1234,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
       if (l.tenant == p.tenant) used += l.count;
     }
     if (used + p.count > tit->second.max_devices) {
-      return make_error("quota_exceeded", "tenant " + p.tenant + " may hold or wait for at most " +
+      return make_error(Errc::quota_exceeded, "tenant " + p.tenant + " may hold or wait for at most " +
                                               std::to_string(tit->second.max_devices) + " devices (" +
                                               std::to_string(used) + " in use or queued)");
     }
@@ -1249,7 +1259,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     // The scheduler knows hosts by number: the guest's host is named here.
     std::string where = " (guest " + p.guest + " on host " + stored.guest_host + ")";
     m.live.erase(r.id);
-    return make_error("infeasible", rej->error + where);
+    return make_error(errc_of(*rej), rej->error + where);
   }
   m.count_live(stored, true);
   m.last_id = r.id;
@@ -1266,7 +1276,7 @@ Result<Lease> PoolCore::cancel(const Caller& caller, LeaseId id) {
   auto l = m.owned(caller, id);
   if (!l) return l.error();
   if ((*l)->state != LeaseState::queued) {
-    return make_error("invalid_state", "lease " + std::to_string(id) + " is " + std::string(to_string((*l)->state)) +
+    return make_error(Errc::invalid_state, "lease " + std::to_string(id) + " is " + std::string(to_string((*l)->state)) +
                                            ", not queued: release it instead");
   }
   m.end_lease(**l, LeaseState::cancelled, "cancelled by the guest", m.now());
@@ -1334,7 +1344,7 @@ Result<Lease> PoolCore::get(const Caller& caller, LeaseId id) const {
     if (!stored) return stored.error();
     found = std::move(*stored);
   }
-  if (!found || !caller.owns(*found)) return make_error("not_found", "no lease " + std::to_string(id));
+  if (!found || !caller.owns(*found)) return make_error(Errc::not_found, "no lease " + std::to_string(id));
   return std::move(*found);
 }
 
@@ -1422,7 +1432,7 @@ std::vector<DeviceView> PoolCore::devices() const {
 
 Result<DeviceView> PoolCore::device(const std::string& name) const {
   auto it = impl_->devices.find(name);
-  if (it == impl_->devices.end()) return make_error("not_found", "no device " + name);
+  if (it == impl_->devices.end()) return make_error(Errc::not_found, "no device " + name);
   DeviceView v;
   v.record = it->second;
   v.record.available = impl_->grantable(it->second);  // a lost host's devices are shown unavailable
@@ -1463,7 +1473,7 @@ DevicePage PoolCore::device_page(const DeviceFilter& filter, const PageSpec& spe
 
 Result<HostView> PoolCore::host(const std::string& host) const {
   auto it = impl_->host_table.find(host);
-  if (it == impl_->host_table.end()) return make_error("not_found", "no host " + host);
+  if (it == impl_->host_table.end()) return make_error(Errc::not_found, "no host " + host);
   return HostView{host, host_live(host), host_draining(host), it->second.devices.size()};
 }
 
@@ -1498,7 +1508,7 @@ std::uint64_t PoolCore::host_device_visits() const { return impl_->device_visits
 Status PoolCore::set_draining(const std::string& name, bool draining, std::optional<double> deadline_s) {
   auto& m = *impl_;
   auto it = m.devices.find(name);
-  if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  if (it == m.devices.end()) return make_error(Errc::not_found, "no device " + name);
   if (auto e = check_drain_deadline(draining, deadline_s)) return *e;
   double t = m.now();
   sched::Decisions out;
@@ -1513,7 +1523,7 @@ Status PoolCore::set_draining(const std::string& name, bool draining, std::optio
 
 Status PoolCore::set_host_draining(const std::string& host, bool draining, std::optional<double> deadline_s) {
   auto& m = *impl_;
-  if (!host_known(host)) return make_error("not_found", "no host " + host);
+  if (!host_known(host)) return make_error(Errc::not_found, "no host " + host);
   if (auto e = check_drain_deadline(draining, deadline_s)) return *e;
   double t = m.now();
   sched::Decisions out;
@@ -1568,12 +1578,12 @@ void PoolCore::bitstream_changed(const std::string& bitstream) {
 Status PoolCore::reset_device(const std::string& name) {
   auto& m = *impl_;
   auto it = m.devices.find(name);
-  if (it == m.devices.end()) return make_error("not_found", "no device " + name);
+  if (it == m.devices.end()) return make_error(Errc::not_found, "no device " + name);
   std::vector<std::string> parts{name};  // the device and its slots: none may be leased
   for (sched::DeviceId id : m.scheduler->slots_of(it->second.sched_id)) parts.push_back(m.device_by_sched(id)->name);
   for (const auto& part : parts) {
     if (m.holder.count(part)) {
-      return make_error("invalid_state", "device " + part + " is leased (lease " + std::to_string(m.holder.at(part)) +
+      return make_error(Errc::invalid_state, "device " + part + " is leased (lease " + std::to_string(m.holder.at(part)) +
                                              "): drain it and revoke the lease first");
     }
   }
@@ -1602,10 +1612,10 @@ Status PoolCore::set_policy(const std::string& text) {
   auto& m = *impl_;
   std::string error;
   auto spec = sched::PolicySpec::parse(text, &error);
-  if (!spec) return make_error("invalid_argument", "policy '" + text + "': " + error);
+  if (!spec) return make_error(Errc::invalid_argument, "policy '" + text + "': " + error);
   double t = m.now();
   sched::Decisions out;
-  if (auto r = m.scheduler->set_policy(*spec, t, out)) return make_error("invalid_argument", "policy '" + text + "': " + r->error);
+  if (auto r = m.scheduler->set_policy(*spec, t, out)) return make_error(Errc::invalid_argument, "policy '" + text + "': " + r->error);
   log::info("policy switched", {{"from", m.policy_text}, {"to", spec->to_string()}});
   m.policy_text = spec->to_string();
   m.batch.meta.emplace_back("policy", m.policy_text);

@@ -54,11 +54,11 @@ Status write_endpoints(const std::filesystem::path& dir, const std::string& admi
     std::ofstream o(tmp);
     o << "{\"admin\":\"" << admin << "\",\"guest_tcp\":\"" << tcp_ep << "\",\"guest_unix\":\"" << unix_path
       << "\",\"agents\":\"" << agents << "\",\"pid\":" << getpid() << "}\n";
-    if (!o) return make_error("io", "cannot write " + tmp.string());
+    if (!o) return make_error(Errc::io_error, "cannot write " + tmp.string());
   }
   std::error_code ec;
   std::filesystem::rename(tmp, dir / "endpoints.json", ec);
-  if (ec) return make_error("io", "cannot write " + (dir / "endpoints.json").string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "cannot write " + (dir / "endpoints.json").string() + ": " + ec.message());
   return Status::ok();
 }
 
@@ -87,23 +87,23 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
     }
     return make_static_host(h.name, std::move(devs), std::move(post));
   }
-  if (!h.devices.empty()) return make_error("config", "host " + h.name + ": 'devices' is only for backend \"static\"");
+  if (!h.devices.empty()) return make_error(Errc::invalid_config, "host " + h.name + ": 'devices' is only for backend \"static\"");
 #ifdef ACCELPOOL_HAVE_BACKENDS
   auto listed = host_backends(h);
   if (!listed) return listed.error();
   std::vector<std::unique_ptr<backends::DeviceBackend>> made;
   for (const auto& b : *listed) {
     auto backend = backends::make_backend(b.name, b.settings);
-    if (!backend) return make_error("config", "host " + h.name + ": " + backend.error().message);
+    if (!backend) return make_error(Errc::invalid_config, "host " + h.name + ": " + backend.error().message);
     made.push_back(std::move(*backend));
   }
   auto host = make_local_host(h.name, std::move(made), catalog, std::move(post), std::move(on_health));
-  if (!host) return make_error("config", host.error().message);
+  if (!host) return make_error(Errc::invalid_config, host.error().message);
   return std::move(*host);
 #else
   (void)catalog;
   (void)on_health;
-  return make_error("config", "host " + h.name + ": this build has no device backends; use backend = \"static\"");
+  return make_error(Errc::invalid_config, "host " + h.name + ": this build has no device backends; use backend = \"static\"");
 #endif
 }
 
@@ -275,7 +275,7 @@ int run_daemon(const Config& given, std::ostream& out) {
       bool returning = !core->host_live(name) && core->host_known(name);
       if (auto s = core->attach_host(std::move(h), report); !s) {
         Error why = s.error();
-        if (why.code == "conflict")
+        if (why.code == Errc::conflict)
           why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "
                          "another [agent] host)";
         log::warn("host refused", {{"host", name}, {"error", why.message}});

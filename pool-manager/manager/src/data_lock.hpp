@@ -12,7 +12,7 @@ namespace accelpool::manager {
 // process ends, however it ends. The file holds the holder's pid, for the error message of the next one.
 class DataLock {
  public:
-  // Errors: "busy" (another process holds the folder: names its pid), "io".
+  // Errors: "busy" (another process holds the folder: names its pid), "io_error".
   static Result<std::unique_ptr<DataLock>> acquire(const std::filesystem::path& data_dir);
   ~DataLock();
   DataLock(const DataLock&) = delete;

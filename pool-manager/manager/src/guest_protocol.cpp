@@ -12,12 +12,13 @@ namespace json = boost::json;
 
 namespace {
 
-std::string error_reply(const json::value& id, int code, const std::string& word, const std::string& message) {
-  json::object err{{"code", code}, {"message", message}, {"data", json::object{{"code", word}}}};
+// The JSON-RPC error of `code`, with its number and word from the table of errors.hpp.
+std::string error_reply(const json::value& id, Errc code, const std::string& message) {
+  json::object err{{"code", rpc_code(code)}, {"message", message}, {"data", json::object{{"code", to_string(code)}}}};
   return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(err)}});
 }
 
-std::string error_reply(const json::value& id, const Error& e) { return error_reply(id, common::rpc_code(e.code), e.code, e.message); }
+std::string error_reply(const json::value& id, const Error& e) { return error_reply(id, e.code, e.message); }
 
 std::string result_reply(const json::value& id, json::value result) {
   const json::storage_ptr sp = result.storage();
@@ -38,16 +39,16 @@ class Scratch {
 }  // namespace
 
 std::string GuestProtocol::too_long() {
-  return error_reply(nullptr, -32600, "invalid_request",
+  return error_reply(nullptr, Errc::invalid_request,
                      "message longer than " + std::to_string(kMaxGuestLine) + " bytes; closing the connection");
 }
 
 std::string GuestProtocol::timeout_error() {
-  return error_reply(nullptr, -32001, "timeout", "no hello in time; closing the connection");
+  return error_reply(nullptr, Errc::timeout, "no hello in time; closing the connection");
 }
 
 std::string GuestProtocol::token_rotated_error(const std::string& tenant) {
-  return error_reply(nullptr, -32001, "unauthorized",
+  return error_reply(nullptr, Errc::unauthorized,
                      "the token of tenant '" + tenant +
                          "' was rotated: this session ends; connect again and say hello with the new token");
 }
@@ -71,8 +72,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
   const auto sp = scratch.storage();
   json::error_code ec;
   json::value msg = json::parse(line, ec, sp);
-  if (ec) return error_reply(nullptr, -32700, "parse_error", "not valid JSON: " + ec.message());
-  if (!msg.is_object()) return error_reply(nullptr, -32600, "invalid_request", "a message must be a JSON object");
+  if (ec) return error_reply(nullptr, Errc::parse_error, "not valid JSON: " + ec.message());
+  if (!msg.is_object()) return error_reply(nullptr, Errc::invalid_request, "a message must be a JSON object");
   const auto& obj = msg.get_object();
   json::value id = nullptr;
   bool has_id = false;
@@ -80,7 +81,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     const auto& v = it->value();
     if (!(v.is_string() || v.is_int64() || v.is_uint64() || v.is_null()) ||
         (v.is_string() && v.get_string().size() > 128)) {
-      return error_reply(nullptr, -32600, "invalid_request", "'id' must be an integer or a string of at most 128 characters");
+      return error_reply(nullptr, Errc::invalid_request, "'id' must be an integer or a string of at most 128 characters");
     }
     id = v;
     has_id = true;
@@ -88,22 +89,22 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
   auto reply = [&](std::string r) { return has_id ? r : std::string(); };
   auto jv = obj.find("jsonrpc");
   if (jv == obj.end() || !jv->value().is_string() || jv->value().get_string() != "2.0") {
-    return reply(error_reply(id, -32600, "invalid_request", "'jsonrpc' must be \"2.0\""));
+    return reply(error_reply(id, Errc::invalid_request, "'jsonrpc' must be \"2.0\""));
   }
   auto mit = obj.find("method");
   if (mit == obj.end() || !mit->value().is_string()) {
-    return reply(error_reply(id, -32600, "invalid_request", "'method' must be a string"));
+    return reply(error_reply(id, Errc::invalid_request, "'method' must be a string"));
   }
   for (const auto& kv : obj) {
     if (kv.key() != "jsonrpc" && kv.key() != "id" && kv.key() != "method" && kv.key() != "params") {
-      return reply(error_reply(id, -32600, "invalid_request", "unknown member '" + std::string(kv.key()) + "'"));
+      return reply(error_reply(id, Errc::invalid_request, "unknown member '" + std::string(kv.key()) + "'"));
     }
   }
   std::string method(mit->value().get_string());
   static const json::object kEmpty;
   const json::object* params = &kEmpty;
   if (auto pit = obj.find("params"); pit != obj.end()) {
-    if (!pit->value().is_object()) return reply(error_reply(id, -32602, "invalid_argument", "'params' must be an object"));
+    if (!pit->value().is_object()) return reply(error_reply(id, Errc::invalid_argument, "'params' must be an object"));
     params = &pit->value().get_object();
   }
   FieldReader in(*params, method);
@@ -115,14 +116,14 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto vm = in.string("vm", true, 128);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
     if (!common::valid_guest_id(*vm)) {
-      return reply(error_reply(id, -32602, "invalid_argument", std::string("relay: 'vm' must be ") + common::kGuestIdSyntax));
+      return reply(error_reply(id, Errc::invalid_argument, std::string("relay: 'vm' must be ") + common::kGuestIdSyntax));
     }
     if (session.authenticated || session.relayed) {
-      return reply(error_reply(id, -32009, "invalid_state", "relay must be the first call on a connection"));
+      return reply(error_reply(id, Errc::invalid_state, "relay must be the first call on a connection"));
     }
     if (relay_token_.empty() || !constant_time_equal(*token, relay_token_)) {
       session.close_after_reply = true;
-      return reply(error_reply(id, -32001, "unauthorized",
+      return reply(error_reply(id, Errc::unauthorized,
                                "relay refused: wrong agent token for host '" + *host + "'; closing the connection"));
     }
     session.relayed = true;
@@ -137,22 +138,22 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     auto host = in.string("guest_host", false, 64);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
     if (!common::valid_guest_id(*guest)) {
-      return reply(error_reply(id, -32602, "invalid_argument", std::string("hello: 'guest' must be ") + common::kGuestIdSyntax));
+      return reply(error_reply(id, Errc::invalid_argument, std::string("hello: 'guest' must be ") + common::kGuestIdSyntax));
     }
     if (*version != static_cast<std::uint64_t>(kGuestProtocolVersion)) {
-      return reply(error_reply(id, -32602, "unsupported_version",
+      return reply(error_reply(id, Errc::unsupported_version,
                                "protocol version " + std::to_string(*version) + " is not supported; this manager speaks " +
                                    std::to_string(kGuestProtocolVersion)));
     }
     if (session.relayed && (*guest != session.guest || (host && *host != session.guest_host))) {
-      return reply(error_reply(id, -32003, "forbidden",
+      return reply(error_reply(id, Errc::forbidden,
                                "this connection is the port of VM '" + session.guest + "' on host '" +
                                    session.guest_host + "'; it cannot speak for guest '" + *guest + "'" +
                                    (host ? " on host '" + *host + "'" : std::string())));
     }
     auto tenant = core_.authenticate(*token);
     if (!tenant) {
-      log::info("guest hello refused", {{"guest", *guest}, {"relayed", session.relayed}, {"error", tenant.error().code}});
+      log::info("guest hello refused", {{"guest", *guest}, {"relayed", session.relayed}, {"error", to_string(tenant.error().code)}});
       return reply(error_reply(id, tenant.error()));
     }
     log::debug("guest hello", {{"tenant", *tenant}, {"guest", *guest}, {"relayed", session.relayed}});
@@ -169,7 +170,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
                                                {"leases", to_json(core_.list(f))}}));
   }
   if (!session.authenticated) {
-    return reply(error_reply(id, -32001, "unauthorized", "call hello with a tenant token first"));
+    return reply(error_reply(id, Errc::unauthorized, "call hello with a tenant token first"));
   }
   if (method == "acquire") {
     AcquireParams p;
@@ -222,7 +223,7 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     f.owner = session.caller();
     return reply(result_reply(id, json::object{{"leases", to_json(core_.list(f))}}));
   }
-  return reply(error_reply(id, -32601, "method_not_found", "no method '" + method + "'"));
+  return reply(error_reply(id, Errc::method_not_found, "no method '" + method + "'"));
 }
 
 }  // namespace accelpool::manager

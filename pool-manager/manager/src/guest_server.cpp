@@ -460,17 +460,17 @@ Result<std::string> GuestServer::listen_tcp(const std::string& endpoint, common:
     impl_->tcp_tls.emplace(tls.get());
   }
   auto ep = parse_endpoint(endpoint);
-  if (!ep) return make_error("config", "guest.tcp: " + ep.error().message);
+  if (!ep) return make_error(Errc::invalid_config, "guest.tcp: " + ep.error().message);
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(ep->first, ec);
-  if (ec) return make_error("config", "guest.tcp: address '" + ep->first + "': " + ec.message());
+  if (ec) return make_error(Errc::invalid_config, "guest.tcp: address '" + ep->first + "': " + ec.message());
   tcp::endpoint bind_to(addr, ep->second);
   auto& a = impl_->tcp_listener->acceptor;
   a.open(bind_to.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(bind_to, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return make_error("config", "guest.tcp: cannot listen on " + endpoint + ": " + ec.message());
+  if (ec) return make_error(Errc::invalid_config, "guest.tcp: cannot listen on " + endpoint + ": " + ec.message());
   std::string bound = ep->first + ":" + std::to_string(a.local_endpoint().port());
   impl_->tcp_listener->backoff = common::AcceptBackoff("guest listener tcp " + bound);
   accept_guests(*impl_->tcp_listener, impl_);
@@ -486,7 +486,7 @@ Result<std::string> GuestServer::listen_unix(const std::filesystem::path& path) 
   a.open(unix_stream(), ec);
   if (!ec) a.bind(unix_stream::endpoint(path.string()), ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return make_error("config", "guest.unix: cannot listen on " + path.string() + ": " + ec.message());
+  if (ec) return make_error(Errc::invalid_config, "guest.unix: cannot listen on " + path.string() + ": " + ec.message());
   impl_->unix_path = path;
   accept_guests(*impl_->unix_listener, impl_);
   return path.string();

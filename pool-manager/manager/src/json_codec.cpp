@@ -162,7 +162,7 @@ json::object to_json(const Stats& s) {
 // --- FieldReader -------------------------------------------------------------------------------------------------
 
 void FieldReader::fail(std::string message) {
-  if (!error_) error_ = make_error("invalid_argument", where_ + ": " + std::move(message));
+  if (!error_) error_ = make_error(Errc::invalid_argument, where_ + ": " + std::move(message));
 }
 
 const json::value* FieldReader::take(std::string_view key, bool required) {

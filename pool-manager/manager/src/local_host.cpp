@@ -57,8 +57,8 @@ class LocalHost final : public HostDriver {
       // The manager's own file failed to verify: acquires of it are refused from now on, not only after the
       // catalog's worker has looked at it again.
       if (!s && catalog && !sha256.empty() &&
-          (s.error().code == "checksum_mismatch" || s.error().code == "corrupt_image" ||
-           s.error().code == "missing_file")) {
+          (s.error().code == Errc::checksum_mismatch || s.error().code == Errc::corrupt_image ||
+           s.error().code == Errc::missing_file)) {
         catalog->record_failure(sha256, s.error());
       }
       post([done, s = std::move(s), result = std::move(result)]() mutable { done(std::move(s), std::move(result)); });
@@ -124,7 +124,7 @@ class StaticHost final : public HostDriver {
   void complete(const std::string& local_id, const std::string* load, Done done) {
     auto it = loaded_.find(local_id);
     if (it == loaded_.end()) {
-      post_([done = std::move(done), local_id] { done(make_error("not_found", "no device " + local_id), ""); });
+      post_([done = std::move(done), local_id] { done(make_error(Errc::not_found, "no device " + local_id), ""); });
       return;
     }
     if (load) it->second = *load;
@@ -264,7 +264,7 @@ Status ImageCatalog::check(const std::string& kind, const std::string& bitstream
   if (bitstream.empty() || !kind_uses_images(kind)) return Status::ok();
   auto b = registry_->get(bitstream);
   if (!b) {
-    return make_error("not_found", "bitstream '" + bitstream + "' is not in the manager's registry (" +
+    return make_error(Errc::not_found, "bitstream '" + bitstream + "' is not in the manager's registry (" +
                                        registry_->dir().string() +
                                        "); register it first (accelpoolctl bitstreams register)");
   }

@@ -218,7 +218,7 @@ class PostgresStore final : public SharedStore {
 
   Status apply(const Batch& batch) override {
     if (batch.empty()) return Status::ok();
-    if (epoch_ == 0) return make_error("fenced", "fenced: this manager does not lead, it may not write the store");
+    if (epoch_ == 0) return make_error(Errc::fenced, "fenced: this manager does not lead, it may not write the store");
     std::vector<Statement> statements;
     statements.push_back({"fence", {num(static_cast<std::int64_t>(epoch_))}, "checking the leader's epoch"});
     write_statements(batch, statements);
@@ -226,7 +226,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Status backup(const std::filesystem::path& dest) override {
-    return make_error("store", "cannot back up a PostgreSQL store to " + dest.string() +
+    return make_error(Errc::store, "cannot back up a PostgreSQL store to " + dest.string() +
                                    ": back it up with PostgreSQL's own tools (pg_dump, or pg_basebackup with WAL "
                                    "archiving; docs/ha.md)");
   }
@@ -262,7 +262,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Status renew() override {
-    if (epoch_ == 0) return make_error("fenced", "fenced: this manager does not lead");
+    if (epoch_ == 0) return make_error(Errc::fenced, "fenced: this manager does not lead");
     return run_transaction({{"fence", {num(static_cast<std::int64_t>(epoch_))}, "renewing the lead"}});
   }
 
@@ -273,7 +273,7 @@ class PostgresStore final : public SharedStore {
                    "publishing the leader's addresses");
     if (!r) return r.error();
     if (std::strcmp(PQcmdTuples(r->get()), "1") != 0) {
-      return make_error("fenced", "fenced: another manager took over before this one published its addresses");
+      return make_error(Errc::fenced, "fenced: another manager took over before this one published its addresses");
     }
     return Status::ok();
   }
@@ -318,7 +318,7 @@ class PostgresStore final : public SharedStore {
   Error connection_error(const std::string& what) const {
     std::string m = PQerrorMessage(conn_);
     while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-    return make_error("store", what + ": " + (m.empty() ? "connection lost" : m));
+    return make_error(Errc::store, what + ": " + (m.empty() ? "connection lost" : m));
   }
 
   // Runs `sql` with `params` outside any pipeline; the result of a command or a query.
@@ -330,7 +330,7 @@ class PostgresStore final : public SharedStore {
     if (!r.get()) return connection_error(what);
     if (r.status() != PGRES_COMMAND_OK && r.status() != PGRES_TUPLES_OK) {
       const std::string state = r.sqlstate();
-      return make_error(state == kFencedState ? "fenced" : state == kLockTimeoutState ? "busy" : "store",
+      return make_error(state == kFencedState ? Errc::fenced : state == kLockTimeoutState ? Errc::busy : Errc::store,
                         what + ": " + r.message());
     }
     return r;
@@ -343,7 +343,7 @@ class PostgresStore final : public SharedStore {
   // error but "somebody else leads".
   Result<bool> abandon(const Error& e) {
     (void)command("ROLLBACK", {}, "taking the lead");
-    if (e.code == "busy") return false;
+    if (e.code == Errc::busy) return false;
     return e;
   }
 
@@ -361,7 +361,7 @@ class PostgresStore final : public SharedStore {
     if (!v) return fail(v.error());
     const auto version = static_cast<int>(PgRow{v->get(), 0}.integer(0));
     if (version > kSchemaVersion) {
-      return fail(make_error("store", "the database has schema version " + std::to_string(version) +
+      return fail(make_error(Errc::store, "the database has schema version " + std::to_string(version) +
                                           ", newer than this manager understands (" + std::to_string(kSchemaVersion) +
                                           ")"));
     }
@@ -369,7 +369,7 @@ class PostgresStore final : public SharedStore {
       // Several statements in one string: the simple query protocol (PQexec), inside this transaction.
       PgResult r(PQexec(conn_, kMigrations[from]));
       if (!r.get() || r.status() != PGRES_COMMAND_OK) {
-        return fail(make_error("store", "upgrading the schema from version " + std::to_string(from) + ": " +
+        return fail(make_error(Errc::store, "upgrading the schema from version " + std::to_string(from) + ": " +
                                             (r.get() ? r.message() : "connection lost")));
       }
     }
@@ -412,7 +412,7 @@ class PostgresStore final : public SharedStore {
     for (const auto& [name, sql] : statements) {
       PgResult r(PQprepare(conn_, name, sql.c_str(), 0, nullptr));
       if (!r.get() || r.status() != PGRES_COMMAND_OK) {
-        return make_error("store", std::string("preparing statement ") + name + ": " +
+        return make_error(Errc::store, std::string("preparing statement ") + name + ": " +
                                        (r.get() ? r.message() : "connection lost"));
       }
     }
@@ -474,7 +474,7 @@ class PostgresStore final : public SharedStore {
         }
         const auto st = r.status();
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_PIPELINE_ABORTED && !failed) {
-          failed = make_error(r.sqlstate() == kFencedState ? "fenced" : "store",
+          failed = make_error(r.sqlstate() == kFencedState ? Errc::fenced : Errc::store,
                               statements[answered].what + ": " + r.message());
         }
         while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);  // up to the null that ends this statement
@@ -508,7 +508,7 @@ class PostgresStore final : public SharedStore {
     if (connected && read_results(statements.size())) {
       PgResult sync(PQgetResult(conn_));
       if (!sync.get() || sync.status() != PGRES_PIPELINE_SYNC) {
-        if (!failed) failed = sync.get() ? make_error("store", "committing: " + sync.message()) : connection_error("committing");
+        if (!failed) failed = sync.get() ? make_error(Errc::store, "committing: " + sync.message()) : connection_error("committing");
       }
     }
     if (PQexitPipelineMode(conn_) != 1 && !failed) failed = connection_error("ending the transaction");
@@ -576,12 +576,12 @@ class PostgresStore final : public SharedStore {
 
 Result<std::unique_ptr<SharedStore>> open_postgres_store(const std::string& url) {
   PGconn* conn = PQconnectdb(url.c_str());
-  if (!conn) return make_error("store", "connecting to PostgreSQL: out of memory");
+  if (!conn) return make_error(Errc::store, "connecting to PostgreSQL: out of memory");
   auto store = std::make_unique<PostgresStore>(conn);  // closes the connection whatever happens next
   if (PQstatus(conn) != CONNECTION_OK) {
     std::string m = PQerrorMessage(conn);
     while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-    return make_error("store", "connecting to PostgreSQL: " + m);  // libpq names the server, never the password
+    return make_error(Errc::store, "connecting to PostgreSQL: " + m);  // libpq names the server, never the password
   }
   if (auto s = store->init(); !s) return make_error(s.error().code, "PostgreSQL store: " + s.error().message);
   return std::unique_ptr<SharedStore>(std::move(store));

@@ -78,7 +78,7 @@ ALTER TABLE devices_v7 RENAME TO devices;
 )sql";
 
 Error db_error(sqlite3* db, const std::string& what) {
-  return make_error("store", what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+  return make_error(Errc::store, what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
 }
 
 // A prepared statement, finalized on scope exit.
@@ -273,11 +273,11 @@ class SqliteStore final : public Store {
       version = v.integer(0);
     }  // finished before the schema changes: an open statement would lock the tables
     if (version == 0 && !lost_if_empty.empty()) {
-      return make_error("store_missing", "the database holds no pool (no schema, as after losing its write-ahead "
+      return make_error(Errc::store_missing, "the database holds no pool (no schema, as after losing its write-ahead "
                                          "log), but " + lost_if_empty);
     }
     if (version > kSchemaVersion) {
-      return make_error("store", "the database has schema version " + std::to_string(version) +
+      return make_error(Errc::store, "the database has schema version " + std::to_string(version) +
                                      ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
     }
     // Every step and the new version in one transaction: a failure halfway leaves the old schema whole.
@@ -445,7 +445,7 @@ class SqliteStore final : public Store {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
       std::string m = msg ? msg : "unknown error";
       sqlite3_free(msg);
-      return make_error("store", what + ": " + m);
+      return make_error(Errc::store, what + ": " + m);
     }
     return Status::ok();
   }
@@ -657,7 +657,7 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& fi
   marker += ".created";
   std::string lost_if_empty;
   if (creation == StoreCreation::first_only) {
-    if (auto why = lost_store(file, marker)) return make_error("store_missing", *why + kLostAdvice);
+    if (auto why = lost_store(file, marker)) return make_error(Errc::store_missing, *why + kLostAdvice);
     if (std::error_code ec; std::filesystem::exists(marker, ec))
       lost_if_empty = created_here(marker) + kLostAdvice;
   }
@@ -679,7 +679,7 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& fi
                                    "manager will not start on a missing or empty store (see --new-store)\n",
                                    f) >= 0;
     if (f && std::fclose(f) != 0) written = false;
-    if (!written) return make_error("store", "cannot write " + marker.string());
+    if (!written) return make_error(Errc::store, "cannot write " + marker.string());
   }
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -80,10 +80,10 @@ Result<std::vector<host::PrepareResult>> grants_from_text(LeaseId id, const std:
   const std::string where = "lease " + std::to_string(id) + " grants";
   boost::system::error_code ec;
   auto parsed = boost::json::parse(text, ec);
-  if (ec || !parsed.is_array()) return make_error("corrupt", where + ": not a JSON array");
+  if (ec || !parsed.is_array()) return make_error(Errc::corrupt, where + ": not a JSON array");
   for (const auto& v : parsed.get_array()) {
     auto g = agent::parse_prepare_result(v, where + "[" + std::to_string(out.size()) + "]");
-    if (!g) return make_error("corrupt", g.error().message);
+    if (!g) return make_error(Errc::corrupt, g.error().message);
     out.push_back(std::move(*g));
   }
   return out;

@@ -25,14 +25,14 @@ Status apply_window(Trace& trace, const TraceSource& source) {
   const double from = source.window_from_s.value_or(0);
   const double to = source.window_to_s.value_or(std::numeric_limits<double>::infinity());
   if (!(from >= 0) || !(to > from)) {
-    return make_error("invalid_argument", "window: expected 0 <= from < to, got [" + std::to_string(from) + ", " +
+    return make_error(Errc::invalid_argument, "window: expected 0 <= from < to, got [" + std::to_string(from) + ", " +
                                               std::to_string(to) + ")");
   }
   double first = std::numeric_limits<double>::infinity();
   for (const auto& j : trace.jobs) first = std::min(first, j.arrival_s);
   std::erase_if(trace.jobs, [&](const Job& j) { return j.arrival_s - first < from || j.arrival_s - first >= to; });
   if (trace.jobs.empty()) {
-    return make_error("invalid_argument", "window [" + std::to_string(from) + ", " + std::to_string(to) +
+    return make_error(Errc::invalid_argument, "window [" + std::to_string(from) + ", " + std::to_string(to) +
                                               ") keeps no job of " + source.path);
   }
   return Status::ok();

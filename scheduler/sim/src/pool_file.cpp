@@ -118,7 +118,7 @@ class PoolParser {
 
  private:
   Error fail(const std::string& where, const std::string& what) const {
-    return make_error("invalid_argument", source_ + ": " + (where.empty() ? "" : where + ": ") + what);
+    return make_error(Errc::invalid_argument, source_ + ": " + (where.empty() ? "" : where + ": ") + what);
   }
   Status only(const json& obj, const std::string& where, std::initializer_list<const char*> keys) const {
     for (const auto& [key, value] : obj.items()) {
@@ -164,14 +164,14 @@ Result<PoolSpec> parse_pool_json(const std::string& text, const std::string& sou
   try {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
-    return make_error("invalid_argument", source + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    return make_error(Errc::invalid_argument, source + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
   return PoolParser(source).parse(root);
 }
 
 Result<PoolSpec> load_pool_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return make_error("not_found", "cannot open pool file " + path + ": " + std::strerror(errno));
+  if (!in) return make_error(Errc::not_found, "cannot open pool file " + path + ": " + std::strerror(errno));
   std::stringstream buf;
   buf << in.rdbuf();
   return parse_pool_json(buf.str(), path);

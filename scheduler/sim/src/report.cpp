@@ -25,7 +25,7 @@ std::string fixed(double v, int decimals) {
 Status write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (out) out << text;
-  if (!out) return make_error("io_error", "cannot write " + path.string() + ": " + std::strerror(errno));
+  if (!out) return make_error(Errc::io_error, "cannot write " + path.string() + ": " + std::strerror(errno));
   return Status::ok();
 }
 
@@ -116,7 +116,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
 Status write_plots(const std::string& dir, const std::vector<RunResult>& runs) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return make_error("io_error", "cannot create plot directory " + dir + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "cannot create plot directory " + dir + ": " + ec.message());
 
   detail::Chart cdf;
   cdf.title = "JCT distribution";

@@ -164,7 +164,7 @@ class Engine {
   void schedule_tick(double now);
   void sample_queue(double now);
   void progress(double now, bool last);
-  Error internal(const std::string& what) const { return make_error("internal", what); }
+  Error internal(const std::string& what) const { return make_error(Errc::internal, what); }
   std::string job_name(std::uint32_t j) const { return "job " + std::to_string(trace_.jobs[order_[j]].id); }
   const Job& job(std::uint32_t j) const { return trace_.jobs[order_[j]]; }
 
@@ -223,38 +223,38 @@ class Engine {
 };
 
 Status Engine::setup(const sch::PolicySpec& policy) {
-  if (trace_.jobs.empty()) return make_error("invalid_argument", "the trace has no jobs");
-  if (trace_.jobs.size() >= kNone) return make_error("invalid_argument", "the trace has too many jobs");
+  if (trace_.jobs.empty()) return make_error(Errc::invalid_argument, "the trace has no jobs");
+  if (trace_.jobs.size() >= kNone) return make_error(Errc::invalid_argument, "the trace has too many jobs");
   if (options_.restore_s < 0 || !std::isfinite(options_.restore_s)) {
-    return make_error("invalid_argument", "restore_s must be a finite number >= 0");
+    return make_error(Errc::invalid_argument, "restore_s must be a finite number >= 0");
   }
   std::string error;
   sched_ = sch::Scheduler::create(policy, &error);
-  if (!sched_) return make_error("invalid_argument", "policy " + policy.to_string() + ": " + error);
+  if (!sched_) return make_error(Errc::invalid_argument, "policy " + policy.to_string() + ": " + error);
   if (options_.learning.warmup < 1 || !(options_.learning.half_life > 0)) {
-    return make_error("invalid_argument", "learning: warmup must be >= 1 and half_life > 0");
+    return make_error(Errc::invalid_argument, "learning: warmup must be >= 1 and half_life > 0");
   }
   sched_->set_estimator(sch::RuntimeEstimator(options_.learning));
 
   // Pool: hosts and devices in declaration order get dense ids.
-  if (pool_.hosts.empty()) return make_error("invalid_argument", "the pool has no hosts");
+  if (pool_.hosts.empty()) return make_error(Errc::invalid_argument, "the pool has no hosts");
   std::map<std::pair<sch::KindId, sch::HostId>, std::uint64_t> passthrough;  // reachable counts
   std::map<sch::KindId, std::uint64_t> network;
   sch::Decisions out;
   for (const auto& h : pool_.hosts) {
-    if (hosts_.find(h.name)) return make_error("invalid_argument", "pool: host \"" + h.name + "\" is declared twice");
+    if (hosts_.find(h.name)) return make_error(Errc::invalid_argument, "pool: host \"" + h.name + "\" is declared twice");
     const sch::HostId host = hosts_.intern(h.name);
     for (const auto& g : h.devices) {
       const sch::KindId kind = kinds_.intern(g.kind);
       const ModelCost& cost = pool_.cost(g.model);
       if (cost.reconfig_s < 0 || cost.attach_s < 0 || !std::isfinite(cost.reconfig_s) ||
           !std::isfinite(cost.attach_s)) {
-        return make_error("invalid_argument", "pool: model \"" + g.model + "\" has a negative or non-finite cost");
+        return make_error(Errc::invalid_argument, "pool: model \"" + g.model + "\" has a negative or non-finite cost");
       }
       const auto cost_index = static_cast<std::uint32_t>(costs_.size());
       costs_.push_back(cost);
       if (g.slots > 0 && !(g.slot_share > 0 && g.slot_share <= 1)) {
-        return make_error("invalid_argument", "pool: slot_share must be in (0, 1], got " + fmt_num(g.slot_share));
+        return make_error(Errc::invalid_argument, "pool: slot_share must be in (0, 1], got " + fmt_num(g.slot_share));
       }
       // Slot shapes are the slot kind's models, one per distinct share.
       sch::KindId slot_kind = 0;
@@ -264,7 +264,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
         std::vector<double>& shares = shares_[slot_kind];
         auto it = std::find(shares.begin(), shares.end(), g.slot_share);
         if (it == shares.end() && shares.size() >= sch::kMaxModelsPerKind) {
-          return make_error("invalid_argument", "pool: too many slot shares for kind " + g.kind);
+          return make_error(Errc::invalid_argument, "pool: too many slot shares for kind " + g.kind);
         }
         if (it == shares.end()) it = shares.insert(shares.end(), g.slot_share);
         shape = static_cast<sch::ModelId>(it - shares.begin());
@@ -304,7 +304,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
       }
     }
   }
-  if (devices_.empty()) return make_error("invalid_argument", "the pool has no devices");
+  if (devices_.empty()) return make_error(Errc::invalid_argument, "the pool has no devices");
   if (!shares_.empty()) {
     device_demand_.assign(devices_.size(), 0.0);
     slot_jobs_.resize(devices_.size());
@@ -319,7 +319,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   bool ids_increasing = true;  // so no id repeats
   for (std::uint32_t i = 0; i < n; ++i) {
     const Job& jb = trace_.jobs[i];
-    auto bad = [&](const char* what) { return make_error("invalid_argument", "job " + std::to_string(jb.id) + ": " + what); };
+    auto bad = [&](const char* what) { return make_error(Errc::invalid_argument, "job " + std::to_string(jb.id) + ": " + what); };
     if (!std::isfinite(jb.arrival_s) || jb.arrival_s < 0) return bad("arrival_s must be a finite number >= 0");
     if (!std::isfinite(jb.runtime_s) || jb.runtime_s < 0) return bad("runtime_s must be a finite number >= 0");
     if (jb.devices == 0) return bad("devices must be >= 1");
@@ -334,7 +334,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     for (std::uint32_t i = 0; i < n; ++i) ids[i] = trace_.jobs[i].id;
     std::sort(ids.begin(), ids.end());
     auto dup = std::adjacent_find(ids.begin(), ids.end());
-    if (dup != ids.end()) return make_error("invalid_argument", "job " + std::to_string(*dup) + ": id used twice");
+    if (dup != ids.end()) return make_error(Errc::invalid_argument, "job " + std::to_string(*dup) + ": id used twice");
   }
   order_.resize(n);
   if (in_order) {
@@ -380,11 +380,11 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     const Job& jb = job(j);
     if (!last_kind_name || jb.kind != *last_kind_name || jb.host != *last_host_name) {
       auto kind = kinds_.find(jb.kind);
-      if (!kind) return make_error("invalid_argument", job_name(j) + ": the pool has no devices of kind \"" + jb.kind + "\"");
+      if (!kind) return make_error(Errc::invalid_argument, job_name(j) + ": the pool has no devices of kind \"" + jb.kind + "\"");
       sch::HostId host = 0;
       if (!jb.host.empty()) {
         auto h = hosts_.find(jb.host);
-        if (!h) return make_error("invalid_argument", job_name(j) + ": the pool has no host \"" + jb.host + "\"");
+        if (!h) return make_error(Errc::invalid_argument, job_name(j) + ": the pool has no host \"" + jb.host + "\"");
         host = *h;
       }
       std::uint64_t reachable = 0;
@@ -400,7 +400,7 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     const sch::HostId host = last_host;
     const std::uint64_t reachable = last_reachable;
     if (jb.devices > reachable) {
-      return make_error("invalid_argument", job_name(j) + " asks for " + std::to_string(jb.devices) + " " + jb.kind +
+      return make_error(Errc::invalid_argument, job_name(j) + " asks for " + std::to_string(jb.devices) + " " + jb.kind +
                                                 " devices but only " + std::to_string(reachable) +
                                                 " are reachable from host \"" + hosts_.name(host) + "\"");
     }
@@ -413,11 +413,11 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     r.count = jb.devices;
     r.guest_host = host;
     if (auto shares = shares_.find(kind); shares != shares_.end()) {
-      if (!(jb.demand >= 0 && jb.demand <= 1)) return make_error("invalid_argument", job_name(j) + ": demand must be in [0, 1]");
+      if (!(jb.demand >= 0 && jb.demand <= 1)) return make_error(Errc::invalid_argument, job_name(j) + ": demand must be in [0, 1]");
       r.models = sch::shapes_admitting(shares->second, 1.0, jb.demand);
       r.demand = jb.demand;
       if (r.models == 0) {
-        return make_error("invalid_argument", job_name(j) + ": demand " + fmt_num(jb.demand) + " exceeds the share of every slot");
+        return make_error(Errc::invalid_argument, job_name(j) + ": demand " + fmt_num(jb.demand) + " exceeds the share of every slot");
       }
     }
     r.estimate_s = jb.estimate_s;
@@ -629,7 +629,7 @@ Status Engine::arrive(std::uint32_t j, double now, sch::Decisions& out) {
     active_.push_back(j);
   }
   if (auto rej = sched_->submit(requests_[j], now, out)) {
-    return make_error("invalid_argument", job_name(j) + ": the scheduler rejected it: " + rej->error);
+    return make_error(Errc::invalid_argument, job_name(j) + ": the scheduler rejected it: " + rej->error);
   }
   return Status::ok();
 }

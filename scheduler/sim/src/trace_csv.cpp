@@ -56,7 +56,7 @@ class LineReader {
   }
   std::size_t line_no() const { return line_no_; }
   Error error(std::size_t column, const std::string& what) const {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       source_ + ":" + std::to_string(std::max<std::size_t>(line_no_, 1)) + ":" + std::to_string(column) + ": " + what);
   }
   // Calls `row` with the fields of each remaining data row, in order. Stops at the first error: a row without
@@ -71,7 +71,7 @@ class LineReader {
       }
       if (auto s = row(fields); !s) return s;
     }
-    if (in_.bad()) return make_error("io_error", source_ + ": read error");
+    if (in_.bad()) return make_error(Errc::io_error, source_ + ": read error");
     return Status::ok();
   }
 
@@ -199,7 +199,7 @@ Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const
   return cols;
 }
 
-Error no_jobs(const std::string& source) { return make_error("invalid_argument", source + ": the trace has no jobs"); }
+Error no_jobs(const std::string& source) { return make_error(Errc::invalid_argument, source + ": the trace has no jobs"); }
 
 }  // namespace
 
@@ -284,7 +284,7 @@ Result<Trace> parse_philly_csv(std::istream& in, const std::string& source) {
 
 Result<Trace> load_trace(const std::string& path, TraceFormat format) {
   std::ifstream in(path);
-  if (!in) return make_error("not_found", "cannot open trace file " + path + ": " + std::strerror(errno));
+  if (!in) return make_error(Errc::not_found, "cannot open trace file " + path + ": " + std::strerror(errno));
   return format == TraceFormat::philly ? parse_philly_csv(in, path) : parse_native_csv(in, path);
 }
 
@@ -301,11 +301,11 @@ double offered_load(const Trace& trace, std::uint64_t pool_devices) {
 }
 
 Status rescale_load(Trace& trace, std::uint64_t pool_devices, double load) {
-  if (!(load > 0) || !std::isfinite(load)) return make_error("invalid_argument", "load must be a number > 0");
-  if (pool_devices == 0) return make_error("invalid_argument", "the pool has no devices");
+  if (!(load > 0) || !std::isfinite(load)) return make_error(Errc::invalid_argument, "load must be a number > 0");
+  if (pool_devices == 0) return make_error(Errc::invalid_argument, "the pool has no devices");
   const double current = offered_load(trace, pool_devices);
   if (current <= 0) {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       "cannot rescale the load: the trace needs two distinct arrival times and some work");
   }
   double first = trace.jobs.front().arrival_s;
@@ -326,16 +326,16 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
   } else if (text == "learned") {
     // Not a mode: the scheduler learns in every mode. Once an alias of none, refused so that nobody reads
     // it as a different experiment.
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       "estimates: \"learned\" is not a mode (the scheduler learns from finished jobs in every mode); "
                       "use none for requests that carry no estimate");
   } else if (text.rfind("noisy:", 0) == 0) {
     auto sigma = parse_seconds(std::string_view(text).substr(6));
-    if (!sigma) return make_error("invalid_argument", "estimates: noisy:SIGMA needs a number >= 0, got \"" + text + "\"");
+    if (!sigma) return make_error(Errc::invalid_argument, "estimates: noisy:SIGMA needs a number >= 0, got \"" + text + "\"");
     spec.mode = Mode::noisy;
     spec.sigma = *sigma;
   } else {
-    return make_error("invalid_argument",
+    return make_error(Errc::invalid_argument,
                       "estimates: expected trace, oracle, none or noisy:SIGMA, got \"" + text + "\"");
   }
   return spec;

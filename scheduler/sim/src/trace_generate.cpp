@@ -24,7 +24,7 @@ bool positive(double v) { return v > 0 && std::isfinite(v); }
 }  // namespace
 
 Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed) {
-  auto bad = [](const std::string& what) { return make_error("invalid_argument", "generator: " + what); };
+  auto bad = [](const std::string& what) { return make_error(Errc::invalid_argument, "generator: " + what); };
   if (spec.jobs == 0) return bad("jobs must be >= 1");
   if (!positive(spec.arrival_rate)) return bad("arrival rate must be > 0");
   if (spec.runtime != RuntimeDist::pareto && !positive(spec.mean_runtime_s)) return bad("mean runtime must be > 0");
@@ -118,7 +118,7 @@ Status parse_gang_mix(const std::string& text, GeneratorSpec& spec) {
   std::stringstream ss(text);
   std::string item;
   auto bad = [&](const std::string& why) {
-    return make_error("invalid_argument", "gang mix \"" + text + "\": " + why + " (expected SIZE:WEIGHT,... e.g. 1:0.8,4:0.2)");
+    return make_error(Errc::invalid_argument, "gang mix \"" + text + "\": " + why + " (expected SIZE:WEIGHT,... e.g. 1:0.8,4:0.2)");
   };
   while (std::getline(ss, item, ',')) {
     const auto colon = item.find(':');

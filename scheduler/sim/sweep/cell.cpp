@@ -19,7 +19,7 @@ Status Layout::create() const {
   std::error_code ec;
   for (const char* sub : {"cells", "logs", "failed"}) {
     fs::create_directories(out / sub, ec);
-    if (ec) return make_error("io_error", "cannot create " + (out / sub).string() + ": " + ec.message());
+    if (ec) return make_error(Errc::io_error, "cannot create " + (out / sub).string() + ": " + ec.message());
   }
   return Status::ok();
 }
@@ -53,20 +53,20 @@ Status write_atomically(const fs::path& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (out) out << text;
     out.flush();
-    if (!out) return make_error("io_error", "cannot write " + tmp.string() + ": " + std::strerror(errno));
+    if (!out) return make_error(Errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(errno));
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);
-    return make_error("io_error", "cannot rename into " + path.string() + ": " + ec.message());
+    return make_error(Errc::io_error, "cannot rename into " + path.string() + ": " + ec.message());
   }
   return Status::ok();
 }
 
 Result<std::string> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("not_found", "cannot read " + path.string());
+  if (!in) return make_error(Errc::not_found, "cannot read " + path.string());
   std::stringstream s;
   s << in.rdbuf();
   return s.str();

@@ -92,7 +92,7 @@ Result<CellResult> read_result(const Layout& layout, const Cell& cell, double* w
   json doc = json::parse(*text, nullptr, false);
   if (doc.is_discarded() || !doc.contains("result") || !doc["result"].contains("runs") ||
       doc["result"]["runs"].size() != 1 || !doc.contains("jct_quantiles") || doc.value("cell", "") != cell.id) {
-    return make_error("invalid_argument", path.string() + ": not a result of cell " + cell.id +
+    return make_error(Errc::invalid_argument, path.string() + ": not a result of cell " + cell.id +
                                               " (delete it and run the cell again)");
   }
   CellResult r;
@@ -127,11 +127,11 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
   const std::size_t missing = t.failed.size() + t.remaining.size();
   if (missing > 0 && !partial) {
     const Cell* first = !t.failed.empty() ? t.failed.front() : t.remaining.front();
-    return make_error("incomplete", std::to_string(missing) + " of " + std::to_string(study.cells.size()) +
+    return make_error(Errc::incomplete, std::to_string(missing) + " of " + std::to_string(study.cells.size()) +
                                         " cells are not done (" + std::to_string(t.failed.size()) +
                                         " failed; first: " + first->id + "); run them or merge with --partial");
   }
-  if (t.done.empty()) return make_error("incomplete", "no cell is done yet");
+  if (t.done.empty()) return make_error(Errc::incomplete, "no cell is done yet");
 
   MergeSummary summary;
   std::vector<CellResult> results;
@@ -139,7 +139,7 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
     auto r = read_result(layout, *c, &summary.run_wall_s);
     if (!r) return r.error();
     if (!results.empty() && !same_names(r->metrics, results.front().metrics)) {
-      return make_error("invalid_argument", layout.result(c->id).string() + ": its metrics differ from those of cell " +
+      return make_error(Errc::invalid_argument, layout.result(c->id).string() + ": its metrics differ from those of cell " +
                                                 results.front().cell->id +
                                                 " (written by another accelpool-sweep version?); delete it and run "
                                                 "the cell again");
@@ -208,7 +208,7 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
   const fs::path dir = layout.out / "merged";
   std::error_code ec;
   fs::create_directories(dir / "plots", ec);
-  if (ec) return make_error("io_error", "cannot create " + (dir / "plots").string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "cannot create " + (dir / "plots").string() + ": " + ec.message());
   auto write = [&](const fs::path& path, const std::string& text) -> Status {
     if (auto st = write_atomically(path, text); !st) return st;
     summary.files.push_back(path.string());

@@ -53,7 +53,7 @@ Result<pid_t> spawn_logged(const std::vector<std::string>& argv, const fs::path&
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return make_error("io_error", "cannot start " + argv[0] + ": " + std::strerror(rc));
+  if (rc != 0) return make_error(Errc::io_error, "cannot start " + argv[0] + ": " + std::strerror(rc));
   return pid;
 }
 
@@ -138,7 +138,7 @@ Result<RunSummary> run_cells(const Study& study, const Layout& layout, const std
     const pid_t pid = waitpid(-1, &status, 0);
     if (pid < 0) {
       if (errno == EINTR) continue;
-      return make_error("internal", std::string("waitpid: ") + std::strerror(errno));
+      return make_error(Errc::internal, std::string("waitpid: ") + std::strerror(errno));
     }
     auto it = running.find(pid);
     if (it == running.end()) continue;  // not one of ours
@@ -194,7 +194,7 @@ Result<SlurmPlan> write_slurm_script(const Study& study, const Layout& layout, s
   if (auto st = layout.create(); !st) return st.error();
   std::error_code ec;
   fs::create_directories(layout.out / "slurm", ec);
-  if (ec) return make_error("io_error", "cannot create " + (layout.out / "slurm").string() + ": " + ec.message());
+  if (ec) return make_error(Errc::io_error, "cannot create " + (layout.out / "slurm").string() + ": " + ec.message());
   plan.script = layout.out / "slurm" / "array.sh";
   if (plan.pending.empty()) return plan;
 
@@ -221,14 +221,14 @@ Result<SlurmPlan> write_slurm_script(const Study& study, const Layout& layout, s
 Result<std::string> submit(const fs::path& script) {
   const std::string cmd = "sbatch --parsable " + sh_quote(script.string()) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return make_error("io_error", "cannot run sbatch: " + std::string(std::strerror(errno)));
+  if (!p) return make_error(Errc::io_error, "cannot run sbatch: " + std::string(std::strerror(errno)));
   std::string out;
   char buf[4096];
   std::size_t n = 0;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = pclose(p);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (status != 0) return make_error("slurm", "sbatch failed (" + exit_text(status) + "): " + out);
+  if (status != 0) return make_error(Errc::slurm, "sbatch failed (" + exit_text(status) + "): " + out);
   return out.substr(0, out.find(';'));  // "JOBID" or "JOBID;CLUSTER"
 }
 

@@ -37,7 +37,7 @@ class Reader {
     const std::string name = key.empty() && !prefix_.empty() ? prefix_.substr(0, prefix_.size() - 1) : prefix_ + key;
     o << file_.filename().string() << ':' << n.source().begin.line << ':' << n.source().begin.column << ": " << name
       << ": " << what;
-    return make_error("invalid_argument", o.str());
+    return make_error(Errc::invalid_argument, o.str());
   }
 
   Status string(const char* key, std::string& out) const {
@@ -250,7 +250,7 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
     std::ostringstream o;
     o << file.filename().string() << ':' << e.source().begin.line << ':' << e.source().begin.column << ": "
       << e.description();
-    return make_error("invalid_argument", o.str());
+    return make_error(Errc::invalid_argument, o.str());
   }
   Reader top(file, root, "");
   SWEEP_TRY(top.known_keys({"name", "traces", "policies", "loads", "devices", "pools", "estimates", "seeds",
@@ -264,7 +264,7 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
   std::vector<TraceDef> traces;
   const auto* tn = root.get("traces");
   if (!tn || !tn->is_array_of_tables() || tn->as_array()->empty()) {
-    return make_error("invalid_argument", file.filename().string() + ": give at least one [[traces]] table");
+    return make_error(Errc::invalid_argument, file.filename().string() + ": give at least one [[traces]] table");
   }
   for (std::size_t i = 0; i < tn->as_array()->size(); ++i) {
     auto def = parse_trace(file, *tn->as_array()->get(i)->as_table(), i);
@@ -328,9 +328,9 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
     p.params = {{"file", f}};
     pools.push_back(std::move(p));
   }
-  if (pools.empty()) return make_error("invalid_argument", file.filename().string() + ": give devices = [N, ...] or pools = [\"pool.json\", ...]");
+  if (pools.empty()) return make_error(Errc::invalid_argument, file.filename().string() + ": give devices = [N, ...] or pools = [\"pool.json\", ...]");
   if (!pool_files.empty() && (reconfig_s > 0 || attach_s > 0)) {
-    return make_error("invalid_argument", file.filename().string() +
+    return make_error(Errc::invalid_argument, file.filename().string() +
                                               ": options.reconfig_s and options.attach_s apply to devices; put the "
                                               "costs of pools in their files");
   }
@@ -412,7 +412,7 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
                           {"options", options_params}};
               c.id = cell_id(c.params);
               if (!ids.insert(c.id).second) {
-                return make_error("invalid_argument", file.filename().string() + ": two cells have the same parameters (" +
+                return make_error(Errc::invalid_argument, file.filename().string() + ": two cells have the same parameters (" +
                                                           c.params.dump() + "): a value is repeated in a list");
               }
               c.experiment.trace = trace.source;
@@ -434,7 +434,7 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
 
 Result<Study> load_study(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error("not_found", "cannot read study file " + file.string());
+  if (!in) return make_error(Errc::not_found, "cannot read study file " + file.string());
   std::stringstream s;
   s << in.rdbuf();
   return parse_study(s.str(), file);

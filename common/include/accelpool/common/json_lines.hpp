@@ -1,7 +1,7 @@
 // The framing every accelpool stream speaks: newline-delimited JSON-RPC 2.0 messages (the guest protocol, the agent
 // protocol, the guest daemon's socket; docs/guest-protocol.md, docs/agent-protocol.md). What is independent of the
-// JSON library lives here: splitting a byte stream into lines, and the JSON-RPC error codes of the error words
-// every side uses (Error::code). Header-only.
+// JSON library lives here: splitting a byte stream into lines. The JSON-RPC error codes of the error words every
+// side uses are in the one table of <accelpool/common/errors.hpp>. Header-only.
 #pragma once
 
 #include <cstddef>
@@ -52,35 +52,5 @@ class LineBuffer {
   std::size_t max_line_;
   bool overflow_ = false;
 };
-
-// JSON-RPC error codes of accelpool's error words: JSON-RPC 2.0's own codes, then accelpool's (-32000..-32099).
-// The word itself always travels in error.data.code; a code's first row names its word for replies without one.
-struct RpcCodeRow {
-  std::string_view word;
-  int code;
-};
-inline constexpr RpcCodeRow kRpcCodes[] = {
-    {"parse_error", -32700},      {"invalid_request", -32600},     {"method_not_found", -32601},
-    {"invalid_argument", -32602}, {"unsupported_version", -32602}, {"unauthorized", -32001},
-    {"forbidden", -32003},        {"not_found", -32004},           {"invalid_state", -32009},
-    {"conflict", -32009},         {"already_registered", -32010},  {"infeasible", -32022},
-    {"quota_exceeded", -32029},
-};
-
-// The code for an error word; words without a row map to -32000.
-inline int rpc_code(std::string_view word) {
-  for (const auto& r : kRpcCodes) {
-    if (r.word == word) return r.code;
-  }
-  return -32000;
-}
-
-// The error word for a code: its first row's word, or "internal".
-inline std::string_view rpc_word(int code) {
-  for (const auto& r : kRpcCodes) {
-    if (r.code == code) return r.word;
-  }
-  return "internal";
-}
 
 }  // namespace accelpool::common

@@ -27,7 +27,7 @@ constexpr std::uint64_t kReservedFds = 64;
 // Raises the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force. Errors: "io_error".
 inline Result<std::uint64_t> raise_fd_limit() {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return make_error("io_error", std::string("getrlimit: ") + std::strerror(errno));
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return make_error(Errc::io_error, std::string("getrlimit: ") + std::strerror(errno));
   if (lim.rlim_cur < lim.rlim_max) {
     rlimit raised = lim;
     raised.rlim_cur = lim.rlim_max;
@@ -37,10 +37,10 @@ inline Result<std::uint64_t> raise_fd_limit() {
 }
 
 // Whether `connections` (the sum of every listener's connection limit) plus kReservedFds fit `fd_limit`.
-// Errors: "config", saying what is needed and the two ways out.
+// Errors: "invalid_config", saying what is needed and the two ways out.
 inline Status check_fd_budget(std::uint64_t connections, std::uint64_t fd_limit, const std::string& which_limits) {
   if (connections + kReservedFds <= fd_limit) return Status::ok();
-  return make_error("config", "the connection limits (" + which_limits + ": " + std::to_string(connections) +
+  return make_error(Errc::invalid_config, "the connection limits (" + which_limits + ": " + std::to_string(connections) +
                                   " connections) need " + std::to_string(connections + kReservedFds) +
                                   " file descriptors, but the limit (RLIMIT_NOFILE, hard) is " +
                                   std::to_string(fd_limit) + ": lower the limits or raise the limit (ulimit -n, "

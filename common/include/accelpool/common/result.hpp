@@ -1,18 +1,21 @@
 // Errors as values across module boundaries: Status (ok or an error) and Result<T> (a value or an error).
 //
-// An error has a code (a short stable word, e.g. "not_found", "invalid_argument") that callers may branch on,
-// and a message for people that says what was wrong and where.
+// An error has a code (Errc, <accelpool/common/errors.hpp>: one enumeration with its wire names, HTTP statuses and
+// JSON-RPC codes) that callers may branch on, and a message for people that says what was wrong and where.
 #pragma once
+
+#include <accelpool/common/errors.hpp>
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
 namespace accelpool {
 
 struct Error {
-  std::string code;
+  Errc code = Errc::internal;
   std::string message;
 };
 
@@ -52,6 +55,16 @@ class [[nodiscard]] Result {
   std::variant<T, Error> v_;
 };
 
-inline Error make_error(std::string code, std::string message) { return {std::move(code), std::move(message)}; }
+inline Error make_error(Errc code, std::string message) { return {code, std::move(message)}; }
+
+// An error read from a wire: the code of `name`, or Errc::internal for a name this side does not know (a newer
+// peer's), whose message then starts with that name so that nothing is lost.
+inline Error error_from_wire(std::string_view name, std::string message) {
+  if (auto code = errc_from_name(name)) return {*code, std::move(message)};
+  return {Errc::internal, "[" + std::string(name) + "] " + std::move(message)};
+}
+
+// "not_found: no lease 7", for logs and test output.
+inline std::string describe(const Error& error) { return std::string(to_string(error.code)) + ": " + error.message; }
 
 }  // namespace accelpool

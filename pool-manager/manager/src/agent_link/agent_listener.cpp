@@ -205,7 +205,7 @@ struct AgentListener::Impl {
       }
       if (c.in.overflow()) {
         std::lock_guard lock(c.link->mu);
-        c.link->out += error_line(nullptr, make_error("invalid_request", "line longer than 1 MiB"));
+        c.link->out += error_line(nullptr, make_error(Errc::invalid_request, "line longer than 1 MiB"));
       }
     }
     release_if_refused(c);
@@ -372,35 +372,35 @@ struct AgentListener::Impl {
     }
     if (m.method == "agent.register") return reply_register(c, m);
     if (registration(c) != Registration::admitted)
-      return reply(c, m, make_error("unauthorized", m.method + ": the agent is not registered (send agent.register "
+      return reply(c, m, make_error(Errc::unauthorized, m.method + ": the agent is not registered (send agent.register "
                                                                "with the agent token first)"));
     if (m.method == "agent.heartbeat") return reply(c, m, health_update(c, m, "agent.heartbeat"));
     if (m.method == "device.health") return reply(c, m, health_update(c, m, "device.health"));
     if (m.method == "vm.stopped") return reply(c, m, vm_stopped(c, m));
     if (m.method.rfind("image.", 0) == 0) return images->serve(c.link, std::move(m));
-    reply(c, m, make_error("method_not_found", "no method '" + m.method + "'"));
+    reply(c, m, make_error(Errc::method_not_found, "no method '" + m.method + "'"));
   }
 
   void reply_register(Conn& c, const Message& m) {
     const char* where = "agent.register";
     release_if_refused(c);
     if (registration(c) != Registration::none)
-      return reply(c, m, make_error("invalid_state", "agent.register: this connection is already registered as host '" +
+      return reply(c, m, make_error(Errc::invalid_state, "agent.register: this connection is already registered as host '" +
                                                          c.link->host + "'"));
     auto token = get_string(m.params, "token", where, true);
     if (!token) return reply(c, m, token.error());
-    if (*token != options.token) return reply(c, m, make_error("unauthorized", "agent.register: wrong agent token"));
+    if (*token != options.token) return reply(c, m, make_error(Errc::unauthorized, "agent.register: wrong agent token"));
     if (auto s = only_fields(m.params, "token,host,protocol,agent,devices", where); !s) return reply(c, m, s);
     auto* proto = m.params.if_contains("protocol");
     if (!proto || !proto->is_int64() || proto->get_int64() != kAgentProtocolVersion)
-      return reply(c, m, make_error("unsupported_version", "agent.register: field 'protocol': this manager speaks "
+      return reply(c, m, make_error(Errc::unsupported_version, "agent.register: field 'protocol': this manager speaks "
                                                            "agent protocol version " +
                                                                std::to_string(kAgentProtocolVersion)));
     auto host = get_string(m.params, "host", where, true);
     if (!host) return reply(c, m, host.error());
     auto* devs = m.params.if_contains("devices");
     if (!devs || !devs->is_array())
-      return reply(c, m, make_error("invalid_argument", "agent.register: field 'devices' must be an array"));
+      return reply(c, m, make_error(Errc::invalid_argument, "agent.register: field 'devices' must be an array"));
     std::vector<AgentDevice> devices;
     devices.reserve(devs->get_array().size());
     std::map<std::string, std::string> health;
@@ -411,7 +411,7 @@ struct AgentListener::Impl {
       w.resize(w_prefix);
       w += std::to_string(i);
       w += ']';
-      if (!v.is_object()) return reply(c, m, make_error("invalid_argument", w + " must be an object"));
+      if (!v.is_object()) return reply(c, m, make_error(Errc::invalid_argument, w + " must be an object"));
       const auto& o = v.get_object();
       if (auto s = only_fields(o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state,slots", w);
           !s)
@@ -431,11 +431,11 @@ struct AgentListener::Impl {
       for (const Status& s : {id.status(), kind.status(), model.status(), pass.status(), pci.status(), loaded.status(),
                               hl.status(), detail.status(), vm.status(), lease.status(), state.status()})
         if (!s) return reply(c, m, s);
-      if (id->empty()) return reply(c, m, make_error("invalid_argument", w + ": field 'id' is empty"));
-      if (health.count(*id)) return reply(c, m, make_error("invalid_argument", w + ": device id '" + *id + "' repeats"));
+      if (id->empty()) return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'id' is empty"));
+      if (health.count(*id)) return reply(c, m, make_error(Errc::invalid_argument, w + ": device id '" + *id + "' repeats"));
       std::string h = hl->empty() ? "ok" : *hl;
       if (!valid_health(h))
-        return reply(c, m, make_error("invalid_argument", w + ": field 'health' must be ok, degraded or failed"));
+        return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'health' must be ok, degraded or failed"));
       d.device.local_id = *id;
       d.device.kind = *kind;
       d.device.model = *model;
@@ -443,7 +443,7 @@ struct AgentListener::Impl {
       d.device.loaded = *loaded;
       if (const auto* slots = o.if_contains("slots")) {  // optional (docs/agent-protocol.md): 0 when absent
         if (!slots->is_int64() || slots->get_int64() < 0 || slots->get_int64() > manager::kMaxSlotsPerDevice) {
-          return reply(c, m, make_error("invalid_argument", w + ": field 'slots' must be an integer in 0.." +
+          return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slots' must be an integer in 0.." +
                                                                 std::to_string(manager::kMaxSlotsPerDevice)));
         }
         d.device.slots = static_cast<std::uint32_t>(slots->get_int64());
@@ -452,7 +452,7 @@ struct AgentListener::Impl {
       d.health = h;
       d.detail = *detail;
       if (!state->empty() && *state != "attached" && *state != "quarantined" && *state != "recorded")
-        return reply(c, m, make_error("invalid_argument", w + ": field 'attach_state' must be attached, quarantined or "
+        return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'attach_state' must be attached, quarantined or "
                                                               "recorded"));
       d.vm = *vm;
       d.lease = *lease;
@@ -463,7 +463,7 @@ struct AgentListener::Impl {
     {
       std::lock_guard lock(hosts_mu);
       if (live.count(*host))
-        return reply(c, m, make_error("already_registered", "agent.register: host '" + *host +
+        return reply(c, m, make_error(Errc::already_registered, "agent.register: host '" + *host +
                                                                 "' is already registered by a live agent connection"));
       live[*host] = c.link;
     }
@@ -514,9 +514,9 @@ struct AgentListener::Impl {
       auto detail = get_string(o, "detail", w, false);
       for (const Status& s : {id.status(), h.status(), detail.status()})
         if (!s) return s;
-      if (!valid_health(*h)) return make_error("invalid_argument", w + ": field 'health' must be ok, degraded or failed");
+      if (!valid_health(*h)) return make_error(Errc::invalid_argument, w + ": field 'health' must be ok, degraded or failed");
       if (!c.health.count(*id))
-        return make_error("not_found", w + ": host '" + c.link->host + "' registered no device '" + *id + "'");
+        return make_error(Errc::not_found, w + ": host '" + c.link->host + "' registered no device '" + *id + "'");
       updates.emplace_back(*id, *h, *detail);
       return Status::ok();
     };
@@ -527,11 +527,11 @@ struct AgentListener::Impl {
       if (auto s = only_fields(m.params, "devices,full", where); !s) return s;
       if (auto full = get_bool(m.params, "full", where, false); !full) return full.status();
       if (auto* devs = m.params.if_contains("devices")) {
-        if (!devs->is_array()) return make_error("invalid_argument", where + ": field 'devices' must be an array");
+        if (!devs->is_array()) return make_error(Errc::invalid_argument, where + ": field 'devices' must be an array");
         for (std::size_t i = 0; i < devs->get_array().size(); ++i) {
           std::string w = where + ": devices[" + std::to_string(i) + "]";
           const auto& v = devs->get_array()[i];
-          if (!v.is_object()) return make_error("invalid_argument", w + " must be an object");
+          if (!v.is_object()) return make_error(Errc::invalid_argument, w + " must be an object");
           if (auto s = only_fields(v.get_object(), "id,health,detail", w); !s) return s;
           if (auto s = read_one(v.get_object(), w, "id"); !s) return s;
         }
@@ -557,14 +557,14 @@ struct AgentListener::Impl {
     auto reason = get_string(m.params, "reason", where, false);
     for (const Status& s : {name.status(), uuid.status(), reason.status()})
       if (!s) return s;
-    if (name->empty() && uuid->empty()) return make_error("invalid_argument", where + ": needs 'vm_name' or 'vm_uuid'");
+    if (name->empty() && uuid->empty()) return make_error(Errc::invalid_argument, where + ": needs 'vm_name' or 'vm_uuid'");
     vm.vm_name = *name;
     vm.vm_uuid = *uuid;
     vm.reason = *reason;
     if (auto* devs = m.params.if_contains("devices")) {
-      if (!devs->is_array()) return make_error("invalid_argument", where + ": field 'devices' must be an array");
+      if (!devs->is_array()) return make_error(Errc::invalid_argument, where + ": field 'devices' must be an array");
       for (const auto& d : devs->get_array()) {
-        if (!d.is_string()) return make_error("invalid_argument", where + ": field 'devices' must hold strings");
+        if (!d.is_string()) return make_error(Errc::invalid_argument, where + ": field 'devices' must hold strings");
         vm.devices.emplace_back(d.get_string());
       }
     }
@@ -575,12 +575,12 @@ struct AgentListener::Impl {
 
 Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions options, ListenerEvents events,
                                                              manager::Poster post) {
-  if (options.listen.empty()) return make_error("invalid_argument", "agent listener: no address to listen on");
-  if (options.token.empty()) return make_error("invalid_argument", "agent listener: the agent token is empty");
+  if (options.listen.empty()) return make_error(Errc::invalid_argument, "agent listener: no address to listen on");
+  if (options.token.empty()) return make_error(Errc::invalid_argument, "agent listener: the agent token is empty");
   if (options.heartbeat_timeout.count() <= 0)
-    return make_error("invalid_argument", "agent listener: heartbeat timeout must be positive");
-  if (options.max_connections == 0) return make_error("invalid_argument", "agent listener: max_connections must be positive");
-  if (!post) return make_error("invalid_argument", "agent listener: no poster");
+    return make_error(Errc::invalid_argument, "agent listener: heartbeat timeout must be positive");
+  if (options.max_connections == 0) return make_error(Errc::invalid_argument, "agent listener: max_connections must be positive");
+  if (!post) return make_error(Errc::invalid_argument, "agent listener: no poster");
   auto impl = std::make_unique<Impl>();
   std::unique_ptr<AgentListener> self(new AgentListener());
   for (const auto& a : options.listen) {
@@ -590,12 +590,12 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
     if (self->tcp_port_ == 0 && a.rfind("unix:", 0) != 0) self->tcp_port_ = bound_port(*fd);
   }
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl->wake_fd < 0) return make_error("io_error", "agent listener: eventfd failed");
+  if (impl->wake_fd < 0) return make_error(Errc::io_error, "agent listener: eventfd failed");
   impl->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
-  if (impl->epoll_fd < 0) return make_error("io_error", "agent listener: epoll_create1 failed");
+  if (impl->epoll_fd < 0) return make_error(Errc::io_error, "agent listener: epoll_create1 failed");
   bool watched = impl->watch(impl->wake_fd, EPOLLIN, tag(0, impl->wake_fd));
   for (int fd : impl->listen_fds) watched = watched && impl->watch(fd, EPOLLIN, tag(0, fd));
-  if (!watched) return make_error("io_error", "agent listener: epoll_ctl failed");
+  if (!watched) return make_error(Errc::io_error, "agent listener: epoll_ctl failed");
   impl->images = std::make_unique<ImageServer>(options.images);
   impl->options = std::move(options);
   impl->events = std::move(events);

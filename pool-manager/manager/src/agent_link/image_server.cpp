@@ -47,7 +47,7 @@ void ImageServer::serve(std::shared_ptr<Link> link, Message request) {
     }
   }
   if (request.has_id) {
-    send(*link, error_line(request.id, make_error("unavailable", request.method + ": more than " +
+    send(*link, error_line(request.id, make_error(Errc::unavailable, request.method + ": more than " +
                                                                      std::to_string(kMaxQueuedPerLink) +
                                                                      " image requests of this agent wait already")));
   }
@@ -75,7 +75,7 @@ json::value ImageServer::answer(const Message& m, Status& status) const {
   const std::string& where = m.method;
   const bool read = m.method == "image.read";
   if (!read && m.method != "image.manifest") {
-    status = make_error("method_not_found", "no method '" + m.method + "'");
+    status = make_error(Errc::method_not_found, "no method '" + m.method + "'");
     return nullptr;
   }
   if (auto s = only_fields(m.params, read ? "sha256,offset,length" : "sha256", where); !s) {
@@ -92,11 +92,11 @@ json::value ImageServer::answer(const Message& m, Status& status) const {
     }
   }
   if (read && *length == 0) {
-    status = make_error("invalid_argument", where + ": field 'length' must be 1.." + std::to_string(kImageChunk));
+    status = make_error(Errc::invalid_argument, where + ": field 'length' must be 1.." + std::to_string(kImageChunk));
     return nullptr;
   }
   if (!registry_) {
-    status = make_error("not_found", where + ": this manager has no bitstream registry");
+    status = make_error(Errc::not_found, where + ": this manager has no bitstream registry");
     return nullptr;
   }
   if (!read) {

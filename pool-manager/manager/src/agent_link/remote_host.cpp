@@ -9,7 +9,7 @@ namespace accelpool::agent {
 namespace json = boost::json;
 
 Error host_lost_error(const std::string& host, const std::string& why) {
-  return make_error("host_lost", "host '" + host + "' lost: " + why);
+  return make_error(Errc::host_lost, "host '" + host + "' lost: " + why);
 }
 
 void call(Link& link, std::string_view method, json::object params, ReplyDone done) {

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,9 +87,14 @@ inline constexpr std::size_t kDeviceStates = 6;
 
 enum class RequestPhase : std::uint8_t { waiting, running, revoking };
 
-// Outcome of an event that takes input the scheduler may reject; `error` says what was wrong.
+// Outcome of an event that takes input the scheduler may reject; `error` says what was wrong and `kind` what the
+// caller can do about it: `invalid`, the input itself is wrong (an unknown id, a count of 0); `infeasible`, the
+// input is well-formed but the pool can never serve it (fewer reachable devices than asked), so queueing it would
+// wait forever.
 struct Rejection {
+  enum class Kind : std::uint8_t { invalid, infeasible };
   std::string error;
+  Kind kind = Kind::invalid;
 };
 
 class Scheduler {

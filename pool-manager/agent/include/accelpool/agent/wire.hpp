@@ -24,10 +24,9 @@ inline constexpr std::size_t kMaxLine = 1024 * 1024;  // a register message list
 // a time, so other messages pass between pieces.
 inline constexpr std::size_t kImageChunk = 512 * 1024;
 
-// Line splitting and the error-code table are the common JSON-lines framing (accelpool/common/json_lines.hpp);
-// agent connections split with a LineBuffer of kMaxLine.
+// Line splitting is the common JSON-lines framing (accelpool/common/json_lines.hpp); agent connections split with
+// a LineBuffer of kMaxLine. Error codes travel as the table of accelpool/common/errors.hpp says.
 using common::LineBuffer;
-using common::rpc_code;
 
 // Message builders; each returns one line ending in '\n'.
 std::string request_line(std::int64_t id, std::string_view method, boost::json::object params);

@@ -185,7 +185,7 @@ struct Counters {
 class PoolCore {
  public:
   // Loads the store's snapshot and rebuilds the pool: devices, queue order, leases (live leases get one TTL
-  // from now to heartbeat again). Errors: "store", "config" (bad policy), "corrupt" (inconsistent snapshot).
+  // from now to heartbeat again). Errors: "store", "invalid_config" (bad policy), "corrupt" (inconsistent snapshot).
   static Result<std::unique_ptr<PoolCore>> create(CoreOptions options, const Clock& clock, Store& store);
   ~PoolCore();
   PoolCore(const PoolCore&) = delete;
