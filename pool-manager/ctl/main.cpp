@@ -102,6 +102,15 @@ json::array fetch_pages(const Options& o, const std::string& path, const std::st
   return items;
 }
 
+// The --limit flag: how many items of a paged listing to fetch (all when absent).
+std::size_t limit_flag(std::map<std::string, std::string>& flags) {
+  if (!flags.count("limit")) return SIZE_MAX;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(flags["limit"].c_str(), &end, 10);
+  if (flags["limit"].empty() || *end != '\0' || n == 0) die(2, "--limit takes a whole number >= 1");
+  return n;
+}
+
 std::string str(const json::value& v) {
   if (v.is_null()) return "-";
   if (v.is_string()) return v.as_string().empty() ? "-" : std::string(v.as_string());
@@ -265,6 +274,7 @@ int main(int argc, char** argv) {
   positional(revoke, "id", "the lease id");
   flag_option(revoke, "--reason", "told to the guest");
   auto* queue = command(&app, "queue", "waiting leases in scheduling order");
+  flag_option(queue, "--limit", "the first N only (default: all, page by page)");
 
   auto* bitstreams = command(&app, "bitstreams", "the bitstream registry (default: list)");
   auto* bs_list = command(bitstreams, "list", "registered bitstreams, and names devices hold or leases ask for");
@@ -401,15 +411,8 @@ int main(int argc, char** argv) {
     std::cout << "device " << args[0] << ": " << str(v.at("state")) << " (reset started)\n";
   } else if (leases->parsed()) {
     std::string q = query_of({"state", "tenant", "all", "order"});
-    std::size_t want = SIZE_MAX;
-    if (flags.count("limit")) {
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(flags["limit"].c_str(), &end, 10);
-      if (flags["limit"].empty() || *end != '\0' || n == 0) die(2, "--limit takes a whole number >= 1");
-      want = n;
-    }
     // The API answers in pages; follow next_cursor until the listing or the limit ends.
-    json::array list = fetch_pages(o, "/v1/leases", "leases", q, want);
+    json::array list = fetch_pages(o, "/v1/leases", "leases", q, limit_flag(flags));
     if (out(json::object{{"leases", list}})) return 0;
     print_leases(list);
   } else if (lease->parsed()) {
@@ -422,9 +425,9 @@ int main(int argc, char** argv) {
     if (out(v)) return 0;
     std::cout << "lease " << args[0] << ": " << str(v.at("state")) << "\n";
   } else if (queue->parsed()) {
-    auto v = call(o, "GET", "/v1/queue");
-    if (out(v)) return 0;
-    print_leases(v.at("queue").as_array());
+    json::array list = fetch_pages(o, "/v1/queue", "queue", "", limit_flag(flags));
+    if (out(json::object{{"queue", list}})) return 0;
+    print_leases(list);
   } else if (bitstreams->parsed()) {
     if (bs_show->parsed()) {
       auto v = call(o, "GET", "/v1/bitstreams/" + args[0] + (args.size() > 1 ? "/" + args[1] : ""));

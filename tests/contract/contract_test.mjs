@@ -264,6 +264,8 @@ await check(200, 'GET', `/v1/leases/${held.id}`);
 await check(400, 'GET', '/v1/leases/abc');
 await check(404, 'GET', '/v1/leases/999999');
 await check(200, 'GET', '/v1/queue');
+await check(200, 'GET', '/v1/queue?limit=1&cursor=0');
+await check(400, 'GET', '/v1/queue?cursor=first');
 
 // Bitstreams: a small opaque one uploaded, used by a lease, deleted.
 const image = Buffer.from('accelpool contract test image\n');

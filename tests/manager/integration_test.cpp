@@ -266,6 +266,50 @@ TEST_CASE("the policy switches at runtime through the admin API", "[integration]
   CHECK(m.admin_lease_state(fast) == "granted");
 }
 
+TEST_CASE("the queue is listed in pages in the policy's order", "[integration]") {
+  Running m(config(1, 30, 1));
+  auto port = m.daemon.endpoints().admin_port;
+  REQUIRE(http(port, "PUT", "/v1/policy", m.admin, R"({"policy":"sjf+first-fit"})").status == 200);
+  auto g = m.guest(m.token_a, "vm1");
+  auto hold = lease_id(g.call("acquire", {{"kind", "fpga"}}));
+  auto slow = lease_id(g.call("acquire", {{"kind", "fpga"}, {"estimate_s", 100}}));
+  auto fast = lease_id(g.call("acquire", {{"kind", "fpga"}, {"estimate_s", 1}}));
+  auto mid = lease_id(g.call("acquire", {{"kind", "fpga"}, {"estimate_s", 50}}));
+  auto ids = [](const boost::json::value& page) {
+    std::vector<std::uint64_t> out;
+    for (const auto& l : page.at("queue").as_array()) out.push_back(l.at("id").to_number<std::uint64_t>());
+    return out;
+  };
+  auto first = m.get("/v1/queue?limit=2");
+  REQUIRE(first.status == 200);
+  CHECK(ids(first.json()) == std::vector<std::uint64_t>{fast, mid});
+  CHECK(first.json().at("total").to_number<std::uint64_t>() == 3);
+  REQUIRE(first.json().at("next_cursor").to_number<std::uint64_t>() == 2);
+  auto second = m.get("/v1/queue?limit=2&cursor=2");
+  REQUIRE(second.status == 200);
+  CHECK(ids(second.json()) == std::vector<std::uint64_t>{slow});
+  CHECK(second.json().at("next_cursor").is_null());
+  // Without a limit, a page of the default size: the whole queue here.
+  CHECK(ids(m.get("/v1/queue").json()) == std::vector<std::uint64_t>{fast, mid, slow});
+  // Past the end: an empty last page, not an error.
+  auto beyond = m.get("/v1/queue?cursor=99");
+  REQUIRE(beyond.status == 200);
+  CHECK(beyond.json().at("queue").as_array().empty());
+  CHECK(beyond.json().at("next_cursor").is_null());
+  // Bad paging parameters are refused and name the parameter.
+  for (const char* bad : {"/v1/queue?limit=0", "/v1/queue?limit=10001", "/v1/queue?cursor=-1", "/v1/queue?cursor=x",
+                          "/v1/queue?order=desc"}) {
+    INFO(bad);
+    auto r = m.get(bad);
+    CHECK(r.status == 400);
+    CHECK(r.json().at("error").at("code").as_string() == "invalid_argument");
+  }
+  // The queue moves on between pages: after the holder releases, the first entry is granted and leaves it.
+  g.call("release", {{"lease", hold}});
+  CHECK(m.admin_lease_state(fast) == "granted");
+  CHECK(ids(m.get("/v1/queue?limit=2").json()) == std::vector<std::uint64_t>{mid, slow});
+}
+
 TEST_CASE("bad input gets a clear error, changes nothing, and the daemon keeps serving", "[integration]") {
   Running m(config(1, 30, 1));
   auto g = m.guest(m.token_a, "vm1");

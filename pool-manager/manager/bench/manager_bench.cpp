@@ -32,8 +32,12 @@
 // usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--rate R] [--unix 1]
 //                                [--network-thread 1] [--agent-devices N [--agent PATH]] [--sample S] [--hold-ms H]
 //                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1]]
-//                                [--watchers N]
+//                                [--watchers N] [--waiting N]
 //                                [--store-url postgresql://...]
+//
+// --waiting N keeps N requests waiting in the queue during the run (a device of kind "held" is held and N requests
+// for it wait, from guests of at most 1,000 requests each, the manager's per-guest bound), and reports the time of
+// GET /v1/queue for the first page and for the last, as the dashboard's queue view and an operator's tool read it.
 //
 // --store-url runs the manager on the PostgreSQL store (an empty database; docs/ha.md) instead of SQLite.
 // --takeovers N (with --store-url) runs two managers on that store instead of the guest load, and N times kills
@@ -435,8 +439,89 @@ struct BenchOptions {
   bool full_heartbeats = false;  // emulated agents list every device in every heartbeat (as before deltas)
   bool storms = false;           // after the guest load: all agents drop, return, and the manager restarts
   int watchers = 0;              // dashboards watching GET /v1/events during the run
+  int waiting = 0;               // requests kept waiting in the queue during the run
   std::string store_url;         // "postgresql://...": the PostgreSQL store (an empty database) instead of SQLite
   int takeovers = 0;             // > 0 (with store_url): kill the leader of two managers this many times
+};
+
+// Reads `n` reply lines (notifications skipped) from blocking socket `fd`; false when it closed first.
+bool read_replies(int fd, std::size_t n) {
+  std::string in;
+  char buf[65536];
+  while (n > 0) {
+    for (auto nl = in.find('\n'); n > 0 && nl != std::string::npos; nl = in.find('\n')) {
+      if (in.substr(0, nl).find("\"method\"") == std::string::npos) --n;
+      in.erase(0, nl + 1);
+    }
+    if (n == 0) break;
+    ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+    if (got <= 0) return false;
+    in.append(buf, static_cast<std::size_t>(got));
+  }
+  return true;
+}
+
+// `n` requests waiting in the queue for as long as this lives: the one device of kind "held" is acquired, then
+// guests ask for it n times in all (1,000 a guest, pipelined), and a thread heartbeats every guest so that none of
+// them is reclaimed while the run lasts.
+class Waiting {
+ public:
+  Waiting(int port, const std::string& token, int n) {
+    auto hello = [&](int fd, const std::string& guest) {
+      return call_json(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
+                               R"(","guest":")" + guest + "\"}}");
+    };
+    int holder = connect_tcp(port);
+    if (holder < 0 || !hello(holder, "held-holder") ||
+        !call_json(holder, R"({"jsonrpc":"2.0","id":1,"method":"acquire","params":{"kind":"held"}})")) {
+      std::fprintf(stderr, "--waiting: could not hold the device of kind held\n");
+      return;
+    }
+    fds_.push_back(holder);
+    for (int i = 0; queued_ < n; ++i) {
+      int fd = connect_tcp(port);
+      if (fd < 0 || !hello(fd, "waiting" + std::to_string(i))) {
+        std::fprintf(stderr, "--waiting: a guest could not connect\n");
+        break;
+      }
+      fds_.push_back(fd);
+      const int batch = std::min(1000, n - queued_);
+      std::string lines;
+      for (int k = 0; k < batch; ++k) {
+        lines += R"({"jsonrpc":"2.0","id":)" + std::to_string(k + 1) + R"(,"method":"acquire","params":{"kind":"held"}})" "\n";
+      }
+      if (::send(fd, lines.data(), lines.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(lines.size()) ||
+          !read_replies(fd, static_cast<std::size_t>(batch))) {
+        std::fprintf(stderr, "--waiting: a guest's acquires were not answered\n");
+        break;
+      }
+      queued_ += batch;
+    }
+    heartbeat_ = std::thread([this] {
+      while (!stop_) {
+        for (int fd : fds_) call_json(fd, R"({"jsonrpc":"2.0","id":2,"method":"heartbeat","params":{}})");
+        for (int i = 0; i < 50 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  ~Waiting() {
+    stop_ = true;
+    if (heartbeat_.joinable()) heartbeat_.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  int queued() const { return queued_; }
+
+ private:
+  // Sends one request line and reads its reply (notifications skipped); false when the call failed.
+  static bool call_json(int fd, const std::string& request) {
+    const std::string line = request + "\n";
+    return ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size()) &&
+           read_replies(fd, 1);
+  }
+  std::vector<int> fds_;
+  int queued_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_;
 };
 
 // N connections watching GET /v1/events, read by one thread until destroyed: what ten open dashboards cost.
@@ -587,9 +672,9 @@ void bench_daemon(const BenchOptions& o) {
                                       << (!agents_config.empty()
                                               ? "[agents]\n" + agents_config + "token = \"" + kSoakAgentToken + "\"\n" +
                                                     // the in-process host holds no fpga: the agents serve them all
-                                                    "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"spare\"\ncount = 1\n"
+                                                    "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"spare\"\ncount = 1\n[[hosts.devices]]\nkind = \"held\"\ncount = 1\n"
                                               : "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
-                                                "count = " + std::to_string(devices) + "\n")
+                                                "count = " + std::to_string(devices) + "\n[[hosts.devices]]\nkind = \"held\"\ncount = 1\n")
                                       << (o.store_url.empty() ? "" : "[store]\nurl = \"" + o.store_url + "\"\n");
   std::fflush(stdout);
   Daemon daemon = start_daemon(o, dir);
@@ -606,8 +691,8 @@ void bench_daemon(const BenchOptions& o) {
                                       << "\"\nhost = \"soak\"\n[backends.sim]\ndevices = \"fpga:sim-u250:" << o.agent_devices
                                       << "\"\nprogram_base_ms = 5\nattach = \"network\"\n";
     agent = spawn({o.agent, "--config", (dir / "agent.toml").string()}, dir / "agent.log", true);
-    // Ready when the manager lists the agent's devices (and the one spare) as free.
-    if (!wait_free_devices(admin_port, o.agent_devices + 1, 30.0)) {
+    // Ready when the manager lists the agent's devices (and the in-process spare and held ones) as free.
+    if (!wait_free_devices(admin_port, o.agent_devices + 2, 30.0)) {
       std::fprintf(stderr, "the agent's devices did not join (see %s)\n", (dir / "agent.log").c_str());
       ::kill(agent, SIGKILL);
       ::kill(pid, SIGKILL);
@@ -630,7 +715,7 @@ void bench_daemon(const BenchOptions& o) {
     auto t = Clock::now();
     swarm->connect_all();
     Storm join = settle(t, probe, poll, [&] {
-      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
+      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 2;
     });
     report_storm("join", o.agents, o.devices_per_agent, join, manager_cpu(pid) - cpu0, proc_sample(pid));
     if (!join.settled) {
@@ -647,7 +732,27 @@ void bench_daemon(const BenchOptions& o) {
       list_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
     std::printf("admin     GET /v1/devices?limit=500 at %ld devices: p50 %.1f ms, max %.1f ms, %zu bytes\n",
-                agent_devices_total + 1, pct(list_ms, 0.5), *std::max_element(list_ms.begin(), list_ms.end()), list_bytes);
+                agent_devices_total + 2, pct(list_ms, 0.5), *std::max_element(list_ms.begin(), list_ms.end()), list_bytes);
+  }
+  std::unique_ptr<Waiting> waiting;
+  if (o.waiting > 0) {
+    auto start = Clock::now();
+    waiting = std::make_unique<Waiting>(port, token, o.waiting);
+    const double fill_s = std::chrono::duration<double>(Clock::now() - start).count();
+    // The queue's first page and its last, as the dashboard and accelpoolctl read them.
+    auto page_ms = [&](const std::string& target) {
+      std::vector<double> ms;
+      for (int i = 0; i < 10; ++i) {
+        auto t = Clock::now();
+        http_get(admin_port, target, daemon.admin_token);
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+      }
+      return pct(ms, 0.5);
+    };
+    const int last = std::max(0, waiting->queued() - 1000);
+    std::printf("waiting   %d requests queued in %.1f s; GET /v1/queue?limit=1000 p50 %.1f ms, cursor=%d p50 %.1f ms\n",
+                waiting->queued(), fill_s, page_ms("/v1/queue?limit=1000"), last,
+                page_ms("/v1/queue?limit=1000&cursor=" + std::to_string(last)));
   }
   std::unique_ptr<Watchers> watchers;
   if (o.watchers > 0) watchers = std::make_unique<Watchers>(admin_port, daemon.admin_token, o.watchers);
@@ -816,7 +921,7 @@ void bench_daemon(const BenchOptions& o) {
     t = Clock::now();
     swarm->connect_all();
     Storm back = settle(t, probe, poll, [&] {
-      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
+      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 2;
     });
     report_storm("return", o.agents, o.devices_per_agent, back, manager_cpu(pid) - cpu0, proc_sample(pid));
     // A crash and restart: the agents reconnect as soon as the manager listens again.
@@ -830,7 +935,7 @@ void bench_daemon(const BenchOptions& o) {
     const double up_s = std::chrono::duration<double>(Clock::now() - t).count();
     cpu0 = manager_cpu(pid);  // what the start (loading the store, rebuilding the pool) took
     Storm restart = settle(t, probe, poll, [&] {
-      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 1;
+      return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 2;
     });
     report_storm("restart", o.agents, o.devices_per_agent, restart, manager_cpu(pid) - cpu0, proc_sample(pid));
     std::printf("          restart: guest and agent ports listening after %.3f s (manager cpu %.2f s, owner thread "
@@ -980,6 +1085,7 @@ int main(int argc, char** argv) {
     else if (a == "--full-heartbeats") o.full_heartbeats = v == "1";
     else if (a == "--storms") o.storms = v == "1";
     else if (a == "--watchers") o.watchers = std::stoi(v);
+    else if (a == "--waiting") o.waiting = std::stoi(v);
     else if (a == "--store-url") o.store_url = v;
     else if (a == "--takeovers") o.takeovers = std::stoi(v);
     else {
@@ -992,6 +1098,11 @@ int main(int argc, char** argv) {
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  if (o.waiting > 0 && o.storms) {
+    // The held device stays leased until its guests' leases expire, so the storms' counts of free devices differ.
+    std::fprintf(stderr, "--waiting and --storms do not go together\n");
+    return 2;
   }
   if (o.takeovers > 0) {
     if (o.store_url.empty()) {

@@ -419,7 +419,29 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   }
   if (r1 == "queue" && seg.size() == 2) {
     if (m != "GET") return method_not_allowed(m, path);
-    return ok(json::object{{"queue", to_json(core_.queue())}});
+    // Pages by position in the policy's order, which is computed anew for each page: between two pages, entries
+    // may be granted, leave or move, so a cursor is the position of the next page's first entry at that time.
+    std::size_t limit = PageSpec::kDefaultLimit;
+    std::uint64_t skip = 0;
+    for (const auto& [k, v] : query) {
+      if (k == "limit") {
+        auto n = parse_limit(v, PageSpec::kMaxLimit);
+        if (!n) return from_error(n.error());
+        limit = *n;
+      } else if (k == "cursor") {
+        auto at = parse_id(v);
+        if (!at) return error(400, "invalid_argument", "query 'cursor' must be a position in the queue (a next_cursor)");
+        skip = *at;
+      } else {
+        return from_error(unknown_query_parameter(k));
+      }
+    }
+    const std::size_t total = core_.queue_length();
+    auto page = core_.queue(limit, static_cast<std::size_t>(std::min<std::uint64_t>(skip, total)));
+    const std::uint64_t next = skip + page.size();
+    return ok(json::object{{"queue", to_json(page)},
+                           {"total", total},
+                           {"next_cursor", next < total ? json::value(next) : json::value(nullptr)}});
   }
   if (r1 == "bitstreams") return bitstreams(req, seg);
   if (r1 == "tenants") {

@@ -1408,10 +1408,12 @@ Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePage
   return page;
 }
 
-std::vector<Lease> PoolCore::queue(std::size_t limit) const {
+std::vector<Lease> PoolCore::queue(std::size_t limit, std::size_t skip) const {
+  const std::size_t shown = limit > SIZE_MAX - skip ? SIZE_MAX : skip + limit;
+  const auto order = impl_->scheduler->queue_order(impl_->last_now, shown);
   std::vector<Lease> out;
-  for (auto id : impl_->scheduler->queue_order(impl_->last_now, limit)) {
-    if (const Lease* l = impl_->find_any(id)) out.push_back(*l);
+  for (std::size_t i = skip; i < order.size(); ++i) {
+    if (const Lease* l = impl_->find_any(order[i])) out.push_back(*l);
   }
   return out;
 }

@@ -285,8 +285,9 @@ class PoolCore {
   // A page of every matching lease, ended ones read from the store (everything kept under keep_ended_s), so a
   // long history is listed whole, page by page, and no reply is unbounded. Errors: "store".
   Result<LeasePage> page(const LeaseFilter& filter, const LeasePageSpec& spec) const;
-  // Waiting leases in the order the policy would serve them: the first `limit` of them.
-  std::vector<Lease> queue(std::size_t limit = SIZE_MAX) const;
+  // Waiting leases in the order the policy would serve them: `limit` of them, after the first `skip`. The order
+  // is computed anew at each call (O(waiting) plus a partial sort of the first skip + limit).
+  std::vector<Lease> queue(std::size_t limit = SIZE_MAX, std::size_t skip = 0) const;
   // When a waiting lease is expected to be granted, where the scheduler has an estimate (Scheduler::expected_start:
   // the request its kind's reservation is for); nullopt otherwise.
   std::optional<double> expected_start(LeaseId id) const;
