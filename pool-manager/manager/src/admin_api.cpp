@@ -430,7 +430,7 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         limit = *n;
       } else if (k == "cursor") {
         auto at = parse_id(v);
-        if (!at) return error(400, "invalid_argument", "query 'cursor' must be a position in the queue (a next_cursor)");
+        if (!at) return error(Errc::invalid_argument, "query 'cursor' must be a position in the queue (a next_cursor)");
         skip = *at;
       } else {
         return from_error(unknown_query_parameter(k));
