@@ -195,3 +195,81 @@ TEST_CASE("listing and lookup read ended leases from the store, page by page", "
     CHECK(seen_live_a);
   }
 }
+
+TEST_CASE("a guest's heartbeat, listing and limits cover its own live leases, through the index of leases by guest",
+          "[core][owner]") {
+  CoreOptions o;
+  o.max_live_per_guest = 4;
+  Pool pool(make_devices("fpga", 2), o);
+  REQUIRE(pool.core->update_tenant("a", std::nullopt, 5).is_ok());  // tenant a: 5 devices held or wanted
+  const Caller vm1 = Caller::direct("a", "vm1");
+  const Caller relayed_vm1{"a", "vm1", "local", true};  // the same guest id, through the host's relay: not vm1
+  std::vector<LeaseId> mine;
+  for (int i = 0; i < 3; ++i) mine.push_back(pool.acquire("a", "vm1").id);  // 2 granted, 1 queued
+  AcquireParams relay = acquire_params("a", "vm1", "fpga", 1);
+  relay.relayed = true;
+  relay.guest_host = "local";
+  auto theirs = pool.core->acquire(relay);
+  REQUIRE(theirs.is_ok());
+  const LeaseId other_tenant = pool.acquire("b", "vm1").id;
+  const LeaseId other_guest = pool.acquire("a", "vm2").id;
+
+  auto ids = [](const std::vector<Lease>& ls) {
+    std::vector<LeaseId> out;
+    for (const auto& l : ls) out.push_back(l.id);
+    return out;
+  };
+  // Each caller's view, against a filter over every live lease.
+  auto check_views = [&] {
+    const auto every = pool.core->list(LeaseFilter{});
+    for (const Caller& c : {vm1, relayed_vm1, Caller::direct("a", "vm2"), Caller::direct("b", "vm1")}) {
+      std::vector<LeaseId> expected;
+      for (const auto& l : every) {
+        if (c.owns(l)) expected.push_back(l.id);
+      }
+      LeaseFilter f;
+      f.owner = c;
+      CHECK(ids(pool.core->list(f)) == expected);
+      for (bool newest_first : {false, true}) {
+        auto paged = ids(all_pages(*pool.core, f, LeasePageSpec{.after = {}, .limit = 1, .newest_first = newest_first}));
+        if (newest_first) std::reverse(paged.begin(), paged.end());
+        CHECK(paged == expected);
+      }
+      auto beat = pool.core->heartbeat(c, std::nullopt);
+      REQUIRE(beat.is_ok());
+      CHECK(ids(*beat) == expected);
+    }
+  };
+  check_views();
+
+  // The tenant's quota counts live leases only: 5 devices are held or wanted by tenant a's 5 leases.
+  auto over = pool.core->acquire(acquire_params("a", "vm3", "fpga", 1));
+  REQUIRE_FALSE(over.is_ok());
+  CHECK(over.error().code == Errc::quota_exceeded);
+  // vm1's leases leave the index as they end: released, cancelled while queued, expired.
+  REQUIRE(pool.core->cancel(vm1, mine[2]).is_ok());
+  REQUIRE(pool.core->release(vm1, mine[0]).is_ok());
+  check_views();
+  CHECK(pool.core->acquire(acquire_params("a", "vm3", "fpga", 1)).is_ok());  // room again in the quota
+  // The per-guest limit counts the live leases of guest id vm1 (direct or relayed): 2 left, so 2 more fit and a
+  // fifth does not.
+  REQUIRE(pool.core->update_tenant("a", std::nullopt, 100).is_ok());
+  for (int i = 0; i < 2; ++i) pool.acquire("a", "vm1");
+  auto fifth = pool.core->acquire(acquire_params("a", "vm1", "fpga", 1));
+  REQUIRE_FALSE(fifth.is_ok());
+  CHECK(fifth.error().code == Errc::quota_exceeded);
+  check_views();
+  // Every other lease keeps heartbeating, vm1's last granted one does not: it expires and leaves vm1's view.
+  for (int i = 0; i < 3; ++i) {
+    pool.clock.advance(pool.options.lease_ttl_s / 2 + 1);
+    for (const Caller& c : {relayed_vm1, Caller::direct("a", "vm2"), Caller::direct("a", "vm3"), Caller::direct("b", "vm1")}) {
+      REQUIRE(pool.core->heartbeat(c, std::nullopt).is_ok());
+    }
+    pool.core->tick();
+  }
+  CHECK(pool.get(mine[1]).state == LeaseState::expired);
+  CHECK(pool.get(theirs->id).state != LeaseState::expired);
+  CHECK(pool.get(other_tenant).state != LeaseState::expired);
+  CHECK(pool.get(other_guest).state != LeaseState::expired);
+  check_views();
+}

@@ -145,17 +145,37 @@ struct PoolCore::Impl {
   std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
 
   std::map<LeaseId, Lease> live;
-  std::map<std::pair<std::string, std::string>, std::size_t> live_per_guest;  // (tenant, guest) -> live leases
+  // Live leases by (tenant, guest), and each tenant's devices held or wanted by live leases: a guest's heartbeat,
+  // listing and lease limit, and a tenant's quota, touch that guest's or tenant's leases only, never the pool's.
+  std::map<std::pair<std::string, std::string>, std::set<LeaseId>> live_by_guest;
+  std::map<std::string, std::uint64_t> live_devices_of_tenant;
 
-  // Keeps live_per_guest in step with `live`: called when a lease enters it and when it leaves.
-  void count_live(const Lease& l, bool entering) {
-    auto& n = live_per_guest[{l.tenant, l.guest}];
+  // Keeps live_by_guest and live_devices_of_tenant in step with `live`: called when a lease enters it and when it
+  // leaves.
+  void index_live(const Lease& l, bool entering) {
+    const std::pair<std::string, std::string> guest{l.tenant, l.guest};
+    auto& devices = live_devices_of_tenant[l.tenant];
     if (entering) {
-      ++n;
-    } else if (--n == 0) {
-      live_per_guest.erase({l.tenant, l.guest});
+      live_by_guest[guest].insert(l.id);
+      devices += l.count;
+      return;
     }
+    if (auto it = live_by_guest.find(guest); it != live_by_guest.end() && it->second.erase(l.id) && it->second.empty()) {
+      live_by_guest.erase(it);
+    }
+    devices -= std::min<std::uint64_t>(devices, l.count);
+    if (devices == 0) live_devices_of_tenant.erase(l.tenant);
   }
+
+  // The live leases of (tenant, guest), by id; empty when it has none.
+  const std::set<LeaseId>& live_of_guest(const std::string& tenant, const std::string& guest) const {
+    static const std::set<LeaseId> none;
+    auto it = live_by_guest.find({tenant, guest});
+    return it == live_by_guest.end() ? none : it->second;
+  }
+  // The ids of the only live leases `f` can match when it names one guest (as owner, or tenant and guest); null
+  // when it may match any.
+  const std::set<LeaseId>* own_leases(const LeaseFilter& f) const;
   std::map<LeaseId, Lease> ended;  // a window of the most recently ended leases; the store holds them all
   std::deque<LeaseId> ended_order; // the ids in `ended`, oldest end first
   std::set<std::pair<double, LeaseId>> expiries;
@@ -576,7 +596,7 @@ struct PoolCore::Impl {
     }
     if (state == LeaseState::expired) ++counters.expirations;
     LeaseId id = l.id;
-    count_live(l, false);
+    index_live(l, false);
     Lease& e = ended[id] = std::move(l);
     ended_order.push_back(id);
     live.erase(id);
@@ -774,7 +794,7 @@ struct PoolCore::Impl {
       } else {
         live[id] = std::move(l);
         Lease& ll = live[id];
-        count_live(ll, true);
+        index_live(ll, true);
         (ll.state == LeaseState::queued ? waiting : running).push_back(&ll);
       }
     }
@@ -1222,17 +1242,14 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   if (m.options.acquire_check) {
     if (auto s = m.options.acquire_check(p); !s) return s.error();
   }
-  if (auto it = m.live_per_guest.find({p.tenant, p.guest});
-      it != m.live_per_guest.end() && it->second >= m.options.max_live_per_guest) {
+  if (const std::size_t own = m.live_of_guest(p.tenant, p.guest).size(); own >= m.options.max_live_per_guest) {
     return make_error(Errc::quota_exceeded, "guest " + p.guest + " of tenant " + p.tenant + " holds or waits for " +
-                                            std::to_string(it->second) + " leases, the most one guest may have " +
+                                            std::to_string(own) + " leases, the most one guest may have " +
                                             "([leases] max_per_guest); release or cancel some first");
   }
   if (tit->second.max_devices > 0) {
-    std::uint64_t used = 0;
-    for (const auto& [_, l] : m.live) {
-      if (l.tenant == p.tenant) used += l.count;
-    }
+    const auto held = m.live_devices_of_tenant.find(p.tenant);
+    const std::uint64_t used = held == m.live_devices_of_tenant.end() ? 0 : held->second;
     if (used + p.count > tit->second.max_devices) {
       return make_error(Errc::quota_exceeded, "tenant " + p.tenant + " may hold or wait for at most " +
                                               std::to_string(tit->second.max_devices) + " devices (" +
@@ -1261,7 +1278,7 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     m.live.erase(r.id);
     return make_error(errc_of(*rej), rej->error + where);
   }
-  m.count_live(stored, true);
+  m.index_live(stored, true);
   m.last_id = r.id;
   m.set_expiry(stored, t + m.options.lease_ttl_s);
   m.touch(stored);
@@ -1307,12 +1324,16 @@ Result<std::vector<Lease>> PoolCore::heartbeat(const Caller& caller, std::option
     m.touch(**l);
     out.push_back(**l);
   } else {
-    for (auto& [_, l] : m.live) {
-      if (caller.owns(l)) {
-        m.set_expiry(l, t + m.options.lease_ttl_s);
-        m.touch(l);
-        out.push_back(l);
-      }
+    auto renew = [&](Lease& l) {
+      if (!caller.owns(l)) return;
+      m.set_expiry(l, t + m.options.lease_ttl_s);
+      m.touch(l);
+      out.push_back(l);
+    };
+    if (caller.tenant.empty()) {
+      for (auto& [_, l] : m.live) renew(l);
+    } else {
+      for (LeaseId id : m.live_of_guest(caller.tenant, caller.guest)) renew(m.live.at(id));
     }
   }
   m.flush();
@@ -1357,42 +1378,84 @@ bool matches(const LeaseFilter& f, const Lease& l) {
 
 bool wants_ended(const LeaseFilter& f) { return f.include_ended || (f.state && is_terminal(*f.state)); }
 
+const Lease& lease_at(const std::map<LeaseId, Lease>&, const std::pair<const LeaseId, Lease>& entry) { return entry.second; }
+const Lease& lease_at(const std::map<LeaseId, Lease>& leases, LeaseId id) { return leases.at(id); }
+
+// Calls `take` on each lease of `ids` (ascending ids of `leases`, or `leases` itself) that lies beyond `spec`'s
+// cursor and matches `f`, in the page's order, until `take` returns false.
+template <class Ids, class Take>
+void visit_page(const Ids& ids, const std::map<LeaseId, Lease>& leases, const LeaseFilter& f, const LeasePageSpec& spec,
+                Take&& take) {
+  auto visit = [&](auto first, auto last) {
+    for (auto it = first; it != last; ++it) {
+      const Lease& l = lease_at(leases, *it);
+      if (matches(f, l) && !take(l)) return;
+    }
+  };
+  if (spec.newest_first) {
+    visit(spec.after ? std::make_reverse_iterator(ids.lower_bound(*spec.after)) : ids.rbegin(), ids.rend());
+  } else {
+    visit(spec.after ? ids.upper_bound(*spec.after) : ids.begin(), ids.end());
+  }
+}
+
+// visit_page over the live leases: over `own` (one guest's ids) when given, so that a guest's listing costs its
+// own leases and not the pool's, over every live lease otherwise.
+template <class Take>
+void visit_live(const std::set<LeaseId>* own, const std::map<LeaseId, Lease>& live, const LeaseFilter& f,
+                const LeasePageSpec& spec, Take&& take) {
+  if (own) {
+    visit_page(*own, live, f, spec, take);
+  } else {
+    visit_page(live, live, f, spec, take);
+  }
+}
+
 }  // namespace
+
+const std::set<LeaseId>* PoolCore::Impl::own_leases(const LeaseFilter& f) const {
+  if (f.owner && !f.owner->tenant.empty()) return &live_of_guest(f.owner->tenant, f.owner->guest);
+  if (f.tenant && f.guest) return &live_of_guest(*f.tenant, *f.guest);
+  return nullptr;
+}
 
 std::vector<Lease> PoolCore::list(const LeaseFilter& f) const {
   std::vector<Lease> out;
-  if (wants_ended(f)) {
-    for (const auto& [_, l] : impl_->ended) {
-      if (matches(f, l)) out.push_back(l);
-    }
-  }
-  for (const auto& [_, l] : impl_->live) {
-    if (matches(f, l)) out.push_back(l);
-  }
+  const LeasePageSpec all;
+  auto keep = [&](const Lease& l) {
+    out.push_back(l);
+    return true;
+  };
+  if (wants_ended(f)) visit_page(impl_->ended, impl_->ended, f, all, keep);
+  visit_live(impl_->own_leases(f), impl_->live, f, all, keep);
   std::sort(out.begin(), out.end(), [](const Lease& a, const Lease& b) { return a.id < b.id; });
   return out;
 }
 
 Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePageSpec& spec) const {
   // Memory holds every live lease and the newest state of every ended lease not yet committed (ended leases leave
-  // memory only after a commit); the store holds every ended lease committed. Taking one more stored lease than
-  // the page holds shows whether more follow, and every lease cut from the page lies past its last id.
+  // memory only after a commit); the store holds every ended lease committed. Each of the three sources gives at
+  // most one lease more than the page holds, in the page's order: every lease of the page is among the first of
+  // its own source, and one more shows whether more follow.
   std::map<LeaseId, Lease> merged;
-  std::size_t stored_count = 0;
+  const std::size_t wanted = spec.limit + 1;
+  auto upto_wanted = [&](std::size_t& taken) {
+    return [&merged, &taken, wanted](const Lease& l) {
+      merged.insert_or_assign(l.id, l);
+      return ++taken < wanted;
+    };
+  };
   if (wants_ended(f)) {
     LeasePageSpec one_more = spec;
-    one_more.limit = spec.limit + 1;
+    one_more.limit = wanted;
     auto stored = impl_->store.ended_leases(f, one_more);
     if (!stored) return stored.error();
-    stored_count = stored->size();
     for (auto& l : *stored) merged.emplace(l.id, std::move(l));
-    for (const auto& [id, l] : impl_->ended) {
-      if (spec.beyond(id) && matches(f, l)) merged.insert_or_assign(id, l);
-    }
+    std::size_t from_window = 0;
+    visit_page(impl_->ended, impl_->ended, f, spec, upto_wanted(from_window));
   }
-  for (const auto& [id, l] : impl_->live) {
-    if (spec.beyond(id) && matches(f, l)) merged.insert_or_assign(id, l);
-  }
+  std::size_t from_live = 0;
+  visit_live(impl_->own_leases(f), impl_->live, f, spec, upto_wanted(from_live));
   LeasePage page;
   auto take = [&](auto first, auto last) {
     for (auto it = first; it != last && page.leases.size() < spec.limit; ++it) page.leases.push_back(std::move(it->second));
@@ -1402,9 +1465,7 @@ Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePage
   } else {
     take(merged.begin(), merged.end());
   }
-  if ((merged.size() > page.leases.size() || stored_count > spec.limit) && !page.leases.empty()) {
-    page.next = page.leases.back().id;
-  }
+  if (merged.size() > page.leases.size() && !page.leases.empty()) page.next = page.leases.back().id;
   return page;
 }
 
