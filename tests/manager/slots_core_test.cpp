@@ -79,19 +79,51 @@ TEST_CASE("slot leases share a device, the whole device waits until every slot i
   CHECK(pool.core->device("local/fpga0:slot0")->state == "shared");
 }
 
-TEST_CASE("slots are not stored: a restart derives them from the host again", "[core][slots]") {
+TEST_CASE("slot leases outlive a restart: the store keeps how many slots each device has", "[core][slots]") {
   Pool pool(device_with_slots(2));
   pool.posts.drain();
   const auto rows_before = pool.store->device_rows;
   Lease a = acquire_kind(pool, "vm1", "fpga:slot", "kernel-a");
+  Lease b = acquire_kind(pool, "vm2", "fpga:slot", "kernel-b");
+  Lease waiting = acquire_kind(pool, "vm3", "fpga:slot");
   pool.posts.drain();
   CHECK(pool.store->device_rows == rows_before);  // what a slot holds is never written
+  REQUIRE(waiting.state == LeaseState::queued);
+
   pool.restart(device_with_slots(2));
   CHECK(pool.core->device("local/fpga0")->slots.size() == 2);
-  // The lease held a slot the store does not know: it could not be restored.
-  CHECK(pool.get(a.id).state == LeaseState::revoked);
-  Lease b = acquire_kind(pool, "vm2", "fpga:slot");
-  CHECK(b.state == LeaseState::granted);
+  CHECK(pool.get(a.id).state == LeaseState::granted);
+  CHECK(pool.get(a.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+  CHECK(pool.get(b.id).state == LeaseState::granted);
+  CHECK(pool.get(b.id).devices == std::vector<std::string>{"local/fpga0:slot1"});
+  CHECK(pool.get(waiting.id).state == LeaseState::queued);
+  CHECK(pool.core->device("local/fpga0:slot0")->lease == a.id);
+  REQUIRE(pool.core->release(Pool::owner(a), a.id).is_ok());
+  CHECK(pool.get(waiting.id).state == LeaseState::granted);
+  CHECK(pool.get(waiting.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+
+  // A host that declares more slots after a restart adds them; the next restart knows all of them.
+  pool.restart(device_with_slots(3));
+  CHECK(pool.core->device("local/fpga0")->slots.size() == 3);
+  pool.restart(device_with_slots(3));
+  CHECK(pool.get(waiting.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+  CHECK(pool.get(b.id).devices == std::vector<std::string>{"local/fpga0:slot1"});
+  CHECK(acquire_kind(pool, "vm4", "fpga:slot").devices == std::vector<std::string>{"local/fpga0:slot2"});
+  CHECK(acquire_kind(pool, "vm5", "fpga:slot").state == LeaseState::queued);
+}
+
+TEST_CASE("a store whose slot count names no stored device is refused at start", "[core][slots]") {
+  TempDir dir;
+  ManualClock clock;
+  auto store = open_sqlite_store(dir.path / "pool.db", false);
+  REQUIRE(store.is_ok());
+  Batch batch;
+  batch.meta.emplace_back("slots:local/nowhere", "2");
+  REQUIRE((*store)->apply(batch).is_ok());
+  auto core = PoolCore::create(CoreOptions{}, clock, **store);
+  REQUIRE_FALSE(core);
+  CHECK(core.error().code == Errc::corrupt);
+  CHECK(core.error().message.find("slots:local/nowhere") != std::string::npos);
 }
 
 TEST_CASE("a device out of service takes its slots' leases with it", "[core][slots]") {

@@ -141,6 +141,7 @@ struct PoolCore::Impl {
     std::map<std::string, DeviceRecord*> devices;  // by device name
   };
   std::map<std::string, HostEntry> host_table;
+  std::map<std::string, std::uint32_t> stored_slots;  // device -> slots the store knows it has (meta slots:<device>)
   std::uint64_t device_visits = 0;  // device records host operations visited (PoolCore::host_device_visits)
   std::map<std::string, std::vector<std::function<void(HostDriver&)>>> deferred;  // ops for hosts not bound yet
 
@@ -447,6 +448,7 @@ struct PoolCore::Impl {
   static std::string drain_deadline_key(const std::string& device) { return "drain_deadline:" + device; }
   static std::string host_draining_key(const std::string& host) { return "host_draining:" + host; }
   static std::string host_lost_key(const std::string& host) { return "host_lost:" + host; }
+  static std::string slots_key(const std::string& device) { return "slots:" + device; }
 
   // Drains or undrains one device. `deadline_at`: when a lease still on it is revoked (draining only).
   Status drain(DeviceRecord& d, bool draining, std::optional<double> deadline_at, double t, sched::Decisions& out) {
@@ -731,12 +733,13 @@ struct PoolCore::Impl {
     return sd;
   }
 
-  // Registers the slots `hd` declares for `parent` that the pool does not know yet, each a device of its own named
+  // Registers the first `count` slots of `parent` that the pool does not know yet, each a device of its own named
   // "<parent>:slot<N>" (slot_local_id) of kind slot_kind(parent's kind) and the parent's model. Slot records
   // are kept out of the host table: host operations reach them through their device (the scheduler stops
-  // granting the slots of a device out of service, and preempts their leases).
-  Status add_slots(const DeviceRecord& parent, const HostDevice& hd, double t, sched::Decisions& out) {
-    for (std::uint32_t n = 0; n < hd.slots; ++n) {
+  // granting the slots of a device out of service, and preempts their leases). The store keeps no slot record, only
+  // how many slots each device has (meta slots:<device>), so that a restart knows them before their host is back.
+  Status add_slots(const DeviceRecord& parent, std::uint32_t count, double t, sched::Decisions& out) {
+    for (std::uint32_t n = 0; n < count; ++n) {
       const std::string local = slot_local_id(parent.local_id, n);
       const std::string name = parent.host + "/" + local;
       if (devices.count(name)) continue;
@@ -757,6 +760,29 @@ struct PoolCore::Impl {
         return make_error(Errc::invalid_argument, "slot " + name + ": " + r->error);
       }
       if (new_model) widen_models(kind, t, out);
+    }
+    if (auto& stored = stored_slots[parent.name]; count > stored) {
+      stored = count;
+      batch.meta.emplace_back(slots_key(parent.name), std::to_string(count));
+    }
+    return Status::ok();
+  }
+
+  // The slots the store knows each device had (meta slots:<device>), made again before any lease is restored, so
+  // that a lease holding a slot, or waiting for one, outlives a restart.
+  Status restore_slots(const std::map<std::string, std::string>& meta, double t, sched::Decisions& out) {
+    for (auto it = meta.lower_bound("slots:"); it != meta.end() && it->first.starts_with("slots:"); ++it) {
+      if (it->second.empty()) continue;
+      const std::string device = it->first.substr(6);
+      char* end = nullptr;
+      const unsigned long count = std::strtoul(it->second.c_str(), &end, 10);
+      auto parent = devices.find(device);
+      if (*end != '\0' || count > kMaxSlotsPerDevice || parent == devices.end() ||
+          !parent->second.parent.empty()) {
+        return make_error(Errc::corrupt, "meta " + it->first + " = '" + it->second + "': not a slot count of a stored device");
+      }
+      stored_slots[device] = static_cast<std::uint32_t>(count);
+      if (auto s = add_slots(parent->second, static_cast<std::uint32_t>(count), t, out); !s) return s;
     }
     return Status::ok();
   }
@@ -815,6 +841,7 @@ struct PoolCore::Impl {
         return make_error(Errc::corrupt, "device " + name + ": " + r->error);
       }
     }
+    if (auto st = restore_slots(snap.meta, t, out); !st) return st;
     std::vector<Lease*> orphans;
     for (Lease* l : running) {
       std::vector<sched::DeviceId> ids;
@@ -851,6 +878,7 @@ struct PoolCore::Impl {
       }
     }
     for (auto& [name, d] : devices) {
+      if (!d.parent.empty()) continue;  // a slot goes with its device
       if (d.draining) (void)scheduler->set_draining(d.sched_id, true, t, out);
       if (!grantable(d)) (void)scheduler->set_available(d.sched_id, false, t, out);
     }
@@ -972,7 +1000,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       }
       if (m.draining_hosts.count(name)) (void)m.drain(rec, true, std::nullopt, t, out);
       m.touch(rec);
-      if (auto s = m.add_slots(rec, hd, t, out); !s) return s;
+      if (auto s = m.add_slots(rec, hd.slots, t, out); !s) return s;
     } else {
       // Only the device's own change is written; the host's return is one meta row below.
       ++known_reported;
@@ -982,7 +1010,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
         d.available = usable;
         m.touch(d);
       }
-      if (auto s = m.add_slots(d, hd, t, out); !s) return s;
+      if (auto s = m.add_slots(d, hd.slots, t, out); !s) return s;
     }
   }
   // Known devices the host no longer reports become unavailable; looked for only when some are missing.
