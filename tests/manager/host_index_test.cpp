@@ -279,20 +279,10 @@ TEST_CASE("device and host listings come in pages that cover everything once", "
 TEST_CASE("a store that holds one device name twice is reported corrupt at start", "[core][restart]") {
   // The store keys device rows by scheduler id and leaves names to the pool: two rows of one name can only come
   // from a damaged store.
-  TempDir dir;
-  ManualClock clock;
-  {
-    auto store = open_sqlite_store(dir.path / "pool.db", false);
-    REQUIRE(store.is_ok());
-    Batch b;
-    b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", false, "", false, true, 0});
-    b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", false, "", false, true, 1});
-    REQUIRE((*store)->apply(b).is_ok());
-  }
-  auto store = open_sqlite_store(dir.path / "pool.db", false);
-  REQUIRE(store.is_ok());
-  auto core = PoolCore::create(CoreOptions{}, clock, **store);
-  REQUIRE_FALSE(core.is_ok());
-  CHECK(core.error().code == Errc::corrupt);
-  CHECK(core.error().message == "device h/d0 is stored twice");
+  Batch b;
+  b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", false, "", false, true, 0});
+  b.devices.push_back({"h/d0", "h", "d0", "fpga", "m", false, "", false, true, 1});
+  const auto refused = start_refused(b);
+  CHECK(refused.code == Errc::corrupt);
+  CHECK(refused.message == "device h/d0 is stored twice");
 }

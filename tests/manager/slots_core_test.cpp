@@ -113,17 +113,11 @@ TEST_CASE("slot leases outlive a restart: the store keeps how many slots each de
 }
 
 TEST_CASE("a store whose slot count names no stored device is refused at start", "[core][slots]") {
-  TempDir dir;
-  ManualClock clock;
-  auto store = open_sqlite_store(dir.path / "pool.db", false);
-  REQUIRE(store.is_ok());
   Batch batch;
   batch.meta.emplace_back("slots:local/nowhere", "2");
-  REQUIRE((*store)->apply(batch).is_ok());
-  auto core = PoolCore::create(CoreOptions{}, clock, **store);
-  REQUIRE_FALSE(core);
-  CHECK(core.error().code == Errc::corrupt);
-  CHECK(core.error().message.find("slots:local/nowhere") != std::string::npos);
+  const auto refused = start_refused(batch);
+  CHECK(refused.code == Errc::corrupt);
+  CHECK(refused.message.find("slots:local/nowhere") != std::string::npos);
 }
 
 TEST_CASE("a device out of service takes its slots' leases with it", "[core][slots]") {

@@ -83,6 +83,23 @@ struct CountingStore : Store {
   Status backup(const std::filesystem::path& dest) override { return inner->backup(dest); }
 };
 
+// Writes `batch` into a new SQLite store (a damaged store, say), opens it again and starts a core on it: the
+// error the core refuses to start with (the test fails if it starts).
+inline accelpool::Error start_refused(const Batch& batch) {
+  TempDir dir;
+  ManualClock clock;
+  {
+    auto store = open_sqlite_store(dir.path / "pool.db", false);
+    REQUIRE(store.is_ok());
+    REQUIRE((*store)->apply(batch).is_ok());
+  }
+  auto store = open_sqlite_store(dir.path / "pool.db", false);
+  REQUIRE(store.is_ok());
+  auto core = PoolCore::create(CoreOptions{}, clock, **store);
+  REQUIRE_FALSE(core.is_ok());
+  return core.error();
+}
+
 struct Pool {
   TempDir dir;
   ManualClock clock;
