@@ -78,6 +78,9 @@ TEST_CASE("sim: bad config is refused with the key named", "[sim][errors]") {
       {{{"attach", "usb"}}, "'attach'"},
       {{{"failed_devices", "sim:99"}}, "'failed_devices'"},
       {{{"devcies", "fpga:x:1"}}, "'devcies'"},
+      {{{"slots", "65"}}, "'slots'"},
+      {{{"slots", "two"}}, "'slots'"},
+      {{{"partial_program_base_ms", "-1"}}, "'partial_program_base_ms'"},
   };
   for (const auto& [config, key] : cases) {
     INFO(key);
@@ -115,6 +118,62 @@ TEST_CASE("sim: programming takes base + size / rate and tracks the loaded image
   REQUIRE(unloading->program("sim:0", image).is_ok());
   REQUIRE(unloading->reset("sim:0").is_ok());
   CHECK(unloading->loaded("sim:0")->empty());
+}
+
+TEST_CASE("sim: slots take partial images side by side; a full image empties them", "[sim][slots]") {
+  RecordingSleeper rec;
+  auto sim = make_sim({{"devices", "fpga:" + kU250 + ":2"}, {"slots", "2"}, {"program_mib_per_s", "16"},
+                       {"program_base_ms", "100"}, {"partial_program_base_ms", "30"}},
+                      rec);
+  auto devices = sim->enumerate();
+  REQUIRE(devices.is_ok());
+  REQUIRE(devices->size() == 2);  // devices are listed whole, each with its slots
+  CHECK((*devices)[0].slots == 2);
+
+  Image a = image_of_size(16ull * 1024 * 1024, {kU250});
+  a.partial = true;
+  Image b = a;
+  b.sha256 = std::string(64, 'e');
+  CHECK(sim->programming_time(a) == 30ms + 1s);  // a partial image: the partial base + size / rate
+  REQUIRE(sim->program("sim:0:slot0", a).is_ok());
+  REQUIRE(sim->program("sim:0:slot1", b).is_ok());
+  CHECK(rec.waits == std::vector<std::chrono::nanoseconds>{1030ms, 1030ms});
+  CHECK(*sim->loaded("sim:0:slot0") == a.sha256);
+  CHECK(*sim->loaded("sim:0:slot1") == b.sha256);
+  CHECK(sim->loaded("sim:0")->empty());
+  CHECK(*sim->program_count("sim:0:slot1") == 1);
+  CHECK(*sim->program_count("sim:0") == 0);
+  CHECK(sim->loaded("sim:1:slot0")->empty());
+
+  // A partial image never takes a whole device, a full one never a slot: refused without touching anything.
+  auto whole = sim->program("sim:0", a);
+  REQUIRE_FALSE(whole.is_ok());
+  CHECK(whole.error().code == Errc::incompatible);
+  CHECK_THAT(whole.error().message, Catch::Contains("partial image"));
+  Image full = image_of_size(16ull * 1024 * 1024);
+  auto into_slot = sim->program("sim:0:slot1", full);
+  REQUIRE_FALSE(into_slot.is_ok());
+  CHECK(into_slot.error().code == Errc::incompatible);
+  CHECK_THAT(into_slot.error().message, Catch::Contains("slot 1 of device sim:0"));
+  CHECK(*sim->loaded("sim:0:slot1") == b.sha256);
+  CHECK(rec.waits.size() == 2);
+
+  // Slots that do not exist are not found; a failed device fails its slots.
+  for (const char* id : {"sim:0:slot2", "sim:9:slot0", "sim:0:slot01", "sim:0:slotx"}) {
+    INFO(id);
+    CHECK(sim->program(id, a).error().code == Errc::not_found);
+    CHECK(sim->health(id).health == Health::failed);
+  }
+  REQUIRE(sim->fail_device("sim:0", "burnt").is_ok());
+  CHECK(sim->health("sim:0:slot0").health == Health::failed);
+  CHECK(sim->program("sim:0:slot0", b).error().code == Errc::program_failed);
+  REQUIRE(sim->recover_device("sim:0").is_ok());
+
+  // A full image replaces the shell's regions: the slots hold nothing afterwards.
+  REQUIRE(sim->program("sim:0", full).is_ok());
+  CHECK(*sim->loaded("sim:0") == full.sha256);
+  CHECK(sim->loaded("sim:0:slot0")->empty());
+  CHECK(sim->loaded("sim:0:slot1")->empty());
 }
 
 TEST_CASE("sim: the default sleeper really waits", "[sim]") {

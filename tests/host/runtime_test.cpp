@@ -124,6 +124,13 @@ Prepared prepare_now(HostRuntime& rt, PrepareRequest request) {
   return wait(f);
 }
 
+// The error of a prepare that must fail.
+accelpool::Error refused(HostRuntime& rt, PrepareRequest request) {
+  auto p = prepare_now(rt, std::move(request));
+  REQUIRE_FALSE(p.status.is_ok());
+  return p.status.error();
+}
+
 PrepareRequest program(const std::string& device, const std::string& bitstream, bool reprogram = false) {
   PrepareRequest r;
   r.device = device;
@@ -140,11 +147,14 @@ struct ScratchRegistry {
   std::filesystem::path image;
   std::shared_ptr<bitstreams::SharedRegistry> registry;
 
-  explicit ScratchRegistry(const std::string& name, const std::string& bytes) {
+  // `edit` changes the manifest before it is written (a partial image, say).
+  explicit ScratchRegistry(const std::string& name, const std::string& bytes,
+                           const std::function<void(bitstreams::Manifest&)>& edit = {}) {
     image = dir.path() / (name + ".bin");
     write(bytes);
-    std::ofstream(dir.path() / (name + "-1.toml"))
-        << bitstreams::to_toml(accelpool::testing::sim_image_manifest(name, name + ".bin", bytes));
+    auto manifest = accelpool::testing::sim_image_manifest(name, name + ".bin", bytes);
+    if (edit) edit(manifest);
+    std::ofstream(dir.path() / (name + "-1.toml")) << bitstreams::to_toml(manifest);
     auto r = bitstreams::SharedRegistry::open(dir.path());
     REQUIRE(r.is_ok());
     REQUIRE((*r)->list().size() == 1);
@@ -285,10 +295,74 @@ TEST_CASE("a prepare answers the device's details and how the guest reaches it",
   CHECK(m.runtime->devices().front().attach_state() == "recorded");
   auto b = a;
   b.vm = "vm-b";
-  auto other = prepare_now(*m.runtime, b);
-  REQUIRE_FALSE(other.status.is_ok());
-  CHECK(other.status.error().code == Errc::invalid_state);
-  CHECK(other.status.error().message.find("vm-a") != std::string::npos);
+  auto other = refused(*m.runtime, b);
+  CHECK(other.code == Errc::invalid_state);
+  CHECK(other.message.find("vm-a") != std::string::npos);
+}
+
+TEST_CASE("a device's slots are prepared by their own ids, each for its own VM, and listed with the device",
+          "[host][slots]") {
+  ScratchRegistry reg("kern", "partial image bytes", [](bitstreams::Manifest& m) {
+    m.partial = true;
+    m.slot_shape = "quarter";
+  });
+  auto config = sim_config(1);
+  config.slots = 2;
+  std::mutex mu;
+  std::vector<std::string> health_of;  // the ids health changes were reported for
+  RuntimeEvents events;
+  events.health_changed = [&](const std::string& device, const std::string&, const std::string&) {
+    std::lock_guard lock(mu);
+    health_of.push_back(device);
+  };
+  auto m = make_runtime(config, {}, registry_images(reg.registry), {}, events);
+  auto listed = m.runtime->devices();
+  REQUIRE(listed.size() == 1);  // the device, with its slots
+  CHECK(listed[0].info.local_id == "sim:0");
+  CHECK(listed[0].info.slots == 2);
+
+  auto a = program("sim:0:slot0", "kern");
+  a.vm = "vm-a";
+  auto b = program("sim:0:slot1", "kern");
+  b.vm = "vm-b";
+  auto pa = prepare(*m.runtime, a);
+  auto pb = prepare(*m.runtime, b);
+  for (auto* f : {&pa, &pb}) {
+    auto p = wait(*f);
+    INFO(message_of(p.status));
+    REQUIRE(p.status.is_ok());
+    CHECK(p.result.loaded == "kern");
+    CHECK(p.result.details.kind == "fpga:slot");
+    CHECK(p.result.details.model == "sim-u250");
+    CHECK(p.result.attach == AttachMode::none);  // the device is passthrough: a slot is recorded, never hot-plugged
+  }
+  CHECK(*m.sim->program_count("sim:0:slot0") == 1);
+  CHECK(*m.sim->program_count("sim:0:slot1") == 1);
+  CHECK(*m.sim->program_count("sim:0") == 0);
+
+  // Each slot serves its own VM; the whole device takes no partial image.
+  auto c = b;
+  c.vm = "vm-c";
+  auto busy = refused(*m.runtime, c);
+  CHECK(busy.code == Errc::invalid_state);
+  CHECK(busy.message.find("vm-b") != std::string::npos);
+  CHECK(refused(*m.runtime, program("sim:0", "kern")).code == Errc::incompatible);
+  auto released = std::make_shared<std::promise<Status>>();
+  m.runtime->release("sim:0:slot1", [released](Status s, ReleaseResult) { released->set_value(std::move(s)); });
+  auto rf = released->get_future();
+  REQUIRE(wait(rf).is_ok());
+  REQUIRE(prepare_now(*m.runtime, c).status.is_ok());
+  CHECK(refused(*m.runtime, program("sim:0:slot2", "kern")).code == Errc::not_found);
+
+  // Health is the device's: a failure is reported for it, not for each slot.
+  REQUIRE(m.sim->fail_device("sim:0", "burnt").is_ok());
+  m.runtime->check_health();
+  REQUIRE(eventually([&] {
+    std::lock_guard lock(mu);
+    return !health_of.empty();
+  }));
+  m.runtime.reset();  // every queued check has finished
+  CHECK(health_of == std::vector<std::string>{"sim:0"});
 }
 
 TEST_CASE("health is checked at create and on request, and changes are reported", "[host]") {

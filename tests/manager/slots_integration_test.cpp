@@ -1,5 +1,6 @@
-// Slot leases end to end: the real accelpool-manager binary with a static host whose device declares slots,
-// guests over TCP, the admin API over HTTP.
+// Slot leases end to end: the real accelpool-manager binary with a host whose device declares slots (a static
+// host, or the host runtime over the simulated backend, which programs each slot), guests over TCP, the admin API
+// over HTTP.
 #include "test_client.hpp"
 
 #include <catch2/catch.hpp>
@@ -8,19 +9,31 @@ using namespace accelpool::manager::itest;
 
 namespace {
 
+const char* kDaemonSettings =
+    "[leases]\nttl_s = 30\nrevoke_grace_s = 1\n"
+    "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
+    "[admin]\nlisten = \"127.0.0.1:0\"\n";
+
 // One fpga device "local/fpga0" with `slots` slots, tenant "a".
 std::string slots_config(int slots) {
-  return "[leases]\nttl_s = 30\nrevoke_grace_s = 1\n"
-         "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
-         "[admin]\nlisten = \"127.0.0.1:0\"\n"
+  return std::string(kDaemonSettings) +
          "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
          "[[hosts.devices]]\nkind = \"fpga\"\ncount = 1\nslots = " +
          std::to_string(slots) + "\n[[tenants]]\nname = \"a\"\n";
 }
 
+// One simulated device "local/sim:0" with `slots` slots, network-attached, tenant "a".
+std::string sim_slots_config(int slots) {
+  return std::string(kDaemonSettings) +
+         "[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n[hosts.settings]\ndevices = \"fpga:sim-u250:1\"\n"
+         "attach = \"network\"\nslots = " +
+         std::to_string(slots) + "\npartial_program_base_ms = 5\n[[tenants]]\nname = \"a\"\n";
+}
+
 struct SlotPool : ScratchDaemon {
   std::string admin, token;
-  explicit SlotPool(int slots) : ScratchDaemon("apm-slots-", slots_config(slots)) {
+  explicit SlotPool(int slots) : SlotPool(slots_config(slots)) {}
+  explicit SlotPool(const std::string& config) : ScratchDaemon("apm-slots-", config) {
     daemon.start();
     admin = daemon.token("admin token");
     token = daemon.token("guest token for tenant a");
@@ -43,6 +56,16 @@ std::string only_device(const json::object& lease) {
   return std::string(devices[0].as_string());
 }
 
+// The lease an acquire's reply granted at once, as the lease.granted notification shows it once its host
+// prepared it.
+template <class Reply>
+json::object prepared(GuestClient& g, const Reply& acquired) {
+  REQUIRE(lease_state(acquired) == "granted");
+  auto granted = g.wait_notification("lease.granted", lease_id(acquired));
+  REQUIRE(granted);
+  return granted->at("params").at("lease").as_object();
+}
+
 }  // namespace
 
 TEST_CASE("two guests hold two slots of one device at once, a third waits and gets the slot freed",
@@ -54,14 +77,8 @@ TEST_CASE("two guests hold two slots of one device at once, a third waits and ge
 
   auto a = g1.call("acquire", {{"kind", "fpga:slot"}, {"bitstream", "kernel-a"}});
   auto b = g2.call("acquire", {{"kind", "fpga:slot"}, {"bitstream", "kernel-b"}});
-  REQUIRE(lease_state(a) == "granted");
-  REQUIRE(lease_state(b) == "granted");
-  auto granted_a = g1.wait_notification("lease.granted", lease_id(a));
-  auto granted_b = g2.wait_notification("lease.granted", lease_id(b));
-  REQUIRE(granted_a);
-  REQUIRE(granted_b);
-  const std::string slot_a = only_device(granted_a->at("params").at("lease").as_object());
-  const std::string slot_b = only_device(granted_b->at("params").at("lease").as_object());
+  const std::string slot_a = only_device(prepared(g1, a));
+  const std::string slot_b = only_device(prepared(g2, b));
   CHECK(slot_a != slot_b);
   CHECK((slot_a == "local/fpga0:slot0" || slot_a == "local/fpga0:slot1"));
   CHECK((slot_b == "local/fpga0:slot0" || slot_b == "local/fpga0:slot1"));
@@ -114,4 +131,32 @@ TEST_CASE("a host without slots offers whole devices only", "[integration][slots
   auto device = m.device("local/fpga0");
   CHECK(device.at("slots").as_array().empty());
   CHECK(device.at("state") == "free");
+}
+
+TEST_CASE("the simulated backend's slots serve two guests at once through the host runtime, a third waits",
+          "[integration][slots]") {
+  SlotPool m(sim_slots_config(2));
+  auto device = m.device("local/sim:0");
+  REQUIRE(device.at("slots").as_array().size() == 2);
+  auto g1 = m.guest("vm1");
+  auto g2 = m.guest("vm2");
+  auto g3 = m.guest("vm3");
+  auto a = g1.call("acquire", {{"kind", "fpga:slot"}});
+  auto b = g2.call("acquire", {{"kind", "fpga:slot"}});
+  const auto lease_a = prepared(g1, a);
+  const std::string slot_a = only_device(lease_a);
+  CHECK(slot_a != only_device(prepared(g2, b)));
+  // What the host runtime prepared reaches the guest: a slot of the simulated device, over the network.
+  const auto& info = lease_a.at("device_info").as_array().at(0).as_object();
+  CHECK(info.at("kind") == "fpga:slot");
+  CHECK(info.at("model") == "sim-u250");
+  CHECK(info.at("attach") == "network");
+
+  auto c = g3.call("acquire", {{"kind", "fpga:slot"}});
+  REQUIRE(lease_state(c) == "queued");
+  CHECK(m.device("local/sim:0").at("state") == "shared");
+  REQUIRE(lease_state(g1.call("release", {{"lease", lease_id(a)}})) == "released");
+  auto granted_c = g3.wait_notification("lease.granted", lease_id(c));
+  REQUIRE(granted_c);
+  CHECK(only_device(granted_c->at("params").at("lease").as_object()) == slot_a);
 }

@@ -426,6 +426,7 @@ class AgentImpl final : public Agent {
         o["lease"] = d.lease;
         o["attach_state"] = d.attach_state();
       }
+      if (d.info.slots > 0) o["slots"] = d.info.slots;
       devs.push_back(std::move(o));
     }
     return json::object{{"token", cfg_.token},

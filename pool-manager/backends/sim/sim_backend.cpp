@@ -1,4 +1,5 @@
 #include <accelpool/backends/sim_backend.hpp>
+#include <accelpool/common/slots.hpp>
 
 #include <filesystem>
 #include <sstream>
@@ -54,6 +55,12 @@ Result<SimConfig> parse_sim_config(const BackendConfig& config) {
   auto base = r.get_int("program_base_ms", 20, 0, 3'600'000);
   if (!base) return base.error();
   c.program_base = std::chrono::milliseconds(*base);
+  auto slots = r.get_int("slots", 0, 0, kMaxSlotsPerDevice);
+  if (!slots) return slots.error();
+  c.slots = static_cast<std::uint32_t>(*slots);
+  auto partial = r.get_int("partial_program_base_ms", 50, 0, 3'600'000);
+  if (!partial) return partial.error();
+  c.partial_program_base = std::chrono::milliseconds(*partial);
   auto hang = r.get_int("hang_ms", 60'000, 0, 86'400'000);
   if (!hang) return hang.error();
   c.hang_duration = std::chrono::milliseconds(*hang);
@@ -117,6 +124,8 @@ SimBackend::SimBackend(SimConfig config, Sleeper sleeper) : config_(std::move(co
       if (config_.attach == "shmem") d.info.attributes["shmem_name"] = "accelpool-sim-" + std::to_string(index);
       d.info.attributes["serial"] = "SIM" + std::to_string(100000 + index);
       d.info.attributes["vendor"] = "accelpool simulator";
+      d.info.slots = config_.slots;
+      d.slots.resize(config_.slots);
       devices_.push_back(std::move(d));
     }
   }
@@ -142,6 +151,14 @@ const SimBackend::Device* SimBackend::find(std::string_view local_id) const {
   return const_cast<SimBackend*>(this)->find(local_id);
 }
 
+SimBackend::Target SimBackend::target(std::string_view local_id) {
+  if (Device* d = find(local_id)) return {d, &d->whole, std::nullopt};
+  if (auto slot = parse_slot_local_id(local_id)) {
+    if (Device* d = find(slot->device); d && slot->index < d->slots.size()) return {d, &d->slots[slot->index], slot->index};
+  }
+  return {};
+}
+
 Error SimBackend::no_device(std::string_view local_id) {
   return make_error(Errc::not_found, "sim backend: no device '" + std::string(local_id) + "'");
 }
@@ -161,7 +178,7 @@ std::chrono::nanoseconds SimBackend::programming_time(const Image& image) const 
     if (!ec) size = s;
   }
   double seconds = static_cast<double>(size) / config_.program_bytes_per_second;
-  return config_.program_base + std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9));
+  return (image.partial ? config_.partial_program_base : config_.program_base) + std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9));
 }
 
 Status SimBackend::program(std::string_view local_id, const Image& image) {
@@ -169,63 +186,67 @@ Status SimBackend::program(std::string_view local_id, const Image& image) {
   bool hang = false, fail = false;
   {
     std::lock_guard lock(mutex_);
-    Device* d = find(local_id);
-    if (!d) return no_device(local_id);
-    if (!d->failure.empty())
-      return make_error(Errc::program_failed, "sim backend: device " + d->info.local_id + " has failed: " + d->failure);
-    if (auto st = check_compatible(image, d->info); !st) return st;
+    Target t = target(local_id);
+    if (!t.device) return no_device(local_id);
+    if (!t.device->failure.empty())
+      return make_error(Errc::program_failed, "sim backend: device " + t.device->info.local_id + " has failed: " + t.device->failure);
+    if (auto st = check_compatible(image, t.device->info, t.slot); !st) return st;
     if (image.sha256.empty())
       return make_error(Errc::invalid_argument, "sim backend: image " + image.name + " has no sha256");
     wait = programming_time(image);
-    if (d->hang_pending) {
-      d->hang_pending = false;
+    if (t.device->hang_pending) {
+      t.device->hang_pending = false;
       hang = true;
       wait = config_.hang_duration;
-    } else if (d->failures_pending > 0) {
-      --d->failures_pending;
+    } else if (t.device->failures_pending > 0) {
+      --t.device->failures_pending;
       fail = true;
     }
-    // Programming replaces the image: during and after a failed attempt the device holds none.
-    d->loaded_sha256.clear();
+    // Programming replaces the image: during and after a failed attempt the region holds none. A full image
+    // replaces the shell's regions too.
+    t.region->loaded_sha256.clear();
+    if (!t.slot) {
+      for (auto& slot : t.device->slots) slot.loaded_sha256.clear();
+    }
   }
   sleeper_(wait);  // outside the lock: the device is busy, the backend is not
   std::lock_guard lock(mutex_);
-  Device* d = find(local_id);
+  Target t = target(local_id);
+  const std::string what = std::string(local_id);
   if (hang)
-    return make_error(Errc::program_failed, "sim backend: programming device " + d->info.local_id + " with " + image.name +
+    return make_error(Errc::program_failed, "sim backend: programming device " + what + " with " + image.name +
                                             " hung (no answer for " +
                                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) +
                                             " ms)");
   if (fail)
-    return make_error(Errc::program_failed,
-                      "sim backend: programming device " + d->info.local_id + " with " + image.name + " failed (injected)");
-  if (!d->failure.empty())
-    return make_error(Errc::program_failed, "sim backend: device " + d->info.local_id + " failed while programming: " + d->failure);
-  d->loaded_sha256 = image.sha256;
-  ++d->programs;
+    return make_error(Errc::program_failed, "sim backend: programming device " + what + " with " + image.name + " failed (injected)");
+  if (!t.device->failure.empty())
+    return make_error(Errc::program_failed, "sim backend: device " + t.device->info.local_id + " failed while programming: " + t.device->failure);
+  t.region->loaded_sha256 = image.sha256;
+  ++t.region->programs;
   return Status::ok();
 }
 
 Result<std::string> SimBackend::loaded(std::string_view local_id) {
   std::lock_guard lock(mutex_);
-  const Device* d = find(local_id);
-  if (!d) return no_device(local_id);
-  return d->loaded_sha256;
+  Target t = target(local_id);
+  if (!t.device) return no_device(local_id);
+  return t.region->loaded_sha256;
 }
 
 Status SimBackend::reset(std::string_view local_id) {
   std::lock_guard lock(mutex_);
-  Device* d = find(local_id);
-  if (!d) return no_device(local_id);
-  if (!d->failure.empty())
-    return make_error(Errc::reset_failed, "sim backend: device " + d->info.local_id + " has failed: " + d->failure);
-  if (config_.reset_unloads) d->loaded_sha256.clear();
+  Target t = target(local_id);
+  if (!t.device) return no_device(local_id);
+  if (!t.device->failure.empty())
+    return make_error(Errc::reset_failed, "sim backend: device " + t.device->info.local_id + " has failed: " + t.device->failure);
+  if (config_.reset_unloads) t.region->loaded_sha256.clear();
   return Status::ok();
 }
 
 HealthReport SimBackend::health(std::string_view local_id) {
   std::lock_guard lock(mutex_);
-  const Device* d = find(local_id);
+  const Device* d = target(local_id).device;
   if (!d) return {Health::failed, "sim backend: no device '" + std::string(local_id) + "'"};
   if (!d->failure.empty()) return {Health::failed, d->failure};
   if (d->hang_pending || d->failures_pending > 0) return {Health::degraded, "programming failures pending (injected)"};
@@ -269,9 +290,9 @@ Status SimBackend::hang_next_program(std::string_view local_id) {
 
 Result<std::uint64_t> SimBackend::program_count(std::string_view local_id) const {
   std::lock_guard lock(mutex_);
-  const Device* d = find(local_id);
-  if (!d) return no_device(local_id);
-  return d->programs;
+  Target t = const_cast<SimBackend*>(this)->target(local_id);
+  if (!t.device) return no_device(local_id);
+  return t.region->programs;
 }
 
 }  // namespace accelpool::backends

@@ -64,7 +64,13 @@ Status ConfigReader::finish() const {
   return Status::ok();
 }
 
-Status check_compatible(const Image& image, const DeviceInfo& device) {
+Status check_compatible(const Image& image, const DeviceInfo& device, std::optional<std::uint32_t> slot) {
+  if (image.partial != slot.has_value()) {
+    const std::string target = slot ? "slot " + std::to_string(*slot) + " of device " + device.local_id : "device " + device.local_id;
+    return make_error(Errc::incompatible, "image " + image.name + "@" + image.version + " is a " +
+                                          (image.partial ? "partial image (it goes into a slot)" : "full image (it takes a whole device)") +
+                                          ", not for " + target);
+  }
   if (image.compatible.empty() || bitstreams::model_matches(image.compatible, device.model)) return Status::ok();
   std::string list;
   for (const auto& c : image.compatible) list += (list.empty() ? "" : ", ") + c;
@@ -90,6 +96,7 @@ Image make_image(const bitstreams::Bitstream& b) {
   image.format = std::string(bitstreams::to_string(b.manifest.format));
   image.compatible = b.manifest.compatible;
   image.kernels = b.manifest.kernels;
+  image.partial = b.manifest.partial;
   return image;
 }
 

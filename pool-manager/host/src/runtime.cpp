@@ -2,6 +2,7 @@
 #include <accelpool/bitstreams/sha256.hpp>
 #include <accelpool/bitstreams/verified_images.hpp>
 #include <accelpool/host/runtime.hpp>
+#include <accelpool/common/slots.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -170,8 +171,21 @@ class Runtime final : public HostRuntime {
         Device d;
         d.backend = backends_.size();
         d.details = details_of(info);
-        d.state.info = std::move(info);
-        devices_.emplace(d.state.info.local_id, std::move(d));
+        d.state.info = info;
+        devices_.emplace(info.local_id, std::move(d));
+      }
+      for (const auto& info : *found) {
+        for (std::uint32_t n = 0; n < std::min(info.slots, kMaxSlotsPerDevice); ++n) {
+          Device slot;
+          slot.backend = backends_.size();
+          slot.device = info.local_id;
+          slot.state.info = slot_info(info, n);
+          slot.details = details_of(slot.state.info);
+          if (!devices_.emplace(slot.state.info.local_id, std::move(slot)).second) {
+            return make_error(Errc::invalid_argument, where + "device id '" + slot_local_id(info.local_id, n) +
+                                                      "' is both a device and a slot of device '" + info.local_id + "'");
+          }
+        }
       }
       auto slot = std::make_unique<Backend>();
       slot->parallel = b->parallel_devices();
@@ -193,7 +207,9 @@ class Runtime final : public HostRuntime {
   std::vector<DeviceState> devices() const override {
     std::lock_guard lock(mu_);
     std::vector<DeviceState> out;
-    for (const auto& [id, d] : devices_) out.push_back(d.state);
+    for (const auto& [id, d] : devices_) {
+      if (d.device.empty()) out.push_back(d.state);
+    }
     return out;
   }
 
@@ -244,6 +260,7 @@ class Runtime final : public HostRuntime {
   };
   struct Device {
     std::size_t backend = 0;
+    std::string device;  // a slot: the local id of its device (whose strand and health it shares); "" otherwise
     DeviceDetails details;
     DeviceState state;
     bool health_queued = false;  // a check_health() job waits on the device's strand
@@ -262,17 +279,34 @@ class Runtime final : public HostRuntime {
     if (events_.log) events_.log(line);
   }
 
-  // Unknown devices share one strand, so their errors too come from a runtime thread.
+  // A slot's operations run on its device's strand (a shell reconfigures one region at a time). Unknown devices
+  // share one strand, so their errors too come from a runtime thread.
   std::string strand_of(const std::string& device) const {
     std::lock_guard lock(mu_);
-    return devices_.count(device) ? device : std::string();
+    auto it = devices_.find(device);
+    if (it == devices_.end()) return std::string();
+    return it->second.device.empty() ? device : it->second.device;
   }
 
+  // The whole devices (a slot's health is its device's).
   std::vector<std::string> device_ids() const {
     std::lock_guard lock(mu_);
     std::vector<std::string> ids;
-    for (const auto& [id, d] : devices_) ids.push_back(id);
+    for (const auto& [id, d] : devices_) {
+      if (d.device.empty()) ids.push_back(id);
+    }
     return ids;
+  }
+
+  // Slot `n` of `device` as the runtime lists it: the device's model, a slot kind, no PCI function of its own.
+  static backends::DeviceInfo slot_info(const backends::DeviceInfo& device, std::uint32_t n) {
+    backends::DeviceInfo slot = device;
+    slot.local_id = slot_local_id(device.local_id, n);
+    slot.kind = slot_kind(device.kind);
+    slot.pci_bdf.clear();
+    slot.slots = 0;
+    slot.attributes["slot_of"] = device.local_id;
+    return slot;
   }
 
   // A copy of the device's record. Errors: "not_found" naming the host.
@@ -378,7 +412,7 @@ class Runtime final : public HostRuntime {
       out.guest_pci = d.state.guest_pci;
       return Status::ok();
     }
-    if (attacher_ && d.state.info.passthrough) {
+    if (attacher_ && d.state.info.passthrough && d.device.empty()) {  // a slot is never hot-plugged: it is recorded
       hypervisor::DeviceSpec spec;
       spec.device_id = r.device;
       spec.lease_id = r.lease.empty() ? "unknown" : r.lease;

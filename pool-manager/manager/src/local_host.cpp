@@ -44,7 +44,7 @@ class LocalHost final : public HostDriver {
   Result<std::vector<HostDevice>> devices() override {
     std::vector<HostDevice> out;
     for (const auto& d : runtime_->devices()) {
-      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed"});
+      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed", d.info.slots});
     }
     if (catalog_) catalog_->add_devices(out);
     return out;

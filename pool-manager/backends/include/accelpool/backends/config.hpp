@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -38,9 +39,10 @@ class ConfigReader {
   std::set<std::string> read_;
 };
 
-// Checks that `image` may be programmed on `device`: its compatible list (when not empty) matches the device
-// model. Errors: "incompatible" naming the image, the device and its model.
-Status check_compatible(const Image& image, const DeviceInfo& device);
+// Checks that `image` may be programmed on `device`, or on its slot `slot` when given: a partial image goes into a
+// slot and a full one on the whole device, and its compatible list (when not empty) matches the device model.
+// Errors: "incompatible" naming the image, the device (or slot) and why.
+Status check_compatible(const Image& image, const DeviceInfo& device, std::optional<std::uint32_t> slot = std::nullopt);
 
 // The image's format: Image::format, or inferred from the file extension (".xclbin", ".cl") when empty.
 std::string image_format(const Image& image);

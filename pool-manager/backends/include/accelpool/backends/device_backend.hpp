@@ -29,6 +29,10 @@ struct DeviceInfo {
   std::string pci_bdf;  // "0000:65:00.1" when the device is a PCI function, else empty
   bool passthrough = true;  // false: network-attached, reachable from guests on any host
   std::map<std::string, std::string> attributes;  // backend-specific facts (serial, vendor, memory, ...)
+  // Partial-reconfiguration slots (common/slots.hpp): 0 for a device programmed whole only. Slot n is addressed
+  // as slot_local_id(local_id, n) in program(), loaded(), reset() and health(); it takes partial images only,
+  // and the whole device full images only.
+  std::uint32_t slots = 0;
 };
 
 // What to program: a bitstream image already verified by the registry (checksum, compatibility).
@@ -42,6 +46,7 @@ struct Image {
   std::string format;                // "xclbin", "opencl-source", "opencl-binary", "opaque"; "" = by file extension
   std::vector<std::string> compatible;  // device models/shells it fits ('*' wildcards); empty = not checked
   std::vector<std::string> kernels;     // kernel names it provides
+  bool partial = false;                 // a partial image: goes into one slot of a device, never a whole device
 };
 
 enum class Health : std::uint8_t { ok, degraded, failed };
@@ -67,7 +72,10 @@ class DeviceBackend {
   // Loads `image` onto the device; returns when the device is ready to run it. The caller passes only images
   // the registry verified (Registry::verify right before, then make_image); the backend still refuses images
   // whose format it cannot load or whose `compatible` list misses the device model, without touching the device.
-  // Errors: "not_found" (no such device), "incompatible" (image not for this device), "corrupt_image" (XRT: the
+  // `local_id` may name a slot (DeviceInfo::slots): a partial image goes into a slot, a full one on the whole
+  // device (which empties its slots).
+  // Errors: "not_found" (no such device), "incompatible" (image not for this device, a partial image for a whole
+  // device or a full one for a slot), "corrupt_image" (XRT: the
   // file no longer parses), "invalid_argument" (the image has no sha256), "program_failed" (the device or driver
   // failed; the message says why).
   virtual Status program(std::string_view local_id, const Image& image) = 0;

@@ -139,7 +139,10 @@ class HostRuntime {
   // Stops the health timer, lets every queued operation finish (their completions still run), and returns.
   virtual ~HostRuntime() = default;
 
-  // The devices and what the runtime knows of them now, by id. Never blocks on an operation.
+  // The devices and what the runtime knows of them now, by id. Never blocks on an operation. A device with slots
+  // (DeviceInfo::slots) is listed once; its slots are prepared, released and reset by their own local ids
+  // (slot_local_id), run on the device's strand, share its health, and are never hot-plugged into a VM (the VM
+  // is recorded; a network-attached device's slot is reached over the network).
   virtual std::vector<DeviceState> devices() const = 0;
 
   // Makes `request.device` ready for `request.lease`: programs `request.bitstream` unless the device already

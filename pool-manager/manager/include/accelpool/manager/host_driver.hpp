@@ -4,6 +4,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/slots.hpp>
 #include <accelpool/host/contract.hpp>
 #include <accelpool/manager/clock.hpp>
 
@@ -43,14 +44,9 @@ struct HostDevice {
   std::uint32_t slots = 0;
 };
 
-// The most slots one device may declare.
-inline constexpr std::uint32_t kMaxSlotsPerDevice = 64;
-// The kind of the slots of devices of `kind` ("fpga" -> "fpga:slot"): a lease asks for a slot by this kind.
-inline std::string slot_kind(const std::string& kind) { return kind + ":slot"; }
-// The local id of slot `n` of device `local_id` ("fpga0", 1 -> "fpga0:slot1").
-inline std::string slot_local_id(const std::string& local_id, std::uint32_t n) {
-  return local_id + ":slot" + std::to_string(n);
-}
+using accelpool::kMaxSlotsPerDevice;  // the slot names and limits every side shares (common/slots.hpp)
+using accelpool::slot_kind;
+using accelpool::slot_local_id;
 
 // Runs a completion on the pool's owner thread. Must not run it inline: it queues it.
 using Poster = std::function<void(std::function<void()>)>;

@@ -1,5 +1,6 @@
 // The simulated backend: a full backend with no hardware behind it. It holds N devices of configured kinds and
-// models, "programs" them in a time proportional to the image size, tracks what each holds, and fails on
+// models, optionally each with slots for partial images, "programs" them (or a slot) in a time proportional to
+// the image size, tracks what each device and slot holds, and fails on
 // request (a device that fails, programming that fails, programming that hangs). Large live tests and demos run
 // on it; it is not a test double (it makes no assumptions about its caller).
 //
@@ -17,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,11 @@ struct SimConfig {
   std::vector<SimDeviceGroup> devices{{"fpga", "xilinx_u250_gen3x16_xdma_4_1_202210_1", 4}};
   double program_bytes_per_second = 64.0 * 1024 * 1024;  // programming speed
   std::chrono::nanoseconds program_base = std::chrono::milliseconds(20);  // fixed cost per programming
+  // Partial-reconfiguration slots of every device (DeviceInfo::slots), and the fixed cost of programming a partial
+  // image into one (published shells reconfigure a region in tens of milliseconds on the hardware path and
+  // under a second end to end; docs/bitstreams.md).
+  std::uint32_t slots = 0;
+  std::chrono::nanoseconds partial_program_base = std::chrono::milliseconds(50);
   std::chrono::nanoseconds hang_duration = std::chrono::seconds(60);      // how long an injected hang blocks
   std::string attach = "shmem";   // "shmem": passthrough as an emulated PCI device; "network": any host
   bool reset_unloads = false;     // whether reset() also unloads the image
@@ -69,22 +76,34 @@ class SimBackend final : public DeviceBackend {
   // The next programming of the device blocks for the configured hang duration, then fails.
   Status hang_next_program(std::string_view local_id);
 
-  // How long programming `image` takes: base + size / rate (size from Image::size_bytes, else the file's size).
+  // How long programming `image` takes: base (a partial image: partial_program_base) + size / rate (size from
+  // Image::size_bytes, else the file's size).
   std::chrono::nanoseconds programming_time(const Image& image) const;
-  // Number of successful programmings of the device so far.
+  // Number of successful programmings of the device (or slot) so far.
   Result<std::uint64_t> program_count(std::string_view local_id) const;
 
  private:
+  struct Region {                // the whole device, or one of its slots
+    std::string loaded_sha256;
+    std::uint64_t programs = 0;
+  };
   struct Device {
     DeviceInfo info;
-    std::string loaded_sha256;
-    std::string failure;  // non-empty: failed, with the reason
-    int failures_pending = 0;
+    Region whole;
+    std::vector<Region> slots;   // info.slots of them
+    std::string failure;  // non-empty: failed, with the reason (its slots with it)
+    int failures_pending = 0;    // injected failures and hangs hit the next programming of the device or a slot
     bool hang_pending = false;
-    std::uint64_t programs = 0;
+  };
+  // What a local id names: a device, and the device's region it addresses (the whole device or a slot).
+  struct Target {
+    Device* device = nullptr;
+    Region* region = nullptr;
+    std::optional<std::uint32_t> slot;
   };
   Device* find(std::string_view local_id);
   const Device* find(std::string_view local_id) const;
+  Target target(std::string_view local_id);
   static Error no_device(std::string_view local_id);
 
   SimConfig config_;
