@@ -11,6 +11,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
+import { Cdp, findChromium, launchChromium, openPage } from '../support/chromium.mjs';
 import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
 
 const args = Object.fromEntries(
@@ -33,17 +34,7 @@ function fail(message) {
 }
 const step = (what) => console.log(`dashboard: ${what}`);
 
-function findChromium() {
-  if (args.chromium) return fs.existsSync(args.chromium) ? args.chromium : null;
-  for (const dir of (process.env.PATH || '').split(':')) {
-    for (const name of ['chromium', 'chromium-browser']) {
-      const p = path.join(dir, name);
-      if (fs.existsSync(p)) return p;
-    }
-  }
-  return null;
-}
-const chromium = findChromium();
+const chromium = findChromium(args.chromium);
 if (!chromium) fail('no chromium on PATH: install Debian\'s chromium package (scripts/setup.sh does); this test cannot run without it');
 const eventually = waiter(kHungAfterMs, fail);
 if (typeof WebSocket !== 'function') fail('this Node.js has no WebSocket: run it with --experimental-websocket (Node 20) or Node 22+');
@@ -92,57 +83,13 @@ const agentDevices = await eventually('the agent\'s devices join the pool', asyn
 step(`manager on ${base}, agent-a with ${agentDevices.join(', ')}`);
 
 // --- Chromium and the DevTools protocol ---------------------------------------------------------------------------
-const browser = spawn(chromium, ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
-                                 '--no-first-run', '--no-default-browser-check', '--remote-debugging-port=0', '--window-size=1280,900',
-                                 `--user-data-dir=${path.join(args.work, 'profile')}`, 'about:blank'],
-                      { stdio: ['ignore', 'ignore', 'pipe'] });
-children.push(browser);
-let browserErr = '';
-const devtools = await new Promise((resolve) => {
-  const timer = setTimeout(() => fail(`chromium gave no DevTools address within ${kHungAfterMs / 1000} s:\n${browserErr}`), kHungAfterMs);
-  browser.stderr.on('data', (d) => {
-    browserErr += d.toString();
-    const m = browserErr.match(/DevTools listening on (ws:\/\/\S+)/);
-    if (m) {
-      clearTimeout(timer);
-      resolve(m[1]);
-    }
-  });
-  browser.on('exit', (code) => { if (!stopping) fail(`chromium exited (${code}):\n${browserErr}`); });
+const { process: browser, devtools } = await launchChromium({
+  bin: chromium, profileDir: path.join(args.work, 'profile'), hungAfterMs: kHungAfterMs, fail, exitExpected: () => stopping,
 });
-
-class Cdp {
-  constructor(url) {
-    this.ws = new WebSocket(url);
-    this.next = 1;
-    this.waiting = new Map();
-    this.listeners = [];
-    this.ws.addEventListener('message', (m) => {
-      const msg = JSON.parse(m.data);
-      if (msg.id !== undefined && this.waiting.has(msg.id)) {
-        const { resolve, method } = this.waiting.get(msg.id);
-        this.waiting.delete(msg.id);
-        if (msg.error) fail(`CDP ${method}: ${msg.error.message}`);
-        resolve(msg.result);
-      } else if (msg.method) {
-        for (const l of this.listeners) l(msg);
-      }
-    });
-  }
-  open() { return new Promise((resolve, reject) => { this.ws.addEventListener('open', resolve); this.ws.addEventListener('error', reject); }); }
-  send(method, params = {}, sessionId) {
-    const id = this.next++;
-    return new Promise((resolve) => {
-      this.waiting.set(id, { resolve, method });
-      this.ws.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
-    });
-  }
-}
-const cdp = new Cdp(devtools);
+children.push(browser);
+const cdp = new Cdp(devtools, fail);
 await cdp.open();
-const { targetId } = await cdp.send('Target.createTarget', { url: 'about:blank' });
-const { sessionId } = await cdp.send('Target.attachToTarget', { targetId, flatten: true });
-const page = (method, params) => cdp.send(method, params, sessionId);
+const { sessionId, page, evaluate } = await openPage(cdp, fail);
 // Whatever the page logs as an error (a CSP refusal, an exception) fails the test at the end.
 const pageErrors = [];
 cdp.listeners.push((msg) => {
@@ -152,15 +99,7 @@ cdp.listeners.push((msg) => {
     pageErrors.push(msg.params.entry.text);
   }
 });
-await page('Runtime.enable');
-await page('Log.enable');
-await page('Page.enable');
 
-async function evaluate(expression) {
-  const r = await page('Runtime.evaluate', { expression, returnByValue: true, awaitPromise: true });
-  if (r.exceptionDetails) fail(`page: ${expression}: ${r.exceptionDetails.exception?.description ?? r.exceptionDetails.text}`);
-  return r.result.value;
-}
 const waitPage = (what, expression) => eventually(what, () => evaluate(expression));
 const click = (selector) => evaluate(`(() => { const e = document.querySelector(${JSON.stringify(selector)});
   if (!e) throw new Error('no ' + ${JSON.stringify(selector)}); if (e.disabled) throw new Error(${JSON.stringify(selector)} + ' is disabled');
