@@ -11,8 +11,8 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { Cdp, findChromium, launchChromium, openPage } from '../support/chromium.mjs';
-import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
+import { Cdp, closeBrowser, findChromium, launchChromium, openPage } from '../support/chromium.mjs';
+import { deadline, loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
@@ -37,6 +37,7 @@ const step = (what) => console.log(`dashboard: ${what}`);
 const chromium = findChromium(args.chromium);
 if (!chromium) fail('no chromium on PATH: install Debian\'s chromium package (scripts/setup.sh does); this test cannot run without it');
 const eventually = waiter(kHungAfterMs, fail);
+const within = deadline(kHungAfterMs, fail);
 if (typeof WebSocket !== 'function') fail('this Node.js has no WebSocket: run it with --experimental-websocket (Node 20) or Node 22+');
 
 // --- the pool: a manager (one static host) and a host agent with two simulated FPGAs --------------------------------
@@ -87,7 +88,7 @@ const { process: browser, devtools } = await launchChromium({
   bin: chromium, profileDir: path.join(args.work, 'profile'), hungAfterMs: kHungAfterMs, fail, exitExpected: () => stopping,
 });
 children.push(browser);
-const cdp = new Cdp(devtools, fail);
+const cdp = new Cdp(devtools, fail, kHungAfterMs);
 await cdp.open();
 const { sessionId, page, evaluate } = await openPage(cdp, fail);
 // Whatever the page logs as an error (a CSP refusal, an exception) fails the test at the end.
@@ -200,7 +201,7 @@ await screenshot('queue');
 await click('#tab-leases');
 await screenshot('leases');
 a.stdin.end('done\n');
-if ((await a.exited) !== 0) fail(`accelpool-run vm-a exited ${await a.exited}`);
+if ((await within('accelpool-run vm-a ends', a.exited)) !== 0) fail(`accelpool-run vm-a exited ${await a.exited}`);
 await waitPage('lease A ends on the page (released) and B is granted', `(() => {
   const ended = document.querySelector('#recent-table tr[data-lease="${leaseA}"]');
   const live = document.querySelector('#live-table tr[data-lease="${leaseB}"]');
@@ -208,7 +209,7 @@ await waitPage('lease A ends on the page (released) and B is granted', `(() => {
     !!live && live.textContent.includes('granted'); })()`);
 step(`lease ${leaseA} ended released, lease ${leaseB} granted from the queue`);
 b.stdin.end('done\n');
-if ((await b.exited) !== 0) fail(`accelpool-run vm-b exited ${await b.exited}`);
+if ((await within('accelpool-run vm-b ends', b.exited)) !== 0) fail(`accelpool-run vm-b exited ${await b.exited}`);
 await waitPage('lease B ends on the page', `!!document.querySelector('#recent-table tr[data-lease="${leaseB}"]') &&
   !document.querySelector('#live-table tr[data-lease="${leaseB}"]')`);
 await submit('#history-form');
@@ -257,7 +258,7 @@ const endedC = await waitPage(`lease ${leaseC} leaves the live table and ends`, 
   return ended && !document.querySelector('#live-table tr[data-lease="${leaseC}"]') ? ended.querySelector('.state').textContent : null; })()`);
 const apiC = (await api('GET', `/v1/leases/${leaseC}`)).json;
 if (!['released', 'revoked'].includes(endedC) || apiC.state !== endedC) fail(`lease ${leaseC} revoked from the page shows ${endedC}; the API says ${JSON.stringify(apiC)}`);
-await c.exited;
+await within('accelpool-run vm-c ends', c.exited);
 if (!/being revoked/.test(fs.readFileSync(path.join(args.work, 'vm-c.log'), 'utf8'))) fail(`the guest of lease ${leaseC} was not told of the revocation`);
 step(`lease ${leaseC} (vm-c) revoked from the page: the guest was told and the lease ended ${endedC}; the API agrees`);
 
@@ -336,11 +337,11 @@ if (tenantView.leaseIds.length !== 0 || tenantView.actions !== 0 || tenantView.b
 step('tenant t sees the devices without tenant u\'s lease and without actions');
 await screenshot('tenant');
 other.stdin.end('done\n');
-await otherExited;
+await within('accelpool-run vm-u ends once its job has its line', otherExited);
 
 if (pageErrors.length) fail(`the page logged errors:\n${pageErrors.join('\n')}`);
 stopping = true;
-await cdp.send('Browser.close');
+await within('chromium closes', closeBrowser(cdp, browser));
 manager.kill('SIGTERM');
 agent.kill('SIGTERM');
 console.log('dashboard: PASS');

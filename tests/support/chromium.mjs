@@ -45,10 +45,12 @@ export function launchChromium({ bin, profileDir, hungAfterMs, fail, exitExpecte
   });
 }
 
-// One DevTools protocol connection. send() resolves with the result; a protocol error calls `fail`. Events go to
-// every function in `listeners`.
+// One DevTools protocol connection. send() resolves with the result; a protocol error, or no answer within
+// `hungAfterMs`, calls `fail`. Events go to every function in `listeners`.
 export class Cdp {
-  constructor(url, fail) {
+  constructor(url, fail, hungAfterMs = 120000) {
+    this.fail = fail;
+    this.hungAfterMs = hungAfterMs;
     this.ws = new WebSocket(url);
     this.next = 1;
     this.waiting = new Map();
@@ -56,7 +58,8 @@ export class Cdp {
     this.ws.addEventListener('message', (m) => {
       const msg = JSON.parse(m.data);
       if (msg.id !== undefined && this.waiting.has(msg.id)) {
-        const { resolve, method } = this.waiting.get(msg.id);
+        const { resolve, method, timer } = this.waiting.get(msg.id);
+        clearTimeout(timer);
         this.waiting.delete(msg.id);
         if (msg.error) fail(`CDP ${method}: ${msg.error.message}`);
         resolve(msg.result);
@@ -69,10 +72,19 @@ export class Cdp {
   send(method, params = {}, sessionId) {
     const id = this.next++;
     return new Promise((resolve) => {
-      this.waiting.set(id, { resolve, method });
+      const timer = setTimeout(() => this.fail(`CDP ${method}: no answer within ${this.hungAfterMs / 1000} s`), this.hungAfterMs);
+      this.waiting.set(id, { resolve, method, timer });
       this.ws.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
     });
   }
+}
+
+// Closes the browser and resolves once its process `browser` has exited (the answer to Browser.close may never
+// come: the browser can go first).
+export function closeBrowser(cdp, browser) {
+  const gone = new Promise((resolve) => { if (browser.exitCode !== null) resolve(); else browser.once('exit', resolve); });
+  cdp.ws.send(JSON.stringify({ id: cdp.next++, method: 'Browser.close', params: {} }));
+  return gone;
 }
 
 // A new window of the browser behind `cdp`, with Runtime, Log and Page enabled: {sessionId, page(method, params),

@@ -19,6 +19,17 @@ export function waiter(hungAfterMs, fail) {
   };
 }
 
+// A deadline: `within(what, promise)` resolves (or rejects) as `promise` does, and calls `fail` with `what` if it has
+// not settled after `hungAfterMs`. Only a hung test reaches the limit.
+export function deadline(hungAfterMs, fail) {
+  return function within(what, promise) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => fail(`${what}: not within ${hungAfterMs / 1000} s`), hungAfterMs);
+      promise.then((v) => { clearTimeout(timer); resolve(v); }, (e) => { clearTimeout(timer); reject(e); });
+    });
+  };
+}
+
 // One HTTP/1.1 request to 127.0.0.1:`port`; the body may be a string (sent as is) or an object (sent as JSON).
 // Resolves with {status, headers, body (text), json (parsed, or null)}; rejects when no answer comes in `hungAfterMs`.
 export function request(port, method, target, { token, body, contentType, headers: extra, hungAfterMs = 120000 } = {}) {

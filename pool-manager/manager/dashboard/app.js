@@ -7,6 +7,7 @@
 const $ = (sel) => document.querySelector(sel);
 const kPageSize = 100;           // table rows drawn at once (devices): paged, however large the pool
 const kSampleMs = 2000;          // chart sampling period
+const kRenderGapMs = 250;        // least time between two redraws of the live views
 const kSamples = 300;            // chart history kept (10 minutes)
 const kReconnectMs = 1000;       // after a stream ends, before it is opened again
 const kRecentEnded = 200;        // leases kept in "ended while watching"
@@ -52,7 +53,7 @@ function signOut() {
   role = null;
   if (stream) stream.abort();
   stream = null;
-  state.devices.clear(); state.hosts.clear(); state.leases.clear(); state.queue = []; state.recent = [];
+  state.devices.clear(); deviceNames = null; deviceRows.clear(); hostRows.clear(); state.hosts.clear(); state.leases.clear(); state.queue = []; state.recent = [];
   samples.length = 0;
   for (const body of document.querySelectorAll('tbody')) body.replaceChildren();  // nothing of this viewer stays
   $('#chart-group').replaceChildren(el('option', { value: 'all' }, 'the whole pool'));
@@ -131,12 +132,21 @@ function handleEvent(block) {
   scheduleRender();
 }
 
+// Every device's name in the table's order, kept until a device joins or leaves (live updates of a device's state
+// do not re-sort the pool).
+let deviceNames = null;
+function sortedDeviceNames() {
+  if (!deviceNames) deviceNames = [...state.devices.keys()].sort();
+  return deviceNames;
+}
+
 function applySnapshot(msg) {
   role = msg.viewer.role;
   document.body.classList.toggle('tenant', role === 'tenant');
   document.body.classList.toggle('admin', role === 'admin');
   $('#viewer').textContent = role === 'admin' ? 'admin' : `tenant ${msg.viewer.tenant}`;
   state.devices = new Map(msg.devices.map((d) => [d.name, d]));
+  deviceNames = null;
   state.hosts = new Map(msg.hosts.map((h) => [h.name, h]));
   state.leases = new Map(msg.leases.map((l) => [l.id, l]));
   state.queue = msg.queue;
@@ -146,11 +156,18 @@ function applySnapshot(msg) {
 }
 
 function applyDelta(msg) {
+  // Returns whether an item joined or left (not only changed).
   const merge = (map, part, key) => {
-    for (const item of part.upsert) map.set(item[key], item);
+    const before = map.size;
+    let joined = false;
+    for (const item of part.upsert) {
+      joined = joined || !map.has(item[key]);
+      map.set(item[key], item);
+    }
     for (const gone of part.remove) map.delete(gone);
+    return joined || map.size !== before;
   };
-  merge(state.devices, msg.devices, 'name');
+  if (merge(state.devices, msg.devices, 'name')) deviceNames = null;
   merge(state.hosts, msg.hosts, 'name');
   merge(state.leases, msg.leases, 'id');
   for (const l of msg.leases.ended) state.recent.unshift(l);
@@ -162,9 +179,10 @@ function applyDelta(msg) {
 function setSummary(summary) {
   state.summary = summary;
   clockSkew = summary.now - Date.now() / 1000;
-  $('#policy-now').textContent = `policy ${summary.policy}`;
+  // Written only when it changed: every change to the page costs a layout, and deltas arrive hundreds a second.
+  setText($('#policy-now'), `policy ${summary.policy}`);
   const input = $('#policy');
-  if (document.activeElement !== input) input.value = summary.policy;
+  if (document.activeElement !== input && input.value !== summary.policy) input.value = summary.policy;
 }
 
 // --- calls ------------------------------------------------------------------------------------------------------
@@ -189,6 +207,10 @@ async function call(method, path, body) {
   return answer;
 }
 
+function setText(element, text) {
+  if (element.textContent !== text) element.textContent = text;
+}
+
 function say(text, bad = false) {
   const s = $('#status');
   s.textContent = text;
@@ -205,11 +227,17 @@ const enc = (name) => name.split('/').map(encodeURIComponent).join('/');
 
 // --- rendering --------------------------------------------------------------------------------------------------
 
+// Draws at the next frame, at most once per kRenderGapMs: a busy pool sends thousands of changes a second, and a
+// person reads a table a few times a second, not sixty.
 let renderQueued = false;
+let lastRender = -Infinity;
 function scheduleRender() {
   if (renderQueued) return;
   renderQueued = true;
-  requestAnimationFrame(() => { renderQueued = false; render(); });
+  const draw = () => requestAnimationFrame(() => { renderQueued = false; lastRender = performance.now(); render(); });
+  const wait = lastRender + kRenderGapMs - performance.now();
+  if (wait > 0) setTimeout(draw, wait);
+  else draw();
 }
 
 function el(tag, attrs = {}, ...children) {
@@ -349,30 +377,70 @@ function drawCharts() {
   drawLines($('#chart-events'), [0, 1].map((i) => col((x) => x.events[i])), ['s1', 's4']);
 }
 
-function renderDevices() {
-  const admin = role === 'admin';
-  fill($('#hosts-table tbody'), [...state.hosts.values()].map((h) => el('tr', { 'data-host': h.name },
-    el('th', { scope: 'row' }, h.name), el('td', {}, h.connected ? 'yes' : 'no'), el('td', {}, h.draining ? 'yes' : 'no'),
-    el('td', {}, String(h.device_count)),
-    admin ? el('td', { class: 'actions' },
-      button('Drain', 'drain', () => action('POST', `/v1/hosts/${enc(h.name)}/drain`, {}, `host ${h.name} drained`), h.draining),
-      button('Undrain', 'undrain', () => action('POST', `/v1/hosts/${enc(h.name)}/undrain`, {}, `host ${h.name} undrained`), !h.draining)) : '')));
-  const filter = $('#device-filter').value.trim().toLowerCase();
-  const all = [...state.devices.values()].filter((d) => !filter ||
-    [d.name, d.kind, d.model, d.state, d.loaded].some((v) => (v || '').toLowerCase().includes(filter)));
-  all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  const pages = Math.max(1, Math.ceil(all.length / kPageSize));
-  devicePage = Math.min(devicePage, pages - 1);
-  const shown = all.slice(devicePage * kPageSize, (devicePage + 1) * kPageSize);
-  fill($('#devices-table tbody'), shown.map((d) => el('tr', { 'data-device': d.name },
+// Table rows kept between redraws by id: a row is built again only when what it shows (its key) changed, and
+// keepRows puts only changed rows in the table, so a redraw on a busy pool touches a few rows, not the page.
+const deviceRows = new Map();  // device name -> { key, tr }
+const hostRows = new Map();    // host name -> { key, tr }
+function keptRow(rows, id, shown, build) {
+  const key = JSON.stringify(shown);
+  const kept = rows.get(id);
+  if (kept && kept.key === key) return kept.tr;
+  const tr = build();
+  rows.set(id, { key, tr });
+  return tr;
+}
+
+function deviceRow(d, admin) {
+  return keptRow(deviceRows, d.name, [d.kind, d.model, d.state, d.loaded, d.lease, d.available, d.draining, admin], () => el('tr', { 'data-device': d.name },
     el('th', { scope: 'row' }, d.name), el('td', {}, d.kind), el('td', {}, d.model), el('td', {}, stateTag(d.state)),
     el('td', {}, d.loaded || '—'), el('td', { 'data-lease-cell': '' }, d.lease === null ? '' : String(d.lease)),
     el('td', {}, d.available ? 'ok' : 'failed'), el('td', {}, d.draining ? 'yes' : 'no'),
     admin ? el('td', { class: 'actions' },
       button('Drain', 'drain', () => action('POST', `/v1/devices/${enc(d.name)}/drain`, {}, `device ${d.name} drained`), d.draining),
       button('Undrain', 'undrain', () => action('POST', `/v1/devices/${enc(d.name)}/undrain`, {}, `device ${d.name} undrained`), !d.draining),
-      button('Reset', 'reset', () => action('POST', `/v1/devices/${enc(d.name)}/reset`, {}, `device ${d.name} reset`), d.state === 'leased')) : '')));
-  $('#devices-pager').replaceChildren(
+      button('Reset', 'reset', () => action('POST', `/v1/devices/${enc(d.name)}/reset`, {}, `device ${d.name} reset`), d.state === 'leased')) : ''));
+}
+
+function hostRow(h, admin) {
+  return keptRow(hostRows, h.name, [h.connected, h.draining, h.device_count, admin], () => el('tr', { 'data-host': h.name },
+    el('th', { scope: 'row' }, h.name), el('td', {}, h.connected ? 'yes' : 'no'), el('td', {}, h.draining ? 'yes' : 'no'),
+    el('td', {}, String(h.device_count)),
+    admin ? el('td', { class: 'actions' },
+      button('Drain', 'drain', () => action('POST', `/v1/hosts/${enc(h.name)}/drain`, {}, `host ${h.name} drained`), h.draining),
+      button('Undrain', 'undrain', () => action('POST', `/v1/hosts/${enc(h.name)}/undrain`, {}, `host ${h.name} undrained`), !h.draining)) : ''));
+}
+
+// Makes `tbody` hold exactly `rows`, in order, moving only the rows not already in place.
+function keepRows(tbody, rows) {
+  const wanted = new Set(rows);
+  for (const row of [...tbody.children]) {
+    if (!wanted.has(row)) row.remove();
+  }
+  rows.forEach((row, i) => {
+    const at = tbody.children[i];
+    if (at !== row) tbody.insertBefore(row, at ?? null);
+  });
+}
+
+function renderDevices() {
+  const admin = role === 'admin';
+  keepRows($('#hosts-table tbody'), [...state.hosts.values()].map((h) => hostRow(h, admin)));
+  const filter = $('#device-filter').value.trim().toLowerCase();
+  // Without a filter only the page's devices are looked at: a live update on a large pool neither sorts nor scans
+  // every device.
+  const names = sortedDeviceNames();
+  const all = filter ? names.map((n) => state.devices.get(n)).filter((d) =>
+    [d.name, d.kind, d.model, d.state, d.loaded].some((v) => (v || '').toLowerCase().includes(filter))) : names;
+  const pages = Math.max(1, Math.ceil(all.length / kPageSize));
+  devicePage = Math.min(devicePage, pages - 1);
+  const page = all.slice(devicePage * kPageSize, (devicePage + 1) * kPageSize);
+  const shown = filter ? page : page.map((n) => state.devices.get(n));
+  keepRows($('#devices-table tbody'), shown.map((d) => deviceRow(d, admin)));
+  const pager = $('#devices-pager');
+  const pagerKey = `${devicePage} ${pages} ${all.length}`;
+  if (pager.dataset.key === pagerKey) return;  // unchanged: not drawn again
+  pager.dataset.key = pagerKey;
+  pager.replaceChildren(
     el('button', { type: 'button', disabled: devicePage === 0, onclick: () => { devicePage--; renderDevices(); } }, 'Previous'),
     el('span', {}, `page ${devicePage + 1} of ${pages} (${all.length} devices)`),
     el('button', { type: 'button', disabled: devicePage >= pages - 1, onclick: () => { devicePage++; renderDevices(); } }, 'Next'));
