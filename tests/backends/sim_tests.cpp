@@ -120,7 +120,7 @@ TEST_CASE("sim: programming takes base + size / rate and tracks the loaded image
   CHECK(unloading->loaded("sim:0")->empty());
 }
 
-TEST_CASE("sim: slots take partial images side by side; a full image empties them", "[sim][slots]") {
+TEST_CASE("sim: slots take partial images side by side, and a full image empties them", "[sim][slots]") {
   RecordingSleeper rec;
   auto sim = make_sim({{"devices", "fpga:" + kU250 + ":2"}, {"slots", "2"}, {"program_mib_per_s", "16"},
                        {"program_base_ms", "100"}, {"partial_program_base_ms", "30"}},
