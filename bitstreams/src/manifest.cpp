@@ -2,11 +2,13 @@
 
 #include <toml++/toml.h>
 
+#include "read_file.hpp"
+
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace accelpool::bitstreams {
 namespace {
@@ -200,29 +202,21 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
     if (!known.count(key.str())) return field_error(origin, key.str(), "unknown field");
   }
   Manifest m;
-  auto name = required_string(t, "name", origin);
-  if (!name) return name.error();
-  m.name = *name;
-  auto version = required_string(t, "version", origin);
-  if (!version) return version.error();
-  m.version = *version;
-  auto kind = required_string(t, "kind", origin);
-  if (!kind) return kind.error();
-  m.kind = *kind;
-  auto file = required_string(t, "file", origin);
-  if (!file) return file.error();
-  m.file = *file;
-  auto sha = required_string(t, "sha256", origin);
-  if (!sha) return sha.error();
-  m.sha256 = *sha;
-  auto compatible = string_array(t, "compatible", origin);
-  if (!compatible) return compatible.error();
-  m.compatible = *compatible;
-  if (t.contains("kernels")) {
-    auto kernels = string_array(t, "kernels", origin);
-    if (!kernels) return kernels.error();
-    m.kernels = *kernels;
+  // Field `key`, read by `read` (required_string or string_array), into `out`; a missing field that is not
+  // `required` leaves `out` as it is.
+  auto field = [&](const char* key, auto& out, bool required, auto read) -> Status {
+    if (!required && !t.contains(key)) return Status::ok();
+    auto v = read(t, key, origin);
+    if (!v) return v.error();
+    out = std::move(*v);
+    return Status::ok();
+  };
+  for (auto [key, out] : {std::pair{"name", &m.name}, {"version", &m.version}, {"kind", &m.kind}, {"file", &m.file},
+                          {"sha256", &m.sha256}}) {
+    if (auto st = field(key, *out, true, required_string); !st) return st.error();
   }
+  if (auto st = field("compatible", m.compatible, true, string_array); !st) return st.error();
+  if (auto st = field("kernels", m.kernels, false, string_array); !st) return st.error();
   // A number field (integer or float) into `out`; an error if it is of another type.
   auto number = [&](const char* key, double& out) -> Status {
     const toml::node* n = t.get(key);
@@ -247,19 +241,11 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
     }
     m.partial = *image == "partial";
   }
-  if (t.contains("slot_shape")) {
-    auto shape = required_string(t, "slot_shape", origin);
-    if (!shape) return shape.error();
-    m.slot_shape = *shape;
-  }
+  if (auto st = field("slot_shape", m.slot_shape, false, required_string); !st) return st.error();
   if (t.contains("bandwidth_demand")) {
     if (auto st = number("bandwidth_demand", m.bandwidth_demand); !st) return st.error();
   }
-  if (t.contains("description")) {
-    auto d = required_string(t, "description", origin);
-    if (!d) return d.error();
-    m.description = *d;
-  }
+  if (auto st = field("description", m.description, false, required_string); !st) return st.error();
   m.format = infer_format(m.file);
   if (t.contains("format")) {
     auto f = required_string(t, "format", origin);
@@ -275,12 +261,9 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
 }
 
 Result<Manifest> load_manifest(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(Errc::io_error, "manifest " + path.string() + ": cannot be read");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) return make_error(Errc::io_error, "manifest " + path.string() + ": read failed");
-  return parse_manifest(os.str(), path.string());
+  auto text = detail::read_file(path, "manifest " + path.string());
+  if (!text) return text.error();
+  return parse_manifest(*text, path.string());
 }
 
 std::string to_toml(const Manifest& m) {

@@ -2,6 +2,8 @@
 
 #include <accelpool/bitstreams/sha256.hpp>
 
+#include "read_file.hpp"
+
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -13,14 +15,6 @@
 namespace accelpool::bitstreams {
 namespace fs = std::filesystem;
 namespace {
-
-Result<std::string> read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(Errc::io_error, path.string() + ": cannot be read");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
@@ -68,7 +62,7 @@ Status check_image(const Manifest& m, const fs::path& image, const std::string& 
       return Status::ok();
     }
     case ImageFormat::opencl_source: {
-      auto text = read_text(image);
+      auto text = detail::read_file(image, image.string());
       if (!text) return make_error(text.error().code, where + ": " + text.error().message);
       for (const auto& k : m.kernels) {
         if (!defines_kernel(*text, k))

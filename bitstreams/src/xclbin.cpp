@@ -3,11 +3,11 @@
 // repeated here so that damaged images are refused before any parser walks them, with or without XRT.
 #include <accelpool/bitstreams/xclbin.hpp>
 
+#include "read_file.hpp"
 #include "xclbin_parser.hpp"
 
 #include <cstring>
 #include <map>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -150,16 +150,13 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
 }
 
 Result<XclbinInfo> read_xclbin(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(Errc::io_error, "xclbin " + path.string() + ": cannot be opened");
-  std::ostringstream os;
-  os << in.rdbuf();
-  std::string bytes = os.str();
-  auto info = check_xclbin_container(bytes, path.string());
+  auto bytes = detail::read_file(path, "xclbin " + path.string());
+  if (!bytes) return bytes.error();
+  auto info = check_xclbin_container(*bytes, path.string());
   if (!info) return info;
   if (detail::have_xrt()) {
     XclbinInfo parsed = *info;
-    if (auto st = detail::parse_with_xrt(bytes, path.string(), parsed); !st) return st.error();
+    if (auto st = detail::parse_with_xrt(*bytes, path.string(), parsed); !st) return st.error();
     if (parsed.uuid != info->uuid)
       return corrupt(path.string(), "XRT reads UUID " + parsed.uuid + " but the header holds " + info->uuid);
     if (parsed.platform != info->platform)

@@ -38,6 +38,40 @@ std::optional<double> positive_number(std::string_view text) {
   return v;
 }
 
+// The policy options NAME=VALUE (and NAME alone where the option has a default): where the value goes and
+// what it must be.
+struct PolicyOption {
+  std::string_view name;
+  std::optional<double> PolicySpec::*field;
+  std::optional<double> bare;  // the value of NAME alone; none: the value is required
+  std::string_view must_be;
+};
+
+constexpr PolicyOption kPolicyOptions[] = {
+    {"guard", &PolicySpec::tail_guard_s, std::nullopt, "a positive number of seconds"},
+    {"age", &PolicySpec::age_slowdown, kDefaultAgeSlowdown, "a positive slowdown"},
+    {"hold", &PolicySpec::hold_s, kDefaultHoldS, "a positive number of seconds"},
+    {"reuse", &PolicySpec::reuse_s, kDefaultReuseS, "a positive number of seconds"},
+};
+
+// The option `part` sets (NAME alone, or NAME=...), or null.
+const PolicyOption* find_policy_option(std::string_view part) {
+  for (const PolicyOption& o : kPolicyOptions) {
+    if (part == o.name && o.bare) return &o;
+    if (part.starts_with(o.name) && part.substr(o.name.size()).starts_with('=')) return &o;
+  }
+  return nullptr;
+}
+
+// "NAME must be ..." for the first option of `spec` that is set but not positive (a spec built in code, not
+// parsed), or "" when all are valid.
+std::string invalid_option(const PolicySpec& spec) {
+  for (const PolicyOption& o : kPolicyOptions) {
+    if (const auto& v = spec.*o.field; v && !(*v > 0)) return std::string(o.name) + " must be " + std::string(o.must_be);
+  }
+  return "";
+}
+
 // Running leases examined per preemption attempt or reservation: bounds the work when a wide gang cannot
 // gather enough devices.
 constexpr std::size_t kMaxLeasesExamined = 1024;
@@ -66,25 +100,15 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
     }
     if (index == 0) {
       spec.ordering = std::string(part);
-    } else if (part.starts_with("guard=")) {
-      spec.tail_guard_s = positive_number(part.substr(6));
-      if (!spec.tail_guard_s) return fail("guard needs a positive number of seconds, got '" + std::string(part.substr(6)) + "'");
-    } else if (part == "age") {
-      spec.age_slowdown = kDefaultAgeSlowdown;
-    } else if (part.starts_with("age=")) {
-      spec.age_slowdown = positive_number(part.substr(4));
-      if (!spec.age_slowdown) return fail("age needs a positive slowdown, got '" + std::string(part.substr(4)) + "'");
-    } else if (part == "hold") {
-      spec.hold_s = kDefaultHoldS;
-    } else if (part.starts_with("hold=")) {
-      spec.hold_s = positive_number(part.substr(5));
-      if (!spec.hold_s) return fail("hold needs a positive number of seconds, got '" + std::string(part.substr(5)) + "'");
-    } else if (part == "reuse") {
-      spec.reuse_s = kDefaultReuseS;
-    } else if (part.starts_with("reuse=")) {
-      spec.reuse_s = positive_number(part.substr(6));
-      if (!spec.reuse_s) {
-        return fail("reuse needs a positive number of seconds, got '" + std::string(part.substr(6)) + "'");
+    } else if (const PolicyOption* o = find_policy_option(part)) {
+      if (part == o->name) {
+        spec.*o->field = o->bare;
+      } else {
+        const auto value = part.substr(o->name.size() + 1);
+        spec.*o->field = positive_number(value);
+        if (!(spec.*o->field)) {
+          return fail(std::string(o->name) + " needs " + std::string(o->must_be) + ", got '" + std::string(value) + "'");
+        }
       }
     } else if (part == "nopreempt") {
       spec.preemption = false;
@@ -120,20 +144,8 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
   if (!ordering) return nullptr;
   auto placement = make_placement(spec.placement, error);
   if (!placement) return nullptr;
-  if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) {
-    if (error) *error = "tail guard must be a positive number of seconds";
-    return nullptr;
-  }
-  if (spec.age_slowdown && !(*spec.age_slowdown > 0)) {
-    if (error) *error = "age must be a positive slowdown";
-    return nullptr;
-  }
-  if (spec.hold_s && !(*spec.hold_s > 0)) {
-    if (error) *error = "hold must be a positive number of seconds";
-    return nullptr;
-  }
-  if (spec.reuse_s && !(*spec.reuse_s > 0)) {
-    if (error) *error = "reuse must be a positive number of seconds";
+  if (std::string why = invalid_option(spec); !why.empty()) {
+    if (error) *error = why;
     return nullptr;
   }
   return std::unique_ptr<Scheduler>(new Scheduler(spec, std::move(ordering), std::move(placement)));
@@ -1208,8 +1220,7 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
   if (!ordering) return Rejection{error};
   auto placement = make_placement(spec.placement, &error);
   if (!placement) return Rejection{error};
-  if (spec.tail_guard_s && !(*spec.tail_guard_s > 0)) return Rejection{"tail guard must be positive"};
-  if (spec.age_slowdown && !(*spec.age_slowdown > 0)) return Rejection{"age must be a positive slowdown"};
+  if (std::string why = invalid_option(spec); !why.empty()) return Rejection{why};
 
   std::vector<Entry*> waiting;
   std::vector<Entry*> running;

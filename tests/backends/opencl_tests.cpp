@@ -31,13 +31,31 @@ std::unique_ptr<OpenClBackend> open_backend(int subdevices = 0) {
   return std::move(*b);
 }
 
+// The backend's devices, which it must list.
+std::vector<DeviceInfo> listed(OpenClBackend& b) {
+  auto devices = b.enumerate();
+  REQUIRE(devices.is_ok());
+  return std::move(*devices);
+}
+
 std::string first_cpu(OpenClBackend& b) {
-  auto listed = b.enumerate();
-  REQUIRE(listed.is_ok());
-  for (const auto& d : *listed) {
+  for (const auto& d : listed(b)) {
     if (d.kind == "cpu") return d.local_id;
   }
   return "";
+}
+
+// A backend and its first CPU device (with `subdevices`, a sub-device: "opencl:P:D.S"), or a null backend when
+// there is none: the test is then skipped, saying why.
+std::pair<std::unique_ptr<OpenClBackend>, std::string> open_on_cpu(int subdevices = 0) {
+  auto b = open_backend(subdevices);
+  if (!b) return {};
+  std::string cpu = first_cpu(*b);
+  if (cpu.empty() || (subdevices && cpu.find('.') == std::string::npos)) {
+    accelpool::testing::skip(subdevices ? "no splittable OpenCL CPU device" : "no OpenCL CPU device");
+    return {};
+  }
+  return {std::move(b), cpu};
 }
 
 }  // namespace
@@ -45,9 +63,7 @@ std::string first_cpu(OpenClBackend& b) {
 TEST_CASE("opencl: the ICD loader's devices are enumerated", "[opencl]") {
   auto b = open_backend();
   if (!b) return;
-  auto devices = b->enumerate();
-  REQUIRE(devices.is_ok());
-  for (const auto& d : *devices) {
+  for (const auto& d : listed(*b)) {
     INFO(d.local_id << " " << d.model);
     CHECK(d.local_id.rfind("opencl:", 0) == 0);
     CHECK_FALSE(d.model.empty());
@@ -58,16 +74,10 @@ TEST_CASE("opencl: the ICD loader's devices are enumerated", "[opencl]") {
 }
 
 TEST_CASE("opencl: a device splits into equal sub-devices", "[opencl][pocl]") {
-  auto whole = open_backend();
+  auto [whole, cpu] = open_on_cpu();
   if (!whole) return;
-  std::string cpu = first_cpu(*whole);
-  if (cpu.empty()) {
-    ACCELPOOL_SKIP("no OpenCL CPU device to split");
-  }
   int cus = 0;
-  auto listed = whole->enumerate();
-  REQUIRE(listed.is_ok());
-  for (const auto& d : *listed) {
+  for (const auto& d : listed(*whole)) {
     if (d.local_id == cpu) cus = std::stoi(d.attributes.at("compute_units"));
   }
   if (cus < 2) {
@@ -77,9 +87,7 @@ TEST_CASE("opencl: a device splits into equal sub-devices", "[opencl][pocl]") {
   auto split = open_backend(2);
   REQUIRE(split);
   int subs = 0;
-  auto split_listed = split->enumerate();
-  REQUIRE(split_listed.is_ok());
-  for (const auto& d : *split_listed) {
+  for (const auto& d : listed(*split)) {
     if (d.attributes.count("parent") && d.attributes.at("parent") == cpu) {
       ++subs;
       CHECK(std::stoi(d.attributes.at("compute_units")) == cus / 2);
@@ -107,12 +115,8 @@ TEST_CASE("opencl: splitting into more sub-devices than compute units is refused
 }
 
 TEST_CASE("opencl: a PoCL sub-device is programmed with the vadd sample and runs it", "[opencl][pocl]") {
-  auto b = open_backend(2);
+  auto [b, cpu] = open_on_cpu(2);
   if (!b) return;
-  std::string cpu = first_cpu(*b);
-  if (cpu.empty() || cpu.find('.') == std::string::npos) {
-    ACCELPOOL_SKIP("no splittable OpenCL CPU device");
-  }
   std::string sub = cpu.substr(0, cpu.find('.')) + ".1";
   Image vadd = sample_image("vadd");
   CHECK(b->loaded(sub)->empty());
@@ -155,12 +159,8 @@ TEST_CASE("opencl: a PoCL sub-device is programmed with the vadd sample and runs
 }
 
 TEST_CASE("opencl: a program binary built on one sub-device programs another", "[opencl][pocl]") {
-  auto b = open_backend(2);
+  auto [b, cpu] = open_on_cpu(2);
   if (!b) return;
-  std::string cpu = first_cpu(*b);
-  if (cpu.empty() || cpu.find('.') == std::string::npos) {
-    ACCELPOOL_SKIP("no splittable OpenCL CPU device");
-  }
   std::string root = cpu.substr(0, cpu.find('.'));
   REQUIRE(b->program(root + ".0", sample_image("vadd")).is_ok());
   auto binary = b->program_binary(root + ".0");
@@ -193,12 +193,8 @@ TEST_CASE("opencl: a program binary built on one sub-device programs another", "
 }
 
 TEST_CASE("opencl: the checksum and matmul samples compute correct results", "[opencl][pocl]") {
-  auto b = open_backend();
+  auto [b, cpu] = open_on_cpu();
   if (!b) return;
-  std::string cpu = first_cpu(*b);
-  if (cpu.empty()) {
-    ACCELPOOL_SKIP("no OpenCL CPU device");
-  }
   Image checksum = sample_image("checksum");
   REQUIRE(b->program(cpu, checksum).is_ok());
   const std::uint32_t n = 4096;
@@ -234,12 +230,8 @@ TEST_CASE("opencl: the checksum and matmul samples compute correct results", "[o
 }
 
 TEST_CASE("opencl: wrong images are refused and leave the loaded image in place", "[opencl][errors]") {
-  auto b = open_backend();
+  auto [b, cpu] = open_on_cpu();
   if (!b) return;
-  std::string cpu = first_cpu(*b);
-  if (cpu.empty()) {
-    ACCELPOOL_SKIP("no OpenCL CPU device");
-  }
   Image vadd = sample_image("vadd");
   REQUIRE(b->program(cpu, vadd).is_ok());
 
@@ -280,9 +272,7 @@ TEST_CASE("opencl: wrong images are refused and leave the loaded image in place"
 TEST_CASE("opencl: health runs a tiny kernel, again and again", "[opencl][health]") {
   auto b = open_backend();
   if (!b) return;
-  auto listed = b->enumerate();
-  REQUIRE(listed.is_ok());
-  for (const auto& d : *listed) {
+  for (const auto& d : listed(*b)) {
     auto first = b->health(d.local_id);
     CHECK(first.health == Health::ok);
     // Once its kernel is built, a check only runs it (the time is reported, not asserted).

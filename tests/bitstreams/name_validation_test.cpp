@@ -42,44 +42,41 @@ Manifest opaque_manifest(const std::string& name, const std::string& version, co
 TEST_CASE("an image file named like its own manifest is refused, not overwritten by it", "[registry][names]") {
   ScratchDir dir("names-own");
   ScratchDir src("names-own-src");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
+  Registry r = open_registry(dir.path());
   auto m = opaque_manifest("k", "1.0", "k-1.0.toml", src.path() / "img", "image bytes\n");
-  auto added = r->add(m, src.path() / "img");
+  auto added = r.add(m, src.path() / "img");
   REQUIRE_FALSE(added.is_ok());
   CHECK(added.error().code == Errc::invalid_manifest);
   CHECK_THAT(added.error().message, Catch::Contains("'file'") && Catch::Contains("k-1.0.toml"));
   CHECK(names_in(dir.path()).empty());
-  CHECK_FALSE(r->find_by_sha256(m.sha256).is_ok());
+  CHECK_FALSE(r.find_by_sha256(m.sha256).is_ok());
 }
 
 TEST_CASE("an image named like another manifest never becomes a bitstream after a reload", "[registry][names]") {
   ScratchDir dir("names-other");
   ScratchDir src("names-other-src");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
+  Registry r = open_registry(dir.path());
   // The image's bytes are a valid manifest for "other", whose own image is present too.
   write_file(dir.path() / "other.bin", "other image\n");
   Manifest other = opaque_manifest("other", "2.0", "other.bin", dir.path() / "other.bin", "other image\n");
   auto m = opaque_manifest("k", "1.0", "other-2.0.toml", src.path() / "img", to_toml(other));
-  auto added = r->add(m, src.path() / "img");
+  auto added = r.add(m, src.path() / "img");
   REQUIRE_FALSE(added.is_ok());
   CHECK(added.error().code == Errc::invalid_manifest);
   CHECK(names_in(dir.path()) == std::set<std::string>{"other.bin"});
-  REQUIRE(r->reload().is_ok());
-  CHECK(r->list().empty());
-  CHECK_FALSE(r->get("other").is_ok());
+  REQUIRE(r.reload().is_ok());
+  CHECK(r.list().empty());
+  CHECK_FALSE(r.get("other").is_ok());
 }
 
 TEST_CASE("an image file name with a NUL or another control character is refused, not stored truncated",
           "[registry][names]") {
   ScratchDir dir("names-nul");
   ScratchDir src("names-nul-src");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
+  Registry r = open_registry(dir.path());
   for (const std::string& file : {std::string("k.bin\0.xclbin", 13), std::string("k\n.bin"), std::string("k bin")}) {
     auto m = opaque_manifest("k", "1.0", file, src.path() / "img", "image bytes\n");
-    auto added = r->add(m, src.path() / "img");
+    auto added = r.add(m, src.path() / "img");
     REQUIRE_FALSE(added.is_ok());
     CHECK(added.error().code == Errc::invalid_manifest);
     CHECK_THAT(added.error().message, Catch::Contains("'file'"));
@@ -91,18 +88,17 @@ TEST_CASE("an image file name with a NUL or another control character is refused
 TEST_CASE("hidden and temporary image names are refused, plain ones are taken", "[registry][names]") {
   ScratchDir dir("names-hidden");
   ScratchDir src("names-hidden-src");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
+  Registry r = open_registry(dir.path());
   for (const std::string& file : {std::string(".hidden"), std::string(".tmp-k.bin"), std::string(".upload-1"),
                                  std::string("K.TOML"), std::string(256, 'a')}) {
     auto m = opaque_manifest("k", "1.0", file, src.path() / "img", "image bytes\n");
-    auto added = r->add(m, src.path() / "img");
+    auto added = r.add(m, src.path() / "img");
     REQUIRE_FALSE(added.is_ok());
     CHECK(added.error().code == Errc::invalid_manifest);
   }
   CHECK(names_in(dir.path()).empty());
   auto m = opaque_manifest("k", "1.0", "K_1.0+b-2.bin", src.path() / "img", "image bytes\n");
-  auto added = r->add(m, src.path() / "img");
+  auto added = r.add(m, src.path() / "img");
   REQUIRE(added.is_ok());
   CHECK(names_in(dir.path()) == std::set<std::string>{"K_1.0+b-2.bin", "k-1.0.toml"});
 }
@@ -124,11 +120,10 @@ TEST_CASE("uploaded and on-disk manifests follow the same rule", "[registry][nam
   write_file(dir.path() / "img.toml", "not a manifest\n");
   write_file(dir.path() / "k.toml", replace_all(replace_all(text, "k-1.0.toml", "img.toml"), std::string(64, 'a'),
                                                 *sha256_file(dir.path() / "img.toml")));
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  CHECK(r->list().empty());
+  Registry r = open_registry(dir.path());
+  CHECK(r.list().empty());
   std::set<std::string> rejected;
-  for (const auto& x : r->rejected()) {
+  for (const auto& x : r.rejected()) {
     if (x.manifest_path.filename() == "k.toml") CHECK_THAT(x.error.message, Catch::Contains("'file'"));
     rejected.insert(x.manifest_path.filename().string());
   }

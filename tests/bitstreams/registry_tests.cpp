@@ -44,21 +44,20 @@ const Rejected& rejection_for(const Registry& r, const std::string& manifest_nam
 }  // namespace
 
 TEST_CASE("the OpenCL sample manifests load and verify", "[registry]") {
-  auto r = Registry::open(opencl_samples);
-  REQUIRE(r.is_ok());
-  CHECK(r->rejected().empty());
-  auto all = r->list();
+  Registry r = open_registry(opencl_samples);
+  CHECK(r.rejected().empty());
+  auto all = r.list();
   REQUIRE(all.size() == 3);
   CHECK(all[0].id() == "checksum@1.0.0");
   CHECK(all[1].id() == "matmul@1.0.0");
   CHECK(all[2].id() == "vadd@1.0.0");
-  auto vadd = r->get("vadd");
+  auto vadd = r.get("vadd");
   REQUIRE(vadd.is_ok());
   CHECK(vadd->manifest.format == ImageFormat::opencl_source);
   CHECK(vadd->file_path == opencl_samples / "vadd.cl");
   CHECK(vadd->size_bytes == fs::file_size(opencl_samples / "vadd.cl"));
   CHECK(vadd->manifest.sha256 == *sha256_file(opencl_samples / "vadd.cl"));
-  auto by_sha = r->find_by_sha256(vadd->manifest.sha256);
+  auto by_sha = r.find_by_sha256(vadd->manifest.sha256);
   REQUIRE(by_sha.is_ok());
   CHECK(by_sha->id() == "vadd@1.0.0");
 }
@@ -74,13 +73,12 @@ TEST_CASE("an image whose checksum does not match is rejected and never handed o
   ScratchDir dir("checksum");
   copy_opencl_samples(dir.path());
   write_file(dir.path() / "vadd.cl", read_file(dir.path() / "vadd.cl") + "\n// tampered\n");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  CHECK(r->list().size() == 2);
-  const Rejected& x = rejection_for(*r, "vadd.toml");
+  Registry r = open_registry(dir.path());
+  CHECK(r.list().size() == 2);
+  const Rejected& x = rejection_for(r, "vadd.toml");
   CHECK(x.error.code == Errc::checksum_mismatch);
   CHECK_THAT(x.error.message, Catch::Contains("vadd.toml") && Catch::Contains("'sha256'"));
-  auto got = r->get("vadd");
+  auto got = r.get("vadd");
   REQUIRE_FALSE(got.is_ok());
   CHECK(got.error().code == Errc::not_found);
 }
@@ -89,12 +87,11 @@ TEST_CASE("a missing image file is rejected naming the file field", "[registry][
   ScratchDir dir("missing");
   copy_opencl_samples(dir.path());
   fs::remove(dir.path() / "matmul.cl");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  const Rejected& x = rejection_for(*r, "matmul.toml");
+  Registry r = open_registry(dir.path());
+  const Rejected& x = rejection_for(r, "matmul.toml");
   CHECK(x.error.code == Errc::missing_file);
   CHECK_THAT(x.error.message, Catch::Contains("matmul.toml") && Catch::Contains("'file'"));
-  CHECK_FALSE(r->get("matmul").is_ok());
+  CHECK_FALSE(r.get("matmul").is_ok());
 }
 
 TEST_CASE("a manifest naming a kernel the source lacks is rejected", "[registry][errors]") {
@@ -102,9 +99,8 @@ TEST_CASE("a manifest naming a kernel the source lacks is rejected", "[registry]
   copy_opencl_samples(dir.path());
   write_file(dir.path() / "checksum.toml",
              replace_all(read_file(dir.path() / "checksum.toml"), "kernels = [\"checksum\"]", "kernels = [\"crc32\"]"));
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  const Rejected& x = rejection_for(*r, "checksum.toml");
+  Registry r = open_registry(dir.path());
+  const Rejected& x = rejection_for(r, "checksum.toml");
   CHECK(x.error.code == Errc::invalid_manifest);
   CHECK_THAT(x.error.message, Catch::Contains("'kernels'") && Catch::Contains("crc32"));
 }
@@ -113,17 +109,15 @@ TEST_CASE("two manifests for the same name and version: the second is rejected",
   ScratchDir dir("duplicate");
   copy_opencl_samples(dir.path());
   fs::copy_file(dir.path() / "vadd.toml", dir.path() / "vadd-copy.toml");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  CHECK(r->list().size() == 3);
-  const Rejected& x = rejection_for(*r, "vadd.toml");  // sorted: "vadd-copy.toml" loads first
+  Registry r = open_registry(dir.path());
+  CHECK(r.list().size() == 3);
+  const Rejected& x = rejection_for(r, "vadd.toml");  // sorted: "vadd-copy.toml" loads first
   CHECK(x.error.code == Errc::already_exists);
 }
 
 TEST_CASE("compatible() accepts listed models and refuses others", "[registry]") {
-  auto r = Registry::open(opencl_samples);
-  REQUIRE(r.is_ok());
-  auto vadd = r->get("vadd");
+  Registry r = open_registry(opencl_samples);
+  auto vadd = r.get("vadd");
   REQUIRE(vadd.is_ok());
   CHECK(Registry::compatible(*vadd, "pthread-haswell-AMD EPYC 7B13").is_ok());
   auto no = Registry::compatible(*vadd, "xilinx_u250_gen3x16_xdma_4_1_202210_1");
@@ -135,9 +129,8 @@ TEST_CASE("compatible() accepts listed models and refuses others", "[registry]")
 TEST_CASE("add registers an image atomically, bad registrations change nothing", "[registry]") {
   ScratchDir dir("add");
   ScratchDir upload("upload");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  CHECK(r->list().empty());
+  Registry r = open_registry(dir.path());
+  CHECK(r.list().empty());
 
   fs::path source = upload.path() / "scale.cl";
   write_file(source, "__kernel void scale(__global float* x, const float f) { x[get_global_id(0)] *= f; }\n");
@@ -153,7 +146,7 @@ TEST_CASE("add registers an image atomically, bad registrations change nothing",
   m.kernels = {"scale"};
 
   SECTION("a good image is copied in with its manifest and survives a reload") {
-    auto added = r->add(m, source);
+    auto added = r.add(m, source);
     REQUIRE(added.is_ok());
     CHECK(added->file_path == dir.path() / "scale.cl");
     CHECK(fs::exists(dir.path() / "scale-0.9.1.toml"));
@@ -164,37 +157,37 @@ TEST_CASE("add registers an image atomically, bad registrations change nothing",
     REQUIRE(again->get("scale", "0.9.1").is_ok());
 
     auto before = folder_listing(dir.path());
-    auto dup = r->add(m, source);
+    auto dup = r.add(m, source);
     REQUIRE_FALSE(dup.is_ok());
     CHECK(dup.error().code == Errc::already_exists);
     CHECK(folder_listing(dir.path()) == before);
 
     SECTION("and remove deletes manifest and image") {
-      REQUIRE(r->remove("scale", "0.9.1").is_ok());
+      REQUIRE(r.remove("scale", "0.9.1").is_ok());
       CHECK(folder_listing(dir.path()).empty());
-      CHECK_FALSE(r->get("scale").is_ok());
-      auto gone = r->remove("scale", "0.9.1");
+      CHECK_FALSE(r.get("scale").is_ok());
+      auto gone = r.remove("scale", "0.9.1");
       REQUIRE_FALSE(gone.is_ok());
       CHECK(gone.error().code == Errc::not_found);
     }
   }
   SECTION("a wrong checksum is refused and leaves no file behind") {
     m.sha256 = std::string(64, 'a');
-    auto added = r->add(m, source);
+    auto added = r.add(m, source);
     REQUIRE_FALSE(added.is_ok());
     CHECK(added.error().code == Errc::checksum_mismatch);
     CHECK(folder_listing(dir.path()).empty());
   }
   SECTION("an invalid manifest is refused") {
     m.file = "../escape.cl";
-    auto added = r->add(m, source);
+    auto added = r.add(m, source);
     REQUIRE_FALSE(added.is_ok());
     CHECK(added.error().code == Errc::invalid_manifest);
     CHECK_THAT(added.error().message, Catch::Contains("'file'"));
     CHECK(folder_listing(dir.path()).empty());
   }
   SECTION("a missing source is refused") {
-    auto added = r->add(m, upload.path() / "nope.cl");
+    auto added = r.add(m, upload.path() / "nope.cl");
     REQUIRE_FALSE(added.is_ok());
     CHECK(added.error().code == Errc::missing_file);
     CHECK(folder_listing(dir.path()).empty());
@@ -204,8 +197,7 @@ TEST_CASE("add registers an image atomically, bad registrations change nothing",
 TEST_CASE("get without a version returns the highest version", "[registry]") {
   ScratchDir dir("versions");
   ScratchDir upload("versions-src");
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
+  Registry r = open_registry(dir.path());
   for (const auto* v : {"1.9.0", "1.10.0", "1.2.0"}) {
     fs::path src = upload.path() / (std::string("k") + v + ".cl");
     write_file(src, std::string("__kernel void k(__global int* x) { x[0] = 1; } // ") + v + "\n");
@@ -218,26 +210,25 @@ TEST_CASE("get without a version returns the highest version", "[registry]") {
     m.sha256 = *sha256_file(src);
     m.compatible = {"*"};
     m.kernels = {"k"};
-    REQUIRE(r->add(m, src).is_ok());
+    REQUIRE(r.add(m, src).is_ok());
   }
-  auto latest = r->get("k");
+  auto latest = r.get("k");
   REQUIRE(latest.is_ok());
   CHECK(latest->manifest.version == "1.10.0");
-  CHECK(r->get("k", "1.2.0").is_ok());
-  CHECK_FALSE(r->get("k", "3.0").is_ok());
+  CHECK(r.get("k", "1.2.0").is_ok());
+  CHECK_FALSE(r.get("k", "3.0").is_ok());
 }
 
 TEST_CASE("verify re-checks an image changed on disk after loading", "[registry][errors]") {
   ScratchDir dir("verify");
   copy_opencl_samples(dir.path());
-  auto r = Registry::open(dir.path());
-  REQUIRE(r.is_ok());
-  REQUIRE(r->verify("vadd", "1.0.0").is_ok());
+  Registry r = open_registry(dir.path());
+  REQUIRE(r.verify("vadd", "1.0.0").is_ok());
   write_file(dir.path() / "vadd.cl", "__kernel void vadd() {}\n");
-  auto v = r->verify("vadd", "1.0.0");
+  auto v = r.verify("vadd", "1.0.0");
   REQUIRE_FALSE(v.is_ok());
   CHECK(v.error().code == Errc::checksum_mismatch);
   fs::remove(dir.path() / "vadd.cl");
-  CHECK(r->verify("vadd", "1.0.0").error().code == Errc::missing_file);
-  CHECK(r->verify("nope", "1.0.0").error().code == Errc::not_found);
+  CHECK(r.verify("vadd", "1.0.0").error().code == Errc::missing_file);
+  CHECK(r.verify("nope", "1.0.0").error().code == Errc::not_found);
 }

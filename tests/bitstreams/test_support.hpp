@@ -3,10 +3,15 @@
 
 #include "../support/scratch_dir.hpp"
 
+#include <accelpool/bitstreams/registry.hpp>
+
+#include <catch2/catch.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace accelpool::bitstreams::test {
 
@@ -27,6 +32,13 @@ inline void write_file(const std::filesystem::path& p, const std::string& text) 
 inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
   return s;
+}
+
+// The registry of the folder `dir`, which must open.
+inline Registry open_registry(const std::filesystem::path& dir) {
+  auto r = Registry::open(dir);
+  REQUIRE(r.is_ok());
+  return std::move(*r);
 }
 
 inline const std::filesystem::path opencl_samples{ACCELPOOL_OPENCL_SAMPLES_DIR};

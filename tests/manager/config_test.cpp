@@ -14,6 +14,13 @@ accelpool::Result<Config> load_text(const TempDir& dir, const std::string& text)
   std::ofstream(p) << text;
   return load_config(p);
 }
+// The configuration `text`, which must load.
+Config loaded(const TempDir& dir, const std::string& text) {
+  auto c = load_text(dir, text);
+  INFO((c.is_ok() ? std::string() : c.error().message));
+  REQUIRE(c.is_ok());
+  return std::move(*c);
+}
 // The error message loading `text` gives ("" when it loads, which the caller's CHECK then reports).
 std::string refusal(const TempDir& dir, const std::string& text) {
   auto c = load_text(dir, text);
@@ -29,7 +36,7 @@ std::string required_refusal(const TempDir& dir, const std::string& text) {
 
 TEST_CASE("a full configuration file is read", "[config]") {
   TempDir dir;
-  auto c = load_text(dir, R"(
+  Config c = loaded(dir, R"(
 data_dir = "data"
 [store]
 file = "x.db"
@@ -62,25 +69,24 @@ name = "t1"
 weight = 2.5
 max_devices = 4
 )");
-  REQUIRE(c.is_ok());
-  CHECK(c->data_dir == dir.path / "data");
-  CHECK(c->store_file == "x.db");
-  CHECK(c->full_sync);
-  CHECK(c->guest_tcp == "127.0.0.1:9000");
-  CHECK(c->guest_unix.empty());
-  CHECK(c->admin_listen == "127.0.0.1:9001");
-  CHECK(c->core.lease_ttl_s == 12.5);
-  CHECK(c->core.revoke_grace_s == 3);
-  CHECK(c->core.history == 50);
-  CHECK(c->core.policy == "las+affinity");
-  CHECK(c->max_body_bytes == 4096);
-  CHECK(c->max_connections == 10);
-  REQUIRE(c->hosts.size() == 1);
-  CHECK(c->hosts[0].devices.at(0).count == 3);
-  CHECK(c->hosts[0].devices.at(0).passthrough);
-  REQUIRE(c->tenants.size() == 1);
-  CHECK(c->tenants[0].weight == 2.5);
-  CHECK(c->tenants[0].max_devices == 4);
+  CHECK(c.data_dir == dir.path / "data");
+  CHECK(c.store_file == "x.db");
+  CHECK(c.full_sync);
+  CHECK(c.guest_tcp == "127.0.0.1:9000");
+  CHECK(c.guest_unix.empty());
+  CHECK(c.admin_listen == "127.0.0.1:9001");
+  CHECK(c.core.lease_ttl_s == 12.5);
+  CHECK(c.core.revoke_grace_s == 3);
+  CHECK(c.core.history == 50);
+  CHECK(c.core.policy == "las+affinity");
+  CHECK(c.max_body_bytes == 4096);
+  CHECK(c.max_connections == 10);
+  REQUIRE(c.hosts.size() == 1);
+  CHECK(c.hosts[0].devices.at(0).count == 3);
+  CHECK(c.hosts[0].devices.at(0).passthrough);
+  REQUIRE(c.tenants.size() == 1);
+  CHECK(c.tenants[0].weight == 2.5);
+  CHECK(c.tenants[0].max_devices == 4);
 }
 
 TEST_CASE("bad configuration names the file, line and key", "[config]") {
@@ -104,22 +110,19 @@ TEST_CASE("bad configuration names the file, line and key", "[config]") {
 
 TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat timeout", "[config][agents]") {
   TempDir dir;
-  auto none = load_text(dir, "[leases]\nttl_s = 5\n");
-  REQUIRE(none.is_ok());
-  CHECK(none->agents.listen.empty());
-  CHECK(none->agents.heartbeat_timeout_ms == 15000);
+  Config none = loaded(dir, "[leases]\nttl_s = 5\n");
+  CHECK(none.agents.listen.empty());
+  CHECK(none.agents.heartbeat_timeout_ms == 15000);
 
-  auto c = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:0\", \"unix:/tmp/a.sock\"]\ntoken = \"0123456789abcdef\"\n"
+  Config c = loaded(dir, "[agents]\nlisten = [\"127.0.0.1:0\", \"unix:/tmp/a.sock\"]\ntoken = \"0123456789abcdef\"\n"
                           "heartbeat_timeout_ms = 700\n");
-  REQUIRE(c.is_ok());
-  CHECK(c->agents.listen == std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/a.sock"});
-  CHECK(c->agents.token == "0123456789abcdef");
-  CHECK(c->agents.heartbeat_timeout_ms == 700);
+  CHECK(c.agents.listen == std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/a.sock"});
+  CHECK(c.agents.token == "0123456789abcdef");
+  CHECK(c.agents.heartbeat_timeout_ms == 700);
 
   std::ofstream(dir.path / "agent-token") << "from-a-file-0123456789\n";
-  auto f = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken_file = \"agent-token\"\n");
-  REQUIRE(f.is_ok());
-  CHECK(f->agents.token == "from-a-file-0123456789");
+  Config f = loaded(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken_file = \"agent-token\"\n");
+  CHECK(f.agents.token == "from-a-file-0123456789");
 
   CHECK(required_refusal(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\n").find("agents.token") != std::string::npos);
   auto short_token = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken = \"short\"\n");
@@ -138,20 +141,17 @@ TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat 
 
 TEST_CASE("the [bitstreams] table: registry folder and seed", "[config][bitstreams]") {
   TempDir dir;
-  auto none = load_text(dir, "data_dir = \"d\"\n");
-  REQUIRE(none.is_ok());
-  CHECK(none->bitstreams_dir() == dir.path / "d" / "bitstreams");
-  CHECK_FALSE(none->bitstreams.seed.has_value());
+  Config none = loaded(dir, "data_dir = \"d\"\n");
+  CHECK(none.bitstreams_dir() == dir.path / "d" / "bitstreams");
+  CHECK_FALSE(none.bitstreams.seed.has_value());
 
-  auto c = load_text(dir, "[bitstreams]\ndir = \"images\"\nseed = \"\"\n");
-  REQUIRE(c.is_ok());
-  CHECK(c->bitstreams_dir() == dir.path / "images");
-  REQUIRE(c->bitstreams.seed.has_value());
-  CHECK(c->bitstreams_seed().empty());
+  Config c = loaded(dir, "[bitstreams]\ndir = \"images\"\nseed = \"\"\n");
+  CHECK(c.bitstreams_dir() == dir.path / "images");
+  REQUIRE(c.bitstreams.seed.has_value());
+  CHECK(c.bitstreams_seed().empty());
 
-  auto seeded = load_text(dir, "[bitstreams]\nseed = \"samples\"\n");
-  REQUIRE(seeded.is_ok());
-  CHECK(seeded->bitstreams_seed() == dir.path / "samples");
+  Config seeded = loaded(dir, "[bitstreams]\nseed = \"samples\"\n");
+  CHECK(seeded.bitstreams_seed() == dir.path / "samples");
 
   CHECK_THAT(refusal(dir, "[bitstreams]\nfolder = \"x\"\n"), Catch::Contains("'folder'"));
   CHECK_THAT(refusal(dir, "[bitstreams]\ndir = \"\"\n"), Catch::Contains("bitstreams.dir"));
@@ -159,10 +159,9 @@ TEST_CASE("the [bitstreams] table: registry folder and seed", "[config][bitstrea
 
 TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[config][hosts]") {
   TempDir dir;
-  auto c = load_text(dir, "[[hosts]]\nname = \"local\"\nbackend = \"sim+opencl\"\n"
+  Config c = loaded(dir, "[[hosts]]\nname = \"local\"\nbackend = \"sim+opencl\"\n"
                           "[hosts.settings]\n\"opencl.subdevices\" = 2\n\"sim.devices\" = \"fpga:m:2\"\n");
-  REQUIRE(c.is_ok());
-  auto b = host_backends(c->hosts.at(0));
+  auto b = host_backends(c.hosts.at(0));
   REQUIRE(b.is_ok());
   REQUIRE(b->size() == 2);
   CHECK(b->at(0).name == "sim");
@@ -187,7 +186,7 @@ TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[con
 TEST_CASE("connection limits: hello budget and deadline, admin header deadline and per-source limit, agents",
           "[config][limits]") {
   TempDir dir;
-  auto c = load_text(dir, R"(
+  Config c = loaded(dir, R"(
 [guest]
 max_silent = 16
 hello_timeout_s = 0.5
@@ -201,13 +200,12 @@ listen = ["127.0.0.1:0"]
 token = "0123456789abcdef"
 max_connections = 10
 )");
-  REQUIRE(c.is_ok());
-  CHECK(c->guest_max_silent == 16);
-  CHECK(c->guest_hello_timeout_s == 0.5);
-  CHECK(c->admin_header_timeout_s == 1.5);
-  CHECK(c->admin_max_connections_per_source == 8);
-  CHECK(c->agents.max_connections == 10);
-  CHECK(c->connection_budget() == 210);  // guests, admin API, agents
+  CHECK(c.guest_max_silent == 16);
+  CHECK(c.guest_hello_timeout_s == 0.5);
+  CHECK(c.admin_header_timeout_s == 1.5);
+  CHECK(c.admin_max_connections_per_source == 8);
+  CHECK(c.agents.max_connections == 10);
+  CHECK(c.connection_budget() == 210);  // guests, admin API, agents
   CHECK(default_config().connection_budget() == 8192);
 
   CHECK(refusal(dir, "[guest]\nmax_silent = 0\n").find("guest.max_silent must be >= 1") != std::string::npos);
@@ -224,13 +222,12 @@ max_connections = 10
 
 TEST_CASE("the PostgreSQL store and [ha]: a URL, this manager's name, the leader's timeout", "[config][ha]") {
   TempDir dir;
-  auto c = load_text(dir, "[store]\nurl = \"postgresql:///pool?host=/run/postgresql\"\n"
+  Config c = loaded(dir, "[store]\nurl = \"postgresql:///pool?host=/run/postgresql\"\n"
                           "[ha]\nname = \"m1\"\nleader_timeout_s = 3\nstandby_poll_s = 0.25\n");
-  REQUIRE(c.is_ok());
-  CHECK(c->store_url == "postgresql:///pool?host=/run/postgresql");
-  CHECK(c->ha.name == "m1");
-  CHECK(c->ha.leader_timeout_s == 3);
-  CHECK(c->ha.standby_poll_s == 0.25);
+  CHECK(c.store_url == "postgresql:///pool?host=/run/postgresql");
+  CHECK(c.ha.name == "m1");
+  CHECK(c.ha.leader_timeout_s == 3);
+  CHECK(c.ha.standby_poll_s == 0.25);
   CHECK(default_config().store_url.empty());  // SQLite stays the default
 
   CHECK(required_refusal(dir, "[store]\nurl = \"mysql://x\"\n").find("m.toml:2:7: store.url must be a PostgreSQL URL") !=
@@ -245,14 +242,12 @@ TEST_CASE("the PostgreSQL store and [ha]: a URL, this manager's name, the leader
 
 TEST_CASE("the [log] table: level and format, bad values named", "[config][log]") {
   TempDir dir;
-  auto defaults = load_text(dir, "");
-  REQUIRE(defaults.is_ok());
-  CHECK(defaults->log.level == accelpool::log::Level::info);
-  CHECK(defaults->log.format == accelpool::log::Format::text);
-  auto c = load_text(dir, "[log]\nlevel = \"debug\"\nformat = \"json\"\n");
-  REQUIRE(c.is_ok());
-  CHECK(c->log.level == accelpool::log::Level::debug);
-  CHECK(c->log.format == accelpool::log::Format::json);
+  Config defaults = loaded(dir, "");
+  CHECK(defaults.log.level == accelpool::log::Level::info);
+  CHECK(defaults.log.format == accelpool::log::Format::text);
+  Config c = loaded(dir, "[log]\nlevel = \"debug\"\nformat = \"json\"\n");
+  CHECK(c.log.level == accelpool::log::Level::debug);
+  CHECK(c.log.format == accelpool::log::Format::json);
   CHECK_THAT(required_refusal(dir, "[log]\nlevel = \"loud\"\n"),
              Catch::Contains("m.toml:2:") && Catch::Contains("log.level must be"));
   CHECK_THAT(required_refusal(dir, "[log]\nformat = \"xml\"\n"), Catch::Contains("log.format must be"));
@@ -262,14 +257,12 @@ TEST_CASE("the [log] table: level and format, bad values named", "[config][log]"
 
 TEST_CASE("the [metrics] table: token and label bound, bad values named", "[config][metrics]") {
   TempDir dir;
-  auto defaults = load_text(dir, "");
-  REQUIRE(defaults.is_ok());
-  CHECK(defaults->metrics.token.empty());
-  CHECK(defaults->metrics.max_label_values == 32);
-  auto c = load_text(dir, "[metrics]\ntoken = \"metrics-token-0123456789\"\nmax_label_values = 5\n");
-  REQUIRE(c.is_ok());
-  CHECK(c->metrics.token == "metrics-token-0123456789");
-  CHECK(c->metrics.max_label_values == 5);
+  Config defaults = loaded(dir, "");
+  CHECK(defaults.metrics.token.empty());
+  CHECK(defaults.metrics.max_label_values == 32);
+  Config c = loaded(dir, "[metrics]\ntoken = \"metrics-token-0123456789\"\nmax_label_values = 5\n");
+  CHECK(c.metrics.token == "metrics-token-0123456789");
+  CHECK(c.metrics.max_label_values == 5);
   auto short_token = required_refusal(dir, "[metrics]\ntoken = \"short-secret\"\n");
   CHECK_THAT(short_token, Catch::Contains("metrics.token must be at least 16 characters"));
   CHECK(short_token.find("short-secret") == std::string::npos);  // an error never repeats a token

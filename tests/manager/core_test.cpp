@@ -97,12 +97,10 @@ TEST_CASE("a lease whose guest stops heartbeating expires and its device serves 
   REQUIRE(pool.core->heartbeat(pool.owner(b), b.id).is_ok());
   REQUIRE(pool.core->next_wakeup().has_value());
   CHECK(*pool.core->next_wakeup() == Approx(pool.clock.now() + 10));
-  pool.clock.advance(9);
-  pool.core->tick();
+  pool.elapse(9);
   CHECK(pool.get(a.id).state == LeaseState::granted);
   REQUIRE(pool.core->heartbeat(Caller::direct("b", "vm2"), std::nullopt).is_ok());
-  pool.clock.advance(2);  // a's last heartbeat was 11 s ago
-  pool.core->tick();
+  pool.elapse(2);  // a's last heartbeat was 11 s ago
   CHECK(pool.get(a.id).state == LeaseState::expired);
   CHECK(pool.get(b.id).state == LeaseState::granted);
   CHECK(pool.core->counters().expirations == 1);
@@ -119,11 +117,9 @@ TEST_CASE("an admin revocation gives the guest its grace period", "[core]") {
   CHECK(r->state == LeaseState::revoking);
   CHECK(r->revoke_deadline == Approx(pool.clock.now() + 5));
   CHECK(pool.log.count(a.id, LeaseEvent::revoking) == 1);
-  pool.clock.advance(4);
-  pool.core->tick();
+  pool.elapse(4);
   CHECK(pool.get(a.id).state == LeaseState::revoking);
-  pool.clock.advance(2);
-  pool.core->tick();
+  pool.elapse(2);
   CHECK(pool.get(a.id).state == LeaseState::revoked);
   CHECK(pool.get(a.id).end_reason == "maintenance");
   CHECK(pool.get(b.id).state == LeaseState::granted);
@@ -240,16 +236,13 @@ TEST_CASE("a drained host grants nothing new and revokes what still runs at its 
   CHECK(pool.core->device(a.devices[0])->drain_deadline == Approx(pool.clock.now() + 6));
 
   // Before the deadline the lease runs on; at the deadline it gets its grace period, then ends revoked.
-  pool.clock.advance(5);
-  pool.core->tick();
+  pool.elapse(5);
   CHECK(pool.get(a.id).state == LeaseState::granted);
-  pool.clock.advance(1);
-  pool.core->tick();
+  pool.elapse(1);
   CHECK(pool.get(a.id).state == LeaseState::revoking);
   CHECK(pool.get(a.id).end_reason == "device " + a.devices[0] + " was drained");
   CHECK_FALSE(pool.core->device(a.devices[0])->drain_deadline);
-  pool.clock.advance(2);
-  pool.core->tick();
+  pool.elapse(2);
   CHECK(pool.get(a.id).state == LeaseState::revoked);
   CHECK(pool.get(b.id).state == LeaseState::queued);  // the freed device stays drained
 
@@ -415,8 +408,7 @@ TEST_CASE("a preemption becomes a revocation with grace, then the lease waits ag
   REQUIRE(victim.state == LeaseState::revoking);
   CHECK(victim.revoke_deadline == Approx(pool.clock.now() + 5));
   CHECK(pool.log.count(a->id, LeaseEvent::revoking) == 1);
-  pool.clock.advance(6);
-  pool.core->tick();
+  pool.elapse(6);
   CHECK(pool.get(a->id).state == LeaseState::queued);
   CHECK(pool.log.count(a->id, LeaseEvent::requeued) == 1);
   CHECK(pool.get(b->id).state == LeaseState::granted);

@@ -146,6 +146,11 @@ struct Pool {
     if (!r) FAIL(accelpool::describe(r.error()));
     return *r;
   }
+  // Advances the clock by `seconds` and lets the core act on what fell due (expiries, deadlines, grace periods).
+  void elapse(double seconds) {
+    clock.advance(seconds);
+    core->tick();
+  }
   // The caller that owns `l`: its guest on a direct connection.
   static Caller owner(const Lease& l) { return Caller::direct(l.tenant, l.guest); }
   Lease get(LeaseId id) {

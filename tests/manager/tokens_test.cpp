@@ -45,9 +45,13 @@ struct BusyPort {
   ~BusyPort() { ::close(fd); }
 };
 
-// Runs `accelpool-manager ARGS --data-dir DIR`; returns its exit code and stdout+stderr.
-std::pair<int, std::string> manager(const fs::path& dir, const std::string& args) {
-  return run_command(std::string(ACCELPOOL_MANAGER_BIN) + " " + args + " --data-dir '" + dir.string() + "'");
+// The output (stdout and stderr) of `accelpool-manager ARGS --data-dir DIR`, which must exit with `code` (0 done,
+// 1 refused).
+std::string output_of(const fs::path& dir, const std::string& args, int code) {
+  auto [rc, out] = run_command(std::string(ACCELPOOL_MANAGER_BIN) + " " + args + " --data-dir '" + dir.string() + "'");
+  INFO(args << ": " << out);
+  CHECK(rc == code);
+  return out;
 }
 
 // The token of a "... (shown once): TOKEN" line.
@@ -80,9 +84,7 @@ TEST_CASE("A start that fails on a busy admin port creates no token, and the nex
     CHECK(first.output().find("shown once") == std::string::npos);
   }
   // The store the failed start opened holds no tenant and no admin token.
-  auto [rc, listed] = manager(m.dir, "token list");
-  CHECK(rc == 0);
-  CHECK(listed.empty());
+  CHECK(output_of(m.dir, "token list", 0).empty());
 
   DaemonProcess second(m.dir, config("127.0.0.1:0"));
   second.start();
@@ -102,40 +104,23 @@ TEST_CASE("accelpool-manager token creates, lists, rotates and revokes tokens of
   const std::string guest = m.daemon.token("guest token for tenant t");
 
   // Refused while the manager runs: it would not see the change, and could overwrite it.
-  auto [busy_rc, busy] = manager(m.dir, "token list");
-  CHECK(busy_rc == 1);
-  CHECK(busy.find("in use by accelpool-manager (pid " + std::to_string(m.daemon.pid()) + ",") != std::string::npos);
+  CHECK_THAT(output_of(m.dir, "token list", 1),
+             Catch::Contains("in use by accelpool-manager (pid " + std::to_string(m.daemon.pid()) + ","));
   m.daemon.stop(SIGTERM);
 
-  auto [c1, created] = manager(m.dir, "token create alice");
-  REQUIRE(c1 == 0);
-  const std::string alice = shown_token(created);
+  const std::string alice = shown_token(output_of(m.dir, "token create alice", 0));
   CHECK(alice.rfind("apa_", 0) == 0);
-  auto [c2, again] = manager(m.dir, "token create alice");
-  CHECK(c2 == 1);
-  CHECK(again.find("admin token alice exists") != std::string::npos);
-  auto [c3, bad] = manager(m.dir, "token create 'no spaces'");
-  CHECK(c3 == 1);
-  CHECK(bad.find("must be 1-64 characters") != std::string::npos);
-  auto [c4, list] = manager(m.dir, "token list");
-  CHECK(c4 == 0);
-  CHECK(list == "admin  admin\nadmin  alice\ntenant t\n");
+  CHECK_THAT(output_of(m.dir, "token create alice", 1), Catch::Contains("admin token alice exists"));
+  CHECK_THAT(output_of(m.dir, "token create 'no spaces'", 1), Catch::Contains("must be 1-64 characters"));
+  CHECK(output_of(m.dir, "token list", 0) == "admin  admin\nadmin  alice\ntenant t\n");
 
-  auto [c5, rotated] = manager(m.dir, "token rotate admin");
-  REQUIRE(c5 == 0);
-  const std::string admin2 = shown_token(rotated);
-  auto [c6, rotated_guest] = manager(m.dir, "token rotate --tenant t");
-  REQUIRE(c6 == 0);
+  const std::string admin2 = shown_token(output_of(m.dir, "token rotate admin", 0));
+  const std::string rotated_guest = output_of(m.dir, "token rotate --tenant t", 0);
   CHECK(rotated_guest.find("guest token for tenant t (shown once): ") == 0);
   const std::string guest2 = shown_token(rotated_guest);
-  auto [c7, revoked] = manager(m.dir, "token revoke alice");
-  CHECK(c7 == 0);
-  auto [c8, unknown] = manager(m.dir, "token revoke nobody");
-  CHECK(c8 == 1);
-  CHECK(unknown.find("no admin token named nobody") != std::string::npos);
-  auto [c9, no_tenant] = manager(m.dir, "token rotate --tenant nobody");
-  CHECK(c9 == 1);
-  CHECK(no_tenant.find("no tenant nobody") != std::string::npos);
+  output_of(m.dir, "token revoke alice", 0);
+  CHECK_THAT(output_of(m.dir, "token revoke nobody", 1), Catch::Contains("no admin token named nobody"));
+  CHECK_THAT(output_of(m.dir, "token rotate --tenant nobody", 1), Catch::Contains("no tenant nobody"));
 
   m.daemon.start();
   CHECK(count(m.daemon.output(), "admin token (shown once)") == 1);  // the first start's only: tokens exist
@@ -149,9 +134,7 @@ TEST_CASE("accelpool-manager token creates, lists, rotates and revokes tokens of
 
   // No store, no command: nothing is created.
   auto empty = temp_dir("apm-tok-empty-");
-  auto [c10, none] = manager(empty, "token list");
-  CHECK(c10 == 1);
-  CHECK(none.find("no store at") != std::string::npos);
+  CHECK_THAT(output_of(empty, "token list", 1), Catch::Contains("no store at"));
   CHECK_FALSE(fs::exists(empty / "pool.db"));
   fs::remove_all(empty);
 }

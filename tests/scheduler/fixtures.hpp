@@ -45,12 +45,7 @@ inline std::unique_ptr<Scheduler> make_scheduler(const std::string& policy, cons
 }
 
 inline Request req(RequestId id, Time arrival, std::uint32_t count = 1, std::optional<double> estimate = {}) {
-  Request r;
-  r.id = id;
-  r.arrival = arrival;
-  r.count = count;
-  r.estimate_s = estimate;
-  return r;
+  return {.id = id, .count = count, .estimate_s = estimate, .arrival = arrival};
 }
 
 // The request for `bitstream` on devices of `kind`.

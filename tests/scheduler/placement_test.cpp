@@ -9,12 +9,7 @@ using namespace accelpool::scheduler::testing;
 namespace {
 
 Device dev(DeviceId id, HostId host, BitstreamId loaded = kNoBitstream, AttachMode attach = AttachMode::network) {
-  Device d;
-  d.id = id;
-  d.host = host;
-  d.loaded = loaded;
-  d.attach = attach;
-  return d;
+  return {.id = id, .host = host, .attach = attach, .loaded = loaded};
 }
 
 std::unique_ptr<Scheduler> with_devices(const std::string& policy, const std::vector<Device>& devices) {

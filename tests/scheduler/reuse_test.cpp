@@ -42,21 +42,6 @@ void load(Scheduler& s, std::initializer_list<std::pair<DeviceId, BitstreamId>> 
 
 }  // namespace
 
-TEST_CASE("policy spec: +reuse and +reuse=S", "[reuse]") {
-  std::string error;
-  auto spec = PolicySpec::parse("fifo+affinity+reuse", &error);
-  REQUIRE(spec);
-  CHECK(spec->reuse_s == kDefaultReuseS);
-  CHECK(spec->to_string() == "fifo+affinity+reuse=3600");
-  spec = PolicySpec::parse("fifo+affinity+hold=30+reuse=120", &error);
-  REQUIRE(spec);
-  CHECK(spec->reuse_s == 120);
-  CHECK(spec->to_string() == "fifo+affinity+hold=30+reuse=120");
-  CHECK_FALSE(PolicySpec::parse("fifo+reuse=-1", &error));
-  CHECK_THAT(error, Catch::Contains("reuse needs a positive number of seconds, got '-1'"));
-  CHECK_FALSE(PolicySpec::parse("fifo+affinity", &error)->reuse_s);
-}
-
 TEST_CASE("reuse rule: a freed device goes to the waiting request for its image, not to the older one", "[reuse]") {
   SECTION("with the rule: no programming at all") {
     auto s = two_busy_devices_and_a_queue("fifo+affinity+reuse=100");

@@ -309,6 +309,56 @@ TEST_CASE("policy specs parse and reject clearly", "[scheduler][policy]") {
   CHECK_FALSE(PolicySpec::parse("sjf:3", &error));
 }
 
+TEST_CASE("policy spec: +NAME takes the option's default, +NAME=VALUE a positive value", "[scheduler][policy][hold][reuse][age]") {
+  struct Option {
+    std::string name;
+    std::optional<double> PolicySpec::*field;
+    double bare;            // the value of +NAME alone
+    std::string bare_text;  // how to_string() writes it
+    std::string must_be;    // in the refusal of a bad value
+  };
+  const Option options[] = {
+      {"hold", &PolicySpec::hold_s, kDefaultHoldS, "hold=60", "a positive number of seconds"},
+      {"reuse", &PolicySpec::reuse_s, kDefaultReuseS, "reuse=3600", "a positive number of seconds"},
+      {"age", &PolicySpec::age_slowdown, kDefaultAgeSlowdown, "age=100", "a positive slowdown"},
+  };
+  for (const Option& o : options) {
+    INFO(o.name);
+    std::string error;
+    auto bare = PolicySpec::parse("fifo+affinity+" + o.name, &error);
+    REQUIRE(bare);
+    CHECK((*bare).*o.field == o.bare);
+    CHECK(bare->to_string() == "fifo+affinity+" + o.bare_text);
+    auto given = PolicySpec::parse("gittins+affinity+" + o.name + "=12.5", &error);
+    REQUIRE(given);
+    CHECK((*given).*o.field == 12.5);
+    CHECK(given->to_string() == "gittins+affinity+" + o.name + "=12.5");
+    for (const std::string bad : {"0", "-1", "x", ""}) {
+      CHECK_FALSE(PolicySpec::parse("fifo+" + o.name + "=" + bad, &error));
+      CHECK_THAT(error, Catch::Contains(o.name + " needs " + o.must_be + ", got '" + bad + "'"));
+    }
+    auto without = PolicySpec::parse("fifo+affinity", &error);
+    REQUIRE(without);
+    CHECK_FALSE(((*without).*o.field).has_value());
+    // A spec built in code is checked as a parsed one, by create and by a policy switch.
+    PolicySpec zero = *bare;
+    zero.*o.field = 0.0;
+    CHECK_FALSE(Scheduler::create(zero, &error));
+    CHECK(error == o.name + " must be " + o.must_be);
+    auto running = make_scheduler("fifo", "fpga:1");
+    Decisions out;
+    auto refused = running->set_policy(zero, 0, out);
+    REQUIRE(refused);
+    CHECK(refused->error == o.name + " must be " + o.must_be);
+  }
+  std::string error;
+  auto both = PolicySpec::parse("fifo+affinity+hold=30+reuse=120", &error);
+  REQUIRE(both);
+  CHECK(both->to_string() == "fifo+affinity+hold=30+reuse=120");
+  CHECK_FALSE(PolicySpec::parse("fifo+affinity+guard", &error));  // guard has no default
+  CHECK_THAT(error, Catch::Contains("unexpected 'guard'"));
+}
+
 TEST_CASE("cancelling a waiting request removes it from the queue", "[scheduler]") {
   auto s = make_scheduler("fifo", "fpga:1");
   submit(*s, req(1, 0), 0);

@@ -152,20 +152,6 @@ TEST_CASE("interference: a demand takes only the slot shapes whose share admits 
   CHECK(s->submit(too_big, 0, out));  // no slot admits it: rejected, never queued
 }
 
-TEST_CASE("policy spec: +hold and +hold=S", "[hold]") {
-  std::string error;
-  auto spec = PolicySpec::parse("fifo+affinity+hold", &error);
-  REQUIRE(spec);
-  CHECK(spec->hold_s == kDefaultHoldS);
-  CHECK(spec->to_string() == "fifo+affinity+hold=60");
-  spec = PolicySpec::parse("gittins+affinity+hold=12.5", &error);
-  REQUIRE(spec);
-  CHECK(spec->hold_s == 12.5);
-  CHECK_FALSE(PolicySpec::parse("fifo+hold=0", &error));
-  CHECK_THAT(error, Catch::Contains("hold needs a positive number of seconds, got '0'"));
-  CHECK(PolicySpec::parse("fifo+affinity", &error)->to_string() == "fifo+affinity");
-}
-
 TEST_CASE("hold rule: a freed device goes to a waiting request of its bitstream, within the bound", "[hold]") {
   auto s = make_scheduler("fifo+affinity+hold=10", "fpga:1");
   constexpr BitstreamId kA = 5, kB = 7;

@@ -1,4 +1,5 @@
 // The C++ client against the real accelpool-manager on loopback.
+#include "client_options.hpp"
 #include "manager_fixture.hpp"
 
 #include <accelpool/shim/client.hpp>
@@ -29,11 +30,7 @@ using accelpool::shim::test::renewed_past_ttl;
 namespace {
 
 std::unique_ptr<Client> connect(const ManagerProcess& m, const std::string& guest, bool unix_socket = false) {
-  ClientOptions o;
-  o.uri = unix_socket ? m.unix_uri() : m.tcp_uri();
-  o.token = m.guest_token();
-  o.guest = guest;
-  auto c = Client::connect(o);
+  auto c = Client::connect(test::connect_options(unix_socket ? m.unix_uri() : m.tcp_uri(), m.guest_token(), guest));
   INFO((c ? std::string() : accelpool::describe(c.error())));
   REQUIRE(c);
   return std::move(*c);
@@ -49,6 +46,14 @@ AcquireOptions fpga(std::optional<double> timeout_s = std::nullopt) {
   return a;
 }
 
+// A lease of one fpga device, which must be granted.
+Lease granted_fpga(Client& c) {
+  auto lease = c.acquire(fpga(kGranted));
+  INFO((lease ? std::string() : lease.error().message));
+  REQUIRE(lease);
+  return std::move(*lease);
+}
+
 }  // namespace
 
 TEST_CASE("acquire returns a ready grant and release ends it", "[integration][shim]") {
@@ -56,10 +61,8 @@ TEST_CASE("acquire returns a ready grant and release ends it", "[integration][sh
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-a");
   CHECK(c->tenant() == "default");
-  auto lease = c->acquire(fpga(kGranted));
-  INFO((lease ? std::string() : lease.error().message));
-  REQUIRE(lease);
-  LeaseInfo info = lease->info();
+  Lease lease = granted_fpga(*c);
+  LeaseInfo info = lease.info();
   CHECK(info.state == LeaseState::granted);
   CHECK(info.ready);
   CHECK(info.kind == "fpga");
@@ -75,8 +78,8 @@ TEST_CASE("acquire returns a ready grant and release ends it", "[integration][sh
   REQUIRE(live->size() == 1);
   CHECK((*live)[0].id == info.id);
 
-  REQUIRE(lease->release());
-  CHECK(lease->release());  // idempotent
+  REQUIRE(lease.release());
+  CHECK(lease.release());  // idempotent
   auto after = c->get(info.id);
   REQUIRE(after);
   CHECK(after->state == LeaseState::released);
@@ -88,12 +91,11 @@ TEST_CASE("a Lease is released when it goes out of scope", "[integration][shim]"
   auto c = connect(m, "vm-raii", /*unix_socket=*/true);
   std::uint64_t id = 0;
   {
-    auto lease = c->acquire(fpga(kGranted));
-    REQUIRE(lease);
-    id = lease->id();
-    Lease moved = std::move(*lease);  // move-only: the moved-from lease releases nothing
+    Lease lease = granted_fpga(*c);
+    id = lease.id();
+    Lease moved = std::move(lease);  // move-only: the moved-from lease releases nothing
     CHECK(moved.id() == id);
-    CHECK_FALSE(lease->valid());
+    CHECK_FALSE(lease.valid());
     auto s = c->get(id);
     REQUIRE(s);
     CHECK(s->state == LeaseState::granted);
@@ -107,11 +109,9 @@ TEST_CASE("a request waits in the queue while the pool is full and is granted wh
   ManagerProcess m(fpga_pool(2, /*ttl_s=*/1.0));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-q");
-  auto a = c->acquire(fpga(kGranted));
-  auto b = c->acquire(fpga(kGranted));
-  REQUIRE(a);
-  REQUIRE(b);
-  CHECK(a->info().devices[0].name != b->info().devices[0].name);
+  Lease a = granted_fpga(*c);
+  Lease b = granted_fpga(*c);
+  CHECK(a.info().devices[0].name != b.info().devices[0].name);
 
   std::atomic<int> callbacks{0};
   auto pending = c->acquire_async(fpga(kGranted), [&](std::uint64_t, const accelpool::Status& s) {
@@ -120,15 +120,15 @@ TEST_CASE("a request waits in the queue while the pool is full and is granted wh
   REQUIRE(eventually([&] { return pending.lease_id() != 0; }));
   // Past the TTL: heartbeats keep the queued request (and the two grants) alive.
   REQUIRE(renewed_past_ttl(*c, pending.lease_id(), 1.0));
-  REQUIRE(renewed_past_ttl(*c, a->id(), 1.0));
-  REQUIRE(renewed_past_ttl(*c, b->id(), 1.0));
+  REQUIRE(renewed_past_ttl(*c, a.id(), 1.0));
+  REQUIRE(renewed_past_ttl(*c, b.id(), 1.0));
   CHECK_FALSE(pending.done());
   auto queued = c->get(pending.lease_id());
   REQUIRE(queued);
   CHECK(queued->state == LeaseState::queued);
 
-  std::string freed = a->info().devices[0].name;
-  REQUIRE(a->release());
+  std::string freed = a.info().devices[0].name;
+  REQUIRE(a.release());
   auto third = pending.wait();
   REQUIRE(third);
   CHECK(third->info().devices[0].name == freed);
@@ -139,8 +139,7 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-t");
-  auto held = c->acquire(fpga(kGranted));
-  REQUIRE(held);
+  Lease held = granted_fpga(*c);
   auto t0 = Clock::now();
   auto pending = c->acquire_async(fpga(0.5));
   auto r = pending.wait();
@@ -165,7 +164,7 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   std::uint64_t id3 = p3.lease_id();
   CHECK(eventually([&] { auto s = c->get(id3); return s && s->state == LeaseState::cancelled; }));
   // The held lease was untouched.
-  CHECK(c->get(held->id())->state == LeaseState::granted);
+  CHECK(c->get(held.id())->state == LeaseState::granted);
 }
 
 TEST_CASE("a request no device can serve fails at once as infeasible", "[integration][shim]") {
@@ -192,11 +191,7 @@ TEST_CASE("a request no device can serve fails at once as infeasible", "[integra
 TEST_CASE("a wrong token is refused with unauthorized", "[integration][shim]") {
   ManagerProcess m;
   REQUIRE_MANAGER(m);
-  ClientOptions o;
-  o.uri = m.tcp_uri();
-  o.token = "apt_not_a_real_token";
-  o.guest = "vm-bad";
-  auto c = Client::connect(o);
+  auto c = Client::connect(test::connect_options(m.tcp_uri(), "apt_not_a_real_token", "vm-bad"));
   REQUIRE_FALSE(c);
   CHECK(c.error().code == Errc::unauthorized);
   CHECK(c.error().message.find(m.tcp_uri()) != std::string::npos);
@@ -208,19 +203,13 @@ TEST_CASE("an unreachable pool is a clear error, not a hang", "[integration][shi
   std::string tcp = m.tcp_uri(), unix_uri = m.unix_uri(), token = m.guest_token();
   m.stop();  // nothing listens on these any more
   for (const auto& uri : {tcp, unix_uri, std::string("serial://no-such-accelpool-port")}) {
-    ClientOptions o;
-    o.uri = uri;
-    o.token = token;
-    o.guest = "vm-u";
+    ClientOptions o = test::connect_options(uri, token, "vm-u");
     o.connect_timeout = Seconds(1);
     auto c = Client::connect(o);
     REQUIRE_FALSE(c);
     CHECK(c.error().code == Errc::unreachable);
   }
-  ClientOptions bad;
-  bad.uri = "http://127.0.0.1:7070";
-  bad.token = "x";
-  auto c = Client::connect(bad);
+  auto c = Client::connect(test::connect_options("http://127.0.0.1:7070", "x", ""));
   REQUIRE_FALSE(c);
   CHECK(c.error().code == Errc::invalid_argument);
 }
@@ -229,35 +218,30 @@ TEST_CASE("the client reconnects when the stream drops and keeps its lease alive
   ManagerProcess m(fpga_pool(1, 1.5));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-r");
-  auto lease = c->acquire(fpga(kGranted));
-  REQUIRE(lease);
+  Lease lease = granted_fpga(*c);
   CHECK(c->connections() == 1);
   c->drop_connection_for_testing();
   REQUIRE(eventually([&] { return c->connections() == 2 && c->connected(); }));
   // Past the TTL: only the heartbeats of the resumed lease keep it.
-  REQUIRE(renewed_past_ttl(*c, lease->id(), 1.5));
-  auto s = c->get(lease->id());
+  REQUIRE(renewed_past_ttl(*c, lease.id(), 1.5));
+  auto s = c->get(lease.id());
   REQUIRE(s);
   CHECK(s->state == LeaseState::granted);
-  CHECK(lease->state() == LeaseState::granted);
-  REQUIRE(lease->release());
-  CHECK(c->get(lease->id())->state == LeaseState::released);
+  CHECK(lease.state() == LeaseState::granted);
+  REQUIRE(lease.release());
+  CHECK(c->get(lease.id())->state == LeaseState::released);
 }
 
 TEST_CASE("a lease survives a manager restart: the client reconnects and resumes it", "[integration][shim]") {
   ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
-  ClientOptions o;
-  o.uri = m.unix_uri();
-  o.token = m.guest_token();
-  o.guest = "vm-restart";
+  ClientOptions o = test::connect_options(m.unix_uri(), m.guest_token(), "vm-restart");
   // A call waits for the pool as long as a restart may take on a loaded machine.
   o.call_timeout = accelpool::testing::kHungAfter;
   auto connected = Client::connect(o);
   REQUIRE(connected);
   auto c = std::move(*connected);
-  auto lease = c->acquire(fpga(kGranted));
-  REQUIRE(lease);
+  Lease lease = granted_fpga(*c);
   m.stop();
   REQUIRE(eventually([&] { return !c->connected(); }));
   // A call while the pool is away waits for it (up to the call timeout): the pool restarts once the call is
@@ -266,7 +250,7 @@ TEST_CASE("a lease survives a manager restart: the client reconnects and resumes
   std::optional<accelpool::Result<LeaseInfo>> got;
   std::thread caller([&] {
     calling = true;
-    got = c->get(lease->id());
+    got = c->get(lease.id());
   });
   REQUIRE(eventually([&] { return calling.load(); }));
   (void)m.start();
@@ -283,7 +267,7 @@ TEST_CASE("a lease survives a manager restart: the client reconnects and resumes
   auto r = other->acquire(fpga(0.3));
   REQUIRE_FALSE(r);
   CHECK(r.error().code == Errc::timeout);
-  REQUIRE(lease->release());
+  REQUIRE(lease.release());
   auto r2 = other->acquire(fpga(kGranted));
   CHECK(r2);
 }
@@ -330,27 +314,24 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
   CHECK(lease->release());  // already ended: ok
 
   // A callback set after the grant still sees a revocation.
-  auto l2 = c->acquire(fpga(kGranted));
-  REQUIRE(l2);
+  Lease l2 = granted_fpga(*c);
   std::atomic<bool> seen{false};
-  l2->on_revoking([&](const LeaseInfo&) { seen = true; });
-  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(l2->id()) + "/revoke", "{}", body) == 200);
+  l2.on_revoking([&](const LeaseInfo&) { seen = true; });
+  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(l2.id()) + "/revoke", "{}", body) == 200);
   REQUIRE(eventually([&] { return seen.load(); }));
-  REQUIRE(l2->release());
-  CHECK(c->get(l2->id())->state == LeaseState::released);
+  REQUIRE(l2.release());
+  CHECK(c->get(l2.id())->state == LeaseState::released);
 }
 
 TEST_CASE("closing the client releases the leases it still holds", "[integration][shim]") {
   ManagerProcess m;
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-close");
-  auto l1 = c->acquire(fpga(kGranted));
-  auto l2 = c->acquire(fpga(kGranted));
-  REQUIRE(l1);
-  REQUIRE(l2);
-  std::uint64_t id1 = l1->id(), id2 = l2->id();
+  Lease l1 = granted_fpga(*c);
+  Lease l2 = granted_fpga(*c);
+  std::uint64_t id1 = l1.id(), id2 = l2.id();
   c.reset();
-  CHECK(l1->release());  // the client released it already
+  CHECK(l1.release());  // the client released it already
   auto c2 = connect(m, "vm-close");
   CHECK(c2->get(id1)->state == LeaseState::released);
   CHECK(c2->get(id2)->state == LeaseState::released);
@@ -375,11 +356,8 @@ TEST_CASE("serial:// finds the port by its name and speaks the protocol over it"
   cfmakeraw(&t);
   tcsetattr(slave, TCSANOW, &t);
   std::string root = test::make_temp_dir("accelpool-serial-");
-  std::filesystem::create_directories(root + "/sys/vport0p1");
-  std::filesystem::create_directories(root + "/sys/vport0p2");
+  test::make_virtio_ports(root + "/sys", {{"vport0p1", "org.qemu.guest_agent.0"}, {"vport0p2", "org.accelpool.guest"}});
   std::filesystem::create_directories(root + "/dev");
-  std::ofstream(root + "/sys/vport0p1/name") << "org.qemu.guest_agent.0\n";
-  std::ofstream(root + "/sys/vport0p2/name") << "org.accelpool.guest\n";
   std::filesystem::create_symlink(slave_path, root + "/dev/vport0p2");
 
   auto ep = parse_pool_uri(m.tcp_uri());
@@ -407,10 +385,7 @@ TEST_CASE("serial:// finds the port by its name and speaks the protocol over it"
     }
   });
   {
-    ClientOptions o;
-    o.uri = "serial://org.accelpool.guest";
-    o.token = m.guest_token();
-    o.guest = "vm-serial";
+    ClientOptions o = test::connect_options("serial://org.accelpool.guest", m.guest_token(), "vm-serial");
     o.serial_sys_dir = root + "/sys";
     o.serial_dev_dir = root + "/dev";
     auto c = Client::connect(o);

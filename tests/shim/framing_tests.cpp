@@ -1,6 +1,7 @@
 // Unit tests (URIs, virtio-serial port lookup, lease descriptions) and the failure cases the real manager cannot
 // produce on demand (a stream that drops in the middle of a call, a call never answered), against a tiny
 // JSON-lines server in the test.
+#include "client_options.hpp"
 #include "manager_fixture.hpp"
 
 #include <accelpool/shim/client.hpp>
@@ -52,12 +53,9 @@ TEST_CASE("pool URIs are parsed, bad ones refused with the reason", "[shim]") {
 
 TEST_CASE("a virtio-serial port is found by its name", "[shim]") {
   std::string root = test::make_temp_dir("accelpool-vport-");
-  std::filesystem::create_directories(root + "/sys/vport0p1");
-  std::filesystem::create_directories(root + "/sys/vport0p2");
-  std::filesystem::create_directories(root + "/sys/vport1p1");
-  std::ofstream(root + "/sys/vport0p1/name") << "org.qemu.guest_agent.0\n";
-  std::ofstream(root + "/sys/vport0p2/name") << "org.accelpool.guest\n";
-  std::ofstream(root + "/sys/vport1p1/name") << "\n";  // a port without a name
+  test::make_virtio_ports(root + "/sys", {{"vport0p1", "org.qemu.guest_agent.0"},
+                                          {"vport0p2", "org.accelpool.guest"},
+                                          {"vport1p1", ""}});  // a port without a name
   auto p = find_virtio_port("org.accelpool.guest", root + "/sys", "/dev");
   REQUIRE(p);
   CHECK(*p == "/dev/vport0p2");
@@ -214,11 +212,7 @@ TEST_CASE("a stream that drops during a call fails that call as disconnected, th
                 {"error", {{"code", -32022}, {"message", "no such kind"}, {"data", {{"code", "infeasible"}}}}}}
         .dump();
   });
-  ClientOptions o;
-  o.uri = server.uri();
-  o.token = "t";
-  o.guest = "g";
-  auto c = Client::connect(o);
+  auto c = Client::connect(test::connect_options(server.uri(), "t", "g"));
   REQUIRE(c);
   AcquireOptions a;
   a.kind = "fpga";
@@ -240,10 +234,7 @@ TEST_CASE("a stream that drops during a call fails that call as disconnected, th
 
 TEST_CASE("a call the server never answers fails with timeout", "[shim]") {
   LineServer server([](const json&) { return std::string(); });
-  ClientOptions o;
-  o.uri = server.uri();
-  o.token = "t";
-  o.guest = "g";
+  ClientOptions o = test::connect_options(server.uri(), "t", "g");
   o.call_timeout = Seconds(0.3);
   auto c = Client::connect(o);
   REQUIRE(c);

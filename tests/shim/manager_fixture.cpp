@@ -39,6 +39,13 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+void make_virtio_ports(const std::string& sys_dir, const std::map<std::string, std::string>& names) {
+  for (const auto& [port, name] : names) {
+    std::filesystem::create_directories(sys_dir + "/" + port);
+    std::ofstream(sys_dir + "/" + port + "/name") << name << "\n";
+  }
+}
+
 std::string ManagerProcess::binary() {
 #ifdef ACCELPOOL_MANAGER_BIN
   return ACCELPOOL_MANAGER_BIN;

@@ -80,6 +80,10 @@ std::string make_temp_dir(const std::string& prefix);
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
 
+// A stand-in for /sys/class/virtio-ports under `sys_dir`: a folder per port (e.g. "vport0p2") holding its `name`
+// file ("" for a port without a name).
+void make_virtio_ports(const std::string& sys_dir, const std::map<std::string, std::string>& names);
+
 // A child process with its own process group, its output in a file.
 struct Child {
   pid_t pid = -1;

@@ -1,4 +1,5 @@
 // Concurrent accelpool-run jobs on PoCL devices running the sample vadd kernel on real data.
+#include "client_options.hpp"
 #include "manager_fixture.hpp"
 
 #include <accelpool/shim/client.hpp>
@@ -33,11 +34,7 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
   ManagerProcess m(o);
   if (!m.start()) FAIL("accelpool-manager did not start: " << m.error());
   {
-    ClientOptions co;
-    co.uri = m.tcp_uri();
-    co.token = m.guest_token();
-    co.guest = "probe";
-    auto c = Client::connect(co);
+    auto c = Client::connect(test::connect_options(m.tcp_uri(), m.guest_token(), "probe"));
     REQUIRE(c);
     AcquireOptions a;
     a.kind = "cpu";

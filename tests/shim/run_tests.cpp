@@ -1,4 +1,5 @@
 // accelpool-run and the C ABI program against the real accelpool-manager on loopback.
+#include "client_options.hpp"
 #include "manager_fixture.hpp"
 
 #include <accelpool/shim/client.hpp>
@@ -37,11 +38,7 @@ std::map<std::string, std::string> pool_env(const ManagerProcess& m, const std::
 
 // A second client of `guest`, to look at its leases: a lease is visible to its own guest only.
 std::unique_ptr<Client> observer(const ManagerProcess& m, const std::string& guest) {
-  ClientOptions o;
-  o.uri = m.tcp_uri();
-  o.token = m.guest_token();
-  o.guest = guest;
-  auto c = Client::connect(o);
+  auto c = Client::connect(test::connect_options(m.tcp_uri(), m.guest_token(), guest));
   REQUIRE(c);
   return std::move(*c);
 }

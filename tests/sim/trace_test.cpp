@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <sstream>
+#include <utility>
+#include <vector>
 
 using namespace accelpool::sim;
 using accelpool::Result;
@@ -19,6 +21,13 @@ Result<Trace> philly(const std::string& text) {
   return parse_philly_csv(in, "p.csv");
 }
 
+// The jobs of a trace that must parse.
+std::vector<Job> jobs_of(Result<Trace> r) {
+  INFO((r.is_ok() ? std::string() : r.error().message));
+  REQUIRE(r.is_ok());
+  return std::move(r->jobs);
+}
+
 std::string error_of(const Result<Trace>& r) {
   REQUIRE_FALSE(r.is_ok());
   return r.error().message;
@@ -27,10 +36,9 @@ std::string error_of(const Result<Trace>& r) {
 }  // namespace
 
 TEST_CASE("native CSV: required columns and defaults", "[sim][trace]") {
-  auto r = native("arrival_s,runtime_s\n0,10\n2.5,3\n");
-  REQUIRE(r.is_ok());
-  REQUIRE(r->jobs.size() == 2);
-  const Job& j = r->jobs[1];
+  const std::vector<Job> jobs = jobs_of(native("arrival_s,runtime_s\n0,10\n2.5,3\n"));
+  REQUIRE(jobs.size() == 2);
+  const Job& j = jobs[1];
   CHECK(j.id == 1);
   CHECK(j.arrival_s == 2.5);
   CHECK(j.runtime_s == 3);
@@ -43,15 +51,14 @@ TEST_CASE("native CSV: required columns and defaults", "[sim][trace]") {
 }
 
 TEST_CASE("native CSV: optional columns in any order, blanks take defaults", "[sim][trace]") {
-  auto r = native(
+  const std::vector<Job> jobs = jobs_of(native(
       "# a comment\n"
       "kind,estimate_s,runtime_s,tenant,devices,bitstream,arrival_s,host,label\n"
       "gpu,12,10,alice,4,aes,1,h1,train.py\n"
       "\n"
-      ",,20,,,,2,,\r\n");
-  REQUIRE(r.is_ok());
-  REQUIRE(r->jobs.size() == 2);
-  const Job& a = r->jobs[0];
+      ",,20,,,,2,,\r\n"));
+  REQUIRE(jobs.size() == 2);
+  const Job& a = jobs[0];
   CHECK(a.kind == "gpu");
   CHECK(a.estimate_s == 12.0);
   CHECK(a.runtime_s == 10);
@@ -61,7 +68,7 @@ TEST_CASE("native CSV: optional columns in any order, blanks take defaults", "[s
   CHECK(a.arrival_s == 1);
   CHECK(a.host == "h1");
   CHECK(a.label == "train.py");
-  const Job& b = r->jobs[1];
+  const Job& b = jobs[1];
   CHECK(b.kind == "fpga");
   CHECK_FALSE(b.estimate_s.has_value());
   CHECK(b.devices == 1);
@@ -93,33 +100,31 @@ TEST_CASE("native CSV: malformed input names file, line and column", "[sim][trac
 }
 
 TEST_CASE("native CSV: integer-valued floats are accepted as device counts", "[sim][trace]") {
-  auto r = native("arrival_s,runtime_s,devices\n0,1,4.0\n");
-  REQUIRE(r.is_ok());
-  CHECK(r->jobs[0].devices == 4);
+  const std::vector<Job> jobs = jobs_of(native("arrival_s,runtime_s,devices\n0,1,4.0\n"));
+  CHECK(jobs[0].devices == 4);
 }
 
 TEST_CASE("philly CSV: timestamps become seconds after the first job, sorted by arrival", "[sim][trace]") {
-  auto r = philly(
+  const std::vector<Job> jobs = jobs_of(philly(
       "timestamp,duration,num_gpus,gpu_time,cluster\n"
       "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
       "2017-10-09 06:13:03,2951.0,2,5902.0,6214e9\n"
       "2017-10-10 06:13:03,10,8,80,6214e9\n"
-      "2016-02-29 00:00:00,5,1,5,leap\n");
-  REQUIRE(r.is_ok());
-  REQUIRE(r->jobs.size() == 4);
+      "2016-02-29 00:00:00,5,1,5,leap\n"));
+  REQUIRE(jobs.size() == 4);
   // 2016-02-29 is first; ids follow arrival order.
-  CHECK(r->jobs[0].tenant == "leap");
-  CHECK(r->jobs[0].arrival_s == 0);
-  const double base = r->jobs[1].arrival_s;
-  CHECK(r->jobs[1].tenant == "6214e9");
-  CHECK(r->jobs[1].devices == 2);
-  CHECK(r->jobs[1].runtime_s == 2951);
-  CHECK(r->jobs[2].arrival_s - base == 48 * 60 + 52);
-  CHECK(r->jobs[3].arrival_s - base == 86400);
-  CHECK(r->jobs[3].devices == 8);
+  CHECK(jobs[0].tenant == "leap");
+  CHECK(jobs[0].arrival_s == 0);
+  const double base = jobs[1].arrival_s;
+  CHECK(jobs[1].tenant == "6214e9");
+  CHECK(jobs[1].devices == 2);
+  CHECK(jobs[1].runtime_s == 2951);
+  CHECK(jobs[2].arrival_s - base == 48 * 60 + 52);
+  CHECK(jobs[3].arrival_s - base == 86400);
+  CHECK(jobs[3].devices == 8);
   // 2016-02-29 to 2017-10-09 06:13:03: 588 days.
   CHECK(base == 588.0 * 86400 + 6 * 3600 + 13 * 60 + 3);
-  for (std::size_t i = 0; i < r->jobs.size(); ++i) CHECK(r->jobs[i].id == i);
+  for (std::size_t i = 0; i < jobs.size(); ++i) CHECK(jobs[i].id == i);
 }
 
 TEST_CASE("philly CSV: malformed lines name file, line and column", "[sim][trace]") {
@@ -145,27 +150,25 @@ TEST_CASE("load_trace: a missing file is an error naming it", "[sim][trace]") {
 }
 
 TEST_CASE("the bundled Philly trace parses completely", "[sim][trace]") {
-  auto r = load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/philly.csv", TraceFormat::philly);
-  REQUIRE(r.is_ok());
-  CHECK(r->jobs.size() == 82247);
+  const std::vector<Job> jobs = jobs_of(load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/philly.csv", TraceFormat::philly));
+  CHECK(jobs.size() == 82247);
   double work = 0;
   std::size_t single = 0;
-  for (const auto& j : r->jobs) {
+  for (const auto& j : jobs) {
     work += j.devices * j.runtime_s;
     single += j.devices == 1;
   }
   CHECK(single == 76627);
   CHECK(work == Approx(3.52e9).epsilon(0.01));
-  CHECK(r->jobs.front().arrival_s == 0);
+  CHECK(jobs.front().arrival_s == 0);
 }
 
 TEST_CASE("the bundled Alibaba GPU 2023 trace parses completely", "[sim][trace]") {
-  auto r = load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/alibaba-gpu-2023.csv", TraceFormat::native);
-  REQUIRE(r.is_ok());
-  CHECK(r->jobs.size() == 6178);
+  const std::vector<Job> jobs = jobs_of(load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/alibaba-gpu-2023.csv", TraceFormat::native));
+  CHECK(jobs.size() == 6178);
   double work = 0;
   std::size_t single = 0, labelled = 0;
-  for (const auto& j : r->jobs) {
+  for (const auto& j : jobs) {
     work += j.devices * j.runtime_s;
     single += j.devices == 1;
     labelled += !j.label.empty();

@@ -70,7 +70,12 @@ accelpool_status guarded(F&& f) {
   }
 }
 
-accelpool::Result<AcquireOptions> to_options(const accelpool_acquire_options* o) {
+// The options of the acquire call `call` ("acquire", "acquire_start"), whose client and out must not be NULL.
+accelpool::Result<AcquireOptions> to_options(const char* call, const accelpool_client* client,
+                                             const accelpool_acquire_options* o, const void* out) {
+  if (!client || !out) {
+    return accelpool::make_error(Errc::invalid_argument, std::string(call) + ": client and out are required");
+  }
   if (!o) return accelpool::make_error(Errc::invalid_argument, "acquire: options are NULL");
   if (!o->kind || !*o->kind) return accelpool::make_error(Errc::invalid_argument, "acquire: 'kind' is required");
   AcquireOptions a;
@@ -87,6 +92,25 @@ accelpool_lease* wrap(Lease&& l) {
   auto* h = new accelpool_lease{std::move(l), {}, {}};
   h->snapshot = h->lease.info();
   return h;
+}
+
+// ACCELPOOL_OK, or the status of the error (which accelpool_last_error then returns).
+accelpool_status ok_or_fail(const accelpool::Status& s) { return s ? ACCELPOOL_OK : fail(s.error()); }
+
+// Hands the lease in `l` to C through `out` (a handle the caller frees), or fails with its error.
+accelpool_status hand_out(accelpool::Result<Lease>&& l, accelpool_lease** out) {
+  if (!l) return fail(l.error());
+  *out = wrap(std::move(*l));
+  return ACCELPOOL_OK;
+}
+
+// Frees a handle given to C (NULL is a no-op); no exception escapes.
+template <typename Handle>
+void free_handle(Handle* h) noexcept {
+  try {
+    delete h;
+  } catch (...) {
+  }
 }
 
 }  // namespace
@@ -130,12 +154,7 @@ accelpool_status accelpool_connect(const char* uri, const char* token, const cha
   });
 }
 
-void accelpool_client_free(accelpool_client* client) {
-  try {
-    delete client;
-  } catch (...) {
-  }
-}
+void accelpool_client_free(accelpool_client* client) { free_handle(client); }
 
 accelpool_acquire_options accelpool_acquire_options_default(void) {
   accelpool_acquire_options o;
@@ -151,21 +170,16 @@ accelpool_acquire_options accelpool_acquire_options_default(void) {
 accelpool_status accelpool_acquire(accelpool_client* client, const accelpool_acquire_options* options,
                                    accelpool_lease** out) {
   return guarded([&] {
-    if (!client || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "acquire: client and out are required");
-    auto o = to_options(options);
+    auto o = to_options("acquire", client, options, out);
     if (!o) return fail(o.error());
-    auto l = client->client->acquire(*o);
-    if (!l) return fail(l.error());
-    *out = wrap(std::move(*l));
-    return ACCELPOOL_OK;
+    return hand_out(client->client->acquire(*o), out);
   });
 }
 
 accelpool_status accelpool_acquire_start(accelpool_client* client, const accelpool_acquire_options* options,
                                          accelpool_request** out) {
   return guarded([&] {
-    if (!client || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "acquire_start: client and out are required");
-    auto o = to_options(options);
+    auto o = to_options("acquire_start", client, options, out);
     if (!o) return fail(o.error());
     *out = new accelpool_request{client->client->acquire_async(*o)};
     return ACCELPOOL_OK;
@@ -175,28 +189,18 @@ accelpool_status accelpool_acquire_start(accelpool_client* client, const accelpo
 accelpool_status accelpool_request_wait(accelpool_request* request, double timeout_s, accelpool_lease** out) {
   return guarded([&] {
     if (!request || !out) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "request_wait: request and out are required");
-    auto l = timeout_s < 0 ? request->pending.wait() : request->pending.wait(Seconds(timeout_s));
-    if (!l) return fail(l.error());
-    *out = wrap(std::move(*l));
-    return ACCELPOOL_OK;
+    return hand_out(timeout_s < 0 ? request->pending.wait() : request->pending.wait(Seconds(timeout_s)), out);
   });
 }
 
 accelpool_status accelpool_request_cancel(accelpool_request* request) {
   return guarded([&] {
     if (!request) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "request_cancel: request is NULL");
-    auto s = request->pending.cancel();
-    if (!s) return fail(s.error());
-    return ACCELPOOL_OK;
+    return ok_or_fail(request->pending.cancel());
   });
 }
 
-void accelpool_request_free(accelpool_request* request) {
-  try {
-    delete request;
-  } catch (...) {
-  }
-}
+void accelpool_request_free(accelpool_request* request) { free_handle(request); }
 
 uint64_t accelpool_lease_id(const accelpool_lease* lease) { return lease ? lease->snapshot.id : 0; }
 const char* accelpool_lease_kind(const accelpool_lease* lease) { return lease ? lease->snapshot.kind.c_str() : ""; }
@@ -280,17 +284,10 @@ void accelpool_lease_on_revoking(accelpool_lease* lease, accelpool_revoke_fn fn,
 accelpool_status accelpool_lease_release(accelpool_lease* lease) {
   return guarded([&] {
     if (!lease) return fail(ACCELPOOL_ERR_INVALID_ARGUMENT, "release: lease is NULL");
-    auto s = lease->lease.release();
-    if (!s) return fail(s.error());
-    return ACCELPOOL_OK;
+    return ok_or_fail(lease->lease.release());
   });
 }
 
-void accelpool_lease_free(accelpool_lease* lease) {
-  try {
-    delete lease;
-  } catch (...) {
-  }
-}
+void accelpool_lease_free(accelpool_lease* lease) { free_handle(lease); }
 
 }  // extern "C"

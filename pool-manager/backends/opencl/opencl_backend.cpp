@@ -16,23 +16,21 @@ namespace {
 
 std::string cl_error(cl_int code) { return "OpenCL error " + std::to_string(code); }
 
-std::string device_string(cl_device_id d, cl_device_info what) {
+// A string property of an OpenCL object: `get` is clGetDeviceInfo or clGetPlatformInfo. "" when the call
+// fails; trailing NULs and spaces are dropped.
+template <typename Handle, typename Info, typename Getter>
+std::string info_string(Getter get, Handle h, Info what) {
   std::size_t size = 0;
-  if (clGetDeviceInfo(d, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
+  if (get(h, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
   std::string s(size, '\0');
-  if (clGetDeviceInfo(d, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
+  if (get(h, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
   while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
   return s;
 }
 
-std::string platform_string(cl_platform_id p, cl_platform_info what) {
-  std::size_t size = 0;
-  if (clGetPlatformInfo(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
-  std::string s(size, '\0');
-  if (clGetPlatformInfo(p, what, size, s.data(), nullptr) != CL_SUCCESS) return "";
-  while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
-  return s;
-}
+std::string device_string(cl_device_id d, cl_device_info what) { return info_string(clGetDeviceInfo, d, what); }
+
+std::string platform_string(cl_platform_id p, cl_platform_info what) { return info_string(clGetPlatformInfo, p, what); }
 
 template <typename T>
 T device_value(cl_device_id d, cl_device_info what, T fallback = {}) {

@@ -113,11 +113,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     // A host agent announces that this connection carries the virtio-serial port of VM `vm` on host `host`.
     auto token = in.string("token", true);
     auto host = in.string("host", true, 64);
-    auto vm = in.string("vm", true, 128);
+    auto vm = in.guest_id("vm");
     if (auto e = in.finish()) return reply(error_reply(id, *e));
-    if (!common::valid_guest_id(*vm)) {
-      return reply(error_reply(id, Errc::invalid_argument, std::string("relay: 'vm' must be ") + common::kGuestIdSyntax));
-    }
     if (session.authenticated || session.relayed) {
       return reply(error_reply(id, Errc::invalid_state, "relay must be the first call on a connection"));
     }
@@ -134,12 +131,9 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
   if (method == "hello") {
     auto version = in.uint("protocol", true, 1000);
     auto token = in.string("token", true);
-    auto guest = in.string("guest", true, 128);
+    auto guest = in.guest_id("guest");
     auto host = in.string("guest_host", false, 64);
     if (auto e = in.finish()) return reply(error_reply(id, *e));
-    if (!common::valid_guest_id(*guest)) {
-      return reply(error_reply(id, Errc::invalid_argument, std::string("hello: 'guest' must be ") + common::kGuestIdSyntax));
-    }
     if (*version != static_cast<std::uint64_t>(kGuestProtocolVersion)) {
       return reply(error_reply(id, Errc::unsupported_version,
                                "protocol version " + std::to_string(*version) + " is not supported; this manager speaks " +

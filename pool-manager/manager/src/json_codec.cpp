@@ -1,5 +1,6 @@
 #include "json_codec.hpp"
 
+#include <accelpool/common/guest_id.hpp>
 #include <accelpool/common/number_text.hpp>
 
 #include <cmath>
@@ -188,6 +189,15 @@ std::optional<std::string> FieldReader::string(std::string_view key, bool requir
     return std::nullopt;
   }
   return std::string(s);
+}
+
+std::optional<std::string> FieldReader::guest_id(std::string_view key) {
+  auto id = string(key, true, 128);
+  if (id && !common::valid_guest_id(*id)) {
+    fail("'" + std::string(key) + "' must be " + common::kGuestIdSyntax);
+    return std::nullopt;
+  }
+  return id;
 }
 
 std::optional<std::uint64_t> FieldReader::uint(std::string_view key, bool required, std::uint64_t max) {

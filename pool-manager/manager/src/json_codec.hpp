@@ -34,6 +34,8 @@ class FieldReader {
   std::optional<std::uint64_t> uint(std::string_view key, bool required, std::uint64_t max);
   std::optional<double> number(std::string_view key, bool required, double min, double max);
   std::optional<bool> boolean(std::string_view key, bool required);
+  // A required guest (VM) id: common::kGuestIdSyntax.
+  std::optional<std::string> guest_id(std::string_view key);
   // The first error, if any read failed or an unknown field is present.
   std::optional<Error> finish();
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -96,8 +97,19 @@ class Stmt {
   }
   void bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
   void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-  void bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  template <std::integral Int>  // bool and unsigned counts too, stored as INTEGER
+  void bind(int i, Int v) { sqlite3_bind_int64(stmt_, i, static_cast<std::int64_t>(v)); }
+  void bind(int i, const std::optional<double>& v) { v ? bind(i, *v) : bind_null(i); }
   void bind_null(int i) { sqlite3_bind_null(stmt_, i); }
+  // Runs a statement that returns no rows with `values` bound to ?1, ?2, ... in order. False on error (the
+  // connection's error then says why).
+  template <typename... Values>
+  bool execute(const Values&... values) {
+    reset();
+    int i = 0;
+    (bind(++i, values), ...);
+    return sqlite3_step(stmt_) == SQLITE_DONE;
+  }
   std::string text(int i) {
     auto* p = sqlite3_column_text(stmt_, i);
     return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i))) : std::string();
@@ -484,101 +496,34 @@ class SqliteStore final : public Store {
 
   Status write(const Batch& batch) {
     for (const auto& e : batch.estimates) {
-      Stmt& s = *estimate_;
-      s.reset();
-      s.bind(1, e.kind);
-      s.bind(2, std::int64_t{e.whole_kind});
-      s.bind(3, e.tenant);
-      s.bind(4, e.bitstream);
-      s.bind(5, static_cast<std::int64_t>(e.count));
-      s.bind(6, e.label);
-      s.bind(7, static_cast<std::int64_t>(e.observations));
-      s.bind(8, format_numbers(e.weights));
-      s.bind(9, format_numbers(e.sums));
-      if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing estimates of kind " + e.kind);
+      if (!estimate_->execute(e.kind, e.whole_kind, e.tenant, e.bitstream, e.count, e.label, e.observations,
+                              format_numbers(e.weights), format_numbers(e.sums)))
+        return db_error(db_, "writing estimates of kind " + e.kind);
     }
-    if (!batch.meta.empty()) {
-      Stmt& s = *meta_;
-      for (const auto& [k, v] : batch.meta) {
-        s.reset();
-        s.bind(1, k);
-        s.bind(2, v);
-        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing meta " + k);
-      }
+    for (const auto& [k, v] : batch.meta) {
+      if (!meta_->execute(k, v)) return db_error(db_, "writing meta " + k);
     }
-    if (!batch.tenants.empty()) {
-      Stmt& s = *tenant_;
-      for (const auto& t : batch.tenants) {
-        s.reset();
-        s.bind(1, t.name);
-        s.bind(2, t.weight);
-        s.bind(3, static_cast<std::int64_t>(t.max_devices));
-        s.bind(4, t.token_hash);
-        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing tenant " + t.name);
-      }
+    for (const auto& t : batch.tenants) {
+      if (!tenant_->execute(t.name, t.weight, t.max_devices, t.token_hash)) return db_error(db_, "writing tenant " + t.name);
     }
-    if (!batch.deleted_tenants.empty()) {
-      Stmt& s = *delete_tenant_;
-      for (const auto& name : batch.deleted_tenants) {
-        s.reset();
-        s.bind(1, name);
-        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "deleting tenant " + name);
-      }
+    for (const auto& name : batch.deleted_tenants) {
+      if (!delete_tenant_->execute(name)) return db_error(db_, "deleting tenant " + name);
     }
-    if (!batch.devices.empty()) {
-      Stmt& s = *device_;
-      for (const auto& d : batch.devices) {
-        s.reset();
-        s.bind(1, d.name);
-        s.bind(2, d.host);
-        s.bind(3, d.local_id);
-        s.bind(4, d.kind);
-        s.bind(5, d.model);
-        s.bind(6, static_cast<std::int64_t>(d.passthrough));
-        s.bind(7, d.loaded);
-        s.bind(8, static_cast<std::int64_t>(d.draining));
-        s.bind(9, static_cast<std::int64_t>(d.available));
-        s.bind(10, static_cast<std::int64_t>(d.sched_id));
-        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing device " + d.name);
-      }
+    for (const auto& d : batch.devices) {
+      if (!device_->execute(d.name, d.host, d.local_id, d.kind, d.model, d.passthrough, d.loaded, d.draining,
+                            d.available, d.sched_id))
+        return db_error(db_, "writing device " + d.name);
     }
-    if (!batch.leases.empty()) {
-      Stmt& s = *lease_;
-      for (const auto& l : batch.leases) {
-        s.reset();
-        s.bind(1, static_cast<std::int64_t>(l.id));
-        s.bind(2, l.tenant);
-        s.bind(3, l.guest);
-        s.bind(4, l.guest_host);
-        s.bind(5, l.kind);
-        s.bind(6, l.bitstream);
-        s.bind(7, static_cast<std::int64_t>(l.count));
-        if (l.estimate_s) s.bind(8, *l.estimate_s); else s.bind_null(8);
-        s.bind(9, std::string(to_string(l.state)));
-        s.bind(10, l.created_at);
-        s.bind(11, l.granted_at);
-        s.bind(12, l.first_granted_at);
-        s.bind(13, l.ended_at);
-        s.bind(14, l.expires_at);
-        s.bind(15, l.revoke_deadline);
-        s.bind(16, static_cast<std::int64_t>(l.requeue_on_deadline));
-        s.bind(17, static_cast<std::int64_t>(l.ready));
-        s.bind(18, join_devices(l.devices));
-        s.bind(19, static_cast<std::int64_t>(l.reprogrammed));
-        s.bind(20, static_cast<std::int64_t>(l.preemptions));
-        s.bind(21, l.end_reason);
-        s.bind(22, static_cast<std::int64_t>(l.relayed));
-        s.bind(23, grants_text(l.grants));
-        s.bind(24, l.label);
-        if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "writing lease " + std::to_string(l.id));
-      }
+    for (const auto& l : batch.leases) {
+      if (!lease_->execute(l.id, l.tenant, l.guest, l.guest_host, l.kind, l.bitstream, l.count, l.estimate_s,
+                           std::string(to_string(l.state)), l.created_at, l.granted_at, l.first_granted_at,
+                           l.ended_at, l.expires_at, l.revoke_deadline, l.requeue_on_deadline, l.ready,
+                           join_devices(l.devices), l.reprogrammed, l.preemptions, l.end_reason, l.relayed,
+                           grants_text(l.grants), l.label))
+        return db_error(db_, "writing lease " + std::to_string(l.id));
     }
-    if (batch.prune_ended_before > 0) {
-      Stmt& s = *prune_;
-      s.reset();
-      s.bind(1, batch.prune_ended_before);
-      if (sqlite3_step(s.get()) != SQLITE_DONE) return db_error(db_, "deleting old ended leases");
-    }
+    if (batch.prune_ended_before > 0 && !prune_->execute(batch.prune_ended_before))
+      return db_error(db_, "deleting old ended leases");
     return Status::ok();
   }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -52,14 +53,11 @@ class Reader {
   Status number(const char* key, double& out, double min, bool min_open = false) const {
     const auto* n = get(key);
     if (!n) return Status::ok();
-    if (n->is_number()) {
-      const double v = *n->value<double>();
-      if (min_open ? v > min : v >= min) {
-        out = v;
-        return Status::ok();
-      }
+    if (auto v = number_above(*n, min, min_open)) {
+      out = *v;
+      return Status::ok();
     }
-    return error(*n, key, std::string("expected a number ") + (min_open ? "> " : ">= ") + fmt(min));
+    return error(*n, key, expected_number_above(min, min_open));
   }
   template <typename T>
   Status integer(const char* key, T& out, std::int64_t min, std::int64_t max) const {
@@ -85,35 +83,14 @@ class Reader {
   }
   // A list of strings; a missing key leaves `out` as it is, an empty list is an error.
   Status strings(const char* key, std::vector<std::string>& out) const {
-    const auto* n = get(key);
-    if (!n) return Status::ok();
-    const auto* arr = n->as_array();
-    if (!arr || arr->empty()) return error(*n, key, "expected a non-empty list of strings");
-    out.clear();
-    for (std::size_t i = 0; i < arr->size(); ++i) {
-      const auto& e = *arr->get(i);
-      if (!e.is_string()) return error(e, std::string(key) + "[" + std::to_string(i) + "]", "expected a string");
-      out.push_back(*e.value<std::string>());
-    }
-    return Status::ok();
+    return list(key, out, "strings", "expected a string", [](const toml::node& e) {
+      return e.is_string() ? e.value<std::string>() : std::nullopt;
+    });
   }
   // A list of numbers > min (or >= min).
   Status numbers(const char* key, std::vector<double>& out, double min, bool min_open) const {
-    const auto* n = get(key);
-    if (!n) return Status::ok();
-    const auto* arr = n->as_array();
-    if (!arr || arr->empty()) return error(*n, key, "expected a non-empty list of numbers");
-    out.clear();
-    for (std::size_t i = 0; i < arr->size(); ++i) {
-      const auto& e = *arr->get(i);
-      const bool ok = e.is_number() && (min_open ? *e.value<double>() > min : *e.value<double>() >= min);
-      if (!ok) {
-        return error(e, std::string(key) + "[" + std::to_string(i) + "]",
-                     std::string("expected a number ") + (min_open ? "> " : ">= ") + fmt(min));
-      }
-      out.push_back(*e.value<double>());
-    }
-    return Status::ok();
+    return list(key, out, "numbers", expected_number_above(min, min_open),
+                [&](const toml::node& e) { return number_above(e, min, min_open); });
   }
 
   static std::string fmt(double v) {
@@ -123,6 +100,33 @@ class Reader {
   }
 
  private:
+  // A non-empty list at `key`, each element read by `read` (a node to an optional value: none when the element
+  // is not one); a missing key leaves `out` as it is. `plural` names the elements, `expected` what one must be.
+  template <typename T, typename Read>
+  Status list(const char* key, std::vector<T>& out, const char* plural, const std::string& expected, Read read) const {
+    const auto* n = get(key);
+    if (!n) return Status::ok();
+    const auto* arr = n->as_array();
+    if (!arr || arr->empty()) return error(*n, key, std::string("expected a non-empty list of ") + plural);
+    out.clear();
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const auto& e = *arr->get(i);
+      std::optional<T> v = read(e);
+      if (!v) return error(e, std::string(key) + "[" + std::to_string(i) + "]", expected);
+      out.push_back(std::move(*v));
+    }
+    return Status::ok();
+  }
+  // The node's value when it is a number > min (or >= min), else none.
+  static std::optional<double> number_above(const toml::node& n, double min, bool min_open) {
+    if (!n.is_number()) return std::nullopt;
+    const double v = *n.value<double>();
+    return (min_open ? v > min : v >= min) ? std::optional<double>(v) : std::nullopt;
+  }
+  static std::string expected_number_above(double min, bool min_open) {
+    return std::string("expected a number ") + (min_open ? "> " : ">= ") + fmt(min);
+  }
+
   const fs::path& file_;
   const toml::table& table_;
   std::string prefix_;
