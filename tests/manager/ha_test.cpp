@@ -365,8 +365,12 @@ TEST_CASE("clients given every manager follow the leader: a standby names it, an
     CHECK(code == 0);
     CHECK(text.find("is a standby; asking the leader at " + pa.admin_url()) != std::string::npos);
     CHECK(device_state(pa.admin, admin, "local/fpga0") == "draining");
-    // The standby's view follows the store.
-    CHECK(eventually([&] { return device_state(pb.admin, admin, "local/fpga0") == "draining"; }));
+    // The standby's view follows the store (no host is connected to it: its devices are unavailable there).
+    CHECK(eventually([&] {
+      auto r = http(pb.admin, "GET", "/v1/devices/local/fpga0", admin);
+      return r.status == 200 && r.json().at("draining").as_bool();
+    }));
+    CHECK(device_state(pb.admin, admin, "local/fpga0") == "unavailable");
   }
 
   // An agent and a guest, each given both managers, the standby first: they end up on the leader.
