@@ -414,7 +414,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       }
     }
     if (tried.size() == 1) return *first;
-    return make_error(only_standbys ? "not_leader" : "unreachable", "no leading manager among " +
+    return make_error(only_standbys ? Errc::not_leader : Errc::unreachable, "no leading manager among " +
                                                                         std::to_string(tried.size()) + " tried: " + reasons);
   }
 

@@ -249,7 +249,7 @@ class AgentImpl final : public Agent {
       }
       if (m->error) {
         log::error(is_register ? "registration refused" : "heartbeat refused",
-                   {{"host", cfg_.host}, {"manager", manager_}, {"code", m->error->code}, {"error", m->error->message}});
+                   {{"host", cfg_.host}, {"manager", manager_}, {"code", std::string(to_string(m->error->code))}, {"error", m->error->message}});
         if (is_register && (m->error->code == Errc::unauthorized || m->error->code == Errc::unsupported_version ||
                             m->error->code == Errc::invalid_argument || m->error->code == Errc::conflict))
           return 2;
