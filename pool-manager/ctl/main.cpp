@@ -78,7 +78,7 @@ accelpool::Result<accelpool::ctl::HttpReply> send(const Options& o, const std::s
       std::fprintf(stderr, "accelpoolctl: %s is a standby; asking the leader at %s\n", url.c_str(), leader.c_str());
       return accelpool::ctl::http_request(leader, o.cacert, method, target, token, body, 10);
     }
-    if (r.error().code != Errc::unreachable) return r;
+    if (r.error().code != accelpool::Errc::unreachable) return r;
     reasons += (reasons.empty() ? "" : "; ") + url + ": " + r.error().message;
   }
   if (urls.size() > 1) r = accelpool::make_error(accelpool::Errc::unreachable, reasons);
