@@ -350,7 +350,7 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
       "guest VM timings (%s boot, TCG): ready %.2f s after create; echo round trip %.3f s; hot-plug seen in guest "
       "%.2f s / %.2f s / %.2f s; detach completed %.2f s / %.2f s / %.2f s (attacher, attacher, "
       "virDomainDetachDeviceFlags); whole test %.1f s\n",
-      pvh ? "vmlinux PVH" : "bzImage", ready_s, echo_s, plug_s[0], plug_s[1], raw_plug_s, detach_s[0], detach_s[1],
+      vm.kernel.filename() == "vmlinux" ? "vmlinux PVH" : "bzImage", ready_s, echo_s, plug_s[0], plug_s[1], raw_plug_s, detach_s[0], detach_s[1],
       raw_detach_s, total_s);
   std::fflush(stdout);
 }
