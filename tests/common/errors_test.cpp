@@ -59,7 +59,7 @@ TEST_CASE("every error code has one row, a unique name, and its name parses back
   CHECK(names.size() == accelpool::kErrcCount);
 }
 
-TEST_CASE("merged near-duplicates are gone; unknown names are no codes", "[common][errors]") {
+TEST_CASE("merged near-duplicates are gone and unknown names are no codes", "[common][errors]") {
   CHECK_FALSE(accelpool::errc_from_name("io"));      // merged into io_error
   CHECK_FALSE(accelpool::errc_from_name("config"));  // merged into invalid_config
   CHECK(accelpool::errc_from_name("io_error") == Errc::io_error);
