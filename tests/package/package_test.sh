@@ -95,7 +95,7 @@ $list"
   check_files accelpool-guest-tools /usr/bin/accelpool-run /usr/bin/accelpool-guestd \
     /usr/share/man/man1/accelpool-run.1.gz /usr/share/man/man1/accelpool-guestd.1.gz
   check_files libaccelpool-shim-dev /usr/include/accelpool/accelpool.h /usr/include/accelpool/shim/client.hpp \
-    /usr/include/accelpool/common/result.hpp
+    /usr/include/accelpool/common/result.hpp /usr/include/accelpool/common/errors.hpp
   shim_files=$(dpkg-deb -c "$(deb_of "$out" libaccelpool-shim-dev)")
   grep -q 'pkgconfig/accelpool-shim.pc$' <<<"$shim_files" || fail "no accelpool-shim.pc"
   grep -q 'cmake/accelpool-shim/accelpool-shim-config.cmake$' <<<"$shim_files" || fail "no CMake package accelpool-shim"
