@@ -124,12 +124,14 @@ ManagerInfo configured_identity(const Config& config) {
   return me;
 }
 
-// A shared store as a standby may use it: reads only; a write is refused ("not_leader") and changes nothing.
+// A shared store as a standby's view of the pool uses it: reads go to the store; a batch the view's core commits
+// (restoring the pool writes, e.g. live leases' fresh TTLs) is dropped, never written, so the view's changes stay
+// in its memory and the standby never writes the leader's store.
 class ReadOnlyStore final : public Store {
  public:
   explicit ReadOnlyStore(SharedStore& store) : store_(store) {}
   Result<Snapshot> load(std::size_t recent_ended) override { return store_.load(recent_ended); }
-  Status apply(const Batch&) override { return make_error(Errc::not_leader, "a standby does not write the store"); }
+  Status apply(const Batch&) override { return Status::ok(); }
   Result<std::optional<Lease>> lease(LeaseId id) override { return store_.lease(id); }
   Result<std::vector<Lease>> ended_leases(const LeaseFilter& filter, const LeasePageSpec& spec) override {
     return store_.ended_leases(filter, spec);
