@@ -30,20 +30,23 @@ namespace {
 thread_local std::string t_last_error;
 
 accelpool_status status_of(Errc code) {
-  if (code == Errc::invalid_argument || code == Errc::unsupported_version) return ACCELPOOL_ERR_INVALID_ARGUMENT;
-  if (code == Errc::unreachable) return ACCELPOOL_ERR_UNREACHABLE;
-  if (code == Errc::unauthorized) return ACCELPOOL_ERR_UNAUTHORIZED;
-  if (code == Errc::infeasible) return ACCELPOOL_ERR_INFEASIBLE;
-  if (code == Errc::timeout) return ACCELPOOL_ERR_TIMEOUT;
-  if (code == Errc::cancelled) return ACCELPOOL_ERR_CANCELLED;
-  if (code == Errc::not_found) return ACCELPOOL_ERR_NOT_FOUND;
-  if (code == Errc::invalid_state) return ACCELPOOL_ERR_INVALID_STATE;
-  if (code == Errc::quota_exceeded) return ACCELPOOL_ERR_QUOTA_EXCEEDED;
-  if (code == Errc::disconnected) return ACCELPOOL_ERR_DISCONNECTED;
-  if (code == Errc::ended) return ACCELPOOL_ERR_ENDED;
-  if (code == Errc::protocol) return ACCELPOOL_ERR_PROTOCOL;
-  if (code == Errc::closed) return ACCELPOOL_ERR_CLOSED;
-  return ACCELPOOL_ERR_INTERNAL;
+  switch (code) {
+    case Errc::invalid_argument:
+    case Errc::unsupported_version: return ACCELPOOL_ERR_INVALID_ARGUMENT;
+    case Errc::unreachable: return ACCELPOOL_ERR_UNREACHABLE;
+    case Errc::unauthorized: return ACCELPOOL_ERR_UNAUTHORIZED;
+    case Errc::infeasible: return ACCELPOOL_ERR_INFEASIBLE;
+    case Errc::timeout: return ACCELPOOL_ERR_TIMEOUT;
+    case Errc::cancelled: return ACCELPOOL_ERR_CANCELLED;
+    case Errc::not_found: return ACCELPOOL_ERR_NOT_FOUND;
+    case Errc::invalid_state: return ACCELPOOL_ERR_INVALID_STATE;
+    case Errc::quota_exceeded: return ACCELPOOL_ERR_QUOTA_EXCEEDED;
+    case Errc::disconnected: return ACCELPOOL_ERR_DISCONNECTED;
+    case Errc::ended: return ACCELPOOL_ERR_ENDED;
+    case Errc::protocol: return ACCELPOOL_ERR_PROTOCOL;
+    case Errc::closed: return ACCELPOOL_ERR_CLOSED;
+    default: return ACCELPOOL_ERR_INTERNAL;
+  }
 }
 
 accelpool_status fail(const Error& e) {

@@ -444,6 +444,24 @@ struct BenchOptions {
   int takeovers = 0;             // > 0 (with store_url): kill the leader of two managers this many times
 };
 
+// The reply line of the one call in flight on blocking socket `fd` (notifications skipped); "" when it closed.
+std::string call_line(int fd, const std::string& request) {
+  const std::string line = request + "\n";
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) return "";
+  std::string in;
+  char buf[4096];
+  for (;;) {
+    for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
+      std::string reply = in.substr(0, nl);
+      in.erase(0, nl + 1);
+      if (reply.find("\"method\"") == std::string::npos) return reply;
+    }
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return "";
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
 // Reads `n` reply lines (notifications skipped) from blocking socket `fd`; false when it closed first.
 bool read_replies(int fd, std::size_t n) {
   std::string in;
@@ -468,12 +486,12 @@ class Waiting {
  public:
   Waiting(int port, const std::string& token, int n) {
     auto hello = [&](int fd, const std::string& guest) {
-      return call_json(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
-                               R"(","guest":")" + guest + "\"}}");
+      return !call_line(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
+                                 R"(","guest":")" + guest + "\"}}").empty();
     };
     int holder = connect_tcp(port);
     if (holder < 0 || !hello(holder, "held-holder") ||
-        !call_json(holder, R"({"jsonrpc":"2.0","id":1,"method":"acquire","params":{"kind":"held"}})")) {
+        call_line(holder, R"({"jsonrpc":"2.0","id":1,"method":"acquire","params":{"kind":"held"}})").empty()) {
       std::fprintf(stderr, "--waiting: could not hold the device of kind held\n");
       return;
     }
@@ -499,7 +517,7 @@ class Waiting {
     }
     heartbeat_ = std::thread([this] {
       while (!stop_) {
-        for (int fd : fds_) call_json(fd, R"({"jsonrpc":"2.0","id":2,"method":"heartbeat","params":{}})");
+        for (int fd : fds_) call_line(fd, R"({"jsonrpc":"2.0","id":2,"method":"heartbeat","params":{}})");
         for (int i = 0; i < 50 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
@@ -512,12 +530,6 @@ class Waiting {
   int queued() const { return queued_; }
 
  private:
-  // Sends one request line and reads its reply (notifications skipped); false when the call failed.
-  static bool call_json(int fd, const std::string& request) {
-    const std::string line = request + "\n";
-    return ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size()) &&
-           read_replies(fd, 1);
-  }
   std::vector<int> fds_;
   int queued_ = 0;
   std::atomic<bool> stop_{false};
@@ -973,24 +985,6 @@ void bench_daemon(const BenchOptions& o) {
   std::printf("          cpu per cycle: daemon %.0f us, load generator %.0f us\n", 1e6 * cpu_s(daemon_use) / n,
               1e6 * cpu_s(self_use) / n);
   std::filesystem::remove_all(dir);
-}
-
-// The reply line of the one call in flight on blocking socket `fd` (notifications skipped); "" when it closed.
-std::string call_line(int fd, const std::string& request) {
-  const std::string line = request + "\n";
-  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) return "";
-  std::string in;
-  char buf[4096];
-  for (;;) {
-    for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
-      std::string reply = in.substr(0, nl);
-      in.erase(0, nl + 1);
-      if (reply.find("\"method\"") == std::string::npos) return reply;
-    }
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return "";
-    in.append(buf, static_cast<std::size_t>(n));
-  }
 }
 
 void bench_takeovers(const BenchOptions& o) {
