@@ -189,6 +189,29 @@ TEST_CASE("a leader's batch that fails halfway leaves nothing, and the leader ke
   CHECK(stored_leases(*a) == 1);
 }
 
+TEST_CASE("a leader whose database session is ended finds its connection gone, not a failed store, and wrote "
+          "nothing",
+          "[store][postgres]") {
+  const auto db = fresh_database();
+  auto a = open_shared(db);
+  REQUIRE(*a->try_lead(manager("a"), 60));
+  REQUIRE(a->apply(one_lease(1)).is_ok());
+  // The server ends the leader's session, as a database restart or a broken connection would.
+  REQUIRE(PostgresCluster::shared().sql(db, "SELECT pg_terminate_backend(backend_pid) FROM leader") == "t");
+  auto lost = a->apply(one_lease(2));
+  REQUIRE_FALSE(lost.is_ok());
+  CHECK(lost.error().code == Errc::disconnected);
+  INFO(lost.error().message);
+  CHECK(lost.error().message.find("checking the leader's epoch") != std::string::npos);
+  auto renewed = a->renew();
+  REQUIRE_FALSE(renewed.is_ok());
+  CHECK(renewed.error().code == Errc::disconnected);
+  // The session is gone: another manager takes over at once, from what was committed.
+  auto b = open_shared(db);
+  REQUIRE(*b->try_lead(manager("b"), 60));
+  CHECK(stored_leases(*b) == 1);
+}
+
 TEST_CASE("a batch longer than one pipeline chunk is written whole", "[store][postgres]") {
   const auto db = fresh_database();
   auto a = open_shared(db);

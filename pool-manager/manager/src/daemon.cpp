@@ -124,22 +124,52 @@ ManagerInfo configured_identity(const Config& config) {
   return me;
 }
 
-// A shared store as a standby's view of the pool uses it: reads go to the store; a batch the view's core commits
-// (restoring the pool writes, e.g. live leases' fresh TTLs) is dropped, never written, so the view's changes stay
-// in its memory and the standby never writes the leader's store.
-class ReadOnlyStore final : public Store {
+// This manager stops leading at once: it says why and exits with kSteppedDownExit, before it answers anything
+// more (docs/ha.md). What it had not made durable was never acknowledged.
+[[noreturn]] void step_down(const Error& why) {
+  log::error("stepping down", {{"error", why.message}});
+  log::flush();
+  std::_Exit(kSteppedDownExit);
+}
+
+// A shared store as one PoolCore uses it: every call goes to the store, except those a subclass overrides.
+class SharedStoreUse : public Store {
  public:
-  explicit ReadOnlyStore(SharedStore& store) : store_(store) {}
+  explicit SharedStoreUse(SharedStore& store) : store_(store) {}
   Result<Snapshot> load(std::size_t recent_ended) override { return store_.load(recent_ended); }
-  Status apply(const Batch&) override { return Status::ok(); }
+  Status apply(const Batch& batch) override { return store_.apply(batch); }
   Result<std::optional<Lease>> lease(LeaseId id) override { return store_.lease(id); }
   Result<std::vector<Lease>> ended_leases(const LeaseFilter& filter, const LeasePageSpec& spec) override {
     return store_.ended_leases(filter, spec);
   }
-  Status backup(const std::filesystem::path&) override { return make_error(Errc::not_leader, "a standby does not back up the store"); }
+  Status backup(const std::filesystem::path& dest) override { return store_.backup(dest); }
 
- private:
+ protected:
   SharedStore& store_;
+};
+
+// The leader's shared store: a commit that finds the lead lost ("fenced") or the database connection gone
+// ("disconnected") steps down (exit status 3) instead of failing, which would stop the core as a store that
+// cannot write does (abort). A lost connection is no broken store: the session, and with it the lead, is gone, and
+// a standby takes over from what was committed. Every other failure is the core's to handle.
+class LeaderStore final : public SharedStoreUse {
+ public:
+  using SharedStoreUse::SharedStoreUse;
+  Status apply(const Batch& batch) override {
+    Status s = store_.apply(batch);
+    if (!s && (s.error().code == Errc::fenced || s.error().code == Errc::disconnected)) step_down(s.error());
+    return s;
+  }
+};
+
+// A shared store as a standby's view of the pool uses it: reads go to the store; a batch the view's core commits
+// (restoring the pool writes, e.g. live leases' fresh TTLs) is dropped, never written, so the view's changes stay
+// in its memory and the standby never writes the leader's store.
+class ReadOnlyStore final : public SharedStoreUse {
+ public:
+  using SharedStoreUse::SharedStoreUse;
+  Status apply(const Batch&) override { return Status::ok(); }
+  Status backup(const std::filesystem::path&) override { return make_error(Errc::not_leader, "a standby does not back up the store"); }
 };
 
 // The admin reads a standby serves (GET): the admin API over the pool as the store holds it, restored as a
@@ -269,6 +299,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created. On a shared
   // (PostgreSQL) store this manager waits as a standby until it leads; then it restores the pool from the store
   // as a restart does (leases continue, each with a fresh TTL).
+  std::unique_ptr<SharedStore> shared_store;  // PostgreSQL: the connection, used through `store` (LeaderStore)
   std::unique_ptr<Store> store;
   SharedStore* shared = nullptr;
   if (config.store_url.empty()) {
@@ -281,7 +312,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     if (!opened) return fail(opened.error().message);
     shared = opened->get();
     if (auto s = wait_for_leadership(*shared, configured_identity(config), config); !s) return fail(s.error().message);
-    store = std::move(*opened);
+    shared_store = std::move(*opened);
+    store = std::make_unique<LeaderStore>(*shared);
   }
 
   // The bitstream registry: in-process hosts program its images, agents get their sha256, acquires are checked.
@@ -597,11 +629,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     renew_timer.expires_after(std::chrono::microseconds(static_cast<long>(config.ha.leader_timeout_s * 1e6 / 3)));
     renew_timer.async_wait([&](boost::system::error_code ec) {
       if (ec) return;
-      if (auto s = shared->renew(); !s) {
-        log::error("stepping down", {{"error", s.error().message}});
-        log::flush();
-        std::_Exit(kSteppedDownExit);
-      }
+      if (auto s = shared->renew(); !s) step_down(s.error());
       arm_renewal();
     });
   };

@@ -82,6 +82,8 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 constexpr const char* kFencedState = "AP001";      // raised by accelpool_fence
 constexpr const char* kLockTimeoutState = "55P03";  // lock_not_available
+constexpr const char* kConnectionExceptionClass = "08";  // connection_exception, connection_failure, ...
+constexpr const char* kServerShutdownClass = "57P";     // admin_shutdown (pg_terminate_backend), crash_shutdown, ...
 // Held (for its transaction) while a manager reads or changes the schema, so managers starting together
 // migrate once.
 constexpr const char* kSchemaLockKey = "7165001";
@@ -315,10 +317,24 @@ class PostgresStore final : public SharedStore {
   std::uint64_t epoch() const override { return epoch_; }
 
  private:
+  // The code of a failure whose result carried `sqlstate` ("" for none): "fenced" when this manager lost the
+  // lead, "disconnected" when the connection to the server is gone (the session was ended, the server stopped, the
+  // network broke: whether a commit in flight was committed is unknown), "busy" for a lock not granted in time,
+  // else "store".
+  Errc failure_code(const std::string& sqlstate) const {
+    if (sqlstate == kFencedState) return Errc::fenced;
+    if (sqlstate == kLockTimeoutState) return Errc::busy;
+    if (PQstatus(conn_) == CONNECTION_BAD || sqlstate.starts_with(kConnectionExceptionClass) ||
+        sqlstate.starts_with(kServerShutdownClass)) {
+      return Errc::disconnected;
+    }
+    return Errc::store;
+  }
+  // A failure without a result: libpq's message.
   Error connection_error(const std::string& what) const {
     std::string m = PQerrorMessage(conn_);
     while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-    return make_error(Errc::store, what + ": " + (m.empty() ? "connection lost" : m));
+    return make_error(failure_code(""), what + ": " + (m.empty() ? "connection lost" : m));
   }
 
   // Runs `sql` with `params` outside any pipeline; the result of a command or a query.
@@ -329,9 +345,7 @@ class PostgresStore final : public SharedStore {
                             nullptr, 0));
     if (!r.get()) return connection_error(what);
     if (r.status() != PGRES_COMMAND_OK && r.status() != PGRES_TUPLES_OK) {
-      const std::string state = r.sqlstate();
-      return make_error(state == kFencedState ? Errc::fenced : state == kLockTimeoutState ? Errc::busy : Errc::store,
-                        what + ": " + r.message());
+      return make_error(failure_code(r.sqlstate()), what + ": " + r.message());
     }
     return r;
   }
@@ -474,8 +488,7 @@ class PostgresStore final : public SharedStore {
         }
         const auto st = r.status();
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_PIPELINE_ABORTED && !failed) {
-          failed = make_error(r.sqlstate() == kFencedState ? Errc::fenced : Errc::store,
-                              statements[answered].what + ": " + r.message());
+          failed = make_error(failure_code(r.sqlstate()), statements[answered].what + ": " + r.message());
         }
         while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);  // up to the null that ends this statement
       }
@@ -512,7 +525,12 @@ class PostgresStore final : public SharedStore {
       }
     }
     if (PQexitPipelineMode(conn_) != 1 && !failed) failed = connection_error("ending the transaction");
-    if (failed) return *failed;
+    if (failed) {
+      // The server's error may arrive before libpq sees the connection close: a statement that failed as the
+      // session ended is a lost connection too.
+      if (failed->code == Errc::store && PQstatus(conn_) == CONNECTION_BAD) failed->code = Errc::disconnected;
+      return *failed;
+    }
     return Status::ok();
   }
 
