@@ -47,8 +47,46 @@ struct Options {
   std::exit(code);
 }
 
+// The leader's URL that a standby's answer (503 with `leader`, docs/ha.md) names; "" for any other answer.
+std::string standby_names_leader(const accelpool::ctl::HttpReply& r) {
+  if (r.status != 503) return "";
+  json::error_code ec;
+  json::value v = json::parse(r.body, ec);
+  if (ec || !v.is_object()) return "";
+  const auto* leader = v.as_object().if_contains("leader");
+  return leader && leader->is_string() ? std::string(leader->as_string()) : "";
+}
+
+// Sends the request to the manager of `o.url`, a URL or a comma-separated list of them (the managers of a shared
+// store): each in turn until one answers; a standby's answer naming the leader is followed there (once).
+accelpool::Result<accelpool::ctl::HttpReply> send(const Options& o, const std::string& method, const std::string& target,
+                                       const std::string& token, const std::string& body) {
+  std::vector<std::string> urls;
+  for (std::size_t at = 0;;) {
+    auto comma = o.url.find(',', at);
+    urls.push_back(o.url.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  accelpool::Result<accelpool::ctl::HttpReply> r = accelpool::make_error(accelpool::Errc::unreachable, "no manager URL");
+  std::string reasons;
+  for (const auto& url : urls) {
+    r = accelpool::ctl::http_request(url, o.cacert, method, target, token, body, 10);
+    if (r) {
+      auto leader = standby_names_leader(*r);
+      if (leader.empty() || leader == url) return r;
+      std::fprintf(stderr, "accelpoolctl: %s is a standby; asking the leader at %s\n", url.c_str(), leader.c_str());
+      return accelpool::ctl::http_request(leader, o.cacert, method, target, token, body, 10);
+    }
+    if (r.error().code != accelpool::Errc::unreachable) return r;
+    reasons += (reasons.empty() ? "" : "; ") + url + ": " + r.error().message;
+  }
+  if (urls.size() > 1) r = accelpool::make_error(accelpool::Errc::unreachable, reasons);
+  return r;
+}
+
 json::value call(const Options& o, const std::string& method, const std::string& target, const std::string& body = "") {
-  auto r = accelpool::ctl::http_request(o.url, o.cacert, method, target, o.token, body, 10);
+  auto r = send(o, method, target, o.token, body);
   if (!r) {
     if (r.error().code == accelpool::Errc::unreachable) {
       die(3, "cannot reach the manager at " + o.url + ": " + r.error().message +
@@ -223,7 +261,7 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpoolctl");
   app.require_subcommand(1);
-  app.add_option("--url", o.url, "the manager's admin API")->envname("ACCELPOOL_URL")->default_str("http://127.0.0.1:7080");
+  app.add_option("--url", o.url, "the manager's admin API (the managers of a shared store: their URLs, comma-separated)")->envname("ACCELPOOL_URL")->default_str("http://127.0.0.1:7080");
   app.add_option("--token", o.token, "an admin token")->envname("ACCELPOOL_TOKEN");
   app.add_option("--cacert", o.cacert, "https:// URLs: the PEM CA file that signed the manager's certificate (default: the system's CAs)")
       ->envname("ACCELPOOL_CACERT");
@@ -557,7 +595,7 @@ int main(int argc, char** argv) {
               << str(c.at("expirations")) << "\n";
   } else if (health->parsed()) {
     call(o, "GET", "/healthz");
-    auto r = accelpool::ctl::http_request(o.url, o.cacert, "GET", "/readyz", "", "", 10);
+    auto r = send(o, "GET", "/readyz", "", "");
     bool ready = r && r->status == 200;
     if (o.json_out) {
       std::cout << json::serialize(json::object{{"healthy", true}, {"ready", ready}}) << "\n";

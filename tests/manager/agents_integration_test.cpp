@@ -1,5 +1,6 @@
 // Many hosts, end to end: the real accelpool-manager with its agent listener on loopback and real
 // accelpool-agent processes (separate simulated pools) joining it, losing them by SIGKILL and taking them back.
+#include "agent_process.hpp"
 #include "test_client.hpp"
 
 #include <catch2/catch.hpp>
@@ -30,59 +31,7 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-const std::string kAgentToken = "agent-token-0123456789";
 constexpr int kHeartbeatTimeoutMs = 1500;
-
-// One accelpool-agent process with a simulated pool of network-attached devices. `agent_keys` ("key = value\n"
-// lines) are added to its [agent] table.
-class Agent {
- public:
-  // `extra_config`: more tables for its config file (e.g. "[log]\n...").
-  Agent(std::filesystem::path dir, std::string host, const std::string& manager, const std::string& devices,
-        const std::string& token = kAgentToken, const std::string& agent_keys = "", const std::string& extra_config = "")
-      : host_(std::move(host)), config_(dir / (host_ + ".toml")), log_(dir / (host_ + ".log")) {
-    std::ofstream(config_) << "[agent]\nmanager = \"" << manager << "\"\ntoken = \"" << token << "\"\nhost = \""
-                           << host_ << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 200\n"
-                           << agent_keys
-                           << "[backends.sim]\ndevices = \"" << devices << "\"\nprogram_base_ms = 5\nattach = \"network\"\n"
-                           << extra_config;
-    start();
-  }
-  ~Agent() { stop(SIGKILL); }
-  void start() {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 2);
-      ::execl(ACCELPOOL_AGENT_BIN, ACCELPOOL_AGENT_BIN, "--config", config_.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-  void stop(int sig) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, sig);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
-  // The exit code when it exits by itself within `timeout`.
-  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    auto code = accelpool::testing::wait_child_exit(pid_, timeout);
-    if (code) pid_ = -1;
-    return code;
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
- private:
-  std::string host_;
-  std::filesystem::path config_, log_;
-  pid_t pid_ = -1;
-};
 
 // A manager taking agents; `agents_keys` ("key = value\n" lines) are added to its [agents] table.
 struct Pool : ScratchDaemon {

@@ -1,12 +1,19 @@
 // High availability on PostgreSQL (docs/ha.md): two real accelpool-manager processes on one database of a private
 // cluster (tests/support/postgres_cluster.hpp). The leader is killed or paused; the standby takes over from the
 // store; what the old leader acknowledged is there, and a fenced leader writes nothing.
+#include "agent_process.hpp"
 #include "postgres_cluster.hpp"
+#include "skip.hpp"
 #include "test_client.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include <map>
 #include <random>
@@ -28,6 +35,55 @@ std::string ha_config(const std::string& url, const std::string& name, double le
     << "[admin]\nlisten = \"127.0.0.1:0\"\n[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
     << "[[hosts.devices]]\nkind = \"fpga\"\ncount = 4\n[[tenants]]\nname = \"t\"\n";
   return o.str();
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for managers whose addresses clients must know before they
+// start: a client lists every manager of the pool).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The fixed ports of one manager: its guest, agent and admin listeners.
+struct Ports {
+  int guest = free_port(), agents = free_port(), admin = free_port();
+  std::string guest_uri() const { return "tcp://127.0.0.1:" + std::to_string(guest); }
+  std::string agents_address() const { return "127.0.0.1:" + std::to_string(agents); }
+  std::string admin_url() const { return "http://127.0.0.1:" + std::to_string(admin); }
+};
+
+// ha_config on fixed ports `p`, taking host agents, leases of `ttl_s`.
+std::string fixed_config(const std::string& url, const std::string& name, const Ports& p, int ttl_s) {
+  std::ostringstream o;
+  o << "[store]\nurl = \"" << url << "\"\n[ha]\nname = \"" << name << "\"\nleader_timeout_s = 5\nstandby_poll_s = 0.02\n"
+    << "[leases]\nttl_s = " << ttl_s << "\n[guest]\ntcp = \"127.0.0.1:" << p.guest << "\"\nunix = \"\"\n"
+    << "[admin]\nlisten = \"127.0.0.1:" << p.admin << "\"\n[agents]\nlisten = [\"" << p.agents_address()
+    << "\"]\ntoken = \"" << kAgentToken << "\"\nheartbeat_timeout_ms = 2000\n"
+    << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 4\n"
+    << "[[tenants]]\nname = \"t\"\n";
+  return o.str();
+}
+
+// The state of device `name` as the manager on admin port `port` reports it, "" when it has none such.
+std::string device_state(int port, const std::string& admin, const std::string& name) {
+  auto r = http(port, "GET", "/v1/devices", admin);
+  if (r.status != 200) return "";
+  const auto devices = r.json();  // kept: a range-for over a part of a temporary would outlive it
+  for (const auto& d : devices.at("devices").as_array())
+    if (d.at("name").as_string() == name) return std::string(d.at("state").as_string());
+  return "";
+}
+
+std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A folder removed with everything in it at the end of the test (after the managers in it are gone).
@@ -240,6 +296,7 @@ TEST_CASE("a leader paused past its timeout is fenced: once resumed it writes no
   REQUIRE(::kill(a.pid(), SIGCONT) == 0);
   REQUIRE(eventually([&] { return a.exited(); }));
   INFO(a.output());
+  CHECK(a.exit_code() == 3);  // stepped down, whether its renewal or a commit found the new epoch first
   CHECK(a.output().find("fenced: this manager led with epoch 1, the store is at epoch 2") != std::string::npos);
   // No grant was acknowledged, and the store is as the new leader found it.
   while (auto line = g.read_line()) {
@@ -250,4 +307,146 @@ TEST_CASE("a leader paused past its timeout is fenced: once resumed it writes no
   CHECK(cluster.sql(db, "SELECT epoch || name || admin_url FROM leader") == leader_before);
   CHECK(b.running());
   CHECK_FALSE(b.exited());
+}
+
+TEST_CASE("clients given every manager follow the leader: a standby names it, and after the leader is killed the "
+          "guest keeps its lease and the agent's devices come back under the new leader",
+          "[ha][postgres]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  ACCELPOOL_SKIP("accelpool-agent is not built");
+#elif !defined(ACCELPOOL_RUN_BIN)
+  ACCELPOOL_SKIP("accelpool-run is not built");
+#else
+  auto& cluster = PostgresCluster::shared();
+  const std::string db = "clients";
+  const std::string url = cluster.create_database(db);
+  Folder root;
+  const Ports pa, pb;
+  DaemonProcess a(root.path / "a", fixed_config(url, "a", pa, 6));
+  DaemonProcess b(root.path / "b", fixed_config(url, "b", pb, 6));
+  a.start();
+  const std::string token = a.token("guest token for tenant t");
+  const std::string admin = a.token("admin token");
+  launch_standby(b, "b");
+
+  // The standby answers every client, naming the leader's address for that listener.
+  {
+    GuestClient g = GuestClient::tcp(pb.guest);
+    auto reply = g.hello(token, "probe");
+    INFO(json::serialize(reply));
+    CHECK(error_word(reply) == "not_leader");
+    CHECK(reply.at("error").at("data").at("leader").as_string() == pa.guest_uri());
+    CHECK(std::string(reply.at("error").at("message").as_string()).find("manager a leads") != std::string::npos);
+    CHECK(g.wait_closed());
+  }
+  // Its admin API serves reads from the store (with the admin token the store holds) and points writes at the
+  // leader.
+  CHECK(http(pb.admin, "GET", "/healthz", "").status == 200);
+  CHECK(http(pb.admin, "GET", "/readyz", "").status == 503);
+  CHECK(http(pb.admin, "GET", "/v1/devices", "wrong-token").status == 401);
+  {
+    auto r = http(pb.admin, "GET", "/v1/leadership", admin);
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    CHECK(r.json().at("leader").at("name").as_string() == "a");
+    CHECK(r.json().at("standbys").at(0).at("name").as_string() == "b");
+  }
+  {
+    auto r = http(pb.admin, "POST", "/v1/hosts/local/drain", admin);
+    INFO(r.body);
+    CHECK(r.status == 503);
+    CHECK(r.json().at("error").at("code").as_string() == "not_leader");
+    CHECK(r.json().at("leader").as_string() == pa.admin_url());
+  }
+  CHECK(device_state(pa.admin, admin, "local/fpga0") == "free");
+  // accelpoolctl pointed at the standby follows a write to the leader.
+  {
+    auto [code, text] = run_command(std::string(ACCELPOOLCTL_BIN) + " --url " + pb.admin_url() + " --token " + admin +
+                                    " drain local/fpga0");
+    INFO(text);
+    CHECK(code == 0);
+    CHECK(text.find("is a standby; asking the leader at " + pa.admin_url()) != std::string::npos);
+    CHECK(device_state(pa.admin, admin, "local/fpga0") == "draining");
+    // The standby's view follows the store: devices as the leader last committed them, and no host connected
+    // to it.
+    CHECK(eventually([&] {
+      auto r = http(pb.admin, "GET", "/v1/devices/local/fpga0", admin);
+      return r.status == 200 && r.json().at("draining").as_bool();
+    }));
+    CHECK(device_state(pb.admin, admin, "local/fpga0") == "draining");
+    CHECK(device_state(pb.admin, admin, "local/fpga1") == "free");
+    auto hosts = http(pb.admin, "GET", "/v1/hosts", admin);
+    INFO(hosts.body);
+    REQUIRE(hosts.status == 200);
+    CHECK(hosts.json().at("hosts").at(0).at("name").as_string() == "local");
+    CHECK_FALSE(hosts.json().at("hosts").at(0).at("connected").as_bool());
+  }
+
+  // An agent and a guest, each given both managers, the standby first: they end up on the leader.
+  Agent agent(root.path, "h1", "[\"" + pb.agents_address() + "\", \"" + pa.agents_address() + "\"]", "asic:sim-asic:1");
+  REQUIRE(eventually([&] { return device_state(pa.admin, admin, "h1/sim:0") == "free"; }));
+  // (The agent's log is written by a thread of its own, in batches: the line may come a little later.)
+  CHECK(eventually([&] { return agent.log().find("the manager is a standby") != std::string::npos; }));
+  const auto started = root.path / "started", go = root.path / "go", rc = root.path / "rc", log = root.path / "run.log";
+  const std::string run = std::string(ACCELPOOL_RUN_BIN) + " --pool " + pb.guest_uri() + "," + pa.guest_uri() + " --token " +
+                          token + " --guest g1 --kind fpga -- sh -c 'echo $ACCELPOOL_LEASE > " + started.string() +
+                          "; while [ ! -e " + go.string() + " ]; do sleep 0.05; done'";
+  REQUIRE(std::system(("(" + run + " > " + log.string() + " 2>&1; echo $? > " + rc.string() + ") &").c_str()) == 0);
+  REQUIRE(eventually([&] { return !file_text(started).empty(); }));
+  const auto lease = std::stoull(file_text(started));
+  CHECK(stored(db, lease).rfind("granted|", 0) == 0);
+
+  // The leader dies; the standby takes over from the store.
+  a.stop(SIGKILL);
+  b.wait_started();
+  INFO(b.output());
+  auto expires = [&] {
+    auto r = http(pb.admin, "GET", "/v1/leases/" + std::to_string(lease), admin);
+    return r.status == 200 && r.json().at("state").as_string() == "granted" ? r.json().at("expires_at").to_number<double>() : 0.0;
+  };
+  const double restored = expires();
+  REQUIRE(restored > 0);
+  // The guest is back: its heartbeats (every third of the TTL) reach the new leader and extend its lease.
+  REQUIRE(eventually([&] { return expires() > restored; }));
+  // The agent registered with the new leader: its device is free again there.
+  REQUIRE(eventually([&] { return device_state(pb.admin, admin, "h1/sim:0") == "free"; }));
+
+  // The command ends; accelpool-run releases the lease on the new leader.
+  std::ofstream(go) << "go";
+  REQUIRE(eventually([&] { return !file_text(rc).empty(); }));
+  INFO(file_text(log));
+  CHECK(file_text(rc) == "0\n");
+  CHECK(file_text(log).find("releasing lease") == std::string::npos);
+  CHECK(stored(db, lease).rfind("released|", 0) == 0);
+#endif
+}
+
+TEST_CASE("a leader that loses its database connection steps down (exit status 3) and writes nothing; the standby "
+          "leads",
+          "[ha][postgres]") {
+  auto& cluster = PostgresCluster::shared();
+  Pair pair("lost_db", 3);
+  const std::string& db = pair.db;
+  DaemonProcess &a = pair.a, &b = pair.b;
+  {
+    GuestClient g = GuestClient::tcp(a.endpoints().guest_port);
+    REQUIRE(g.hello(pair.token, "g").contains("result"));
+    REQUIRE(lease_state(g.call("acquire", {{"kind", "fpga"}})) == "granted");
+  }
+  launch_standby(b, "b");
+  const std::string leases_before = cluster.sql(db, "SELECT id || state || devices FROM leases ORDER BY id");
+
+  // The server ends the leader's session (as a database restart or a broken connection would).
+  REQUIRE(cluster.sql(db, "SELECT pg_terminate_backend(backend_pid) FROM leader") == "t");
+  REQUIRE(eventually([&] { return a.exited(); }));
+  INFO(a.output());
+  CHECK(a.exit_code() == 3);
+  CHECK(a.output().find("stepping down") != std::string::npos);
+  b.wait_started();
+  CHECK(cluster.sql(db, "SELECT epoch || name FROM leader") == "2b");
+  CHECK(cluster.sql(db, "SELECT id || state || devices FROM leases ORDER BY id") == leases_before);
+
+  // Restarted (as a supervisor would), the old leader is a standby of the new one.
+  launch_standby(a, "a");
+  CHECK(b.running());
 }

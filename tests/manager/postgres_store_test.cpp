@@ -28,6 +28,14 @@ std::unique_ptr<SharedStore> open_shared(const std::string& database) {
 
 ManagerInfo manager(const std::string& name) { return {name, "http://" + name + ":7080", name + ":7070", ""}; }
 
+// A fresh database, and a store on it that leads it as manager "a" (timeout 60 s).
+std::pair<std::string, std::unique_ptr<SharedStore>> fresh_leader() {
+  auto db = fresh_database();
+  auto store = open_shared(db);
+  REQUIRE(*store->try_lead(manager("a"), 60));
+  return {db, std::move(store)};
+}
+
 Batch one_lease(LeaseId id) {
   Batch b;
   Lease l;
@@ -171,9 +179,7 @@ TEST_CASE("a leader that stops renewing past its timeout is fenced: it can never
 }
 
 TEST_CASE("a leader's batch that fails halfway leaves nothing, and the leader keeps leading", "[store][postgres]") {
-  const auto db = fresh_database();
-  auto a = open_shared(db);
-  REQUIRE(*a->try_lead(manager("a"), 60));
+  auto [db, a] = fresh_leader();
   // Device rows are keyed by scheduler id, names left to the pool: a unique index on names added behind the
   // store's back makes the second row named h/d0 fail.
   PostgresCluster::shared().sql(db, "CREATE UNIQUE INDEX devices_by_name ON devices(name)");
@@ -183,16 +189,37 @@ TEST_CASE("a leader's batch that fails halfway leaves nothing, and the leader ke
   auto failed = a->apply(bad);
   REQUIRE_FALSE(failed.is_ok());
   CHECK(failed.error().code == Errc::store);
-  CHECK(failed.error().message.find("writing device h/d0") != std::string::npos);
+  CHECK(failed.error().message.find("writing devices h/d0, h/d0") != std::string::npos);
   CHECK(stored_leases(*a) == 0);
   REQUIRE(a->apply(one_lease(2)).is_ok());
   CHECK(stored_leases(*a) == 1);
 }
 
-TEST_CASE("a batch longer than one pipeline chunk is written whole", "[store][postgres]") {
-  const auto db = fresh_database();
-  auto a = open_shared(db);
-  REQUIRE(*a->try_lead(manager("a"), 60));
+TEST_CASE("a leader whose database session is ended finds its connection gone, not a failed store, and wrote "
+          "nothing",
+          "[store][postgres]") {
+  auto [db, a] = fresh_leader();
+  REQUIRE(a->apply(one_lease(1)).is_ok());
+  // The server ends the leader's session, as a database restart or a broken connection would.
+  REQUIRE(PostgresCluster::shared().sql(db, "SELECT pg_terminate_backend(backend_pid) FROM leader") == "t");
+  auto lost = a->apply(one_lease(2));
+  REQUIRE_FALSE(lost.is_ok());
+  CHECK(lost.error().code == Errc::disconnected);
+  INFO(lost.error().message);
+  CHECK(lost.error().message.find("checking the leader's epoch") != std::string::npos);
+  auto renewed = a->renew();
+  REQUIRE_FALSE(renewed.is_ok());
+  CHECK(renewed.error().code == Errc::disconnected);
+  // The session is gone: another manager takes over at once, from what was committed.
+  auto b = open_shared(db);
+  REQUIRE(*b->try_lead(manager("b"), 60));
+  CHECK(stored_leases(*b) == 1);
+}
+
+TEST_CASE("a batch of 1,000 leases is written whole, and a row that comes twice in a batch is written as it was "
+          "last",
+          "[store][postgres]") {
+  auto [db, a] = fresh_leader();
   Batch big;
   for (LeaseId id = 1; id <= 1000; ++id) big.leases.push_back(one_lease(id).leases.front());
   REQUIRE(a->apply(big).is_ok());
@@ -200,4 +227,22 @@ TEST_CASE("a batch longer than one pipeline chunk is written whole", "[store][po
   REQUIRE(snap.is_ok());
   CHECK(snap->leases.size() == 1000);  // all live
   CHECK(snap->max_lease_id == 1000);
+
+  // One upsert per table writes a lease, a device and a tenant that each come twice: the last of each counts.
+  Batch twice = one_lease(7);
+  twice.leases.front().guest = "first";
+  twice.leases.push_back(twice.leases.front());
+  twice.leases.back().guest = "last \"quoted\", {braced}";
+  twice.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "", false, true, 0});
+  twice.devices.push_back({"h/d0", "h", "d0", "fpga", "m", true, "image", true, true, 0});
+  twice.tenants.push_back({"t", 1.0, 2, "hash-1"});
+  twice.tenants.push_back({"t", 3.0, 4, "hash-2"});
+  REQUIRE(a->apply(twice).is_ok());
+  auto lease = a->lease(7);
+  REQUIRE(lease.is_ok());
+  REQUIRE(lease->has_value());
+  CHECK((*lease)->guest == "last \"quoted\", {braced}");
+  CHECK(PostgresCluster::shared().sql(db, "SELECT loaded || draining FROM devices") == "image1");
+  CHECK(PostgresCluster::shared().sql(db, "SELECT weight || '/' || max_devices || '/' || token_hash FROM tenants") ==
+        "3/4/hash-2");
 }

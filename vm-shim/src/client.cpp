@@ -149,7 +149,8 @@ struct PendingCall {
 
 struct ClientCore : std::enable_shared_from_this<ClientCore> {
   ClientOptions options;
-  PoolUri uri;
+  std::vector<PoolUri> uris;  // the pool's managers, as given
+  PoolUri uri;                // the one connected last (I/O thread, and connect() before it starts)
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -377,9 +378,50 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
 
   // ---- connection -----------------------------------------------------------------------------------------
 
-  // Opens the stream and says hello. Returns the hello result. Touches only `s` and `buf`.
-  Result<json> open_and_hello(Stream& s, common::LineBuffer& buf) const {
-    auto st = open_stream(uri, to_ms(options.connect_timeout), SerialDirs{options.serial_sys_dir, options.serial_dev_dir},
+  // Says hello to the pool's managers in turn, beginning with the one connected last: the first that answers as
+  // the leader wins and becomes `uri`. A standby's answer (not_leader) names the leader's address, which is tried
+  // next (also when it is not in the list). Touches `s`, `buf` and `uri`. Errors: a refusal for good
+  // (unauthorized, unsupported_version) at once; with one manager tried, its error; else "unreachable" (or
+  // "not_leader" when only standbys answered) with each manager's reason.
+  Result<json> connect_leader(Stream& s, common::LineBuffer& buf) {
+    std::vector<PoolUri> order;
+    for (std::size_t i = 0; i < uris.size(); ++i) {
+      const PoolUri& u = uris[i];
+      if (u.text == uri.text) order.insert(order.begin(), u);
+      else order.push_back(u);
+    }
+    std::vector<std::string> tried;
+    std::string reasons;
+    bool only_standbys = true;
+    std::optional<Error> first;
+    for (std::size_t i = 0; i < order.size() && tried.size() < uris.size() + 2; ++i) {
+      const PoolUri target = order[i];
+      if (std::find(tried.begin(), tried.end(), target.text) != tried.end()) continue;
+      tried.push_back(target.text);
+      std::string leader;
+      auto hello = open_and_hello(target, s, buf, leader);
+      if (hello) {
+        uri = target;
+        return hello;
+      }
+      const Error& e = hello.error();
+      if (e.code == Errc::unauthorized || e.code == Errc::unsupported_version) return e;
+      if (!first) first = e;
+      if (e.code != Errc::not_leader) only_standbys = false;
+      reasons += (reasons.empty() ? "" : "; ") + e.message;
+      if (!leader.empty()) {
+        if (auto to = parse_pool_uri(leader)) order.insert(order.begin() + static_cast<long>(i) + 1, *to);
+      }
+    }
+    if (tried.size() == 1) return *first;
+    return make_error(only_standbys ? Errc::not_leader : Errc::unreachable, "no leading manager among " +
+                                                                        std::to_string(tried.size()) + " tried: " + reasons);
+  }
+
+  // Opens the stream to `target` and says hello. Returns the hello result; a standby's refusal sets `leader` to
+  // the leader's address it names. Touches only `s`, `buf` and `leader`.
+  Result<json> open_and_hello(const PoolUri& target, Stream& s, common::LineBuffer& buf, std::string& leader) const {
+    auto st = open_stream(target, to_ms(options.connect_timeout), SerialDirs{options.serial_sys_dir, options.serial_dev_dir},
                           TlsOptions{options.tls_ca_file});
     if (!st) return st.error();
     s = *st;
@@ -390,32 +432,38 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     std::string line = json{{"jsonrpc", "2.0"}, {"id", 0}, {"method", "hello"}, {"params", params}}.dump() + "\n";
     if (auto e = write_all(s, line, deadline); !e.empty()) {
       close_stream(s);
-      return make_error(Errc::unreachable, "pool " + uri.text + ": sending hello: " + e);
+      return make_error(Errc::unreachable, "pool " + target.text + ": sending hello: " + e);
     }
     for (;;) {
       std::string reply;
       if (auto e = read_line(s, buf, reply, deadline); !e.empty()) {
         close_stream(s);
         return make_error(e == "no answer in time" ? Errc::timeout : Errc::unreachable,
-                          "pool " + uri.text + ": waiting for the answer to hello: " + e);
+                          "pool " + target.text + ": waiting for the answer to hello: " + e);
       }
       json j = json::parse(reply, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
         close_stream(s);
-        return make_error(Errc::protocol, "pool " + uri.text + ": the answer to hello is not a JSON object: " + reply.substr(0, 200));
+        return make_error(Errc::protocol, "pool " + target.text + ": the answer to hello is not a JSON object: " + reply.substr(0, 200));
       }
       auto id = j.find("id");
       if (id == j.end() || !id->is_number_integer() || id->get<long long>() != 0) continue;  // not our answer
       if (auto err = j.find("error"); err != j.end()) {
         close_stream(s);
         Error e = rpc_error(*err, "hello");
-        if (e.code == Errc::unauthorized) e.message = "pool " + uri.text + " refused the token: " + e.message;
+        if (e.code == Errc::unauthorized) e.message = "pool " + target.text + " refused the token: " + e.message;
+        if (e.code == Errc::not_leader) {
+          e.message = "pool " + target.text + ": " + e.message;
+          if (auto d = err->find("data"); d != err->end() && d->is_object()) {
+            if (auto l = d->find("leader"); l != d->end() && l->is_string()) leader = l->get<std::string>();
+          }
+        }
         return e;
       }
       auto res = j.find("result");
       if (res == j.end() || !res->is_object()) {
         close_stream(s);
-        return make_error(Errc::protocol, "pool " + uri.text + ": hello answered without a result");
+        return make_error(Errc::protocol, "pool " + target.text + ": hello answered without a result");
       }
       return *res;
     }
@@ -593,7 +641,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
         if (!give_up) {
           Stream s;
           common::LineBuffer buf{kMaxLine};
-          auto hello = open_and_hello(s, buf);
+          auto hello = connect_leader(s, buf);
           if (hello) {
             stream = s;
             rbuf = std::move(buf);
@@ -912,8 +960,8 @@ Client::~Client() {
 }
 
 Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
-  auto uri = parse_pool_uri(options.uri);
-  if (!uri) return uri.error();
+  auto uris = parse_pool_uris(options.uri);
+  if (!uris) return uris.error();
   if (options.guest.empty()) options.guest = default_guest();
   if (!common::valid_guest_id(options.guest)) {
     return make_error(Errc::invalid_argument, "guest id '" + options.guest + "' must be " + common::kGuestIdSyntax);
@@ -921,14 +969,15 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   if (options.token.empty()) return make_error(Errc::unauthorized, "no token given for pool " + options.uri);
   auto core = std::make_shared<ClientCore>();
   core->options = std::move(options);
-  core->uri = *uri;
+  core->uris = *uris;
+  core->uri = core->uris.front();
   int p[2];
   if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return make_error(Errc::internal, std::string("pipe: ") + std::strerror(errno));
   core->wake_rd = p[0];
   core->wake_wr = p[1];
   Stream s;
   common::LineBuffer buf{kMaxLine};
-  auto hello = core->open_and_hello(s, buf);
+  auto hello = core->connect_leader(s, buf);
   if (!hello) return hello.error();
   core->stream = s;
   core->rbuf = std::move(buf);

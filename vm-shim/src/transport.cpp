@@ -264,6 +264,26 @@ Result<PoolUri> parse_pool_uri(const std::string& uri) {
   return bad_uri(uri, "unknown scheme");
 }
 
+Result<std::vector<PoolUri>> parse_pool_uris(const std::string& list) {
+  std::vector<PoolUri> uris;
+  std::size_t start = 0;
+  for (;;) {
+    auto comma = list.find(',', start);
+    std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    entry.erase(0, entry.find_first_not_of(" \t"));
+    entry.erase(entry.find_last_not_of(" \t") + 1);
+    if (entry.empty()) {
+      return make_error(Errc::invalid_argument, "pool URI list '" + list + "': entry " + std::to_string(uris.size() + 1) +
+                                                " is empty (expected URIs separated by commas)");
+    }
+    auto uri = parse_pool_uri(entry);
+    if (!uri) return uri.error();
+    uris.push_back(std::move(*uri));
+    if (comma == std::string::npos) return uris;
+    start = comma + 1;
+  }
+}
+
 Result<std::string> find_virtio_port(const std::string& name, const std::string& sys_dir, const std::string& dev_dir) {
   DIR* d = opendir(sys_dir.c_str());
   if (!d) {

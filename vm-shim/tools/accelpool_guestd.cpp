@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -98,6 +99,7 @@ struct Program {
   LineBuffer in{kMaxLine};
   std::string out;
   std::optional<json> hello;         // the last hello it sent (id removed): sent again when the port comes back
+  std::optional<json> hello_unanswered;  // the id of its hello that a standby refused: answered after the next one
   std::deque<std::string> waiting;   // lines held while the port is down (ids already rewritten)
   bool closing = false;              // close once `out` is written
 };
@@ -111,12 +113,15 @@ struct Call {
 
 class Daemon {
  public:
-  Daemon(PoolUri port, std::string listen_path, bool verbose)
-      : port_uri_(std::move(port)), listen_path_(std::move(listen_path)), verbose_(verbose) {}
+  // `ports`: the pool's managers (one or more), tried in turn.
+  Daemon(std::vector<PoolUri> ports, std::string listen_path, bool verbose)
+      : ports_(std::move(ports)), listen_path_(std::move(listen_path)), verbose_(verbose) {}
 
   int run() {
     if (!listen()) return 1;
-    std::fprintf(stderr, "accelpool-guestd: serving %s, pool stream %s\n", listen_path_.c_str(), port_uri_.text.c_str());
+    std::string all;
+    for (const auto& p : ports_) all += (all.empty() ? "" : ",") + p.text;
+    std::fprintf(stderr, "accelpool-guestd: serving %s, pool stream %s\n", listen_path_.c_str(), all.c_str());
     while (!g_stop) {
       if (port_fd_ < 0 && Clock::now() >= next_open_) open_port();
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
@@ -180,8 +185,9 @@ class Daemon {
   // ---- the port -------------------------------------------------------------------------------------------
 
   void open_port() {
-    auto s = open_stream(port_uri_, std::chrono::milliseconds(2000));
+    auto s = open_stream(port(), std::chrono::milliseconds(2000));
     if (!s) {
+      next_port();
       retry_later(s.error().message);
       return;
     }
@@ -190,7 +196,7 @@ class Daemon {
     ::poll(&p, 1, 0);
     if (p.revents & (POLLHUP | POLLERR)) {
       ::close(s->fd);
-      retry_later("the host side of " + port_uri_.text + " is not connected");
+      retry_later("the host side of " + port().text + " is not connected");
       return;
     }
     port_fd_ = s->fd;
@@ -198,11 +204,14 @@ class Daemon {
     retry_ = kRetryMin;
     port_in_.reset();
     port_out_.clear();
-    std::fprintf(stderr, "accelpool-guestd: pool stream %s is up\n", port_uri_.text.c_str());
-    // Sessions first, then what the programs asked meanwhile.
+    std::fprintf(stderr, "accelpool-guestd: pool stream %s is up\n", port().text.c_str());
+    // Sessions first (a hello a standby refused is answered to its program now), then what the programs asked
+    // meanwhile.
     for (auto& [id, p] : programs_) {
       if (!p.hello) continue;
-      send_port(0, json(nullptr), "hello", *p.hello);
+      if (p.hello_unanswered) send_port(id, *p.hello_unanswered, "hello", *p.hello);
+      else send_port(0, json(nullptr), "hello", *p.hello);
+      p.hello_unanswered.reset();
     }
     for (auto& [id, p] : programs_) {
       for (auto& l : p.waiting) port_out_ += l;
@@ -222,7 +231,9 @@ class Daemon {
     port_fd_ = -1;
     port_out_.clear();
     last_retry_reason_.clear();
-    std::fprintf(stderr, "accelpool-guestd: pool stream %s went away (%s)\n", port_uri_.text.c_str(), why.c_str());
+    std::fprintf(stderr, "accelpool-guestd: pool stream %s went away (%s)\n", port().text.c_str(), why.c_str());
+    if (!leader_named_) next_port();
+    leader_named_ = false;
     for (auto& [upstream, c] : calls_) {
       auto it = programs_.find(c.program);
       if (it == programs_.end()) continue;
@@ -245,7 +256,12 @@ class Daemon {
 
   void read_port(short revents) {
     bool open = read_available(port_fd_, port_in_);
-    while (auto line = port_in_.next_line()) from_pool(*line);
+    while (port_fd_ >= 0) {
+      auto line = port_in_.next_line();
+      if (!line) break;
+      from_pool(*line);
+    }
+    if (port_fd_ < 0) return;  // a standby's answer ended the stream
     if (port_in_.overflow()) return port_lost("a line from the pool is longer than 64 KiB");
     if (!open || (revents & (POLLHUP | POLLERR))) port_lost("end of stream");
   }
@@ -262,6 +278,17 @@ class Daemon {
       if (c == calls_.end()) return;
       Call call = std::move(c->second);
       calls_.erase(c);
+      if (auto leader = standby_refusal(j)) {
+        // A standby of a shared store: its hello goes again to the leader it names (else to the next manager).
+        if (call.program != 0 && programs_.count(call.program)) programs_[call.program].hello_unanswered = call.id;
+        for (std::size_t i = 0; i < ports_.size(); ++i) {
+          if (!leader->empty() && ports_[i].text == *leader) {
+            at_ = i;
+            leader_named_ = true;
+          }
+        }
+        return port_lost("the manager is a standby" + (leader->empty() ? std::string() : "; the leader is " + *leader));
+      }
       if (call.program == 0) {
         if (j.contains("error")) {
           std::fprintf(stderr, "accelpool-guestd: hello sent again was refused: %s\n", j["error"].dump().c_str());
@@ -407,7 +434,22 @@ class Daemon {
     log("program " + std::to_string(pid) + " disconnected");
   }
 
-  PoolUri port_uri_;
+  const PoolUri& port() const { return ports_[at_]; }
+  void next_port() { at_ = (at_ + 1) % ports_.size(); }
+  // The leader's address a reply names when it is a standby's refusal (not_leader; "" when it names none).
+  static std::optional<std::string> standby_refusal(const json& reply) {
+    auto e = reply.find("error");
+    if (e == reply.end() || !e->is_object()) return std::nullopt;
+    auto d = e->find("data");
+    if (d == e->end() || !d->is_object()) return std::nullopt;
+    if (auto c = d->find("code"); c == d->end() || !c->is_string() || c->get<std::string>() != "not_leader") return std::nullopt;
+    auto l = d->find("leader");
+    return l != d->end() && l->is_string() ? l->get<std::string>() : std::string();
+  }
+
+  std::vector<PoolUri> ports_;
+  std::size_t at_ = 0;           // the manager of ports_ in use or tried next
+  bool leader_named_ = false;    // a standby named the one at_ points to: the next loss does not move on
   std::string listen_path_;
   bool verbose_;
   int listen_fd_ = -1;
@@ -433,18 +475,20 @@ int main(int argc, char** argv) {
   bool verbose = false;
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpool-guestd");
-  app.add_option("--port", port, "the stream to the pool: serial://NAME, unix:///PATH or tcp://HOST:PORT")
+  app.add_option("--port", port,
+                 "the stream to the pool: serial://NAME, unix:///PATH or tcp://HOST:PORT; or a comma-separated list, "
+                 "the managers of one pool (docs/ha.md)")
       ->type_name("URI")
       ->capture_default_str();
   app.add_option("--listen", listen_path, "the socket programs connect to")->type_name("PATH")->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "log every connect, disconnect and hello on stderr");
   if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
-  auto uri = parse_pool_uri(port);
-  if (!uri) {
-    std::fprintf(stderr, "accelpool-guestd: --port: %s\n", uri.error().message.c_str());
+  auto uris = parse_pool_uris(port);
+  if (!uris) {
+    std::fprintf(stderr, "accelpool-guestd: --port: %s\n", uris.error().message.c_str());
     return 2;
   }
-  if (uri->kind == PoolUri::Kind::tls) {
+  if (std::any_of(uris->begin(), uris->end(), [](const PoolUri& u) { return u.kind == PoolUri::Kind::tls; })) {
     std::fprintf(stderr, "accelpool-guestd: --port: tls:// is for programs that reach the pool over a network "
                          "themselves; the guest daemon's stream is the VM's serial port (or a local socket)\n");
     return 2;
@@ -456,5 +500,5 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  return Daemon(std::move(*uri), std::move(listen_path), verbose).run();
+  return Daemon(std::move(*uris), std::move(listen_path), verbose).run();
 }

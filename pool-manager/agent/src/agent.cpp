@@ -35,6 +35,17 @@ constexpr std::uint64_t kHeartbeatFullEvery = 10;
 // How long a request of the agent's own (an image piece) waits for the manager's answer.
 constexpr std::chrono::seconds kAnswerTimeout{60};
 
+// The leader's agent address that a standby's refusal line (error data.leader) names; "" when it names none.
+std::string standby_names_leader(const std::string& line) {
+  boost::system::error_code ec;
+  auto v = json::parse(line, ec);
+  if (ec || !v.is_object()) return "";
+  const auto* err = v.as_object().if_contains("error");
+  const auto* data = err && err->is_object() ? err->as_object().if_contains("data") : nullptr;
+  const auto* leader = data && data->is_object() ? data->as_object().if_contains("leader") : nullptr;
+  return leader && leader->is_string() ? std::string(leader->as_string()) : "";
+}
+
 class AgentImpl final : public Agent {
  public:
   explicit AgentImpl(AgentConfig cfg) : cfg_(std::move(cfg)) { wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
@@ -109,29 +120,40 @@ class AgentImpl final : public Agent {
   // The connection to the manager ended (`how`: "lost" or "broken"), with TLS's reason when TLS ended it.
   void log_link_ended(std::string_view how, const std::string& tls_error) const {
     const std::string event = "connection to the manager " + std::string(how);
-    if (tls_error.empty()) log::warn(event, {{"host", cfg_.host}, {"manager", cfg_.manager}});
-    else log::warn(event, {{"host", cfg_.host}, {"manager", cfg_.manager}, {"tls_error", tls_error}});
+    if (tls_error.empty()) log::warn(event, {{"host", cfg_.host}, {"manager", manager_}});
+    else log::warn(event, {{"host", cfg_.host}, {"manager", manager_}, {"tls_error", tls_error}});
   }
 
   int run(const std::atomic<bool>& stop) override {
     auto backoff = cfg_.reconnect_min;
+    std::size_t next = 0;  // the manager of cfg_.managers tried next when no standby named the leader
     while (!stop) {
-      auto fd = connect_to(cfg_.manager);
+      // A standby's answer names the leader: that address is tried at once, any other after the backoff.
+      const bool redirected = !leader_hint_.empty() && leader_hint_ != manager_;
+      {
+        std::lock_guard lock(mu_);
+        manager_ = redirected ? leader_hint_ : cfg_.managers[next];
+      }
+      leader_hint_.clear();
+      auto fd = connect_to(manager_);
       int rc = -1;
       if (fd) {
         if (auto io = link_stream(*fd)) rc = serve(**io, *fd, stop, backoff);
-        else log::warn("TLS to the manager failed", {{"host", cfg_.host}, {"manager", cfg_.manager}, {"error", io.error().message}});
+        else log::warn("TLS to the manager failed", {{"host", cfg_.host}, {"manager", manager_}, {"error", io.error().message}});
         ::close(*fd);  // after the stream: TLS says close_notify first
         std::lock_guard lock(mu_);
         registered_ = false;
         out_.clear();
         ++gen_;
-        answer_all(make_error(Errc::unavailable, "the connection to the manager at " + cfg_.manager + " ended"));
+        answer_all(make_error(Errc::unavailable, "the connection to the manager at " + manager_ + " ended"));
       } else {
-        log::warn("cannot connect to the manager", {{"host", cfg_.host}, {"manager", cfg_.manager}, {"error", fd.error().message}});
+        log::warn("cannot connect to the manager", {{"host", cfg_.host}, {"manager", manager_}, {"error", fd.error().message}});
       }
       if (rc == 2) return 2;
       if (stop) break;
+      // The next attempt goes to the next manager of the list (the one that failed or ended may be gone).
+      if (!redirected) next = (next + 1) % cfg_.managers.size();
+      if (!leader_hint_.empty() && leader_hint_ != manager_) continue;
       sleep_for(backoff, stop);
       backoff = std::min(backoff * 2, cfg_.reconnect_max);
     }
@@ -159,7 +181,7 @@ class AgentImpl final : public Agent {
   // The stream over the connected `fd`: TLS when configured (checking the manager's name), else plain.
   Result<std::unique_ptr<LinkStream>> link_stream(int fd) const {
     if (!cfg_.tls) return plain_stream(fd);
-    return tls_client_stream(fd, cfg_.tls, cfg_.manager.substr(0, cfg_.manager.rfind(':')));
+    return tls_client_stream(fd, cfg_.tls, manager_.substr(0, manager_.rfind(':')));
   }
 
   // Returns -1 to reconnect, 0 when stopping, 2 when refused for good. `io` is the stream over `fd`.
@@ -219,9 +241,15 @@ class AgentImpl final : public Agent {
     if (m->method.empty()) {
       if (answered(*m)) return 0;
       bool is_register = m->id.is_int64() && m->id.get_int64() == kRegisterId;
+      if (is_register && m->error && m->error->code == Errc::not_leader) {
+        // A standby of a shared store: it names the leader's agent address (none while nobody leads).
+        leader_hint_ = standby_names_leader(line);
+        log::info("the manager is a standby", {{"host", cfg_.host}, {"manager", manager_}, {"leader", leader_hint_}});
+        return -1;
+      }
       if (m->error) {
         log::error(is_register ? "registration refused" : "heartbeat refused",
-                   {{"host", cfg_.host}, {"manager", cfg_.manager}, {"code", to_string(m->error->code)}, {"error", m->error->message}});
+                   {{"host", cfg_.host}, {"manager", manager_}, {"code", std::string(to_string(m->error->code))}, {"error", m->error->message}});
         if (is_register && (m->error->code == Errc::unauthorized || m->error->code == Errc::unsupported_version ||
                             m->error->code == Errc::invalid_argument || m->error->code == Errc::conflict))
           return 2;
@@ -231,7 +259,7 @@ class AgentImpl final : public Agent {
         std::lock_guard lock(mu_);
         registered_ = true;
         backoff = cfg_.reconnect_min;
-        log::info("registered with the manager", {{"host", cfg_.host}, {"manager", cfg_.manager}});
+        log::info("registered with the manager", {{"host", cfg_.host}, {"manager", manager_}});
       }
       return 0;
     }
@@ -327,7 +355,7 @@ class AgentImpl final : public Agent {
     auto asked = std::make_shared<Asked>();
     {
       std::unique_lock lock(mu_);
-      if (!registered_) return make_error(Errc::unavailable, method + ": not connected to the manager at " + cfg_.manager);
+      if (!registered_) return make_error(Errc::unavailable, method + ": not connected to the manager at " + manager_);
       const std::int64_t id = next_id_++;
       asked_[id] = asked;
       out_ += request_line(id, method, std::move(params));
@@ -500,6 +528,10 @@ class AgentImpl final : public Agent {
 #endif
 
   AgentConfig cfg_;
+  // The manager connected to or tried last (written by the connection thread under mu_), and the leader's address
+  // a standby named in its answer ("" for none; the connection thread only).
+  std::string manager_;
+  std::string leader_hint_;
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
   std::unique_ptr<hypervisor::ChannelFinder> channels_;  // used by relay_'s thread only
   std::unique_ptr<Relay> relay_;

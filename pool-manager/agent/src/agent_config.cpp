@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -32,6 +33,29 @@ struct Reader {
       return {};
     }
     return std::string(n->as_string()->get());
+  }
+  // A string, or an array of one or more strings (each non-empty).
+  std::vector<std::string> strs(const toml::table& t, const std::string& prefix, const char* key) {
+    auto* n = t.get(key);
+    if (!n) {
+      fail(prefix + key, "is required");
+      return {};
+    }
+    if (n->is_string()) return {std::string(n->as_string()->get())};
+    std::vector<std::string> out;
+    auto* a = n->as_array();
+    if (a == nullptr || a->empty()) {
+      fail(prefix + key, "must be a string or a non-empty array of strings");
+      return {};
+    }
+    for (const auto& e : *a) {
+      if (!e.is_string() || e.as_string()->get().empty()) {
+        fail(prefix + key, "entry " + std::to_string(out.size() + 1) + " must be a non-empty string");
+        return {};
+      }
+      out.push_back(std::string(e.as_string()->get()));
+    }
+    return out;
   }
   std::int64_t num(const toml::table& t, const std::string& prefix, const char* key, std::int64_t fallback,
                    std::int64_t min, std::int64_t max) {
@@ -74,14 +98,16 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   if (agent->contains("images_url"))
     r.fail("agent.images_url", "is no longer supported: the agent fetches the images its agent.bitstreams folder lacks "
                                "from the manager over its agent connection (agent.manager); remove the key");
-  c.manager = r.str(*agent, "agent.", "manager", true);
+  c.managers = r.strs(*agent, "agent.", "manager");
+  const bool unix_manager =
+      std::any_of(c.managers.begin(), c.managers.end(), [](const std::string& m) { return m.rfind("unix:", 0) == 0; });
   c.tls_ca = r.str(*agent, "agent.", "tls_ca", false);
   c.tls_cert = r.str(*agent, "agent.", "tls_cert", false);
   c.tls_key = r.str(*agent, "agent.", "tls_key", false);
   if (c.tls_ca.empty() && (!c.tls_cert.empty() || !c.tls_key.empty())) {
     r.fail(c.tls_cert.empty() ? "agent.tls_key" : "agent.tls_cert", "needs agent.tls_ca (TLS to the manager)");
-  } else if (!c.tls_ca.empty() && c.manager.rfind("unix:", 0) == 0) {
-    r.fail("agent.tls_ca", "TLS is for a TCP manager address; agent.manager is a Unix socket (plain)");
+  } else if (!c.tls_ca.empty() && unix_manager) {
+    r.fail("agent.tls_ca", "TLS is for TCP manager addresses; agent.manager names a Unix socket (plain)");
   } else if (!c.tls_ca.empty() && !r.error) {
     auto ctx = common::tls::client_context(common::tls::table_files("agent", c.tls_cert, c.tls_key, c.tls_ca, "tls_ca"));
     if (ctx) c.tls = *ctx;

@@ -10,11 +10,15 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace accelpool::agent {
 
 struct AgentConfig {
-  std::string manager;  // "127.0.0.1:7071" or "unix:/path"
+  // The managers of the pool, in the order to try them ("127.0.0.1:7071" or "unix:/path"; one or more, e.g. the
+  // leader and standbys of a shared store, docs/ha.md): the agent registers with the one that leads, follows a
+  // standby's answer to the leader's address, and tries them in turn when a connection fails or ends.
+  std::vector<std::string> managers;
   // TLS to the manager (docs/hosts.md): on when tls_ca is set (a TCP manager address only). The context verifies
   // the manager's certificate against tls_ca and presents tls_cert/tls_key when set (mutual TLS).
   std::string tls_ca, tls_cert, tls_key;

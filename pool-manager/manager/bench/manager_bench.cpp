@@ -1011,7 +1011,7 @@ void bench_takeovers(const BenchOptions& o) {
     for (;;) {
       std::ifstream in(dirs[i] / "output.log");
       std::string text((std::istreambuf_iterator<char>(in)), {});
-      if (text.find("standby m") != std::string::npos) return;
+      if (text.find("taking over when it is gone manager=m") != std::string::npos) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   };

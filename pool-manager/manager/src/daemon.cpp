@@ -12,6 +12,7 @@
 #include "host_event_queue.hpp"
 #include "lease_log.hpp"
 #include "metrics.hpp"
+#include "standby_server.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/common/listener_limits.hpp>
@@ -123,26 +124,139 @@ ManagerInfo configured_identity(const Config& config) {
   return me;
 }
 
-// Blocks until this manager leads the shared store: meanwhile it is a standby, which announces itself and tries
-// to take over every standby_poll_s, and says on stderr who leads (once per leader). Errors: the store's.
-Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const HaConfig& ha) {
+// This manager stops leading at once: it says why and exits with kSteppedDownExit, before it answers anything
+// more (docs/ha.md). What it had not made durable was never acknowledged.
+[[noreturn]] void step_down(const Error& why) {
+  log::error("stepping down", {{"error", why.message}});
+  log::flush();
+  std::_Exit(kSteppedDownExit);
+}
+
+// A shared store as one PoolCore uses it: every call goes to the store, except those a subclass overrides.
+class SharedStoreUse : public Store {
+ public:
+  explicit SharedStoreUse(SharedStore& store) : store_(store) {}
+  Result<Snapshot> load(std::size_t recent_ended) override { return store_.load(recent_ended); }
+  Status apply(const Batch& batch) override { return store_.apply(batch); }
+  Result<std::optional<Lease>> lease(LeaseId id) override { return store_.lease(id); }
+  Result<std::vector<Lease>> ended_leases(const LeaseFilter& filter, const LeasePageSpec& spec) override {
+    return store_.ended_leases(filter, spec);
+  }
+  Status backup(const std::filesystem::path& dest) override { return store_.backup(dest); }
+
+ protected:
+  SharedStore& store_;
+};
+
+// The leader's shared store: a commit that finds the lead lost ("fenced") or the database connection gone
+// ("disconnected") steps down (exit status 3) instead of failing, which would stop the core as a store that
+// cannot write does (abort). A lost connection is no broken store: the session, and with it the lead, is gone, and
+// a standby takes over from what was committed. Every other failure is the core's to handle.
+class LeaderStore final : public SharedStoreUse {
+ public:
+  using SharedStoreUse::SharedStoreUse;
+  Status apply(const Batch& batch) override {
+    Status s = store_.apply(batch);
+    if (!s && (s.error().code == Errc::fenced || s.error().code == Errc::disconnected)) step_down(s.error());
+    return s;
+  }
+};
+
+// A shared store as a standby's view of the pool uses it: reads go to the store; a batch the view's core commits
+// (restoring the pool writes, e.g. live leases' fresh TTLs) is dropped, never written, so the view's changes stay
+// in its memory and the standby never writes the leader's store.
+class ReadOnlyStore final : public SharedStoreUse {
+ public:
+  using SharedStoreUse::SharedStoreUse;
+  Status apply(const Batch&) override { return Status::ok(); }
+  Status backup(const std::filesystem::path&) override { return make_error(Errc::not_leader, "a standby does not back up the store"); }
+};
+
+// The admin reads a standby serves (GET): the admin API over the pool as the store holds it, restored as a
+// takeover would (but with no host attached: every host shows as not connected), loaded again when older than
+// kStandbyViewAge. Never commits: its core's changes stay in memory. Errors: a 503 naming the store's error.
+class StandbyView {
+ public:
+  StandbyView(SharedStore& store, const Config& config) : store_(store), config_(config), reader_(store) {}
+
+  ApiResponse handle(const ApiRequest& request) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!api_ || now - loaded_ > kStandbyViewAge) {
+      api_.reset();
+      metrics_.reset();
+      core_.reset();
+      auto core = PoolCore::create(config_.core, clock_, reader_);
+      if (!core) return AdminApi::error(Errc::store, "standby: cannot read the pool from the store: " + core.error().message);
+      core_ = std::move(*core);
+      metrics_ = std::make_unique<Metrics>(*core_, config_.metrics.max_label_values);
+      api_ = std::make_unique<AdminApi>(*core_, *metrics_, kOpenApiYaml, [] { return false; });
+      api_->set_metrics_token(config_.metrics.token);
+      api_->set_leadership([this] { return store_.leadership(); });
+      loaded_ = now;
+    }
+    return api_->handle(request);
+  }
+
+ private:
+  static constexpr auto kStandbyViewAge = std::chrono::seconds(1);
+  SharedStore& store_;
+  const Config& config_;
+  ReadOnlyStore reader_;
+  SystemClock clock_;
+  std::unique_ptr<PoolCore> core_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AdminApi> api_;
+  std::chrono::steady_clock::time_point loaded_{};
+};
+
+// Blocks until this manager leads the shared store: meanwhile it is a standby, which announces itself, tries to
+// take over every standby_poll_s, says on stderr who leads (once per leader), and on the addresses it will serve
+// once it leads tells clients where the leader is and serves admin reads from the store (StandbyServer,
+// StandbyView; its TLS listeners stay closed). Errors: the
+// store's, or a standby address that cannot be bound.
+Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const Config& config) {
+  const HaConfig& ha = config.ha;
+  asio::io_context ioc(1);
+  StandbyAddresses at;
+  if (!config.guest_tcp.empty()) at.guest_tcp = config.guest_tcp;
+  at.guest_tls = config.guest_tls.enabled();
+  if (!config.guest_unix.empty()) {
+    std::filesystem::path p = config.guest_unix;
+    at.guest_unix = (p.is_relative() ? config.data_dir / p : p).string();
+  }
+  if (!config.agents.listen.empty() && !config.agents.tls.enabled()) at.agents = config.agents.listen.front();
+  if (!config.admin_tls.enabled()) at.admin = config.admin_listen;
+  StandbyView view(store, config);
+  std::unique_ptr<StandbyServer> standby;
   std::uint64_t told = 0;
+  const auto poll = std::chrono::microseconds(static_cast<long>(ha.standby_poll_s * 1e6));
   while (true) {
     auto led = store.try_lead(me, ha.leader_timeout_s);
     if (!led) return led.error();
     if (*led) {
+      // Its listeners close before the leader's bind the same addresses.
+      standby.reset();
+      ioc.restart();
+      ioc.poll();
       log::info("leading the pool", {{"manager", me.name}, {"epoch", store.epoch()}});
       return Status::ok();
     }
     if (auto s = store.announce(me, ha.leader_timeout_s); !s) return s;
-    auto view = store.leadership();
-    if (!view) return view.error();
-    if (view->epoch != told) {
-      told = view->epoch;
-      log::info("standby: another manager leads; taking over when it is gone",
-                {{"manager", me.name}, {"leader", view->leader.name}, {"epoch", view->epoch}, {"leader_admin", view->leader.admin_url}});
+    auto leading = store.leadership();
+    if (!leading) return leading.error();
+    if (!standby) {
+      auto started = StandbyServer::start(ioc, at, me.name, [&view](const ApiRequest& r) { return view.handle(r); });
+      if (!started) return started.error();
+      standby = std::move(*started);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(ha.standby_poll_s * 1e6)));
+    standby->set_leader(*leading);
+    if (leading->epoch != told) {
+      told = leading->epoch;
+      log::info("standby: another manager leads; taking over when it is gone",
+                {{"manager", me.name}, {"leader", leading->leader.name}, {"epoch", leading->epoch}, {"leader_admin", leading->leader.admin_url}});
+    }
+    ioc.restart();
+    ioc.run_for(poll);
   }
 }
 
@@ -185,6 +299,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   // The store first: a store refused (e.g. lost, see --new-store) leaves nothing else created. On a shared
   // (PostgreSQL) store this manager waits as a standby until it leads; then it restores the pool from the store
   // as a restart does (leases continue, each with a fresh TTL).
+  std::unique_ptr<SharedStore> shared_store;  // PostgreSQL: the connection, used through `store` (LeaderStore)
   std::unique_ptr<Store> store;
   SharedStore* shared = nullptr;
   if (config.store_url.empty()) {
@@ -196,8 +311,9 @@ int run_daemon(const Config& given, std::ostream& out) {
     auto opened = open_postgres_store(config.store_url);
     if (!opened) return fail(opened.error().message);
     shared = opened->get();
-    if (auto s = wait_for_leadership(*shared, configured_identity(config), config.ha); !s) return fail(s.error().message);
-    store = std::move(*opened);
+    if (auto s = wait_for_leadership(*shared, configured_identity(config), config); !s) return fail(s.error().message);
+    shared_store = std::move(*opened);
+    store = std::make_unique<LeaderStore>(*shared);
   }
 
   // The bitstream registry: in-process hosts program its images, agents get their sha256, acquires are checked.
@@ -513,11 +629,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     renew_timer.expires_after(std::chrono::microseconds(static_cast<long>(config.ha.leader_timeout_s * 1e6 / 3)));
     renew_timer.async_wait([&](boost::system::error_code ec) {
       if (ec) return;
-      if (auto s = shared->renew(); !s) {
-        log::error("stepping down", {{"error", s.error().message}});
-        log::flush();
-        std::_Exit(kSteppedDownExit);
-      }
+      if (auto s = shared->renew(); !s) step_down(s.error());
       arm_renewal();
     });
   };

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace accelpool::manager {
@@ -82,6 +83,8 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 constexpr const char* kFencedState = "AP001";      // raised by accelpool_fence
 constexpr const char* kLockTimeoutState = "55P03";  // lock_not_available
+constexpr const char* kConnectionExceptionClass = "08";  // connection_exception, connection_failure, ...
+constexpr const char* kServerShutdownClass = "57P";     // admin_shutdown (pg_terminate_backend), crash_shutdown, ...
 // Held (for its transaction) while a manager reads or changes the schema, so managers starting together
 // migrate once.
 constexpr const char* kSchemaLockKey = "7165001";
@@ -146,6 +149,64 @@ struct Statement {
   const char* prepared;
   Params params;
   std::string what;
+};
+
+// The rows one statement writes, as one array literal per column (the text format: {"a","b",NULL}), for the
+// parameters of a statement over unnest. Rows are keyed by their first `key_columns` values: a row whose key came
+// before replaces that one, in its place.
+class ColumnArrays {
+ public:
+  explicit ColumnArrays(std::size_t key_columns) : key_columns_(key_columns) {}
+
+  // Adds `row`; `name` names it in an error ("writing leases 7, 9: ...").
+  void add(Params row, const std::string& name) {
+    std::string key;
+    for (std::size_t c = 0; c < key_columns_; ++c) key += row[c].value_or("") + '\x1f';
+    auto [at, fresh] = index_.try_emplace(std::move(key), rows_.size());
+    if (fresh) {
+      rows_.push_back(std::move(row));
+      names_.push_back(name);
+    } else {
+      rows_[at->second] = std::move(row);
+    }
+  }
+
+  // Appends the statement `prepared` over these rows to `out` (nothing when there are none); its error names
+  // `what` and the first rows.
+  void write(const char* prepared, const std::string& what, std::vector<Statement>& out) const {
+    if (rows_.empty()) return;
+    Params arrays(rows_.front().size(), std::string());
+    for (const auto& row : rows_) {
+      for (std::size_t c = 0; c < row.size(); ++c) append_element(*arrays[c], row[c]);
+    }
+    for (auto& a : arrays) *a = "{" + *a + "}";
+    std::string named = what;
+    for (std::size_t i = 0; i < names_.size() && i < kNamed; ++i) named += (i ? ", " : " ") + names_[i];
+    if (names_.size() > kNamed) named += " and " + std::to_string(names_.size() - kNamed) + " more";
+    out.push_back({prepared, std::move(arrays), std::move(named)});
+  }
+
+ private:
+  static constexpr std::size_t kNamed = 5;
+
+  static void append_element(std::string& array, const std::optional<std::string>& value) {
+    if (!array.empty()) array += ',';
+    if (!value) {
+      array += "NULL";
+      return;
+    }
+    array += '"';
+    for (char ch : *value) {
+      if (ch == '"' || ch == '\\') array += '\\';
+      array += ch;
+    }
+    array += '"';
+  }
+
+  std::size_t key_columns_;
+  std::vector<Params> rows_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, std::size_t> index_;
 };
 
 class PostgresStore final : public SharedStore {
@@ -315,10 +376,24 @@ class PostgresStore final : public SharedStore {
   std::uint64_t epoch() const override { return epoch_; }
 
  private:
+  // The code of a failure whose result carried `sqlstate` ("" for none): "fenced" when this manager lost the
+  // lead, "disconnected" when the connection to the server is gone (the session was ended, the server stopped, the
+  // network broke: whether a commit in flight was committed is unknown), "busy" for a lock not granted in time,
+  // else "store".
+  Errc failure_code(const std::string& sqlstate) const {
+    if (sqlstate == kFencedState) return Errc::fenced;
+    if (sqlstate == kLockTimeoutState) return Errc::busy;
+    if (PQstatus(conn_) == CONNECTION_BAD || sqlstate.starts_with(kConnectionExceptionClass) ||
+        sqlstate.starts_with(kServerShutdownClass)) {
+      return Errc::disconnected;
+    }
+    return Errc::store;
+  }
+  // A failure without a result: libpq's message.
   Error connection_error(const std::string& what) const {
     std::string m = PQerrorMessage(conn_);
     while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-    return make_error(Errc::store, what + ": " + (m.empty() ? "connection lost" : m));
+    return make_error(failure_code(""), what + ": " + (m.empty() ? "connection lost" : m));
   }
 
   // Runs `sql` with `params` outside any pipeline; the result of a command or a query.
@@ -329,9 +404,7 @@ class PostgresStore final : public SharedStore {
                             nullptr, 0));
     if (!r.get()) return connection_error(what);
     if (r.status() != PGRES_COMMAND_OK && r.status() != PGRES_TUPLES_OK) {
-      const std::string state = r.sqlstate();
-      return make_error(state == kFencedState ? Errc::fenced : state == kLockTimeoutState ? Errc::busy : Errc::store,
-                        what + ": " + r.message());
+      return make_error(failure_code(r.sqlstate()), what + ": " + r.message());
     }
     return r;
   }
@@ -381,30 +454,40 @@ class PostgresStore final : public SharedStore {
     return Status::ok();
   }
 
-  // The write statements, prepared once per connection.
+  // The write statements, prepared once per connection. Each upsert writes every row of its table in the batch
+  // at once: its parameters are one array per column (ColumnArrays), read back as rows by unnest.
   Status prepare() {
-    const std::string lease_sql = std::string("INSERT INTO leases(") + kLeaseColumns +
-                                  ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,"
-                                  "$21,$22,$23,$24) ON CONFLICT(id) DO UPDATE SET " +
-                                  lease_update_set();
+    const std::string lease_sql =
+        std::string("INSERT INTO leases(") + kLeaseColumns + ") SELECT * FROM " +
+        unnest({"bigint", "text", "text", "text", "text", "text", "bigint", "double precision", "text",
+                "double precision", "double precision", "double precision", "double precision", "double precision",
+                "double precision", "integer", "integer", "text", "bigint", "bigint", "text", "integer", "text",
+                "text"}) +
+        " ON CONFLICT(id) DO UPDATE SET " + lease_update_set();
     const std::pair<const char*, std::string> statements[] = {
         {"fence", "SELECT accelpool_fence($1::bigint)"},
-        {"meta", "INSERT INTO meta(key, value) VALUES($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"},
+        {"meta", "INSERT INTO meta(key, value) SELECT * FROM " + unnest({"text", "text"}) +
+                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value"},
         {"tenant",
-         "INSERT INTO tenants(name, weight, max_devices, token_hash) VALUES($1, $2, $3, $4) ON CONFLICT(name) DO "
-         "UPDATE SET weight = excluded.weight, max_devices = excluded.max_devices, token_hash = excluded.token_hash"},
-        {"delete_tenant", "DELETE FROM tenants WHERE name = $1"},
+         "INSERT INTO tenants(name, weight, max_devices, token_hash) SELECT * FROM " +
+             unnest({"text", "double precision", "bigint", "text"}) +
+             " ON CONFLICT(name) DO UPDATE SET weight = excluded.weight, max_devices = excluded.max_devices, "
+             "token_hash = excluded.token_hash"},
+        {"delete_tenant", "DELETE FROM tenants WHERE name = ANY($1::text[])"},
         {"device",
-         "INSERT INTO devices(name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id) "
-         "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT(sched_id) DO UPDATE SET name=excluded.name, "
-         "host=excluded.host, local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, "
-         "passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
-         "available=excluded.available"},
+         "INSERT INTO devices(sched_id, name, host, local_id, kind, model, passthrough, loaded, draining, available) "
+         "SELECT * FROM " +
+             unnest({"bigint", "text", "text", "text", "text", "text", "integer", "text", "integer", "integer"}) +
+             " ON CONFLICT(sched_id) DO UPDATE SET name=excluded.name, host=excluded.host, "
+             "local_id=excluded.local_id, kind=excluded.kind, model=excluded.model, passthrough=excluded.passthrough, "
+             "loaded=excluded.loaded, draining=excluded.draining, available=excluded.available"},
         {"lease", lease_sql},
         {"estimate",
          "INSERT INTO estimates(kind, whole_kind, tenant, bitstream, count, label, observations, weights, sums) "
-         "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT(kind, whole_kind, tenant, bitstream, count, label) "
-         "DO UPDATE SET observations = excluded.observations, weights = excluded.weights, sums = excluded.sums"},
+         "SELECT * FROM " +
+             unnest({"text", "integer", "text", "text", "bigint", "text", "bigint", "text", "text"}) +
+             " ON CONFLICT(kind, whole_kind, tenant, bitstream, count, label) DO UPDATE SET "
+             "observations = excluded.observations, weights = excluded.weights, sums = excluded.sums"},
         {"prune",
          "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < $1::double precision AND "
          "id < (SELECT MAX(id) FROM leases)"},
@@ -419,26 +502,46 @@ class PostgresStore final : public SharedStore {
     return Status::ok();
   }
 
-  // The batch as prepared statements, in the order the SQLite store writes it.
+  // "unnest($1::T1[], $2::T2[], ...)": rows whose columns come from one array parameter each, of `types`.
+  static std::string unnest(std::initializer_list<const char*> types) {
+    std::string out = "unnest(";
+    int n = 0;
+    for (const char* t : types) {
+      out += n == 0 ? "$" : ", $";
+      out += std::to_string(++n) + "::" + t + "[]";
+    }
+    return out + ")";
+  }
+
+  // The batch as prepared statements, one per table, in the order the SQLite store writes it. A row whose key
+  // comes again in the batch is written once, as it was last (an upsert may not touch a row twice).
   static void write_statements(const Batch& batch, std::vector<Statement>& out) {
+    ColumnArrays estimates(6);
     for (const auto& e : batch.estimates) {
-      out.push_back({"estimate",
-                     {e.kind, num(e.whole_kind), e.tenant, e.bitstream, num(static_cast<std::int64_t>(e.count)), e.label,
-                      num(static_cast<std::int64_t>(e.observations)), format_numbers(e.weights), format_numbers(e.sums)},
-                     "writing estimates of kind " + e.kind});
+      estimates.add({e.kind, num(e.whole_kind), e.tenant, e.bitstream, num(static_cast<std::int64_t>(e.count)), e.label,
+                     num(static_cast<std::int64_t>(e.observations)), format_numbers(e.weights), format_numbers(e.sums)},
+                    e.kind);
     }
-    for (const auto& [k, v] : batch.meta) out.push_back({"meta", {k, v}, "writing meta " + k});
+    estimates.write("estimate", "writing estimates of kind", out);
+    ColumnArrays meta(1);
+    for (const auto& [k, v] : batch.meta) meta.add({k, v}, k);
+    meta.write("meta", "writing meta", out);
+    ColumnArrays tenants(1);
     for (const auto& t : batch.tenants) {
-      out.push_back({"tenant", {t.name, num(t.weight), num(static_cast<std::int64_t>(t.max_devices)), t.token_hash},
-                     "writing tenant " + t.name});
+      tenants.add({t.name, num(t.weight), num(static_cast<std::int64_t>(t.max_devices)), t.token_hash}, t.name);
     }
-    for (const auto& name : batch.deleted_tenants) out.push_back({"delete_tenant", {name}, "deleting tenant " + name});
+    tenants.write("tenant", "writing tenants", out);
+    ColumnArrays deleted(1);
+    for (const auto& name : batch.deleted_tenants) deleted.add({name}, name);
+    deleted.write("delete_tenant", "deleting tenants", out);
+    ColumnArrays devices(1);
     for (const auto& d : batch.devices) {
-      out.push_back({"device",
-                     {d.name, d.host, d.local_id, d.kind, d.model, num(d.passthrough), d.loaded, num(d.draining),
-                      num(d.available), num(static_cast<std::int64_t>(d.sched_id))},
-                     "writing device " + d.name});
+      devices.add({num(static_cast<std::int64_t>(d.sched_id)), d.name, d.host, d.local_id, d.kind, d.model,
+                   num(d.passthrough), d.loaded, num(d.draining), num(d.available)},
+                  d.name);
     }
+    devices.write("device", "writing devices", out);
+    ColumnArrays leases(1);
     for (const auto& l : batch.leases) {
       Params p = {num(static_cast<std::int64_t>(l.id)), l.tenant, l.guest, l.guest_host, l.kind, l.bitstream,
                   num(static_cast<std::int64_t>(l.count))};
@@ -450,8 +553,9 @@ class PostgresStore final : public SharedStore {
                      grants_text(l.grants), l.label}) {
         p.push_back(std::move(v));
       }
-      out.push_back({"lease", std::move(p), "writing lease " + std::to_string(l.id)});
+      leases.add(std::move(p), std::to_string(l.id));
     }
+    leases.write("lease", "writing leases", out);
     if (batch.prune_ended_before > 0) {
       out.push_back({"prune", {num(batch.prune_ended_before)}, "deleting old ended leases"});
     }
@@ -474,8 +578,7 @@ class PostgresStore final : public SharedStore {
         }
         const auto st = r.status();
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_PIPELINE_ABORTED && !failed) {
-          failed = make_error(r.sqlstate() == kFencedState ? Errc::fenced : Errc::store,
-                              statements[answered].what + ": " + r.message());
+          failed = make_error(failure_code(r.sqlstate()), statements[answered].what + ": " + r.message());
         }
         while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);  // up to the null that ends this statement
       }
@@ -512,7 +615,12 @@ class PostgresStore final : public SharedStore {
       }
     }
     if (PQexitPipelineMode(conn_) != 1 && !failed) failed = connection_error("ending the transaction");
-    if (failed) return *failed;
+    if (failed) {
+      // The server's error may arrive before libpq sees the connection close: a statement that failed as the
+      // session ended is a lost connection too.
+      if (failed->code == Errc::store && PQstatus(conn_) == CONNECTION_BAD) failed->code = Errc::disconnected;
+      return *failed;
+    }
     return Status::ok();
   }
 

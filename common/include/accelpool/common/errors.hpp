@@ -79,6 +79,7 @@ namespace accelpool {
   X(corrupt,             500, -32000) /* stored data that does not parse */                                  \
   X(busy,                500, -32000) /* another process holds the data folder or the lock */                \
   X(fenced,              500, -32000) /* this manager lost the lead and may not write the store */           \
+  X(not_leader,          503, -32000) /* a standby manager: the reply names the leader (docs/ha.md) */      \
   /* the simulator's sweeps */                                                                                \
   X(slurm,               500, -32000) /* submitting a sweep to Slurm failed */                               \
   X(incomplete,          500, -32000) /* a sweep's results are not all there */

@@ -39,7 +39,9 @@ using Seconds = std::chrono::duration<double>;
 // Where the pool is, who we are, and how patient to be.
 struct ClientOptions {
   // tcp://HOST:PORT, tls://HOST:PORT (TCP with TLS), unix:///abs/path, or serial://NAME (the virtio-serial port
-  // whose /sys/class/virtio-ports/*/name is NAME, opened as /dev/<port>).
+  // whose /sys/class/virtio-ports/*/name is NAME, opened as /dev/<port>); or a comma-separated list of them, the
+  // managers of one pool (docs/ha.md): the client connects to the one that leads, trying them in turn from the
+  // last that answered, and follows a standby's answer to the leader's address; on every reconnect too.
   std::string uri;
   // tls://: the PEM CA file that verifies the pool's certificate ("": $ACCELPOOL_POOL_CA, else the system's CAs).
   std::string tls_ca_file;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <sys/types.h>
 
@@ -26,6 +27,11 @@ struct PoolUri {
 // Parses tcp://HOST:PORT, tls://HOST:PORT (TCP with TLS), unix:///PATH (or unix:PATH), serial://NAME. Errors: "invalid_argument" naming the URI
 // and what is wrong with it. Changes nothing.
 Result<PoolUri> parse_pool_uri(const std::string& uri);
+
+// Parses a list of pool URIs separated by commas, the managers of one pool in the order to try them
+// ("unix:///run/a.sock,tcp://h1:7070,tcp://h2:7070"; one URI is a list of one; blanks around entries are
+// ignored). Errors: "invalid_argument" naming the entry that is wrong (as parse_pool_uri), or an empty entry or list.
+Result<std::vector<PoolUri>> parse_pool_uris(const std::string& list);
 
 // Finds the character device of the virtio-serial port named `name`: the entry of `sys_dir`
 // (default /sys/class/virtio-ports) whose `name` file holds it, mapped to `dev_dir`/<entry>. Errors:
@@ -63,7 +69,7 @@ struct SerialDirs {
 // The local guest daemon's socket (accelpool-guestd --listen default).
 inline constexpr const char* kGuestDaemonSocket = "/run/accelpool/guest.sock";
 
-// The pool URI to use when none is given: $ACCELPOOL_POOL when set, else the local guest daemon
+// The pool URI to use when none is given (a list of URIs, see parse_pool_uris): $ACCELPOOL_POOL when set, else the local guest daemon
 // (unix:///run/accelpool/guest.sock) when its socket exists, else tcp://127.0.0.1:7070 (development).
 std::string default_pool_uri();
 

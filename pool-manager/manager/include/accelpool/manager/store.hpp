@@ -101,6 +101,8 @@ struct Leadership {
 // A store several managers share, of which one at a time leads and writes. Every write transaction (apply)
 // first checks that this manager's epoch is still the store's: a manager that lost the leadership (paused past
 // its timeout, cut off) can never write again; its apply fails with "fenced" and changes nothing.
+// A call that finds the connection to the database gone fails with "disconnected" (for an apply: whether its
+// batch was committed is unknown); the connection is not made again, so every later call fails too.
 // All calls on the owner thread (one connection).
 class SharedStore : public Store {
  public:
@@ -134,7 +136,7 @@ class SharedStore : public Store {
 // database has none, upgrades an older one (versioned, in one transaction); refuses a newer one. Every apply is
 // one transaction committed with synchronous_commit on: durable on the server before it returns. backup() is
 // refused (use pg_dump, docs/ha.md). Writes only while leading (try_lead): before that every apply fails with
-// "fenced". Errors: "store" with the server's message.
+// "fenced". Errors: "store" with the server's message, "fenced", "disconnected" (the SharedStore calls above).
 Result<std::unique_ptr<SharedStore>> open_postgres_store(const std::string& url);
 
 }  // namespace accelpool::manager
