@@ -273,3 +273,28 @@ TEST_CASE("a guest's heartbeat, listing and limits cover its own live leases, th
   CHECK(pool.get(other_guest).state != LeaseState::expired);
   check_views();
 }
+
+TEST_CASE("a heartbeat renews expiries in memory and writes nothing, and a restart gives every live lease a fresh TTL",
+          "[core][owner]") {
+  Pool pool(make_devices("fpga", 1));
+  Lease held = pool.acquire("a", "vm1");
+  Lease waiting = pool.acquire("a", "vm1");
+  pool.posts.drain();
+  const Caller vm1 = Caller::direct("a", "vm1");
+  const auto rows = pool.store->lease_rows;
+  pool.clock.advance(20);
+  auto beat = pool.core->heartbeat(vm1, std::nullopt);
+  REQUIRE(beat.is_ok());
+  REQUIRE(beat->size() == 2);
+  CHECK(pool.store->lease_rows == rows);  // 100,000 waiting requests would otherwise be written every heartbeat
+  CHECK(pool.get(held.id).expires_at == Approx(pool.clock.now() + pool.options.lease_ttl_s));
+  pool.clock.advance(pool.options.lease_ttl_s - 1);
+  pool.core->tick();
+  CHECK(pool.get(held.id).state == LeaseState::granted);  // renewed: alive past the first expiry
+  CHECK(pool.get(waiting.id).state == LeaseState::queued);
+
+  pool.restart(make_devices("fpga", 1));
+  CHECK(pool.get(held.id).state == LeaseState::granted);
+  CHECK(pool.get(held.id).expires_at == Approx(pool.clock.now() + pool.options.lease_ttl_s));
+  CHECK(pool.get(waiting.id).state == LeaseState::queued);
+}

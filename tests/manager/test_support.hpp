@@ -69,11 +69,13 @@ struct CountingStore : Store {
   std::unique_ptr<Store> inner;
   std::size_t device_rows = 0;  // device records written
   std::size_t meta_rows = 0;    // meta entries written
+  std::size_t lease_rows = 0;   // lease rows written
   explicit CountingStore(std::unique_ptr<Store> s) : inner(std::move(s)) {}
   Result<Snapshot> load(std::size_t recent_ended) override { return inner->load(recent_ended); }
   Status apply(const Batch& batch) override {
     device_rows += batch.devices.size();
     meta_rows += batch.meta.size();
+    lease_rows += batch.leases.size();
     return inner->apply(batch);
   }
   Result<std::optional<Lease>> lease(LeaseId id) override { return inner->lease(id); }

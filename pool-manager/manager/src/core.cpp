@@ -1341,6 +1341,9 @@ Result<Lease> PoolCore::release(const Caller& caller, LeaseId id) {
   return copy;
 }
 
+// A renewed expiry is kept in memory only: it is not written to the store (nor published), since a restart gives
+// every live lease a fresh TTL anyway; a pool with 100,000 waiting requests would otherwise write each of their
+// rows every heartbeat.
 Result<std::vector<Lease>> PoolCore::heartbeat(const Caller& caller, std::optional<LeaseId> id) {
   auto& m = *impl_;
   double t = m.now();
@@ -1349,13 +1352,11 @@ Result<std::vector<Lease>> PoolCore::heartbeat(const Caller& caller, std::option
     auto l = m.owned(caller, *id);
     if (!l) return l.error();
     m.set_expiry(**l, t + m.options.lease_ttl_s);
-    m.touch(**l);
     out.push_back(**l);
   } else {
     auto renew = [&](Lease& l) {
       if (!caller.owns(l)) return;
       m.set_expiry(l, t + m.options.lease_ttl_s);
-      m.touch(l);
       out.push_back(l);
     };
     if (caller.tenant.empty()) {

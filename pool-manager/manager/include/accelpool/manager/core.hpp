@@ -266,7 +266,8 @@ class PoolCore {
   Result<Lease> cancel(const Caller& caller, LeaseId id);
   // Ends a granted, revoking or queued lease. Errors: "not_found", "invalid_state".
   Result<Lease> release(const Caller& caller, LeaseId id);
-  // Renews the TTL of one lease (id) or of every live lease the caller owns. Errors: "not_found".
+  // Renews the TTL of one lease (id) or of every live lease the caller owns, in memory: nothing is written (a
+  // restart gives every live lease a fresh TTL). Errors: "not_found".
   Result<std::vector<Lease>> heartbeat(const Caller& caller, std::optional<LeaseId> id);
   // Admin revocation: the guest gets the grace period, then the lease ends revoked. Errors: "not_found",
   // "invalid_state".
