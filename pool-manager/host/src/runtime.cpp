@@ -305,7 +305,6 @@ class Runtime final : public HostRuntime {
     slot.kind = slot_kind(device.kind);
     slot.pci_bdf.clear();
     slot.slots = 0;
-    slot.attributes["slot_of"] = device.local_id;
     return slot;
   }
 

@@ -428,13 +428,11 @@ function renderDevices() {
   const filter = $('#device-filter').value.trim().toLowerCase();
   // Without a filter only the page's devices are looked at: a live update on a large pool neither sorts nor scans
   // every device.
-  const names = sortedDeviceNames();
-  const all = filter ? names.map((n) => state.devices.get(n)).filter((d) =>
-    [d.name, d.kind, d.model, d.state, d.loaded].some((v) => (v || '').toLowerCase().includes(filter))) : names;
+  const matches = (d) => [d.name, d.kind, d.model, d.state, d.loaded].some((v) => (v || '').toLowerCase().includes(filter));
+  const all = filter ? sortedDeviceNames().filter((n) => matches(state.devices.get(n))) : sortedDeviceNames();
   const pages = Math.max(1, Math.ceil(all.length / kPageSize));
   devicePage = Math.min(devicePage, pages - 1);
-  const page = all.slice(devicePage * kPageSize, (devicePage + 1) * kPageSize);
-  const shown = filter ? page : page.map((n) => state.devices.get(n));
+  const shown = all.slice(devicePage * kPageSize, (devicePage + 1) * kPageSize).map((n) => state.devices.get(n));
   keepRows($('#devices-table tbody'), shown.map((d) => deviceRow(d, admin)));
   const pager = $('#devices-pager');
   const pagerKey = `${devicePage} ${pages} ${all.length}`;

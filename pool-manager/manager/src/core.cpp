@@ -1468,8 +1468,9 @@ Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePage
   // its own source, and one more shows whether more follow.
   std::map<LeaseId, Lease> merged;
   const std::size_t wanted = spec.limit + 1;
-  auto upto_wanted = [&](std::size_t& taken) {
-    return [&merged, &taken, wanted](const Lease& l) {
+  // Takes leases into `merged` until it has taken `wanted` of one source.
+  auto upto_wanted = [&merged, wanted] {
+    return [&merged, wanted, taken = std::size_t{0}](const Lease& l) mutable {
       merged.insert_or_assign(l.id, l);
       return ++taken < wanted;
     };
@@ -1480,11 +1481,9 @@ Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePage
     auto stored = impl_->store.ended_leases(f, one_more);
     if (!stored) return stored.error();
     for (auto& l : *stored) merged.emplace(l.id, std::move(l));
-    std::size_t from_window = 0;
-    visit_page(impl_->ended, impl_->ended, f, spec, upto_wanted(from_window));
+    visit_page(impl_->ended, impl_->ended, f, spec, upto_wanted());
   }
-  std::size_t from_live = 0;
-  visit_live(impl_->own_leases(f), impl_->live, f, spec, upto_wanted(from_live));
+  visit_live(impl_->own_leases(f), impl_->live, f, spec, upto_wanted());
   LeasePage page;
   auto take = [&](auto first, auto last) {
     for (auto it = first; it != last && page.leases.size() < spec.limit; ++it) page.leases.push_back(std::move(it->second));
