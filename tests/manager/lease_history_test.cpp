@@ -107,6 +107,41 @@ TEST_CASE("leases that end in one group commit all reach the store, whatever the
   CHECK(pool.core->leases_by_state()["granted"] == 0);
 }
 
+TEST_CASE("a commit in flight: leases that end while it is written stay until their own commit is durable",
+          "[core][history][pipeline]") {
+  Pool pool(make_devices("fpga", 5), small_history(2));
+  std::vector<LeaseId> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(pool.acquire("a", "vm" + std::to_string(i)).id);
+  pool.core->set_group_commit(true);
+  REQUIRE(pool.core->release(Caller::admin(), ids[0]).is_ok());
+  PoolCore::Commit first = pool.core->take_commit();
+  REQUIRE(first.batch.leases.size() == 1);
+  REQUIRE(first.events.size() == 1);
+  CHECK_FALSE(pool.core->has_uncommitted());
+  // While the first commit is written, three more leases end: the window of 2 overflows.
+  for (int i = 1; i < 4; ++i) REQUIRE(pool.core->release(Caller::admin(), ids[i]).is_ok());
+  CHECK(pool.log.count(ids[0], LeaseEvent::ended) == 0);  // nobody hears of it before it is durable
+  REQUIRE(pool.store->apply(first.batch).is_ok());
+  pool.core->finish_commit(std::move(first));
+  CHECK(pool.log.count(ids[0], LeaseEvent::ended) == 1);
+  CHECK(pool.log.count(ids[1], LeaseEvent::ended) == 0);
+  // Memory forgot the lease now in the store, not those only the next commit writes.
+  for (int i = 0; i < 4; ++i) {
+    INFO("lease " << ids[i]);
+    CHECK(pool.get(ids[i]).state == LeaseState::released);
+  }
+  PoolCore::Commit second = pool.core->take_commit();
+  CHECK(second.batch.leases.size() == 3);
+  REQUIRE(pool.store->apply(second.batch).is_ok());
+  pool.core->finish_commit(std::move(second));
+  pool.restart(make_devices("fpga", 5));
+  for (int i = 0; i < 4; ++i) {
+    INFO("lease " << ids[i]);
+    CHECK(pool.get(ids[i]).state == LeaseState::released);
+  }
+  CHECK(pool.get(ids[4]).state == LeaseState::granted);
+}
+
 TEST_CASE("listing and lookup read ended leases from the store, page by page", "[core][history]") {
   Pool pool(make_devices("fpga", 3), small_history(2));
   Lease live_a = pool.acquire("a", "vm-live");

@@ -258,9 +258,8 @@ struct PoolCore::Impl {
     return !dirty_leases.empty() || !dirty_devices.empty() || !batch.empty() || !events.empty() || !rotated_tenants.empty();
   }
 
-  // Writes every pending change, then tells the listeners. A store that cannot write leaves the manager unable
-  // to keep its promise of durability: it stops, and a restart resumes from the store.
-  void commit(const std::function<void()>& after_write) {
+  // Every pending change as one commit; none is pending afterwards.
+  PoolCore::Commit take_commit() {
     if (tracking_touched) record_touched();
     for (LeaseId id : dirty_leases) {
       if (const Lease* l = find_any(id)) batch.leases.push_back(*l);
@@ -272,27 +271,30 @@ struct PoolCore::Impl {
     }
     dirty_leases.clear();
     dirty_devices.clear();
-    if (!batch.empty()) {
-      Status s = store.apply(batch);
-      if (!s) {
-        log::error("fatal: cannot write the store", {{"error", s.error().message}});
-        log::flush();
-        std::abort();
-      }
-      batch = Batch{};
-    }
+    return {std::exchange(batch, Batch{}), std::exchange(events, {}), std::exchange(rotated_tenants, {})};
+  }
+
+  // After `c` is durable: memory may forget what the store now holds, and the listeners hear the events.
+  void finish_commit(PoolCore::Commit c) {
     trim_ended();
-    if (after_write) after_write();
-    auto pending = std::move(events);
-    events.clear();
-    for (const auto& [lease, event] : pending) {
+    for (const auto& [lease, event] : c.events) {
       for (auto* l : listeners) l->lease_event(lease, event);
     }
-    auto rotated = std::move(rotated_tenants);
-    rotated_tenants.clear();
-    for (const auto& tenant : rotated) {
+    for (const auto& tenant : c.rotated_tenants) {
       for (auto* l : listeners) l->tenant_token_changed(tenant);
     }
+  }
+
+  // Writes every pending change, then tells the listeners. A store that cannot write leaves the manager unable
+  // to keep its promise of durability: it stops, and a restart resumes from the store.
+  void commit(const std::function<void()>& after_write) {
+    PoolCore::Commit c = take_commit();
+    if (!c.batch.empty()) {
+      Status s = store.apply(c.batch);
+      if (!s) PoolCore::fail_store(s.error());
+    }
+    if (after_write) after_write();
+    finish_commit(std::move(c));
   }
 
   bool tracking_touched = false;
@@ -308,9 +310,9 @@ struct PoolCore::Impl {
   }
 
   // Keeps the `history` most recently ended leases in memory. Only after a commit: an ended lease's last change
-  // must reach the store before memory may forget it.
+  // must reach the store before memory may forget it, so one changed since the last take_commit stays.
   void trim_ended() {
-    while (ended_order.size() > options.history) {
+    while (ended_order.size() > options.history && !dirty_leases.contains(ended_order.front())) {
       ended.erase(ended_order.front());
       ended_order.pop_front();
     }
@@ -1843,6 +1845,16 @@ void PoolCore::set_group_commit(bool on) {
 bool PoolCore::has_uncommitted() const { return impl_->uncommitted(); }
 
 void PoolCore::commit(const std::function<void()>& after_write) { impl_->commit(after_write); }
+
+PoolCore::Commit PoolCore::take_commit() { return impl_->take_commit(); }
+
+void PoolCore::finish_commit(Commit commit) { impl_->finish_commit(std::move(commit)); }
+
+void PoolCore::fail_store(const Error& error) {
+  log::error("fatal: cannot write the store", {{"error", error.message}});
+  log::flush();
+  std::abort();
+}
 
 void PoolCore::track_touched(bool on) {
   impl_->tracking_touched = on;

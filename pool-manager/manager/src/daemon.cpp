@@ -13,6 +13,7 @@
 #include "lease_log.hpp"
 #include "metrics.hpp"
 #include "standby_server.hpp"
+#include "store_writer.hpp"
 
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/common/listener_limits.hpp>
@@ -501,17 +502,68 @@ int run_daemon(const Config& given, std::ostream& out) {
       publish_step();
     });
   };
-  // One transaction for everything handled since the last one, then the held replies, then notifications.
-  bool commit_posted = false;
-  auto commit_all = [&] {
-    bool changed = core->has_uncommitted();
-    core->commit([&] { guests.send_held(); });
+  // Group commit, pipelined: one transaction for everything handled since the last one is written on the store
+  // writer's thread while this thread goes on serving; once it is durable, the replies held for it go out, then
+  // its notifications. At most one transaction is in flight; what is handled meanwhile waits for the next one.
+  StoreWriter writer(*store);
+  struct InFlight {
+    std::uint64_t id = 0;
+    PoolCore::Commit commit;  // without its batch, which the writer has
+    HeldReplies held;
+    PoolCore::Touched touched;
+    bool changed = false;
+  };
+  std::optional<InFlight> in_flight;
+  std::uint64_t commits_started = 0;
+  bool commit_wanted = false;  // a commit was asked for while one was in flight
+  // The transaction in flight is durable: its replies, notifications and the dashboards' view follow.
+  auto complete_commit = [&] {
+    InFlight done = std::move(*in_flight);
+    in_flight.reset();
+    guests.send_held(std::move(done.held));
+    core->finish_commit(std::move(done.commit));
+    events.note(std::move(done.touched));
+    arm();
+    if (done.changed) request_publish();
+  };
+  // Starts a transaction of everything pending (or asks for one after the transaction in flight).
+  auto start_commit = [&] {
+    if (in_flight) {
+      commit_wanted = true;
+      return;
+    }
+    commit_wanted = false;
+    const bool changed = core->has_uncommitted();
+    PoolCore::Commit commit = core->take_commit();
+    Batch batch = std::move(commit.batch);
+    in_flight = InFlight{++commits_started, std::move(commit), guests.take_held(), core->take_touched(), changed};
+    if (batch.empty()) return complete_commit();
+    writer.write(std::move(batch), [&, id = in_flight->id](Status s) {
+      if (!s) PoolCore::fail_store(s.error());  // writer thread: the process ends before anything more is sent
+      asio::post(ioc, [&, id] {
+        if (!in_flight || in_flight->id != id) return;  // commit_now completed it already
+        complete_commit();
+        if (commit_wanted) request_commit();
+      });
+    });
+  };
+  // Everything handled so far durable before this returns, its replies sent (the admin API's writes, startup and
+  // shutdown): waits for the transaction in flight, then writes the rest on this thread.
+  auto commit_now = [&] {
+    if (in_flight) {
+      writer.wait_idle();
+      complete_commit();
+    }
+    const bool changed = core->has_uncommitted();
+    HeldReplies held = guests.take_held();
+    core->commit([&] { guests.send_held(std::move(held)); });
     events.note(core->take_touched());
     arm();
     if (changed) request_publish();
   };
   // Calls the network thread already queued behind the commit join it: under load one transaction (and one
   // write per connection) then covers many calls. Bounded, so a steady stream of calls cannot hold replies back.
+  bool commit_posted = false;
   constexpr int kMaxCommitDeferrals = 4;
   int deferrals = 0;
   std::function<void()> run_commit = [&] {
@@ -522,7 +574,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     }
     deferrals = 0;
     commit_posted = false;
-    commit_all();
+    start_commit();
   };
   request_commit = [&] {
     if (commit_posted) return;
@@ -550,7 +602,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   }
   guests.start();
 
-  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_all(); });
+  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_now(); });
   api.set_catalog(catalog);
   api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
@@ -591,7 +643,7 @@ int run_daemon(const Config& given, std::ostream& out) {
     if (!token) return fail(token.error().message);
     token_lines.push_back("admin token (shown once): " + *token);
   }
-  core->commit();
+  commit_now();
   for (const auto& line : token_lines) out << line << "\n";
 
   std::string admin_url = (*admin_tls ? "https://" : "http://") + admin_ep->first + ":" + std::to_string((*admin)->port());
@@ -656,7 +708,7 @@ int run_daemon(const Config& given, std::ostream& out) {
 #endif
   guests.stop();  // its connections are closed; calls they posted are never run
   // Every state change was already durable when it was reported; closing the store finishes the WAL.
-  core->commit();  // changes from host completions that no reply waited for
+  commit_now();  // changes from host completions that no reply waited for
   request_commit = [] {};
   admin->reset();
   core.reset();  // joins the hosts' workers

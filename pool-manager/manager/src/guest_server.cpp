@@ -24,6 +24,19 @@ using tcp = asio::ip::tcp;
 using unix_stream = asio::local::stream_protocol;
 using tls_stream = asio::ssl::stream<tcp::socket>;
 
+// A connection as the owner thread sees it: something that can be sent lines.
+class GuestConnection {
+ public:
+  virtual ~GuestConnection() = default;
+  // Owner thread. Queues a line; lines queued in one turn of the owner's loop leave in one write.
+  virtual void send(std::string line) = 0;
+  // Owner thread. Sends a reply that waited for its commit (see GuestServer::take_held).
+  virtual void send_held(std::string line) = 0;
+  // Owner thread. Ends the session: nothing more is handled; `line` (an error saying why) is sent after the
+  // replies already owed, then the connection closes.
+  virtual void end_session(std::string line) = 0;
+};
+
 namespace {
 
 // A guest whose replies and notifications pile up unwritten (it reads slower than it sends) stops being read while
@@ -34,18 +47,6 @@ constexpr std::size_t kMaxQueuedBytes = 64 * 1024 * 1024;
 // A guest that sends faster than the owner handles its calls stops being read while this much waits.
 constexpr std::size_t kMaxBacklogBytes = 1024 * 1024;
 
-// A connection as the owner thread sees it: something that can be sent lines.
-class GuestConnection {
- public:
-  virtual ~GuestConnection() = default;
-  // Owner thread. Queues a line; lines queued in one turn of the owner's loop leave in one write.
-  virtual void send(std::string line) = 0;
-  // Owner thread. Sends a reply that waited for its commit (see GuestServer::send_held).
-  virtual void send_held(std::string line) = 0;
-  // Owner thread. Ends the session: nothing more is handled; `line` (an error saying why) is sent after the
-  // replies already owed, then the connection closes.
-  virtual void end_session(std::string line) = 0;
-};
 
 // Routes lease events to the connections of the lease's guest. Owner thread only.
 class GuestHub final : public CoreListener {
@@ -123,7 +124,7 @@ struct GuestServer::Impl {
 
   // Owner thread.
   GuestHub hub;
-  std::vector<std::pair<std::weak_ptr<GuestConnection>, std::string>> held;  // replies waiting for the commit
+  HeldReplies held;  // replies waiting for a commit, not taken yet
   std::function<void()> request_commit = [] {};
 
   // Socket side: the connections, so that stop() can destroy their sockets before the io_context they live on
@@ -446,9 +447,9 @@ void GuestServer::set_commit_request(std::function<void()> request) { impl_->req
 
 std::size_t GuestServer::calls_waiting() const { return impl_->batches_waiting.load(std::memory_order_relaxed); }
 
-void GuestServer::send_held() {
-  auto held = std::move(impl_->held);
-  impl_->held.clear();
+HeldReplies GuestServer::take_held() { return std::exchange(impl_->held, {}); }
+
+void GuestServer::send_held(HeldReplies held) {
   for (auto& [weak, line] : held) {
     if (auto c = weak.lock()) c->send_held(std::move(line));
   }

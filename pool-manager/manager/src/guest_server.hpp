@@ -22,8 +22,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace accelpool::manager {
+
+class GuestConnection;  // one guest's connection, as the owner thread sees it
+// Replies held for a commit, in the order their calls were handled: each for its connection, if still open.
+using HeldReplies = std::vector<std::pair<std::weak_ptr<GuestConnection>, std::string>>;
 
 struct GuestServerOptions {
   std::size_t max_connections = 1024;                  // further connections are closed at once (see below)
@@ -47,10 +53,12 @@ class GuestServer {
   CoreListener& hub();
 
   // Group commit, which the core must have on (PoolCore::set_group_commit): a reply is held until the change
-  // it reports is durable. The server calls `request` (owner thread) after each batch of calls it handled, and
-  // the owner calls send_held() inside the commit, before the notifications of the same commit go out.
+  // it reports is durable. The server calls `request` (owner thread) after each batch of calls it handled. The
+  // owner takes the replies held so far when it takes the core's pending changes (PoolCore::take_commit), and
+  // sends them once those are durable, before the notifications of the same commit go out.
   void set_commit_request(std::function<void()> request);
-  void send_held();
+  HeldReplies take_held();
+  void send_held(HeldReplies replies);
   // How many batches of received calls wait in the owner's queue (any thread; a snapshot).
   std::size_t calls_waiting() const;
 

@@ -7,10 +7,12 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -224,6 +226,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Result<Snapshot> load(std::size_t recent_ended) override {
+    std::lock_guard lock(mu_);
     // One snapshot of the whole database: what a concurrent leader commits meanwhile is all in or all out.
     if (auto s = command("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}, "reading the store"); !s) return s.error();
     auto snap = read_snapshot(recent_ended);
@@ -232,6 +235,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Result<std::optional<Lease>> lease(LeaseId id) override {
+    std::lock_guard lock(mu_);
     auto r = query(std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE id = $1::bigint",
                    {num(static_cast<std::int64_t>(id))}, "reading lease " + std::to_string(id));
     if (!r) return r.error();
@@ -242,6 +246,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Result<std::vector<Lease>> ended_leases(const LeaseFilter& f, const LeasePageSpec& spec) override {
+    std::lock_guard lock(mu_);
     std::vector<Lease> out;
     if (f.state && !is_terminal(*f.state)) return out;
     // Walks the primary key from the cursor; each filter is a no-op when its parameter is NULL. A device matches
@@ -278,21 +283,24 @@ class PostgresStore final : public SharedStore {
   }
 
   Status apply(const Batch& batch) override {
+    std::lock_guard lock(mu_);
     if (batch.empty()) return Status::ok();
     if (epoch_ == 0) return make_error(Errc::fenced, "fenced: this manager does not lead, it may not write the store");
     std::vector<Statement> statements;
-    statements.push_back({"fence", {num(static_cast<std::int64_t>(epoch_))}, "checking the leader's epoch"});
+    statements.push_back({"fence", {num(static_cast<std::int64_t>(epoch_.load()))}, "checking the leader's epoch"});
     write_statements(batch, statements);
     return run_transaction(statements);
   }
 
   Status backup(const std::filesystem::path& dest) override {
+    std::lock_guard lock(mu_);
     return make_error(Errc::store, "cannot back up a PostgreSQL store to " + dest.string() +
                                    ": back it up with PostgreSQL's own tools (pg_dump, or pg_basebackup with WAL "
                                    "archiving; docs/ha.md)");
   }
 
   Result<bool> try_lead(const ManagerInfo& me, double timeout_s) override {
+    std::lock_guard lock(mu_);
     if (epoch_ != 0) return true;
     if (auto s = command("BEGIN", {}, "taking the lead"); !s) return s.error();
     // A leader that stopped renewing may still hold its session (a paused process). When that session is inside
@@ -318,19 +326,21 @@ class PostgresStore final : public SharedStore {
     if (!r) return abandon(r.error());
     if (auto s = command("COMMIT", {}, "taking the lead"); !s) return s.error();
     if (r->rows() == 0) return false;
-    epoch_ = static_cast<std::uint64_t>(PgRow{r->get(), 0}.integer(0));
+    epoch_.store(static_cast<std::uint64_t>(PgRow{r->get(), 0}.integer(0)));
     return true;
   }
 
   Status renew() override {
+    std::lock_guard lock(mu_);
     if (epoch_ == 0) return make_error(Errc::fenced, "fenced: this manager does not lead");
-    return run_transaction({{"fence", {num(static_cast<std::int64_t>(epoch_))}, "renewing the lead"}});
+    return run_transaction({{"fence", {num(static_cast<std::int64_t>(epoch_.load()))}, "renewing the lead"}});
   }
 
   Status publish(const ManagerInfo& me) override {
+    std::lock_guard lock(mu_);
     auto r = query("UPDATE leader SET name = $1, admin_url = $2, guest_tcp = $3, agents = $4 WHERE id = 1 AND "
                    "epoch = $5::bigint",
-                   {me.name, me.admin_url, me.guest_tcp, me.agents, num(static_cast<std::int64_t>(epoch_))},
+                   {me.name, me.admin_url, me.guest_tcp, me.agents, num(static_cast<std::int64_t>(epoch_.load()))},
                    "publishing the leader's addresses");
     if (!r) return r.error();
     if (std::strcmp(PQcmdTuples(r->get()), "1") != 0) {
@@ -340,6 +350,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Status announce(const ManagerInfo& me, double timeout_s) override {
+    std::lock_guard lock(mu_);
     return command(
         "INSERT INTO managers VALUES ($1, $2, $3, $4, clock_timestamp(), $5::double precision) ON CONFLICT (name) "
         "DO UPDATE SET admin_url = excluded.admin_url, guest_tcp = excluded.guest_tcp, agents = excluded.agents, "
@@ -348,6 +359,7 @@ class PostgresStore final : public SharedStore {
   }
 
   Result<Leadership> leadership() override {
+    std::lock_guard lock(mu_);
     auto r = query(
         "SELECT epoch, name, admin_url, guest_tcp, agents, extract(epoch FROM since), extract(epoch FROM renewed_at) "
         "FROM leader WHERE id = 1",
@@ -373,7 +385,7 @@ class PostgresStore final : public SharedStore {
     return out;
   }
 
-  std::uint64_t epoch() const override { return epoch_; }
+  std::uint64_t epoch() const override { return epoch_.load(); }
 
  private:
   // The code of a failure whose result carried `sqlstate` ("" for none): "fenced" when this manager lost the
@@ -676,8 +688,10 @@ class PostgresStore final : public SharedStore {
     return snap;
   }
 
+  std::mutex mu_;  // every call holds it: the Store contract lets calls come from several threads
   PGconn* conn_;
-  std::uint64_t epoch_ = 0;  // the epoch this manager leads with; 0 while it does not
+  // The epoch this manager leads with; 0 while it does not. Written under mu_ (try_lead), read by epoch() too.
+  std::atomic<std::uint64_t> epoch_ = 0;
 };
 
 }  // namespace

@@ -312,6 +312,7 @@ class SqliteStore final : public Store {
   }
 
   Result<Snapshot> load(std::size_t recent_ended) override {
+    std::lock_guard lock(mu_);
     Snapshot snap;
     {
       const std::string sql = std::string("SELECT ") + kEstimateColumns +
@@ -371,6 +372,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<Lease>> lease(LeaseId id) override {
+    std::lock_guard lock(mu_);
     const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE id = ?1";
     Stmt s(db_, sql.c_str());
     if (!s.ok()) return db_error(db_, "reading lease " + std::to_string(id));
@@ -382,6 +384,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<Lease>> ended_leases(const LeaseFilter& f, const LeasePageSpec& spec) override {
+    std::lock_guard lock(mu_);
     std::vector<Lease> out;
     if (f.state && !is_terminal(*f.state)) return out;
     // Walks the primary key from the cursor; each filter is a no-op when its parameter is NULL. A device matches
@@ -418,6 +421,7 @@ class SqliteStore final : public Store {
   }
 
   Status apply(const Batch& batch) override {
+    std::lock_guard lock(mu_);
     if (batch.empty()) return Status::ok();
     if (!prepared_) {
       if (auto s = prepare(); !s) return s;
@@ -432,6 +436,7 @@ class SqliteStore final : public Store {
   }
 
   Status backup(const std::filesystem::path& dest) override {
+    std::lock_guard lock(mu_);
     sqlite3* out = nullptr;
     if (sqlite3_open(dest.c_str(), &out) != SQLITE_OK) {
       Error e = db_error(out, "opening backup file " + dest.string());
@@ -564,6 +569,7 @@ class SqliteStore final : public Store {
 
   sqlite3* db_;
   Checkpointer checkpointer_;
+  std::mutex mu_;  // every call holds it: the Store contract lets calls come from several threads
   bool prepared_ = false;
   std::unique_ptr<Stmt> meta_, tenant_, delete_tenant_, device_, lease_, prune_, begin_, commit_, rollback_, estimate_;
 };

@@ -359,6 +359,23 @@ class PoolCore {
   // tells the listeners about the events. A store that cannot write ends the process (see flush in core.cpp).
   void commit(const std::function<void()>& after_write = {});
 
+  // Group commit in two steps, for a caller that makes the batch durable on another thread while the core goes
+  // on serving (the daemon's StoreWriter): take_commit() hands over every pending change as one Commit and leaves
+  // none pending; once its batch is durable (Store::apply succeeded), finish_commit() lets memory forget what the
+  // store now holds and tells the listeners about its events. A reply built before take_commit may be sent once
+  // the batch is durable; one built after it waits for the next commit. At most one commit may be taken and not
+  // finished, and commit() must not be called meanwhile.
+  struct Commit {
+    Batch batch;
+    std::vector<std::pair<Lease, LeaseEvent>> events;
+    std::vector<std::string> rotated_tenants;
+  };
+  Commit take_commit();
+  void finish_commit(Commit commit);
+  // What the core does when a batch cannot be made durable: it cannot keep its promise of durability, so it logs
+  // the store's error and ends the process (a restart resumes from the store).
+  [[noreturn]] static void fail_store(const Error& error);
+
   // What commits changed, for the dashboards' live view (event_stream.cpp), which re-reads only these: the
   // devices and leases each commit wrote, and the hosts whose loss, return or draining it wrote. A device's
   // derived view (its lease, a lost host's availability) changes with the lease or host named here, not always

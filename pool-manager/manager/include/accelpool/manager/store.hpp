@@ -42,6 +42,8 @@ struct Batch {
   }
 };
 
+// Calls may come from several threads (the daemon writes batches on a thread of its own, StoreWriter, while its
+// owner thread reads): they are serialized, one at a time on the store's one connection.
 class Store {
  public:
   virtual ~Store() = default;
@@ -50,8 +52,8 @@ class Store {
   // leases come back. Errors: "store" with the database's message.
   virtual Result<Snapshot> load(std::size_t recent_ended) = 0;
 
-  // Makes the batch durable before returning (a process crash right after loses nothing). Called on the owner
-  // thread before every reply that reports the change. Errors: "store"; then nothing of the batch was applied.
+  // Makes the batch durable before returning (a process crash right after loses nothing). Called before every
+  // reply that reports the change is sent. Errors: "store"; then nothing of the batch was applied.
   virtual Status apply(const Batch& batch) = 0;
 
   // One lease by id, live or ended; empty when the store has none. Errors: "store", "corrupt".
@@ -103,7 +105,7 @@ struct Leadership {
 // its timeout, cut off) can never write again; its apply fails with "fenced" and changes nothing.
 // A call that finds the connection to the database gone fails with "disconnected" (for an apply: whether its
 // batch was committed is unknown); the connection is not made again, so every later call fails too.
-// All calls on the owner thread (one connection).
+// Calls are serialized (one connection), as for every Store.
 class SharedStore : public Store {
  public:
   // One attempt to lead: succeeds when nobody leads, when the leader's database session is gone (its process
