@@ -502,10 +502,12 @@ int run_daemon(const Config& given, std::ostream& out) {
       publish_step();
     });
   };
-  // Group commit, pipelined: one transaction for everything handled since the last one is written on the store
-  // writer's thread while this thread goes on serving; once it is durable, the replies held for it go out, then
-  // its notifications. At most one transaction is in flight; what is handled meanwhile waits for the next one.
+  // Group commit, pipelined: one transaction for everything handled since the last one, written here when the
+  // store writes quickly, else on the store writer's thread while this thread goes on serving (StoreWriter); once
+  // it is durable, the replies held for it go out, then its notifications. At most one transaction is in flight;
+  // what is handled meanwhile waits for the next one.
   StoreWriter writer(*store);
+  const auto owner_thread = std::this_thread::get_id();
   struct InFlight {
     std::uint64_t id = 0;
     PoolCore::Commit commit;  // without its batch, which the writer has
@@ -539,7 +541,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     in_flight = InFlight{++commits_started, std::move(commit), guests.take_held(), core->take_touched(), changed};
     if (batch.empty()) return complete_commit();
     writer.write(std::move(batch), [&, id = in_flight->id](Status s) {
-      if (!s) PoolCore::fail_store(s.error());  // writer thread: the process ends before anything more is sent
+      if (!s) PoolCore::fail_store(s.error());  // the process ends before anything more is sent
+      if (std::this_thread::get_id() == owner_thread) return complete_commit();  // written here
       asio::post(ioc, [&, id] {
         if (!in_flight || in_flight->id != id) return;  // commit_now completed it already
         complete_commit();
