@@ -6,7 +6,8 @@
 
 const $ = (sel) => document.querySelector(sel);
 const kPageSize = 100;           // table rows drawn at once (devices, queue): paged, however large the pool
-const kQueueReadMs = 5000;       // least time between two reads of the queue's shown page (GET /v1/queue)
+const kQueueReadMs = 5000;       // least time between two reads of the queue's shown page (GET /v1/queue)...
+const kQueueReadShare = 50;      // ...and at least this many times as long as the last read took
 const kSampleMs = 2000;          // chart sampling period
 const kRenderGapMs = 250;        // least time between two redraws of the live views
 const kSamples = 300;            // chart history kept (10 minutes)
@@ -24,7 +25,8 @@ let view = 'overview';
 let devicePage = 0;
 // The queue view's page. `cursor`: the index of its first entry in the viewer's queue (the whole queue for an
 // admin, its own entries for a tenant). `read`: the last page GET /v1/queue answered ({cursor, entries, total, at}).
-const queueView = { cursor: 0, read: null, reading: false, readAt: -Infinity };
+// `readAt`, `gapMs`: when the last read ended, and how long after it the next may start.
+const queueView = { cursor: 0, read: null, reading: false, readAt: -Infinity, gapMs: kQueueReadMs };
 let historyCursor = null;
 const samples = [];
 let chartGroup = 'all';           // whose wait and JCT the charts show: 'all', 'tenant NAME' or 'bitstream NAME'
@@ -58,7 +60,7 @@ function signOut() {
   if (stream) stream.abort();
   stream = null;
   state.devices.clear(); deviceNames = null; deviceRows.clear(); hostRows.clear(); state.hosts.clear(); state.leases.clear(); state.queue = []; state.recent = [];
-  Object.assign(queueView, { cursor: 0, read: null, readAt: -Infinity });
+  Object.assign(queueView, { cursor: 0, read: null, readAt: -Infinity, gapMs: kQueueReadMs });
   samples.length = 0;
   for (const body of document.querySelectorAll('tbody')) body.replaceChildren();  // nothing of this viewer stays
   $('#chart-group').replaceChildren(el('option', { value: 'all' }, 'the whole pool'));
@@ -451,9 +453,11 @@ function renderDevices() {
 
 // Where the queue view's rows come from. The stream carries the queue's head live: an admin's first page always,
 // a tenant's first page when its entries there fill the page or are all it has (the stream looks for them among the
-// queue's first 2,000 only). Every other page is read from GET /v1/queue when it is shown, then again at most every
-// kQueueReadMs while the view shows it (a tenant's first page too, for its total), so paging costs the manager a
-// page's read every few seconds at most, and the table never holds more than a page.
+// queue's first 2,000 only). Every other page is read from GET /v1/queue when it is shown, then again while the view
+// shows it (a tenant's first page too, for its total), at most every kQueueReadMs and never sooner than
+// kQueueReadShare times the last read's duration after it: a page left open takes at most 1/kQueueReadShare of the
+// manager's time (a page deep in a queue of 100,000 takes it 30-130 ms to answer, a tenant's 0.2-0.5 s:
+// docs/dashboard.md), and the table never holds more than a page.
 function queueIsLive() {
   if (queueView.cursor !== 0) return false;
   return role === 'admin' || state.queue.length >= Math.min(kPageSize, queueTotal());
@@ -468,13 +472,15 @@ function queueTotal() {
 // Reads the page at the view's cursor, unless one was read less than kQueueReadMs ago (`atOnce`: read now). One read
 // at a time; an answer for another viewer is dropped, and one for another cursor is followed by a read of the new.
 async function readQueuePage(atOnce) {
-  if (queueView.reading || (!atOnce && performance.now() - queueView.readAt < kQueueReadMs)) return;
+  if (queueView.reading || (!atOnce && performance.now() - queueView.readAt < queueView.gapMs)) return;
   const asked = { token, cursor: queueView.cursor };
   queueView.reading = true;
+  const start = performance.now();
   const page = await call('GET', `/v1/queue?limit=${kPageSize}&cursor=${asked.cursor}`);
   queueView.reading = false;
   if (token !== asked.token) return;
   queueView.readAt = performance.now();
+  queueView.gapMs = Math.max(kQueueReadMs, kQueueReadShare * (queueView.readAt - start));
   if (queueView.cursor !== asked.cursor) return readQueuePage(true);
   if (!page) return;  // call() said why in the status line; read again later
   queueView.read = { cursor: asked.cursor, entries: page.queue, total: page.total, at: new Date() };
