@@ -3,16 +3,18 @@
 // while --clients guests cycle acquire+release as fast as the manager answers. It reports
 //   - how long the page takes, after sign-in, to show the whole pool;
 //   - how long each view takes to draw after its tab is clicked (to the second frame after the click);
+//   - how long the queue view takes to show its last page after a position is entered, and what GET /v1/queue
+//     costs for a page at the queue's head and at its end, with the admin's token and with the tenant's;
 //   - the page's long tasks (main thread busy > 50 ms) while it follows the live stream;
-//   - the guests' cycles/s and round trips, and the manager's CPU per cycle, with no page open, then with one page,
-//     then with --pages pages watching.
+//   - the guests' cycles/s and round trips, and the manager's CPU per cycle, with no page open, then with one page
+//     on the queue's last page (read again every 5 s), then with one page, then with --pages pages watching.
 // Usage: node --experimental-websocket dashboard_bench.mjs --manager BIN --work DIR [--devices 10000]
 //        [--waiting 100000] [--clients 4] [--seconds 10] [--pages 10] [--chromium BIN]
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 
 import { Cdp, closeBrowser, findChromium, launchChromium, openPage } from '../support/chromium.mjs';
+import { Guest } from '../support/guest_client.mjs';
 import { request, startManager, waiter } from '../support/manager_process.mjs';
 
 const args = Object.fromEntries(
@@ -52,51 +54,13 @@ const admin = started.tokenOf('admin token');
 const token = started.tokenOf('guest token for tenant t');
 const guestPort = Number(started.endpoints.guest_tcp.split(':').pop());
 
-// A guest connection: call() sends one request and resolves with its reply (notifications are skipped).
-class Guest {
-  constructor() {
-    this.next = 1;
-    this.waiting = new Map();
-    this.buffer = '';
-  }
-  async connect(name) {
-    this.socket = net.connect(guestPort, '127.0.0.1');
-    this.socket.setNoDelay(true);
-    this.socket.on('data', (d) => {
-      this.buffer += d.toString();
-      let nl;
-      while ((nl = this.buffer.indexOf('\n')) >= 0) {
-        const msg = JSON.parse(this.buffer.slice(0, nl));
-        this.buffer = this.buffer.slice(nl + 1);
-        if (msg.id !== undefined && this.waiting.has(msg.id)) {
-          this.waiting.get(msg.id)(msg);
-          this.waiting.delete(msg.id);
-        }
-      }
-    });
-    this.socket.on('error', (e) => { if (!stopping) fail(`guest ${name}: ${e.message}`); });
-    await new Promise((r) => this.socket.once('connect', r));
-    const hello = await this.call('hello', { protocol: 1, token, guest: name });
-    if (!hello.result) fail(`hello of ${name}: ${JSON.stringify(hello)}`);
-  }
-  call(method, params) {
-    const id = this.next++;
-    return new Promise((resolve) => {
-      this.waiting.set(id, resolve);
-      this.socket.write(`${JSON.stringify({ jsonrpc: '2.0', id, method, params })}\n`);
-    });
-  }
-}
-
-const holder = new Guest();
-await holder.connect('holder');
+const holder = await Guest.connect(guestPort, token, 'holder');
 const held = await holder.call('acquire', { kind: 'held' });
 if (held.result?.lease?.state !== 'granted') fail(`the held device was not granted: ${JSON.stringify(held)}`);
 let t0 = performance.now();
 const waiters = [];
 for (let g = 0; g * kPerGuest < waiting; g++) {
-  const guest = new Guest();
-  await guest.connect(`waiting-${g}`);
+  const guest = await Guest.connect(guestPort, token, `waiting-${g}`);
   const n = Math.min(kPerGuest, waiting - g * kPerGuest);
   waiters.push(Promise.all(Array.from({ length: n }, () => guest.call('acquire', { kind: 'held' }))));
 }
@@ -111,9 +75,7 @@ function managerCpuSeconds() {
 }
 const cyclers = [];
 for (let c = 0; c < clients; c++) {
-  const g = new Guest();
-  await g.connect(`cycle-${c}`);
-  cyclers.push(g);
+  cyclers.push(await Guest.connect(guestPort, token, `cycle-${c}`));
 }
 async function cycleFor(what) {
   const trips = [];
@@ -178,6 +140,33 @@ for (const view of ['overview', 'queue', 'leases', 'devices', 'overview', 'devic
 const shownRows = await first.evaluate(`document.querySelectorAll('#devices-table tr[data-device]').length`);
 say(`views drawn after a click (to the second frame): ${viewMs.map(([v, ms]) => `${v} ${ms.toFixed(0)} ms`).join(', ')} ` +
     `(the devices table draws ${shownRows} rows a page)`);
+
+// The queue's last page: entered as a position on the page, and GET /v1/queue's own time for it and for the head.
+const kQueuePage = 100;
+const lastPage = Math.max(1, queued.length - kQueuePage + 1);
+const pagedMs = await first.evaluate(`new Promise((resolve) => {
+  document.querySelector('#tab-queue').click();
+  const start = performance.now();
+  document.querySelector('#queue-at').value = '${lastPage}';
+  document.querySelector('#queue-jump').requestSubmit();
+  const shown = () => (document.querySelector('#queue-table tr[data-position="${lastPage}"]') ? resolve(performance.now() - start)
+                                                                                              : requestAnimationFrame(shown));
+  shown(); })`);
+async function queueReadMs(who, cursor) {
+  const times = [];
+  for (let i = 0; i < 5; i++) {
+    const start = performance.now();
+    const r = await request(started.adminPort, 'GET', `/v1/queue?limit=${kQueuePage}&cursor=${cursor}`, { token: who });
+    if (r.status !== 200 || r.json.queue.length === 0) fail(`GET /v1/queue?cursor=${cursor}: ${r.status} ${r.body.slice(0, 300)}`);
+    times.push(performance.now() - start);
+  }
+  return times.sort((a, b) => a - b)[2].toFixed(1);
+}
+say(`the queue's last page (position ${lastPage} entered) shown in ${pagedMs.toFixed(0)} ms; GET /v1/queue?limit=${kQueuePage} ` +
+    `(p50 of 5), first / last page: admin ${await queueReadMs(admin, 0)} / ${await queueReadMs(admin, lastPage - 1)} ms, ` +
+    `tenant t (its own ${queued.length}) ${await queueReadMs(token, 0)} / ${await queueReadMs(token, lastPage - 1)} ms`);
+await cycleFor('one page on the queue\'s last page');
+await first.evaluate(`document.querySelector('#tab-devices').click() ?? true`);  // back to the busiest live view
 
 // The page's main thread while `work` runs: its long tasks, and where its time went (Chromium's own counters).
 async function longTasksDuring(p, what, work) {

@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 import { Cdp, closeBrowser, findChromium, launchChromium, openPage } from '../support/chromium.mjs';
+import { Guest } from '../support/guest_client.mjs';
 import { deadline, loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
 
 const args = Object.fromEntries(
@@ -24,6 +25,10 @@ for (const key of ['manager', 'agent', 'run', 'work']) {
 }
 const kHungAfterMs = 120000;
 const kAgentToken = 'dashboard-agent-token-0123456789';
+const kTtlS = 60;      // [leases] ttl_s: guests heartbeat at least every third of it
+const kFiller = 2000;  // requests tenant u queues first in part 4b: as many as the stream looks through for a tenant's
+const kQueued = 130;   // requests each of t and u queue then, in turns
+const kPageRows = 100; // the queue view's rows a page
 const children = [];
 let stopping = false;
 process.on('exit', () => children.forEach((c) => c.kill('SIGKILL')));
@@ -50,7 +55,7 @@ const managerData = path.join(args.work, 'manager');
 const started = await startManager({
   bin: args.manager, work: args.work, dataDir: managerData, eventually, fail,
   config: loopbackConfig({ agentToken: kAgentToken, kind: 'asic', count: 1, tenants: ['t', 'u'],
-                           leases: 'ttl_s = 60\nrevoke_grace_s = 5\n' }),
+                           leases: `ttl_s = ${kTtlS}\nrevoke_grace_s = 5\n` }),
   onExit: (code, text) => { if (!stopping) fail(`accelpool-manager exited (${code}):\n${text}`); },
 });
 const manager = started.process;
@@ -216,6 +221,60 @@ await submit('#history-form');
 await waitPage('the paged history lists both ended leases', `!!document.querySelector('#history-table tr[data-lease="${leaseA}"]') &&
   !!document.querySelector('#history-table tr[data-lease="${leaseB}"]')`);
 
+// --- 4b. A queue longer than a page, paged on the page -------------------------------------------------------------
+// Through the real guest protocol: tenant u's guest holds the static host's one asic; two guests of u ask for it
+// kFiller times ([leases] max_per_guest is 1,000); then a guest of t and one of u ask kQueued times each, in turns
+// (t's and u's alternate at the queue's end). 2,260 requests wait: far more than a page (100 rows) and than the
+// stream carries (200), and all of t's lie past the 2,000 the stream looks through for a tenant's entries, so t's
+// pages (part 7) come from GET /v1/queue, its first one included.
+const guestPort = Number(endpoints.guest_tcp.split(':').pop());
+const asicHolder = await Guest.connect(guestPort, tenantU, 'asic-holder');
+if ((await asicHolder.lease('acquire', { kind: 'asic' })).state !== 'granted') fail('the asic was not granted to its holder');
+const fillers = [await Guest.connect(guestPort, tenantU, 'fill-1'), await Guest.connect(guestPort, tenantU, 'fill-2')];
+const queuedLeases = await Promise.all(fillers.flatMap((g) => Array.from({ length: kFiller / 2 }, () => g.lease('acquire', { kind: 'asic' }))));
+const queuers = [await Guest.connect(guestPort, tenantT, 'queue-t'), await Guest.connect(guestPort, tenantU, 'queue-u')];
+for (let i = 0; i < 2 * kQueued; i++) queuedLeases.push(await queuers[i % 2].lease('acquire', { kind: 'asic' }));
+if (queuedLeases.some((l) => l.state !== 'queued')) fail(`a request for the held asic was not queued: ${JSON.stringify(queuedLeases.find((l) => l.state !== 'queued'))}`);
+for (const g of [asicHolder, ...fillers, ...queuers]) g.keepAlive((kTtlS / 4) * 1000);
+const waiting = queuedLeases.length;
+
+// The queue's rows on the page as [position, lease id], and GET /v1/queue's answer to `token` for `cursor` alike.
+const shownQueue = () => evaluate(`[...document.querySelectorAll('#queue-table tr[data-lease]')].map((r) => [Number(r.dataset.position), Number(r.dataset.lease)])`);
+async function apiQueue(token, cursor) {
+  const r = await request(adminPort, 'GET', `/v1/queue?limit=${kPageRows}&cursor=${cursor}`, { token });
+  if (r.status !== 200) fail(`GET /v1/queue?cursor=${cursor} answered ${r.status}: ${r.body}`);
+  return r.json.queue.map((e) => [e.position, e.id]);
+}
+// Waits until the page shows exactly what GET /v1/queue answers `token` for `cursor` (the page reads its page again
+// every few seconds, and the policy's order may move between two reads); returns those rows.
+const pageShowsQueue = (what, token, cursor) => eventually(what, async () => {
+  const shown = await shownQueue();
+  return shown.length > 0 && JSON.stringify(shown) === JSON.stringify(await apiQueue(token, cursor)) ? shown : null;
+});
+const positionsFrom = (rows, first) => rows.every(([position], i) => position === first + i);
+await click('#tab-queue');
+const firstPage = await pageShowsQueue('the queue\'s first page shows GET /v1/queue\'s first entries', admin, 0);
+if (firstPage.length !== kPageRows || !positionsFrom(firstPage, 1)) fail(`the first page shows ${JSON.stringify(firstPage)}`);
+// The next page with the keyboard only.
+await evaluate(`document.activeElement?.blur() ?? true`);
+await tabTo('#queue-next');
+await press('Enter');
+const secondPage = await pageShowsQueue('the second page shows GET /v1/queue\'s answer for cursor 100', admin, kPageRows);
+if (secondPage.length !== kPageRows || !positionsFrom(secondPage, kPageRows + 1)) fail(`the second page shows ${JSON.stringify(secondPage)}`);
+step(`queue of ${waiting}: the second page (Tab, Enter) shows positions ${secondPage[0][0]}-${secondPage.at(-1)[0]}, as GET /v1/queue?cursor=${kPageRows}`);
+// A position far past the stream's 200, typed into the jump field and entered: the queue's last 30.
+const jumpTo = waiting - 29;
+await tabTo('#queue-at');
+await page('Input.insertText', { text: String(jumpTo) });
+await press('Enter');
+const lastPage = await pageShowsQueue(`the page from position ${jumpTo} shows GET /v1/queue's answer`, admin, jumpTo - 1);
+if (lastPage.length !== 30 || !positionsFrom(lastPage, jumpTo)) fail(`the page from position ${jumpTo} shows ${JSON.stringify(lastPage)}`);
+if (!(await evaluate(`document.querySelector('#queue-next').disabled`))) fail('the last page of the queue offers a next page');
+step(`jumped to position ${jumpTo}: the last ${lastPage.length} entries, as GET /v1/queue?cursor=${jumpTo - 1}`);
+await screenshot('queue-pages');
+await click('#queue-first');
+await pageShowsQueue('the first page again', admin, 0);
+
 // --- 5. Drain a device from the page; the API agrees --------------------------------------------------------------
 const target = agentDevices[0];
 await click('#tab-devices');
@@ -315,7 +374,7 @@ const other = spawn(args.run, ['--pool', `tcp://${endpoints.guest_tcp}`, '--toke
 children.push(other);
 const otherExited = new Promise((resolve) => other.on('exit', resolve));
 const leaseU = await eventually('tenant u\'s lease is granted', async () => {
-  const r = await api('GET', '/v1/leases?tenant=u&state=granted');
+  const r = await api('GET', '/v1/leases?tenant=u&guest=vm-u&state=granted');
   return r.json?.leases?.[0]?.id;
 });
 await click('#sign-out');
@@ -336,6 +395,21 @@ if (tenantView.leaseIds.length !== 0 || tenantView.actions !== 0 || tenantView.b
 }
 step('tenant t sees the devices without tenant u\'s lease and without actions');
 await screenshot('tenant');
+// Its queue: its own requests only, paged, each at its position in the whole queue; the first page too is read from
+// GET /v1/queue (the stream has none of t's entries).
+await click('#tab-queue');
+const ownFirst = await pageShowsQueue('tenant t\'s first page of the queue shows its own first entries', tenantT, 0);
+const ownRange = await evaluate(`document.querySelector('#queue-range').textContent`);
+if (!ownRange.includes('as read at')) fail(`tenant t's first page, none of it in the stream, says '${ownRange}'`);
+await click('#queue-next');
+const ownSecond = await pageShowsQueue('tenant t\'s second page shows GET /v1/queue\'s answer to its token', tenantT, kPageRows);
+const tenants = await evaluate(`[...document.querySelectorAll('#queue-table tr[data-lease] td:nth-child(3)')].map((c) => c.textContent)`);
+const ownIds = new Set(queuedLeases.filter((l) => l.tenant === 't').map((l) => l.id));
+if (ownFirst.length !== kPageRows || ownSecond.length !== kQueued - kPageRows || tenants.some((t) => t !== 't') ||
+    ![...ownFirst, ...ownSecond].every(([, id]) => ownIds.has(id))) {
+  fail(`tenant t's queue pages show ${JSON.stringify({ ownFirst, ownSecond, tenants })}`);
+}
+step(`tenant t pages its own ${kQueued} queued requests: the second page shows positions ${ownSecond[0][0]}-${ownSecond.at(-1)[0]} of the whole queue`);
 other.stdin.end('done\n');
 await within('accelpool-run vm-u ends once its job has its line', otherExited);
 

@@ -18,6 +18,7 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 
+import { Guest } from '../support/guest_client.mjs';
 import { loopbackConfig, request, startManager, waiter } from '../support/manager_process.mjs';
 
 const args = Object.fromEntries(
@@ -69,45 +70,6 @@ function freePort() {
       s.close(() => resolve(port));
     });
   });
-}
-
-// A guest of a tenant on the manager's guest TCP port: newline-delimited JSON-RPC (docs/guest-protocol.md).
-class Guest {
-  static async connect(port, token, guest) {
-    const g = new Guest();
-    g.socket = net.connect(port, '127.0.0.1');
-    g.buffer = '';
-    g.waiting = new Map();
-    g.nextId = 1;
-    g.socket.on('data', (d) => {
-      g.buffer += d.toString('utf8');
-      for (let nl; (nl = g.buffer.indexOf('\n')) >= 0;) {
-        const msg = JSON.parse(g.buffer.slice(0, nl));
-        g.buffer = g.buffer.slice(nl + 1);
-        if (msg.id !== undefined && g.waiting.has(msg.id)) {
-          g.waiting.get(msg.id)(msg);
-          g.waiting.delete(msg.id);
-        }
-      }
-    });
-    await new Promise((resolve, reject) => g.socket.once('connect', resolve).once('error', reject));
-    const hello = await g.call('hello', { protocol: 1, token, guest });
-    if (!hello.result) fail(`guest hello refused: ${JSON.stringify(hello)}`);
-    return g;
-  }
-  call(method, params) {
-    const id = this.nextId++;
-    return new Promise((resolve) => {
-      this.waiting.set(id, resolve);
-      this.socket.write(JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n');
-    });
-  }
-  async lease(method, params) {
-    const r = await this.call(method, params);
-    if (!r.result) fail(`guest ${method} failed: ${JSON.stringify(r)}`);
-    return r.result.lease ?? r.result;
-  }
-  close() { this.socket.destroy(); }
 }
 
 // --- 2. The running manager, behind Prism -------------------------------------------------------------------------
@@ -263,9 +225,15 @@ await check(400, 'GET', '/v1/leases?state=sleeping');
 await check(200, 'GET', `/v1/leases/${held.id}`);
 await check(400, 'GET', '/v1/leases/abc');
 await check(404, 'GET', '/v1/leases/999999');
+// A request for both devices waits while one is held, so the queue's pages have an entry to check.
+const waiting = await guest.lease('acquire', { kind: 'fpga', count: 2 });
+if (waiting.state !== 'queued') mismatches.push(`a request for both devices while one is held: ${waiting.state}, not queued`);
 await check(200, 'GET', '/v1/queue');
 await check(200, 'GET', '/v1/queue?limit=1&cursor=0');
 await check(400, 'GET', '/v1/queue?cursor=first');
+const own = await check(200, 'GET', '/v1/queue?limit=1', { token: tenant, label: 'a tenant token: its own entries' });
+if (json(own).queue[0]?.id !== waiting.id) mismatches.push(`GET /v1/queue with the tenant's token: ${own.body.slice(0, 300)}`);
+await guest.lease('cancel', { lease: waiting.id });
 
 // Bitstreams: a small opaque one uploaded, used by a lease, deleted.
 const image = Buffer.from('accelpool contract test image\n');
@@ -392,7 +360,7 @@ for (const op of operations.filter((o) => !o.public)) {
   const method = op.method.toUpperCase();
   await check(401, method, target, { token: '', label: 'no token' });
   await check(401, method, target, { token: 'not-a-token', label: 'an unknown token' });
-  if (op.template === '/v1/events') continue;  // a tenant's token is welcome; the other refusals: above
+  if (op.template === '/v1/events' || op.template === '/v1/queue') continue;  // a tenant's token is welcome; the other refusals: above
   await check(403, method, target, { token: tenant, label: 'a tenant token' });
   if (!op.template.startsWith('/v1/images/')) {
     await check(400, method, target, { token: admin, body: 'this is not JSON', contentType: 'text/plain', label: 'a body that is not JSON' });

@@ -95,14 +95,15 @@ TEST_CASE("every admin API operation answers each credential as the authorizatio
                                           {"rotated tenant token", rotated},
                                           {"agent token", kAgentToken}};
   // What each credential may do: public operations are open to all; images by sha256 take the agent token or
-  // the admin token; the dashboard's event stream takes the admin token or a tenant's (its own view); everything
-  // else under /v1 takes the admin token only. A valid tenant token is told it is the wrong kind of token there.
+  // the admin token; the dashboard's event stream and the queue take the admin token or a tenant's (its own view);
+  // everything else under /v1 takes the admin token only. A valid tenant token is told it is the wrong kind of
+  // token there.
   auto expected = [](const Operation& op, const std::string& credential) {
     if (op.is_public) return Outcome::allowed;
     const bool images = op.path.rfind("/v1/images/", 0) == 0;
     if (credential == "admin token") return Outcome::allowed;
     if (credential == "agent token" && images) return Outcome::allowed;
-    if (credential == "tenant token" && op.path == "/v1/events") return Outcome::allowed;
+    if (credential == "tenant token" && (op.path == "/v1/events" || op.path == "/v1/queue")) return Outcome::allowed;
     if (credential == "tenant token") return Outcome::forbidden;
     return Outcome::unauthorized;
   };

@@ -310,6 +310,56 @@ TEST_CASE("the queue is listed in pages in the policy's order", "[integration]")
   CHECK(ids(m.get("/v1/queue?limit=2").json()) == std::vector<std::uint64_t>{mid, slow});
 }
 
+TEST_CASE("a tenant's token pages its own queue entries at their positions in the whole queue",
+          "[integration]") {
+  Running m(config(1, 30, 1));
+  auto port = m.daemon.endpoints().admin_port;
+  auto ga = m.guest(m.token_a, "vm1");
+  auto gb = m.guest(m.token_b, "vm1");
+  lease_id(gb.call("acquire", {{"kind", "fpga"}}));  // holds the only device: the rest wait, first come first served
+  std::vector<std::uint64_t> a, b;
+  for (int i = 0; i < 3; ++i) {
+    a.push_back(lease_id(ga.call("acquire", {{"kind", "fpga"}})));
+    if (i < 2) b.push_back(lease_id(gb.call("acquire", {{"kind", "fpga"}})));
+  }
+  // The whole queue: a0 b0 a1 b1 a2.
+  using Entries = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // (position, id)
+  auto entries = [](const HttpResult& r) {
+    Entries out;
+    const auto body = r.json();
+    for (const auto& e : body.at("queue").as_array()) {
+      out.emplace_back(e.at("position").to_number<std::uint64_t>(), e.at("id").to_number<std::uint64_t>());
+    }
+    return out;
+  };
+  auto first = http(port, "GET", "/v1/queue?limit=2", m.token_a);
+  REQUIRE(first.status == 200);
+  CHECK(entries(first) == Entries{{1, a[0]}, {3, a[1]}});
+  CHECK(first.json().at("total").to_number<std::uint64_t>() == 3);
+  REQUIRE(first.json().at("next_cursor").to_number<std::uint64_t>() == 2);
+  auto second = http(port, "GET", "/v1/queue?limit=2&cursor=2", m.token_a);
+  CHECK(entries(second) == Entries{{5, a[2]}});
+  CHECK(second.json().at("next_cursor").is_null());
+  auto other = http(port, "GET", "/v1/queue", m.token_b);
+  CHECK(entries(other) == Entries{{2, b[0]}, {4, b[1]}});
+  CHECK(other.json().at("total").to_number<std::uint64_t>() == 2);
+  // The admin pages the whole queue, by the same positions; every entry says when it is expected to start (null:
+  // no estimate).
+  auto admin = m.get("/v1/queue?limit=2&cursor=2");
+  CHECK(entries(admin) == Entries{{3, a[1]}, {4, b[1]}});
+  CHECK(admin.json().at("total").to_number<std::uint64_t>() == 5);
+  CHECK(admin.json().at("queue").at(0).at("expected_start").is_null());
+  // A tenant's token still opens nothing else of the admin API, and a wrong token not even the queue; bad paging
+  // parameters are refused for a tenant too.
+  CHECK(http(port, "GET", "/v1/leases", m.token_a).status == 403);
+  CHECK(http(port, "GET", "/v1/queue", "apt_wrong").status == 401);
+  CHECK(http(port, "GET", "/v1/queue", "").status == 401);
+  auto bad = http(port, "GET", "/v1/queue?cursor=x", m.token_a);
+  CHECK(bad.status == 400);
+  CHECK(bad.json().at("error").at("code").as_string() == "invalid_argument");
+  CHECK(http(port, "POST", "/v1/queue", m.token_a).status == 405);
+}
+
 TEST_CASE("bad input gets a clear error, changes nothing, and the daemon keeps serving", "[integration]") {
   Running m(config(1, 30, 1));
   auto g = m.guest(m.token_a, "vm1");

@@ -5,7 +5,9 @@
 'use strict';
 
 const $ = (sel) => document.querySelector(sel);
-const kPageSize = 100;           // table rows drawn at once (devices): paged, however large the pool
+const kPageSize = 100;           // table rows drawn at once (devices, queue): paged, however large the pool
+const kQueueReadMs = 5000;       // least time between two reads of the queue's shown page (GET /v1/queue)...
+const kQueueReadShare = 50;      // ...and at least this many times as long as the last read took
 const kSampleMs = 2000;          // chart sampling period
 const kRenderGapMs = 250;        // least time between two redraws of the live views
 const kSamples = 300;            // chart history kept (10 minutes)
@@ -21,6 +23,10 @@ const state = {
 };
 let view = 'overview';
 let devicePage = 0;
+// The queue view's page. `cursor`: the index of its first entry in the viewer's queue (the whole queue for an
+// admin, its own entries for a tenant). `read`: the last page GET /v1/queue answered ({cursor, entries, total, at}).
+// `readAt`, `gapMs`: when the last read ended, and how long after it the next may start.
+const queueView = { cursor: 0, read: null, reading: false, readAt: -Infinity, gapMs: kQueueReadMs };
 let historyCursor = null;
 const samples = [];
 let chartGroup = 'all';           // whose wait and JCT the charts show: 'all', 'tenant NAME' or 'bitstream NAME'
@@ -54,6 +60,7 @@ function signOut() {
   if (stream) stream.abort();
   stream = null;
   state.devices.clear(); deviceNames = null; deviceRows.clear(); hostRows.clear(); state.hosts.clear(); state.leases.clear(); state.queue = []; state.recent = [];
+  Object.assign(queueView, { cursor: 0, read: null, readAt: -Infinity, gapMs: kQueueReadMs });
   samples.length = 0;
   for (const body of document.querySelectorAll('tbody')) body.replaceChildren();  // nothing of this viewer stays
   $('#chart-group').replaceChildren(el('option', { value: 'all' }, 'the whole pool'));
@@ -444,13 +451,75 @@ function renderDevices() {
     el('button', { type: 'button', disabled: devicePage >= pages - 1, onclick: () => { devicePage++; renderDevices(); } }, 'Next'));
 }
 
+// Where the queue view's rows come from. The stream carries the queue's head live: an admin's first page always,
+// a tenant's first page when its entries there fill the page or are all it has (the stream looks for them among the
+// queue's first 2,000 only). Every other page is read from GET /v1/queue when it is shown, then again while the view
+// shows it (a tenant's first page too, for its total), at most every kQueueReadMs and never sooner than
+// kQueueReadShare times the last read's duration after it: a page left open takes at most 1/kQueueReadShare of the
+// manager's time (a page deep in a queue of 100,000 takes it 30-130 ms to answer, a tenant's 0.2-0.5 s:
+// docs/dashboard.md), and the table never holds more than a page.
+function queueIsLive() {
+  if (queueView.cursor !== 0) return false;
+  return role === 'admin' || state.queue.length >= Math.min(kPageSize, queueTotal());
+}
+const queueReads = () => role === 'tenant' || queueView.cursor > 0;
+// How many entries the viewer's queue holds: the pool's live total for an admin, the last read's for a tenant.
+function queueTotal() {
+  if (role === 'admin') return state.summary.queue_length;
+  return queueView.read ? queueView.read.total : state.queue.length;
+}
+
+// Reads the page at the view's cursor, unless one was read less than kQueueReadMs ago (`atOnce`: read now). One read
+// at a time; an answer for another viewer is dropped, and one for another cursor is followed by a read of the new.
+async function readQueuePage(atOnce) {
+  if (queueView.reading || (!atOnce && performance.now() - queueView.readAt < queueView.gapMs)) return;
+  const asked = { token, cursor: queueView.cursor };
+  queueView.reading = true;
+  const start = performance.now();
+  const page = await call('GET', `/v1/queue?limit=${kPageSize}&cursor=${asked.cursor}`);
+  queueView.reading = false;
+  if (token !== asked.token) return;
+  queueView.readAt = performance.now();
+  queueView.gapMs = Math.max(kQueueReadMs, kQueueReadShare * (queueView.readAt - start));
+  if (queueView.cursor !== asked.cursor) return readQueuePage(true);
+  if (!page) return;  // call() said why in the status line; read again later
+  queueView.read = { cursor: asked.cursor, entries: page.queue, total: page.total, at: new Date() };
+  // The queue got shorter than where the page starts: its last page instead.
+  if (page.queue.length === 0 && asked.cursor > 0) return showQueuePage(page.total - kPageSize);
+  if (view === 'queue') renderQueue();
+}
+
+// Shows the page of the queue that starts at index `cursor` of the viewer's queue (kept within the queue).
+function showQueuePage(cursor) {
+  queueView.cursor = Math.max(0, Math.min(Math.floor(cursor), queueTotal() - 1));
+  if (queueReads()) readQueuePage(true);
+  renderQueue();
+}
+
 function renderQueue() {
+  if (queueReads()) readQueuePage(false);
   const t = now();
-  const total = state.summary.queue_length;
-  $('#queue-total').textContent = role === 'admin'
-    ? `${total} waiting; the first ${state.queue.length} shown.`
-    : `${state.queue.length} of yours shown; ${total} waiting in the pool.`;
-  fill($('#queue-table tbody'), state.queue.map((l) => el('tr', { 'data-lease': String(l.id) },
+  const total = queueTotal();
+  const live = queueIsLive();
+  const read = queueView.read;
+  const entries = live ? state.queue.slice(0, kPageSize) : read && read.cursor === queueView.cursor ? read.entries : null;
+  const pool = state.summary.queue_length;
+  setText($('#queue-total'), role === 'admin' ? `${pool} waiting.` : `${total} of yours waiting; ${pool} waiting in the pool.`);
+  const from = queueView.cursor + 1;
+  let range = 'none waiting';
+  if (!entries) range = `reading entries from ${from}…`;
+  else if (entries.length) {
+    range = `entries ${from}–${queueView.cursor + entries.length} of ${total}` +
+      (live ? ', live' : `, as read at ${read.at.toLocaleTimeString()}`);
+  }
+  setText($('#queue-range'), range);
+  const first = queueView.cursor === 0, last = queueView.cursor + kPageSize >= total;
+  for (const [id, off] of [['#queue-first', first], ['#queue-previous', first], ['#queue-next', last]]) {
+    if ($(id).disabled !== off) $(id).disabled = off;
+  }
+  setText($('#queue-at-label'), role === 'admin' ? 'Go to position' : 'Go to your entry');
+  $('#queue-at').max = String(Math.max(1, total));
+  fill($('#queue-table tbody'), (entries ?? []).map((l) => el('tr', { 'data-lease': String(l.id), 'data-position': String(l.position) },
     el('td', {}, String(l.position)), el('th', { scope: 'row' }, String(l.id)), el('td', {}, l.tenant), el('td', {}, l.guest),
     el('td', {}, l.kind), el('td', {}, String(l.count)), el('td', {}, l.bitstream || '(any)'),
     el('td', {}, duration(t - l.created_at)), el('td', {}, l.estimate_s === null ? '' : duration(l.estimate_s)),
@@ -548,6 +617,10 @@ document.addEventListener('DOMContentLoaded', () => {
     if (answer) $('#policy').blur();
   });
   $('#history-form').addEventListener('submit', (e) => { e.preventDefault(); loadHistory(true); });
+  $('#queue-first').addEventListener('click', () => showQueuePage(0));
+  $('#queue-previous').addEventListener('click', () => showQueuePage(queueView.cursor - kPageSize));
+  $('#queue-next').addEventListener('click', () => showQueuePage(queueView.cursor + kPageSize));
+  $('#queue-jump').addEventListener('submit', (e) => { e.preventDefault(); showQueuePage(Number($('#queue-at').value) - 1); });
   $('#history-first').addEventListener('click', () => loadHistory(true));
   $('#history-next').addEventListener('click', () => loadHistory(false));
   $('#bitstreams-refresh').addEventListener('click', loadBitstreams);

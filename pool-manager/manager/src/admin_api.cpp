@@ -274,7 +274,9 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
   if (seg.size() == 2 && seg[1] == "events") {
     return error(Errc::not_found, "GET /v1/events is a stream: this server has none");  // with one, admin_http took it
   }
-  // Everything under /v1 needs the admin token.
+  // The queue takes a tenant's token as well (its own entries), like the event stream.
+  if (seg.size() == 2 && seg[1] == "queue") return queue(req, query);
+  // Everything else under /v1 needs the admin token.
   auto bearer = bearer_token(req);
   if (!bearer) return error(Errc::unauthorized, "missing 'Authorization: Bearer <admin token>' header");
   const std::string& token = *bearer;
@@ -416,32 +418,6 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       if (!l) return from_error(l.error());
       return ok(to_json(*l));
     }
-  }
-  if (r1 == "queue" && seg.size() == 2) {
-    if (m != "GET") return method_not_allowed(m, path);
-    // Pages by position in the policy's order, which is computed anew for each page: between two pages, entries
-    // may be granted, leave or move, so a cursor is the position of the next page's first entry at that time.
-    std::size_t limit = PageSpec::kDefaultLimit;
-    std::uint64_t skip = 0;
-    for (const auto& [k, v] : query) {
-      if (k == "limit") {
-        auto n = parse_limit(v, PageSpec::kMaxLimit);
-        if (!n) return from_error(n.error());
-        limit = *n;
-      } else if (k == "cursor") {
-        auto at = parse_id(v);
-        if (!at) return error(Errc::invalid_argument, "query 'cursor' must be a position in the queue (a next_cursor)");
-        skip = *at;
-      } else {
-        return from_error(unknown_query_parameter(k));
-      }
-    }
-    const std::size_t total = core_.queue_length();
-    auto page = core_.queue(limit, static_cast<std::size_t>(std::min<std::uint64_t>(skip, total)));
-    const std::uint64_t next = skip + page.size();
-    return ok(json::object{{"queue", to_json(page)},
-                           {"total", total},
-                           {"next_cursor", next < total ? json::value(next) : json::value(nullptr)}});
   }
   if (r1 == "bitstreams") return bitstreams(req, seg);
   if (r1 == "tenants") {
@@ -636,6 +612,55 @@ std::variant<Viewer, ApiResponse> AdminApi::stream_viewer(const ApiRequest& req)
   if (core_.check_admin(*token)) return Viewer{};
   if (auto tenant = core_.authenticate(*token)) return Viewer{*tenant};
   return error(Errc::unauthorized, "wrong token: it is neither an admin token nor a tenant's token");
+}
+
+ApiResponse AdminApi::queue(const ApiRequest& req, const std::map<std::string, std::string>& query) {
+  auto admitted = stream_viewer(req);
+  if (auto* refused = std::get_if<ApiResponse>(&admitted)) return *refused;
+  const Viewer& viewer = std::get<Viewer>(admitted);
+  ApiResponse bad;
+  if (!parse_body(req.body, &bad)) return bad;
+  if (req.method != "GET") return method_not_allowed(req.method, req.target.substr(0, req.target.find('?')));
+  // Pages by index into the caller's queue in the policy's order, which is computed anew for each page: between two
+  // pages, entries may be granted, leave or move, so a cursor is the index of the next page's first entry then.
+  std::size_t limit = PageSpec::kDefaultLimit;
+  std::uint64_t skip = 0;
+  for (const auto& [k, v] : query) {
+    if (k == "limit") {
+      auto n = parse_limit(v, PageSpec::kMaxLimit);
+      if (!n) return from_error(n.error());
+      limit = *n;
+    } else if (k == "cursor") {
+      auto at = parse_id(v);
+      if (!at) return error(Errc::invalid_argument, "query 'cursor' must be a position in the queue (a next_cursor)");
+      skip = *at;
+    } else {
+      return from_error(unknown_query_parameter(k));
+    }
+  }
+  json::array page;
+  std::uint64_t total = 0;  // entries in the caller's queue
+  auto show = [&](const Lease& l, std::size_t position) {
+    page.emplace_back(queue_entry_json(l, position, core_.expected_start(l.id)));
+  };
+  if (viewer.admin()) {
+    total = core_.queue_length();
+    const auto first = static_cast<std::size_t>(std::min(skip, total));
+    const auto leases = core_.queue(limit, first);
+    for (std::size_t i = 0; i < leases.size(); ++i) show(leases[i], first + i + 1);
+  } else {
+    // A tenant's own entries, wherever they stand: the whole order is read (O(waiting)) and filtered.
+    const auto leases = core_.queue();
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      if (leases[i].tenant != viewer.tenant) continue;
+      if (total >= skip && page.size() < limit) show(leases[i], i + 1);
+      ++total;
+    }
+  }
+  const std::uint64_t next = skip + page.size();
+  return ok(json::object{{"queue", std::move(page)},
+                         {"total", total},
+                         {"next_cursor", next < total ? json::value(next) : json::value(nullptr)}});
 }
 
 ApiResponse AdminApi::upload(const ApiRequest& req) {

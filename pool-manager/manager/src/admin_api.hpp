@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,8 +63,8 @@ class AdminApi {
   // The token GET /metrics needs ([metrics] token): with one, a request without it or an admin token gets 401;
   // "" (the default): no token needed.
   void set_metrics_token(std::string token) { metrics_token_ = std::move(token); }
-  // Who may watch GET /v1/events with this request's bearer token: an admin, or the tenant the token belongs to.
-  // Errors: an error response (401 missing or wrong token).
+  // Who may watch GET /v1/events (or page GET /v1/queue) with this request's bearer token: an admin, or the tenant
+  // the token belongs to. Errors: an error response (401 missing or wrong token).
   std::variant<Viewer, ApiResponse> stream_viewer(const ApiRequest& request) const;
   // Who leads the managers of a shared (PostgreSQL) store, for GET /v1/leadership (docs/ha.md). Without one the
   // manager is alone on its SQLite store and says so.
@@ -90,6 +91,10 @@ class AdminApi {
   ApiResponse upload(const ApiRequest& request);
   ApiResponse image(const ApiRequest& request, const std::vector<std::string>& segments);
   ApiResponse route(const ApiRequest& request);
+  // GET /v1/queue: a page of the caller's queue in the policy's order (an admin's: the whole queue; a tenant's: its
+  // own entries), each entry with its position in the whole queue. `query`: limit, cursor (an index into the
+  // caller's queue). Errors: 401 (token), 400 (a parameter or a body), 405.
+  ApiResponse queue(const ApiRequest& request, const std::map<std::string, std::string>& query);
   ApiResponse admin_tokens(const ApiRequest& request, const std::vector<std::string>& segments, FieldReader& in);
   ApiResponse bitstreams(const ApiRequest& request, const std::vector<std::string>& segments);
 };

@@ -215,11 +215,7 @@ std::string EventStream::queue_text(const Viewer& viewer) const {
   const std::size_t scanned = viewer.admin() ? std::min(queue_.size(), kQueueShown) : queue_.size();
   for (std::size_t i = 0; i < scanned && out.size() < kQueueShown; ++i) {
     if (!viewer.admin() && queue_[i].tenant != viewer.tenant) continue;
-    json::object o = to_json(queue_[i]);
-    o["position"] = i + 1;
-    if (auto at = core_.expected_start(queue_[i].id)) o["expected_start"] = *at;
-    else o["expected_start"] = nullptr;
-    out.emplace_back(std::move(o));
+    out.emplace_back(queue_entry_json(queue_[i], i + 1, core_.expected_start(queue_[i].id)));
   }
   return json::serialize(out);
 }

@@ -103,6 +103,13 @@ json::array to_json(const std::vector<Lease>& leases, json::storage_ptr sp) {
   return a;
 }
 
+json::object queue_entry_json(const Lease& l, std::size_t position, std::optional<double> expected_start) {
+  json::object o = to_json(l);
+  o["position"] = position;
+  o["expected_start"] = expected_start ? json::value(*expected_start) : json::value(nullptr);
+  return o;
+}
+
 json::object to_json(const DeviceView& d) {
   json::object o;
   o["name"] = d.record.name;

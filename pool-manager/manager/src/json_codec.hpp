@@ -24,6 +24,9 @@ boost::json::object to_json(const Stats& s);
 // it learned (mean_device_s, estimate_s, p50_device_s, p90_device_s).
 boost::json::object to_json(const LearnedGroup& g);
 boost::json::array to_json(const std::vector<Lease>& leases, boost::json::storage_ptr sp = {});
+// A waiting lease as the queue shows it (GET /v1/queue, the event stream): the lease, its `position` in the whole
+// queue (1 = served next) and its `expected_start` (PoolCore::expected_start; null without an estimate).
+boost::json::object queue_entry_json(const Lease& l, std::size_t position, std::optional<double> expected_start);
 
 // Reads fields of a request object strictly: wrong types, out-of-range numbers and unknown fields are errors
 // that name the field. Call finish() after the reads to refuse fields nobody asked for.
