@@ -649,13 +649,10 @@ ApiResponse AdminApi::queue(const ApiRequest& req, const std::map<std::string, s
     const auto leases = core_.queue(limit, first);
     for (std::size_t i = 0; i < leases.size(); ++i) show(leases[i], first + i + 1);
   } else {
-    // A tenant's own entries, wherever they stand: the whole order is read (O(waiting)) and filtered.
-    const auto leases = core_.queue();
-    for (std::size_t i = 0; i < leases.size(); ++i) {
-      if (leases[i].tenant != viewer.tenant) continue;
-      if (total >= skip && page.size() < limit) show(leases[i], i + 1);
-      ++total;
-    }
+    // A tenant's own entries, wherever they stand in the whole order.
+    auto own = core_.tenant_queue(viewer.tenant, limit, static_cast<std::size_t>(std::min<std::uint64_t>(skip, SIZE_MAX)));
+    for (const auto& [lease, position] : own.entries) show(lease, position);
+    total = own.total;
   }
   const std::uint64_t next = skip + page.size();
   return ok(json::object{{"queue", std::move(page)},

@@ -1509,6 +1509,18 @@ std::vector<Lease> PoolCore::queue(std::size_t limit, std::size_t skip) const {
   return out;
 }
 
+PoolCore::TenantQueuePage PoolCore::tenant_queue(const std::string& tenant, std::size_t limit, std::size_t skip) const {
+  TenantQueuePage page;
+  const auto order = impl_->scheduler->queue_order(impl_->last_now);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Lease* l = impl_->find_any(order[i]);
+    if (!l || l->tenant != tenant) continue;
+    if (page.total >= skip && page.entries.size() < limit) page.entries.emplace_back(*l, i + 1);
+    ++page.total;
+  }
+  return page;
+}
+
 std::optional<double> PoolCore::expected_start(LeaseId id) const {
   return impl_->scheduler->expected_start(id, impl_->last_now);
 }

@@ -289,6 +289,14 @@ class PoolCore {
   // Waiting leases in the order the policy would serve them: `limit` of them, after the first `skip`. The order
   // is computed anew at each call (O(waiting) plus a partial sort of the first skip + limit).
   std::vector<Lease> queue(std::size_t limit = SIZE_MAX, std::size_t skip = 0) const;
+  // One tenant's waiting leases in that order: `limit` of them after its first `skip`, each with its position in
+  // the whole queue (1 = served first), and how many the tenant has waiting. O(waiting log waiting) for the order;
+  // only the page's leases are copied.
+  struct TenantQueuePage {
+    std::vector<std::pair<Lease, std::size_t>> entries;  // lease, position
+    std::size_t total = 0;
+  };
+  TenantQueuePage tenant_queue(const std::string& tenant, std::size_t limit, std::size_t skip) const;
   // When a waiting lease is expected to be granted, where the scheduler has an estimate (Scheduler::expected_start:
   // the request its kind's reservation is for); nullopt otherwise.
   std::optional<double> expected_start(LeaseId id) const;
