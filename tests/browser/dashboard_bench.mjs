@@ -185,7 +185,7 @@ async function longTasksDuring(p, what, work) {
 await longTasksDuring(first, 'one page open', () => cycleFor('one page open'));
 const more = [];
 for (let i = 1; i < pages; i++) more.push(await signedInPage());
-say(`${pages} pages signed in (each showed the whole pool in ${more.map((p) => p.shownMs.toFixed(0)).join(', ')} ms)`);
+if (more.length) say(`${pages} pages signed in (the other ${more.length} each showed the whole pool in ${more.map((p) => p.shownMs.toFixed(0)).join(', ')} ms)`);
 await longTasksDuring(first, `${pages} pages open`, () => cycleFor(`${pages} pages open`));
 
 stopping = true;
