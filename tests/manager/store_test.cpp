@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 #include "hung_after.hpp"
 #include "postgres_cluster.hpp"
+#include "store_rows.hpp"
 #include "store_writer.hpp"
 
 #include <sqlite3.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -241,6 +244,22 @@ TEST_CASE("the store writer writes quick transactions on the caller's thread, be
     REQUIRE(found.is_ok());
     CHECK(found->has_value());
   }
+}
+
+TEST_CASE("a histogram's numbers read back exactly as they were written", "[store]") {
+  const std::vector<double> values{0.0, -0.0, 0.1, 1.0 / 3.0, 1e-300, 5e-324, 1.7976931348623157e308, -2.5, 600.125,
+                                   std::numeric_limits<double>::infinity()};
+  const std::string text = accelpool::manager::store_rows::format_numbers(values);
+  CHECK(text.starts_with("0 -0 0.1 0.3333333333333333 1e-300 5e-324 1.7976931348623157e+308 -2.5 600.125 inf"));
+  auto back = accelpool::manager::store_rows::parse_numbers(text);
+  REQUIRE(back);
+  REQUIRE(back->size() == values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    INFO("value " << i);
+    CHECK(std::memcmp(&(*back)[i], &values[i], sizeof(double)) == 0);  // bit for bit, the sign of zero too
+  }
+  CHECK(accelpool::manager::store_rows::format_numbers({}).empty());
+  CHECK_FALSE(accelpool::manager::store_rows::parse_numbers("1 x 2"));
 }
 
 TEST_CASE("the SQLite store writes a consistent backup while in use", "[store]") {

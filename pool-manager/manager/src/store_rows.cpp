@@ -4,7 +4,7 @@
 
 #include <boost/json.hpp>
 
-#include <cstdio>
+#include <charconv>
 #include <cstdlib>
 #include <sstream>
 
@@ -26,10 +26,14 @@ std::string lease_update_set() {
 
 std::string format_numbers(const std::vector<double>& values) {
   std::string out;
+  out.reserve(values.size() * 4);
   char buf[32];
   for (double v : values) {
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    out += (out.empty() ? "" : " ") + std::string(buf);
+    if (!out.empty()) out += ' ';
+    // The shortest text that reads back as exactly `v` (std::to_chars round-trips; strtod parses it), about ten
+    // times quicker than printf's "%.17g": a release writes its learned group's row every time.
+    const auto written = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, written.ptr);
   }
   return out;
 }

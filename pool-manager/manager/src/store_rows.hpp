@@ -26,7 +26,8 @@ inline constexpr const char* kLeaseColumns =
 // PostgreSQL). An update in place leaves alone the index entries of columns that keep their value.
 std::string lease_update_set();
 
-// A histogram's bins as text: numbers separated by spaces, each exact (17 significant digits).
+// A histogram's bins as text: numbers separated by spaces, each exact (the shortest text that reads back as the
+// same double).
 std::string format_numbers(const std::vector<double>& values);
 // The inverse of format_numbers; nullopt if a field is not a number.
 std::optional<std::vector<double>> parse_numbers(const std::string& text);
