@@ -459,3 +459,23 @@ TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots
         "backend opencl: config key 'slots': device " + device.local_id + " ('" + device.model + "') has " +
             std::to_string(cus) + " compute units, too few for " + std::to_string(cus + 1) + " slots");
 }
+
+TEST_CASE("opencl: slots on a device that cannot be partitioned are refused naming the key and the device",
+          "[opencl][pocl][slots][errors]") {
+  // PoCL's "basic" CPU device offers no partitioning (CL_DEVICE_PARTITION_PROPERTIES is empty). POCL_DEVICES is
+  // read when PoCL starts in this process, which ctest makes the start of this test case.
+  ::setenv("POCL_DEVICES", "basic", 1);
+  auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "1"}});
+  if (b.is_ok()) {
+    std::string models;
+    for (const auto& d : listed(**b)) models += " '" + d.model + "'";
+    ACCELPOOL_SKIP("PoCL offers no unpartitionable CPU device here (it started before POCL_DEVICES was set, or has no "
+                   "'basic' device; devices:" << models << ")");
+  }
+  CHECK(b.error().code == Errc::invalid_argument);
+  CHECK_THAT(b.error().message,
+             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") &&
+                 Catch::Contains("('basic-") &&
+                 Catch::EndsWith("cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                                 "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only"));
+}
