@@ -370,19 +370,23 @@ TEST_CASE("opencl: two slots of a PoCL CPU device run two programs at the same t
   CHECK(b->kernel_names(slot1).value() == std::vector<std::string>{"pong"});
 
   alignas(128) std::array<std::uint32_t, 32> flags{};  // the memory both kernels work in
-  auto run = [&](const std::string& slot, const std::string& kernel) {
+  // Runs `kernel` on `slot`: what it wrote to seen[0], or the error.
+  auto run = [&](const std::string& slot, const std::string& kernel) -> accelpool::Result<std::uint32_t> {
     std::vector<KernelArg> args{KernelArg::shared<std::uint32_t>(flags), KernelArg::out<std::uint32_t>(1)};
-    auto st = b->run_kernel(slot, kernel, args, {1});
-    return st ? args[1].as<std::uint32_t>().at(0) : 99u;
+    if (auto st = b->run_kernel(slot, kernel, args, {1}); !st) return st.error();
+    return args[1].as<std::uint32_t>().at(0);
   };
-  std::uint32_t ping_saw = 0, pong_saw = 0;
+  accelpool::Result<std::uint32_t> ping_saw = 0u, pong_saw = 0u;
   std::thread other([&] { pong_saw = run(slot1, "pong"); });
   ping_saw = run(slot0, "ping");
   other.join();
+  INFO((ping_saw ? std::string() : ping_saw.error().message) << (pong_saw ? std::string() : pong_saw.error().message));
+  REQUIRE(ping_saw.is_ok());
+  REQUIRE(pong_saw.is_ok());
   CHECK(flags[0] == 1);
   CHECK(flags[1] == 1);
-  CHECK(ping_saw == 1);  // ping was running when pong raised its flag...
-  CHECK(pong_saw == 1);  // ... and pong when ping raised its own
+  CHECK(*ping_saw == 1);  // ping was running when pong raised its flag...
+  CHECK(*pong_saw == 1);  // ... and pong when ping raised its own
 
   // A full image on the whole device empties its slots.
   REQUIRE(b->program(cpu, sample_image("vadd")).is_ok());
