@@ -17,6 +17,7 @@ namespace {
 constexpr std::size_t kMagicSize = 8;
 constexpr std::size_t kHeaderOffset = 304;                 // offsetof(axlf, m_header)
 constexpr std::size_t kLengthOffset = kHeaderOffset + 0;   // axlf_header::m_length
+constexpr std::size_t kModeOffset = kHeaderOffset + 28;    // axlf_header::m_mode
 constexpr std::size_t kVbnvOffset = kHeaderOffset + 48;    // axlf_header::m_platformVBNV[64]
 constexpr std::size_t kUuidOffset = kHeaderOffset + 112;   // axlf_header::uuid[16]
 constexpr std::size_t kNumSectionsOffset = kHeaderOffset + 144;  // axlf_header::m_numSections
@@ -144,6 +145,7 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
   XclbinInfo info;
   info.platform.assign(vbnv, vbnv_len);
   info.uuid = format_uuid(reinterpret_cast<const unsigned char*>(bytes.data() + kUuidOffset));
+  info.mode = read_le<std::uint16_t>(bytes, kModeOffset);
   info.num_sections = sections;
   info.size_bytes = bytes.size();
   return info;

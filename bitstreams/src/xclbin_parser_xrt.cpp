@@ -13,6 +13,9 @@ namespace accelpool::bitstreams::detail {
 // The container checks in xclbin.cpp use these offsets.
 static_assert(offsetof(axlf, m_header) == 304);
 static_assert(offsetof(axlf_header, m_length) == 0);
+static_assert(offsetof(axlf_header, m_mode) == 28 && sizeof(axlf_header::m_mode) == 2);
+static_assert(XCLBIN_FLAT == 0 && XCLBIN_PR == 1 && XCLBIN_TANDEM_STAGE2 == 2 && XCLBIN_TANDEM_STAGE2_WITH_PR == 3 &&
+              XCLBIN_HW_EMU == 4 && XCLBIN_SW_EMU == 5 && XCLBIN_HW_EMU_PR == 6);
 static_assert(offsetof(axlf_header, m_platformVBNV) == 48);
 static_assert(offsetof(axlf_header, uuid) == 112);
 static_assert(offsetof(axlf_header, m_numSections) == 144);

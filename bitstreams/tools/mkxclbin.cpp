@@ -5,7 +5,9 @@
 //
 // Usage: accelpool-mkxclbin SPEC.toml OUTDIR      -> OUTDIR/<name>.xclbin and OUTDIR/<name>.toml
 // Spec keys: name, version, kind ("fpga"), platform (VBNV), compatible (default [platform]),
-// programming_seconds, bitstream_bytes (filler size, default 4096), description, and [[kernels]] tables
+// programming_seconds, bitstream_bytes (filler size, default 4096), description, mode ("flat", the default: for a
+// shell that is reprogrammed whole, XCLBIN_FLAT; "pr": for a shell's partially reconfigured user region,
+// XCLBIN_PR), and [[kernels]] tables
 // with name, args (["a:int*", "n:uint"]; pointer types go through the memory bank), instances (default 1).
 #include <accelpool/bitstreams/manifest.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
@@ -39,6 +41,7 @@ struct Spec {
   bs::Manifest manifest;
   std::string platform;
   std::uint64_t bitstream_bytes = 4096;
+  std::uint16_t mode = XCLBIN_FLAT;
   std::vector<KernelSpec> kernels;
 };
 
@@ -64,7 +67,7 @@ Spec read_spec(const std::filesystem::path& path) {
   }
   std::string where = path.string();
   static const std::set<std::string> known = {"name", "version", "kind", "description", "platform", "compatible",
-                                              "programming_seconds", "bitstream_bytes", "kernels"};
+                                              "programming_seconds", "bitstream_bytes", "kernels", "mode"};
   for (const auto& [key, node] : t) {
     if (!known.count(std::string(key.str()))) fail(where + ": unknown field '" + std::string(key.str()) + "'");
   }
@@ -74,6 +77,9 @@ Spec read_spec(const std::filesystem::path& path) {
   s.manifest.kind = str(t, "kind", where, "fpga");
   s.manifest.description = str(t, "description", where, "");
   s.platform = str(t, "platform", where);
+  const std::string mode = str(t, "mode", where, "flat");
+  if (mode != "flat" && mode != "pr") fail(where + ": field 'mode': '" + mode + "' is not flat or pr");
+  s.mode = mode == "pr" ? XCLBIN_PR : XCLBIN_FLAT;
   if (s.platform.size() >= 64) fail(where + ": field 'platform' must be shorter than 64 characters");
   s.manifest.programming_seconds = t["programming_seconds"].value<double>().value_or(1.0);
   s.bitstream_bytes = t["bitstream_bytes"].value<std::uint64_t>().value_or(4096);
@@ -264,7 +270,7 @@ std::string build_image(const Spec& s, const std::string& spec_digest) {
   top.m_header.m_timeStamp = 0;
   top.m_header.m_versionMajor = 2;
   top.m_header.m_versionMinor = 13;
-  top.m_header.m_mode = XCLBIN_FLAT;
+  top.m_header.m_mode = s.mode;
   std::strncpy(reinterpret_cast<char*>(top.m_header.m_platformVBNV), s.platform.c_str(),
                sizeof top.m_header.m_platformVBNV - 1);
   for (int i = 0; i < 16; ++i) {
@@ -302,8 +308,9 @@ int main(int argc, char** argv) {
 Writes OUTDIR/<name>.xclbin and OUTDIR/<name>.toml, deterministically (the UUID derives from the spec's content,
 the timestamp is 0, the bitstream payload is a filler seeded from the spec). The spec file is named
 <name>.spec.toml; its keys: name, version, kind ("fpga"), platform (VBNV), compatible (default [platform]),
-programming_seconds, bitstream_bytes (filler size, default 4096), description, and [[kernels]] tables with name,
-args (["a:int*", "n:uint"]; pointer types go through the memory bank) and instances (default 1).
+programming_seconds, bitstream_bytes (filler size, default 4096), description, mode ("flat", the default, or "pr":
+the header's XCLBIN_FLAT or XCLBIN_PR), and [[kernels]] tables with name, args (["a:int*", "n:uint"]; pointer
+types go through the memory bank) and instances (default 1).
 Examples: bitstreams/samples/xclbin/*.spec.toml.)"};
   accelpool::common::init_cli(app, "accelpool-mkxclbin");
   std::filesystem::path spec_path, outdir;

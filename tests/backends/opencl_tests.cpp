@@ -1,9 +1,13 @@
 #include <accelpool/backends/opencl_backend.hpp>
 
+#include <accelpool/common/slots.hpp>
+
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <numeric>
+#include <thread>
 
 #include "skip.hpp"
 #include "test_support.hpp"
@@ -283,4 +287,199 @@ TEST_CASE("opencl: health runs a tiny kernel, again and again", "[opencl][health
     WARN("health of " << d.local_id << " with its kernel built took " << ms << " ms");
   }
   CHECK(b->health("opencl:9:9").health == Health::failed);
+}
+
+namespace {
+
+// A backend whose first CPU device declares `slots` slots, and that device's id; a null backend when there is
+// no OpenCL CPU device with that many compute units (the test is then skipped, saying why).
+std::pair<std::unique_ptr<OpenClBackend>, std::string> open_with_slots(std::uint32_t slots) {
+  auto [whole, cpu] = open_on_cpu();
+  if (!whole) return {};
+  int cus = 0;
+  for (const auto& d : listed(*whole)) {
+    if (d.local_id == cpu) cus = std::stoi(d.attributes.at("compute_units"));
+  }
+  whole.reset();
+  if (cus < static_cast<int>(slots)) {
+    accelpool::testing::skip("the CPU device has " + std::to_string(cus) + " compute units, fewer than " +
+                             std::to_string(slots) + " slots");
+    return {};
+  }
+  auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"slots", std::to_string(slots)}});
+  REQUIRE(b.is_ok());
+  return {std::move(*b), cpu};
+}
+
+// An OpenCL C image written to `dir`: partial (for a slot of `slot_shape`) unless `slot_shape` is empty.
+Image cl_image(const ScratchDir& dir, const std::string& name, const std::string& source, const std::string& slot_shape) {
+  Image image;
+  image.name = name;
+  image.version = "1";
+  image.sha256 = std::string(63, '0') + static_cast<char>('a' + name.size() % 6);
+  image.file = dir.path() / (name + ".cl");
+  std::ofstream(image.file) << source;
+  image.partial = !slot_shape.empty();
+  image.slot_shape = slot_shape;
+  return image;
+}
+
+// Kernel `name` raises flags[mine], then waits until flags[theirs] is raised (or gives up after 2^31 looks) and
+// writes 1 to seen[0] if it saw it, 0 if it gave up. Two such kernels both see the other's flag only if each
+// was running while the other raised its flag: they ran at the same time.
+std::string handshake_source(const std::string& name, int mine, int theirs) {
+  return "__kernel void " + name + "(__global volatile uint* flags, __global uint* seen) {\n"
+         "  flags[" + std::to_string(mine) + "] = 1u;\n"
+         "  ulong looks = 0;\n"
+         "  while (flags[" + std::to_string(theirs) + "] == 0u && looks < 2147483648ul) ++looks;\n"
+         "  seen[0] = flags[" + std::to_string(theirs) + "] != 0u ? 1u : 0u;\n"
+         "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("opencl: two slots of a PoCL CPU device run two programs at the same time", "[opencl][pocl][slots]") {
+  auto [b, cpu] = open_with_slots(2);
+  if (!b) return;
+  // The device is listed once, with its slots; the slots are addressed by their own ids.
+  const auto devices = listed(*b);
+  REQUIRE(devices.size() >= 1);
+  const DeviceInfo* device = nullptr;
+  for (const auto& d : devices) {
+    CHECK(accelpool::parse_slot_local_id(d.local_id) == std::nullopt);
+    if (d.local_id == cpu) device = &d;
+  }
+  REQUIRE(device != nullptr);
+  CHECK(device->slots == 2);
+  const int slot_cus = std::stoi(device->attributes.at("compute_units")) / 2;
+  const std::string shape = "cu" + std::to_string(slot_cus);
+  CHECK(device->attributes.at("slot_shape") == shape);
+  const std::string slot0 = accelpool::slot_local_id(cpu, 0), slot1 = accelpool::slot_local_id(cpu, 1);
+  CHECK(b->health(slot0).health == Health::ok);
+  CHECK(b->health(slot1).health == Health::ok);
+  CHECK(b->loaded(accelpool::slot_local_id(cpu, 2)).error().code == Errc::not_found);
+
+  ScratchDir dir("slots");
+  Image ping = cl_image(dir, "ping", handshake_source("ping", 0, 1), shape);
+  Image pong = cl_image(dir, "pong", handshake_source("pong", 1, 0), shape);
+  REQUIRE(b->program(slot0, ping).is_ok());
+  REQUIRE(b->program(slot1, pong).is_ok());
+  CHECK(*b->loaded(slot0) == ping.sha256);
+  CHECK(*b->loaded(slot1) == pong.sha256);
+  CHECK(b->loaded(cpu)->empty());
+  CHECK(b->kernel_names(slot1).value() == std::vector<std::string>{"pong"});
+
+  alignas(128) std::array<std::uint32_t, 32> flags{};  // the memory both kernels work in
+  // Runs `kernel` on `slot`: what it wrote to seen[0], or the error.
+  auto run = [&](const std::string& slot, const std::string& kernel) -> accelpool::Result<std::uint32_t> {
+    std::vector<KernelArg> args{KernelArg::shared<std::uint32_t>(flags), KernelArg::out<std::uint32_t>(1)};
+    if (auto st = b->run_kernel(slot, kernel, args, {1}); !st) return st.error();
+    return args[1].as<std::uint32_t>().at(0);
+  };
+  accelpool::Result<std::uint32_t> ping_saw = 0u, pong_saw = 0u;
+  std::thread other([&] { pong_saw = run(slot1, "pong"); });
+  ping_saw = run(slot0, "ping");
+  other.join();
+  INFO((ping_saw ? std::string() : ping_saw.error().message) << (pong_saw ? std::string() : pong_saw.error().message));
+  REQUIRE(ping_saw.is_ok());
+  REQUIRE(pong_saw.is_ok());
+  CHECK(flags[0] == 1);
+  CHECK(flags[1] == 1);
+  CHECK(*ping_saw == 1);  // ping was running when pong raised its flag...
+  CHECK(*pong_saw == 1);  // ... and pong when ping raised its own
+
+  // A full image on the whole device empties its slots.
+  REQUIRE(b->program(cpu, sample_image("vadd")).is_ok());
+  CHECK(b->loaded(slot0)->empty());
+  CHECK(b->loaded(slot1)->empty());
+  std::vector<KernelArg> none;
+  CHECK(b->run_kernel(slot0, "ping", none, {1}).error().code == Errc::not_programmed);
+  REQUIRE(b->reset(cpu).is_ok());
+  CHECK(b->loaded(cpu)->empty());
+}
+
+TEST_CASE("opencl: a slot takes partial images of its shape only, the whole device full images only", "[opencl][pocl][slots][errors]") {
+  auto [b, cpu] = open_with_slots(2);
+  if (!b) return;
+  const std::string slot0 = accelpool::slot_local_id(cpu, 0);
+  std::string shape;
+  for (const auto& d : listed(*b)) {
+    if (d.local_id == cpu) shape = d.attributes.at("slot_shape");
+  }
+  REQUIRE_FALSE(shape.empty());
+  ScratchDir dir("slot-errors");
+  const std::string source = "__kernel void twice(__global uint* x) { x[get_global_id(0)] *= 2u; }\n";
+  Image partial = cl_image(dir, "twice", source, shape);
+  REQUIRE(b->program(slot0, partial).is_ok());
+
+  Image vadd = sample_image("vadd");  // a full image
+  auto whole_on_slot = b->program(slot0, vadd);
+  REQUIRE_FALSE(whole_on_slot.is_ok());
+  CHECK(whole_on_slot.error().code == Errc::incompatible);
+  CHECK(whole_on_slot.error().message ==
+        "image vadd@" + vadd.version + " is a full image (it takes a whole device), not for slot 0 of device " + cpu);
+
+  auto partial_on_device = b->program(cpu, partial);
+  REQUIRE_FALSE(partial_on_device.is_ok());
+  CHECK(partial_on_device.error().code == Errc::incompatible);
+  CHECK(partial_on_device.error().message ==
+        "image twice@1 is a partial image (it goes into a slot), not for device " + cpu);
+
+  Image other_shape = cl_image(dir, "other", source, shape + "0");
+  auto wrong_shape = b->program(slot0, other_shape);
+  REQUIRE_FALSE(wrong_shape.is_ok());
+  CHECK(wrong_shape.error().code == Errc::incompatible);
+  CHECK(wrong_shape.error().message == "opencl backend: image other@1 fits slots of shape '" + shape + "0', but the slots of device " +
+                                           cpu + " are '" + shape + "'");
+  // Refusals change nothing: the slot keeps its image, the device holds none.
+  CHECK(*b->loaded(slot0) == partial.sha256);
+  CHECK(b->loaded(cpu)->empty());
+}
+
+TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots][errors]") {
+  auto message = [](const BackendConfig& config) {
+    auto b = OpenClBackend::create(config);
+    REQUIRE_FALSE(b.is_ok());
+    CHECK(b.error().code == Errc::invalid_argument);
+    return b.error().message;
+  };
+  CHECK(message({{"slots", "two"}}) == "backend opencl: config key 'slots': 'two' is not an integer");
+  CHECK(message({{"slots", "-1"}}) == "backend opencl: config key 'slots': -1 is outside 0..64");
+  CHECK(message({{"slots", "65"}}) == "backend opencl: config key 'slots': 65 is outside 0..64");
+  CHECK(message({{"slots", "2"}, {"subdevices", "2"}}) ==
+        "backend opencl: config key 'slots': a device is either split into sub-devices ('subdevices') or declares "
+        "slots, not both");
+  // More slots than a device has compute units.
+  auto [whole, cpu] = open_on_cpu();
+  if (!whole) return;
+  DeviceInfo device;
+  for (const auto& d : listed(*whole)) {
+    if (d.local_id == cpu) device = d;
+  }
+  const int cus = std::stoi(device.attributes.at("compute_units"));
+  whole.reset();
+  if (cus >= 64) return;
+  CHECK(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", std::to_string(cus + 1)}}) ==
+        "backend opencl: config key 'slots': device " + device.local_id + " ('" + device.model + "') has " +
+            std::to_string(cus) + " compute units, too few for " + std::to_string(cus + 1) + " slots");
+}
+
+TEST_CASE("opencl: slots on a device that cannot be partitioned are refused naming the key and the device",
+          "[opencl][pocl][slots][errors]") {
+  // PoCL's "basic" CPU device offers no partitioning (CL_DEVICE_PARTITION_PROPERTIES is empty). POCL_DEVICES is
+  // read when PoCL starts in this process, which ctest makes the start of this test case.
+  ::setenv("POCL_DEVICES", "basic", 1);
+  auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "1"}});
+  if (b.is_ok()) {
+    std::string models;
+    for (const auto& d : listed(**b)) models += " '" + d.model + "'";
+    ACCELPOOL_SKIP("PoCL offers no unpartitionable CPU device here (it started before POCL_DEVICES was set, or has no "
+                   "'basic' device; devices:" << models << ")");
+  }
+  CHECK(b.error().code == Errc::invalid_argument);
+  CHECK_THAT(b.error().message,
+             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") &&
+                 Catch::Contains("('basic-") &&
+                 Catch::EndsWith("cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                                 "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only"));
 }

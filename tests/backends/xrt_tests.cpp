@@ -1,7 +1,9 @@
 #include <accelpool/backends/xrt_backend.hpp>
+#include <accelpool/bitstreams/xclbin.hpp>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -90,3 +92,62 @@ TEST_CASE("xrt: bad config is refused", "[xrt][errors]") {
   REQUIRE_FALSE(u.is_ok());
   CHECK_THAT(u.error().message, Catch::Contains("'xilinx'"));
 }
+
+#ifdef ACCELPOOL_MKXCLBIN
+namespace {
+
+// Builds `<dir>/<name>.xclbin` for the U250 shell with accelpool-mkxclbin, its shell mode `mode` ("flat" or "pr"),
+// and reads it back with the registry's reader (XRT's parser). The tool's exit status when it fails.
+accelpool::Result<accelpool::bitstreams::XclbinInfo> built_xclbin(const ScratchDir& dir, const std::string& name,
+                                                                  const std::string& mode) {
+  const auto spec = dir.path() / (name + ".spec.toml");
+  std::ofstream(spec) << "name = \"" << name << "\"\nversion = \"1\"\nplatform = \"xilinx_u250_gen3x16_xdma_4_1_202210_1\"\n"
+                      << "mode = \"" << mode << "\"\n[[kernels]]\nname = \"vadd\"\nargs = [\"a:int*\", \"n:unsigned int\"]\n";
+  const std::string command = std::string(ACCELPOOL_MKXCLBIN) + " " + spec.string() + " " + dir.path().string() + " 2>" +
+                              (dir.path() / (name + ".err")).string();
+  if (const int status = std::system(command.c_str()); status != 0)
+    return accelpool::make_error(Errc::invalid_argument, "accelpool-mkxclbin exited with status " + std::to_string(status));
+  return accelpool::bitstreams::read_xclbin(dir.path() / (name + ".xclbin"));
+}
+
+}  // namespace
+
+TEST_CASE("xrt: a card's shell is offered whole, and the report says whether it reconfigures its user region",
+          "[xrt][slots]") {
+  ScratchDir dir("xrt-shells");
+  auto flat = built_xclbin(dir, "flat_shell", "flat");
+  auto pr = built_xclbin(dir, "pr_shell", "pr");
+  REQUIRE(flat.is_ok());
+  REQUIRE(pr.is_ok());
+  CHECK(flat->parsed_by_xrt);
+  CHECK(pr->parsed_by_xrt);
+  CHECK(flat->mode == 0);  // XCLBIN_FLAT, as the header says and XRT's parser accepts
+  CHECK(pr->mode == 1);    // XCLBIN_PR
+
+  const auto flat_shell = xrt_shell_slots(flat->platform, flat->mode);
+  CHECK_FALSE(flat_shell.partial_reconfiguration);
+  CHECK(flat_shell.slots == 0);
+  CHECK(flat_shell.report == "shell 'xilinx_u250_gen3x16_xdma_4_1_202210_1' is flat (XCLBIN_FLAT): an xclbin replaces "
+                             "the whole device, so the card is offered whole (no slots)");
+  const auto pr_shell = xrt_shell_slots(pr->platform, pr->mode);
+  CHECK(pr_shell.partial_reconfiguration);
+  CHECK(pr_shell.slots == 0);
+  CHECK(pr_shell.report == "shell 'xilinx_u250_gen3x16_xdma_4_1_202210_1' reconfigures one user region (XCLBIN_PR): an "
+                           "xclbin fills all of it and XRT loads one per card, so the card is offered whole (no slots)");
+  // The sample images the build writes are for flat shells.
+  auto sample = accelpool::bitstreams::read_xclbin(build_samples / "vadd_u250.xclbin");
+  REQUIRE(sample.is_ok());
+  CHECK(sample->mode == 0);
+  // A mode XRT does not define is reported as such, still whole.
+  const auto unknown = xrt_shell_slots("x", 7);
+  CHECK(unknown.slots == 0);
+  CHECK_FALSE(unknown.partial_reconfiguration);
+  CHECK(unknown.report == "shell 'x': unknown XCLBIN_MODE 7, so the card is offered whole (no slots)");
+  // The writer refuses a mode it does not know, naming the field.
+  CHECK_FALSE(built_xclbin(dir, "bad_mode", "dfx").is_ok());
+  std::ifstream err(dir.path() / "bad_mode.err");
+  std::string line;
+  std::getline(err, line);
+  CHECK_THAT(line, Catch::Contains("field 'mode': 'dfx' is not flat or pr"));
+}
+#endif

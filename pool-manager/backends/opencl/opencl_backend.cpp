@@ -1,4 +1,5 @@
 #include <accelpool/backends/opencl_backend.hpp>
+#include <accelpool/common/slots.hpp>
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 namespace accelpool::backends {
@@ -70,8 +72,9 @@ std::string build_log(cl_program program, cl_device_id device) {
 }  // namespace
 
 struct OpenClBackend::Impl {
+  // A device the backend lists, or one of its slots (listed only as the device's DeviceInfo::slots).
   struct Device {
-    DeviceInfo info;
+    DeviceInfo info;  // a slot's: its own local id, the rest as its device's
     cl_device_id id = nullptr;
     bool is_sub_device = false;
     Context context;
@@ -79,8 +82,11 @@ struct OpenClBackend::Impl {
     Program program;  // the loaded image
     std::string loaded_sha256;
     Program health_program;
+    std::vector<std::unique_ptr<Device>> slots;  // info.slots sub-devices, slot n at index n
+    std::string slot_shape;                      // the shape of its slots, "cu<compute units>"; "" without slots
 
     ~Device() {
+      slots.clear();
       program.reset();
       health_program.reset();
       queue.reset();
@@ -88,20 +94,35 @@ struct OpenClBackend::Impl {
       if (is_sub_device && id) clReleaseDevice(id);
     }
   };
+  // What a local id names: a listed device, and its region the id addresses (the device itself or a slot).
+  struct Target {
+    Device* device = nullptr;
+    Device* region = nullptr;
+    std::optional<std::uint32_t> slot;
+  };
   OpenClConfig config;
   std::vector<std::unique_ptr<Device>> devices;
 
-  Device* find(std::string_view local_id) {
+  Device* find(std::string_view local_id) { return target(local_id).region; }
+
+  Target target(std::string_view local_id) {
     for (auto& d : devices) {
-      if (d->info.local_id == local_id) return d.get();
+      if (d->info.local_id == local_id) return {d.get(), d.get(), std::nullopt};
     }
-    return nullptr;
+    if (auto slot = parse_slot_local_id(local_id)) {
+      for (auto& d : devices) {
+        if (d->info.local_id == slot->device && slot->index < d->slots.size())
+          return {d.get(), d->slots[slot->index].get(), slot->index};
+      }
+    }
+    return {};
   }
   static Error no_device(std::string_view local_id) {
     return make_error(Errc::not_found, "opencl backend: no device '" + std::string(local_id) + "'");
   }
 
-  Status add_device(cl_device_id id, bool sub, DeviceInfo info) {
+  // A device record with its own context and queue (a sub-device is released with it).
+  static Result<std::unique_ptr<Device>> open_device(cl_device_id id, bool sub, DeviceInfo info) {
     auto d = std::make_unique<Device>();
     d->id = id;
     d->is_sub_device = sub;
@@ -113,7 +134,89 @@ struct OpenClBackend::Impl {
     d->queue.reset(clCreateCommandQueue(d->context.get(), id, 0, &err));
     if (err != CL_SUCCESS)
       return make_error(Errc::backend_failed, "opencl backend: creating a queue for " + d->info.local_id + ": " + cl_error(err));
-    devices.push_back(std::move(d));
+    return d;
+  }
+
+  Status add_device(cl_device_id id, bool sub, DeviceInfo info) {
+    auto d = open_device(id, sub, std::move(info));
+    if (!d) return d.error();
+    devices.push_back(std::move(*d));
+    return Status::ok();
+  }
+
+  // Device `info` (OpenCL device `id`, `cus` compute units) with `n` slots, each an equal sub-device.
+  Status add_device_with_slots(cl_device_id id, DeviceInfo info, cl_uint cus, std::uint32_t n) {
+    auto subs = split_equally(id, info, cus, n, "slots", "slots");
+    if (!subs) return subs.error();
+    info.slots = n;
+    auto d = open_device(id, false, std::move(info));
+    if (!d) {
+      for (cl_device_id sub : *subs) clReleaseDevice(sub);
+      return d.error();
+    }
+    const cl_uint slot_cus = device_value<cl_uint>(subs->front(), CL_DEVICE_MAX_COMPUTE_UNITS);
+    (*d)->slot_shape = "cu" + std::to_string(slot_cus);
+    (*d)->info.attributes["slot_shape"] = (*d)->slot_shape;
+    for (std::uint32_t s = 0; s < n; ++s) {
+      DeviceInfo slot = (*d)->info;
+      slot.local_id = slot_local_id((*d)->info.local_id, s);
+      slot.slots = 0;
+      slot.attributes["compute_units"] = std::to_string(slot_cus);
+      auto record = open_device((*subs)[s], true, std::move(slot));
+      if (!record) {
+        for (std::uint32_t rest = s + 1; rest < n; ++rest) clReleaseDevice((*subs)[rest]);
+        return record.error();
+      }
+      (*d)->slots.push_back(std::move(*record));
+    }
+    devices.push_back(std::move(*d));
+    return Status::ok();
+  }
+
+  // Splits device `id` (`cus` compute units) into `n` sub-devices of cus / n compute units each
+  // (CL_DEVICE_PARTITION_EQUALLY; more pieces than asked, when cus is not divisible, are released). `what` names
+  // the pieces in errors ("sub-devices", "slots"). Errors: "invalid_argument" naming config key `key`: the
+  // device cannot be partitioned equally, has too few compute units, or the split fails.
+  static Result<std::vector<cl_device_id>> split_equally(cl_device_id id, const DeviceInfo& info, cl_uint cus,
+                                                         std::uint32_t n, const std::string& key, const std::string& what) {
+    const std::string device = "device " + info.local_id + " ('" + info.model + "')";
+    auto refuse = [&](const std::string& why) {
+      return make_error(Errc::invalid_argument, "backend opencl: config key '" + key + "': " + device + " " + why);
+    };
+    std::size_t size = 0;
+    std::vector<cl_device_partition_property> kinds;
+    if (clGetDeviceInfo(id, CL_DEVICE_PARTITION_PROPERTIES, 0, nullptr, &size) == CL_SUCCESS && size > 0) {
+      kinds.resize(size / sizeof(cl_device_partition_property));
+      if (clGetDeviceInfo(id, CL_DEVICE_PARTITION_PROPERTIES, size, kinds.data(), nullptr) != CL_SUCCESS) kinds.clear();
+    }
+    if (std::find(kinds.begin(), kinds.end(), CL_DEVICE_PARTITION_EQUALLY) == kinds.end())
+      return refuse("cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                    "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only");
+    if (cus < n)
+      return refuse("has " + std::to_string(cus) + " compute units, too few for " + std::to_string(n) + " " + what);
+    cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY, static_cast<cl_device_partition_property>(cus / n), 0};
+    std::vector<cl_device_id> subs(std::size_t{cus});
+    cl_uint made = 0;
+    cl_int err = clCreateSubDevices(id, props, static_cast<cl_uint>(subs.size()), subs.data(), &made);
+    if (err != CL_SUCCESS) return refuse("cannot be split into " + std::to_string(n) + " " + what + ": " + cl_error(err));
+    subs.resize(made);
+    if (made < n) {
+      for (cl_device_id sub : subs) clReleaseDevice(sub);
+      return refuse("gave " + std::to_string(made) + " sub-devices, not " + std::to_string(n));
+    }
+    for (cl_uint extra = n; extra < made; ++extra) clReleaseDevice(subs[extra]);
+    subs.resize(n);
+    return subs;
+  }
+
+  // Waits for the device's queued work and drops its program. Errors: "reset_failed" (the wait failed; the
+  // program is dropped anyway).
+  static Status unload(Device& d) {
+    cl_int err = clFinish(d.queue.get());
+    d.program.reset();
+    d.loaded_sha256.clear();
+    if (err != CL_SUCCESS)
+      return make_error(Errc::reset_failed, "opencl backend: " + d.info.local_id + ": waiting for queued work: " + cl_error(err));
     return Status::ok();
   }
 
@@ -152,6 +255,11 @@ Result<OpenClConfig> parse_opencl_config(const BackendConfig& config) {
   auto sub = r.get_int("subdevices", 0, 0, 1024);
   if (!sub) return sub.error();
   c.subdevices = static_cast<int>(*sub);
+  auto slots = r.get_int("slots", 0, 0, kMaxSlotsPerDevice);
+  if (!slots) return slots.error();
+  c.slots = static_cast<std::uint32_t>(*slots);
+  if (c.slots > 0 && c.subdevices >= 2)
+    return r.error("slots", "a device is either split into sub-devices ('subdevices') or declares slots, not both");
   c.platform = r.get_string("platform", "");
   c.device_type = r.get_string("device_type", "all");
   if (c.device_type != "all" && c.device_type != "cpu" && c.device_type != "gpu" && c.device_type != "accelerator")
@@ -223,31 +331,20 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
       base.passthrough = !base.pci_bdf.empty();
 
       if (c->subdevices >= 2) {
-        if (cus < static_cast<cl_uint>(c->subdevices))
-          return make_error(Errc::invalid_argument, "backend opencl: config key 'subdevices': device " + base.local_id + " ('" +
-                                                    base.model + "') has " + std::to_string(cus) +
-                                                    " compute units, too few for " + std::to_string(c->subdevices) +
-                                                    " sub-devices");
-        cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY,
-                                                static_cast<cl_device_partition_property>(cus / c->subdevices), 0};
-        std::vector<cl_device_id> subs(static_cast<std::size_t>(c->subdevices) * 2);
-        cl_uint made = 0;
-        err = clCreateSubDevices(dev, props, static_cast<cl_uint>(subs.size()), subs.data(), &made);
-        if (err != CL_SUCCESS)
-          return make_error(Errc::invalid_argument, "backend opencl: config key 'subdevices': device " + base.local_id +
-                                                    " cannot be split: " + cl_error(err));
-        // Equal partitioning may yield more pieces than asked (CUs not divisible): keep the first N.
-        for (cl_uint s = 0; s < made; ++s) {
-          if (s >= static_cast<cl_uint>(c->subdevices)) {
-            clReleaseDevice(subs[s]);
-            continue;
-          }
+        auto subs = Impl::split_equally(dev, base, cus, static_cast<std::uint32_t>(c->subdevices), "subdevices", "sub-devices");
+        if (!subs) return subs.error();
+        for (std::size_t s = 0; s < subs->size(); ++s) {
           DeviceInfo info = base;
           info.local_id = base.local_id + "." + std::to_string(s);
           info.attributes["parent"] = base.local_id;
-          info.attributes["compute_units"] = std::to_string(device_value<cl_uint>(subs[s], CL_DEVICE_MAX_COMPUTE_UNITS));
-          if (auto st = impl->add_device(subs[s], true, std::move(info)); !st) return st.error();
+          info.attributes["compute_units"] = std::to_string(device_value<cl_uint>((*subs)[s], CL_DEVICE_MAX_COMPUTE_UNITS));
+          if (auto st = impl->add_device((*subs)[s], true, std::move(info)); !st) {
+            for (std::size_t rest = s + 1; rest < subs->size(); ++rest) clReleaseDevice((*subs)[rest]);
+            return st.error();
+          }
         }
+      } else if (c->slots > 0) {
+        if (auto st = impl->add_device_with_slots(dev, std::move(base), cus, c->slots); !st) return st.error();
       } else {
         if (auto st = impl->add_device(dev, false, std::move(base)); !st) return st.error();
       }
@@ -263,17 +360,25 @@ Result<std::vector<DeviceInfo>> OpenClBackend::enumerate() {
 }
 
 Status OpenClBackend::program(std::string_view local_id, const Image& image) {
-  Impl::Device* d = impl_->find(local_id);
-  if (!d) return Impl::no_device(local_id);
+  Impl::Target t = impl_->target(local_id);
+  if (!t.device) return Impl::no_device(local_id);
   std::string format = image_format(image);
   if (format != "opencl-source" && format != "opencl-binary")
     return make_error(Errc::incompatible, "opencl backend: image " + image.name + " has format " + format +
                                           "; OpenCL devices load opencl-source or opencl-binary");
-  if (auto st = check_compatible(image, d->info); !st) return st;
-  auto program = impl_->build(*d, image);
+  if (auto st = check_compatible(image, t.device->info, t.slot); !st) return st;
+  if (t.slot && !image.slot_shape.empty() && image.slot_shape != t.device->slot_shape)
+    return make_error(Errc::incompatible, "opencl backend: image " + image.name + "@" + image.version + " fits slots of shape '" +
+                                          image.slot_shape + "', but the slots of device " + t.device->info.local_id +
+                                          " are '" + t.device->slot_shape + "'");
+  auto program = impl_->build(*t.region, image);
   if (!program) return program.error();
-  d->program = std::move(*program);
-  d->loaded_sha256 = image.sha256;
+  // A full image replaces what the device's slots hold (their queued work finishes first).
+  if (!t.slot) {
+    for (auto& slot : t.device->slots) (void)Impl::unload(*slot);
+  }
+  t.region->program = std::move(*program);
+  t.region->loaded_sha256 = image.sha256;
   return Status::ok();
 }
 
@@ -286,12 +391,7 @@ Result<std::string> OpenClBackend::loaded(std::string_view local_id) {
 Status OpenClBackend::reset(std::string_view local_id) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  cl_int err = clFinish(d->queue.get());
-  d->program.reset();
-  d->loaded_sha256.clear();
-  if (err != CL_SUCCESS)
-    return make_error(Errc::reset_failed, "opencl backend: " + d->info.local_id + ": waiting for queued work: " + cl_error(err));
-  return Status::ok();
+  return Impl::unload(*d);
 }
 
 Result<std::string> OpenClBackend::program_binary(std::string_view local_id) {
@@ -351,12 +451,15 @@ Status run_on(cl_context context, cl_command_queue queue, cl_program program, co
     if (a.kind == KernelArg::Kind::scalar) {
       err = clSetKernelArg(kernel.get(), static_cast<cl_uint>(i), a.bytes.size(), a.bytes.data());
     } else {
-      if (a.bytes.empty()) return make_error(Errc::invalid_argument, where + ": argument " + std::to_string(i) + " is an empty buffer");
+      const bool shared = a.kind == KernelArg::Kind::shared;
+      if (shared ? a.memory.empty() : a.bytes.empty())
+        return make_error(Errc::invalid_argument, where + ": argument " + std::to_string(i) + " is an empty buffer");
       cl_mem_flags flags = a.kind == KernelArg::Kind::input    ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR
                            : a.kind == KernelArg::Kind::output ? CL_MEM_WRITE_ONLY
+                           : shared                            ? CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR
                                                                : CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
-      void* host = a.kind == KernelArg::Kind::output ? nullptr : a.bytes.data();
-      buffers[i].reset(clCreateBuffer(context, flags, a.bytes.size(), host, &err));
+      void* host = shared ? static_cast<void*>(a.memory.data()) : a.kind == KernelArg::Kind::output ? nullptr : a.bytes.data();
+      buffers[i].reset(clCreateBuffer(context, flags, shared ? a.memory.size() : a.bytes.size(), host, &err));
       if (err != CL_SUCCESS)
         return make_error(Errc::run_failed, where + ": allocating argument " + std::to_string(i) + ": " + cl_error(err));
       cl_mem m = buffers[i].get();
@@ -375,6 +478,13 @@ Status run_on(cl_context context, cl_command_queue queue, cl_program program, co
       err = clEnqueueReadBuffer(queue, buffers[i].get(), CL_TRUE, 0, a.bytes.size(), a.bytes.data(), 0, nullptr, nullptr);
       if (err != CL_SUCCESS)
         return make_error(Errc::run_failed, where + ": reading back argument " + std::to_string(i) + ": " + cl_error(err));
+    }
+    if (a.kind == KernelArg::Kind::shared) {  // mapping makes the caller's memory hold the kernel's writes
+      void* mapped = clEnqueueMapBuffer(queue, buffers[i].get(), CL_TRUE, CL_MAP_READ, 0, a.memory.size(), 0, nullptr,
+                                        nullptr, &err);
+      if (err == CL_SUCCESS) err = clEnqueueUnmapMemObject(queue, buffers[i].get(), mapped, 0, nullptr, nullptr);
+      if (err != CL_SUCCESS)
+        return make_error(Errc::run_failed, where + ": synchronising shared argument " + std::to_string(i) + ": " + cl_error(err));
     }
   }
   err = clFinish(queue);

@@ -97,6 +97,7 @@ Image make_image(const bitstreams::Bitstream& b) {
   image.compatible = b.manifest.compatible;
   image.kernels = b.manifest.kernels;
   image.partial = b.manifest.partial;
+  image.slot_shape = b.manifest.slot_shape;
   return image;
 }
 

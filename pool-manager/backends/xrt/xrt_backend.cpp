@@ -3,11 +3,13 @@
 #include <accelpool/bitstreams/xclbin.hpp>
 
 #include <experimental/xrt_system.h>
+#include <xclbin.h>
 #include <xrt/xrt_device.h>
 #include <xrt/xrt_uuid.h>
 
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <system_error>
 #include <unistd.h>
 
@@ -38,6 +40,26 @@ std::string serial_from(const std::string& platform_json) {
 }
 
 }  // namespace
+
+XrtShellSlots xrt_shell_slots(std::string_view shell, std::uint16_t xclbin_mode) {
+  static constexpr const char* kModes[] = {"XCLBIN_FLAT",   "XCLBIN_PR",     "XCLBIN_TANDEM_STAGE2", "XCLBIN_TANDEM_STAGE2_WITH_PR",
+                                           "XCLBIN_HW_EMU", "XCLBIN_SW_EMU", "XCLBIN_HW_EMU_PR"};
+  static_assert(std::size(kModes) == XCLBIN_MODE_MAX);
+  XrtShellSlots r;
+  const std::string name = "shell '" + std::string(shell) + "'";
+  if (xclbin_mode >= XCLBIN_MODE_MAX) {
+    r.report = name + ": unknown XCLBIN_MODE " + std::to_string(xclbin_mode) + ", so the card is offered whole (no slots)";
+    return r;
+  }
+  const std::string mode = std::string(" (") + kModes[xclbin_mode] + ")";
+  r.partial_reconfiguration =
+      xclbin_mode == XCLBIN_PR || xclbin_mode == XCLBIN_TANDEM_STAGE2_WITH_PR || xclbin_mode == XCLBIN_HW_EMU_PR;
+  r.report = r.partial_reconfiguration
+                 ? name + " reconfigures one user region" + mode +
+                       ": an xclbin fills all of it and XRT loads one per card, so the card is offered whole (no slots)"
+                 : name + " is flat" + mode + ": an xclbin replaces the whole device, so the card is offered whole (no slots)";
+  return r;
+}
 
 Result<XrtConfig> parse_xrt_config(const BackendConfig& config) {
   ConfigReader r("xrt", config);
@@ -87,6 +109,15 @@ Result<std::vector<DeviceInfo>> XrtBackend::enumerate() {
       info.model = device.get_info<xrt::info::device::name>();
       info.passthrough = true;
       info.attributes["index"] = std::to_string(i);
+      std::uint16_t mode = XCLBIN_FLAT;
+      try {
+        if (device.get_info<xrt::info::device::interface_uuid>()) mode = XCLBIN_PR;
+      } catch (const std::exception&) {
+        // A flat shell may not answer the query: it has no interface UUID.
+      }
+      const XrtShellSlots shell = xrt_shell_slots(info.model, mode);
+      info.slots = shell.slots;
+      info.attributes["slot_support"] = shell.report;
       try {
         std::string serial = serial_from(device.get_info<xrt::info::device::platform>());
         if (!serial.empty()) info.attributes["serial"] = serial;

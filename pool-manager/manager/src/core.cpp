@@ -721,6 +721,7 @@ struct PoolCore::Impl {
       labels_of_tenant[l.tenant].insert(l.label);
     }
     r.arrival = l.created_at;
+    r.demand = l.bitstream.empty() || !options.image_demand ? 0.0 : options.image_demand(l.bitstream);
     return r;
   }
 

@@ -333,12 +333,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   }
   auto catalog = std::make_shared<ImageCatalog>(*registry);
   CoreOptions core_options = config.core;
-  core_options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
-  // Hosts check (agents also fetch) the manager's image by its sha256.
-  core_options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
-  // Leases go only to devices of the models their bitstream's manifest lists as compatible.
-  core_options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
-  core_options.image_partial = [catalog](const std::string& bitstream) { return catalog->is_partial(bitstream); };
+  answer_from_catalog(core_options, catalog);
 
   SystemClock clock;
   auto core_r = PoolCore::create(core_options, clock, *store);

@@ -4,6 +4,7 @@
 #include <accelpool/bitstreams/shared_registry.hpp>
 #include <accelpool/bitstreams/verified_images.hpp>
 #include <accelpool/host/runtime.hpp>
+#include <accelpool/manager/core.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
 #include <unordered_map>
@@ -258,6 +259,22 @@ std::optional<bool> ImageCatalog::is_partial(const std::string& bitstream) const
   auto b = registry_->get(bitstream);
   if (!b) return std::nullopt;
   return b->manifest.partial;
+}
+
+double ImageCatalog::demand_of(const std::string& bitstream) const {
+  auto b = registry_->get(bitstream);
+  return b ? b->manifest.bandwidth_demand : 0.0;
+}
+
+void answer_from_catalog(CoreOptions& options, std::shared_ptr<ImageCatalog> catalog) {
+  options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
+  // Hosts check (agents also fetch) the manager's image by its sha256.
+  options.image_sha256 = [catalog](const std::string& bitstream) { return catalog->sha256_of(bitstream); };
+  // Leases go only to devices of the models their bitstream's manifest lists as compatible.
+  options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
+  options.image_partial = [catalog](const std::string& bitstream) { return catalog->is_partial(bitstream); };
+  // Slot leases are spread by their images' bandwidth demands.
+  options.image_demand = [catalog](const std::string& bitstream) { return catalog->demand_of(bitstream); };
 }
 
 Status ImageCatalog::check(const std::string& kind, const std::string& bitstream) const {

@@ -17,6 +17,10 @@ struct XclbinInfo {
   std::string uuid;      // lowercase, dashed, e.g. "3f1c...-..."
   std::string platform;  // target platform / shell VBNV, e.g. "xilinx_u250_gen3x16_xdma_4_1_202210_1"
   std::vector<std::string> kernels;  // kernel names (empty when parsed_by_xrt is false)
+  // axlf_header::m_mode, XRT's XCLBIN_MODE: 0 flat (the shell is reprogrammed whole), 1 partial reconfiguration
+  // (the image goes into the shell's reconfigurable user region), 2 tandem stage 2, 3 tandem stage 2 with partial
+  // reconfiguration, 4 hardware emulation, 5 software emulation, 6 hardware emulation with partial reconfiguration.
+  std::uint16_t mode = 0;
   std::uint32_t num_sections = 0;
   std::uint64_t size_bytes = 0;
   bool parsed_by_xrt = false;  // false: only the container header was read (library built without XRT)

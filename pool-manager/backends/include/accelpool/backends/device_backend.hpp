@@ -47,6 +47,9 @@ struct Image {
   std::vector<std::string> compatible;  // device models/shells it fits ('*' wildcards); empty = not checked
   std::vector<std::string> kernels;     // kernel names it provides
   bool partial = false;                 // a partial image: goes into one slot of a device, never a whole device
+  // A partial image: the slot shape it fits (manifest `slot_shape`). A backend whose slots have a shape refuses
+  // another one (opencl: "cu<compute units>"); the sim backend's slots take any.
+  std::string slot_shape;
 };
 
 enum class Health : std::uint8_t { ok, degraded, failed };

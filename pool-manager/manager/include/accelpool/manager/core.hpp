@@ -58,7 +58,17 @@ struct CoreOptions {
   // kind is refused ("incompatible"). Called on the owner thread; must not call into the core. Empty: the kind
   // asked for decides.
   std::function<std::optional<bool>(const std::string& bitstream)> image_partial;
+  // The bandwidth demand of a bitstream in the manager's registry: its manifest's `bandwidth_demand`, the share of
+  // a device's bandwidth it uses alone (0 to 1; 0 when not stated, or when the registry holds no such bitstream).
+  // It is the scheduler's Request::demand for the bitstream's leases, by which slot leases are spread so that the
+  // demands on one device stay within its bandwidth where they can (docs/policies.md, "Slots and interference").
+  // Called on the owner thread; must not call into the core. Empty: every demand is 0.
+  std::function<double(const std::string& bitstream)> image_demand;
 };
+
+// Sets acquire_check, image_sha256, image_models, image_partial and image_demand of `options` to answer from
+// `catalog` (the manager's registry), as the daemon runs the core.
+void answer_from_catalog(CoreOptions& options, std::shared_ptr<ImageCatalog> catalog);
 
 enum class LeaseEvent : std::uint8_t {
   granted,   // every device is ready: the guest may use them

@@ -134,6 +134,10 @@ class ImageCatalog {
   // nullopt when it holds no such name. In memory: reads no file.
   std::optional<bool> is_partial(const std::string& bitstream) const;
 
+  // The `bandwidth_demand` of the highest version of `bitstream` in the registry (0 to 1; 0 when not stated or when
+  // it holds no such name). In memory: reads no file.
+  double demand_of(const std::string& bitstream) const;
+
   // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
   std::string sha256_of(const std::string& bitstream) const;
 

@@ -11,10 +11,12 @@
 #include <accelpool/backends/config.hpp>
 #include <accelpool/backends/device_backend.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace accelpool::backends {
 
@@ -26,6 +28,22 @@ struct XrtConfig {
 // Parses the "xrt" config keys (docs/hosts.md). Errors: "invalid_argument" naming the key.
 Result<XrtConfig> parse_xrt_config(const BackendConfig& config);
 
+// Whether a card's shell supports slots, as XRT's metadata says.
+struct XrtShellSlots {
+  bool partial_reconfiguration = false;  // the shell has a reconfigurable user region (an XCLBIN_*PR mode)
+  std::uint32_t slots = 0;               // the DeviceInfo::slots the backend declares for the card
+  std::string report;                    // why, in words: the device's attribute "slot_support"
+};
+
+// The slots of a card whose shell is `shell` (VBNV), from the XCLBIN_MODE of an xclbin built for that shell
+// (bitstreams::XclbinInfo::mode; for a card, XCLBIN_PR when it reports an interface UUID, which only shells with
+// a reconfigurable user region have). Slots need a shell with several user regions that images are loaded into
+// one by one; XRT's metadata names no region in an image (an axlf holds one user image) and XRT loads one xclbin
+// per card, so a shell with partial reconfiguration has one user region, which an image fills whole: every mode
+// gives 0 slots (whole devices only), and the report says whether the shell is flat or reconfigures its user
+// region, or that the mode is unknown. Pure: reads nothing.
+XrtShellSlots xrt_shell_slots(std::string_view shell, std::uint16_t xclbin_mode);
+
 class XrtBackend final : public DeviceBackend {
  public:
   // Prepares XILINX_XRT (see above). Errors: "invalid_argument" (config), "backend_failed" (the runtime root
@@ -34,7 +52,8 @@ class XrtBackend final : public DeviceBackend {
   ~XrtBackend() override;
 
   std::string_view name() const override { return "xrt"; }
-  // Devices are named "xrt:<BDF>"; model = shell VBNV; attributes: serial (when the card reports it), index.
+  // Devices are named "xrt:<BDF>"; model = shell VBNV; attributes: serial (when the card reports it), index,
+  // slot_support (xrt_shell_slots' report); slots as xrt_shell_slots says (none).
   // Errors: "backend_failed" when XRT itself fails (not when there is no card).
   Result<std::vector<DeviceInfo>> enumerate() override;
   // Reads the xclbin with the registry's checker + XRT's parser, requires its platform to be the device's shell
