@@ -545,6 +545,19 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     CHECK(*rc != 0);
     CHECK(bad.log().find("bogus_key") != std::string::npos);
   }
+  SECTION("a relay without a manager's address is refused with the key named") {
+    const std::string relay = "[backends.sim]\ndevices = \"fpga:m:1\"\n[libvirt]\nuri = \"test:///default\"\n[relay]\n";
+    AgentProcess none("host-r1", f.port(), relay + "manager = []\n");
+    AgentProcess empty("host-r2", f.port(), relay + "manager = \"\"\n");
+    for (auto* bad : {&none, &empty}) {
+      auto rc = bad->wait_exit(testing::kHungAfter);
+      REQUIRE(rc);
+      CHECK(*rc == 2);
+    }
+    CHECK(none.log().find("key 'relay.manager': must be a string or a non-empty array of strings") !=
+          std::string::npos);
+    CHECK(empty.log().find("key 'relay.manager': must not be empty") != std::string::npos);
+  }
 }
 
 TEST_CASE("a failed device reports failed health and failed programming is an error", "[health]") {

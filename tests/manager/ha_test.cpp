@@ -129,6 +129,26 @@ void launch_standby(DaemonProcess& d, const std::string& name) {
   REQUIRE(d.running());
 }
 
+// Managers a and b on fixed ports (pa, pb: clients list both before they start) on a fresh database `db`, taking
+// host agents, leases of `ttl_s`: a leads (the pool's tokens printed), b is its standby.
+struct FixedPair {
+  FixedPair(const std::string& db, int ttl_s)
+      : db(db),
+        url(PostgresCluster::shared().create_database(db)),
+        a(root.path / "a", fixed_config(url, "a", pa, ttl_s)),
+        b(root.path / "b", fixed_config(url, "b", pb, ttl_s)) {
+    a.start();
+    token = a.token("guest token for tenant t");
+    admin = a.token("admin token");
+    launch_standby(b, "b");
+  }
+  std::string db, url;
+  Folder root;
+  const Ports pa, pb;
+  DaemonProcess a, b;
+  std::string token, admin;
+};
+
 // The store's row of lease `id`: "state|devices", "" when there is none.
 std::string stored(const std::string& db, std::uint64_t id) {
   return PostgresCluster::shared().sql(db, "SELECT state || '|' || devices FROM leases WHERE id = " + std::to_string(id));
@@ -317,17 +337,11 @@ TEST_CASE("clients given every manager follow the leader: a standby names it, an
 #elif !defined(ACCELPOOL_RUN_BIN)
   ACCELPOOL_SKIP("accelpool-run is not built");
 #else
-  auto& cluster = PostgresCluster::shared();
-  const std::string db = "clients";
-  const std::string url = cluster.create_database(db);
-  Folder root;
-  const Ports pa, pb;
-  DaemonProcess a(root.path / "a", fixed_config(url, "a", pa, 6));
-  DaemonProcess b(root.path / "b", fixed_config(url, "b", pb, 6));
-  a.start();
-  const std::string token = a.token("guest token for tenant t");
-  const std::string admin = a.token("admin token");
-  launch_standby(b, "b");
+  FixedPair pair("clients", 6);
+  const std::string &db = pair.db, &token = pair.token, &admin = pair.admin;
+  const Ports &pa = pair.pa, &pb = pair.pb;
+  DaemonProcess &a = pair.a, &b = pair.b;
+  const Folder& root = pair.root;
 
   // The standby answers every client, naming the leader's address for that listener.
   {
@@ -449,4 +463,81 @@ TEST_CASE("a leader that loses its database connection steps down (exit status 3
   // Restarted (as a supervisor would), the old leader is a standby of the new one.
   launch_standby(a, "a");
   CHECK(b.running());
+}
+
+TEST_CASE("a VM's port relayed by an agent given every manager follows the leader: through the standby's answer "
+          "its guest gets a lease, and after the leader is killed the port is relayed to the new leader",
+          "[ha][postgres][relay]") {
+#ifndef ACCELPOOL_AGENT_BIN
+  ACCELPOOL_SKIP("accelpool-agent is not built");
+#elif !defined(ACCELPOOL_AGENT_HAS_LIBVIRT)
+  ACCELPOOL_SKIP("accelpool-agent is built without libvirt: it has no guest relay");
+#else
+  // Leases of 10 minutes: the guest played here sends no heartbeats.
+  FixedPair pair("relay", 600);
+  const std::string &db = pair.db, &token = pair.token;
+  const auto& root = pair.root.path;
+
+  // One running VM, vm1, listed by libvirt's test driver (in the agent's process, no daemon): its guest channel is
+  // a Unix socket that the test listens on, as QEMU would.
+  const auto channel = root / "vm1.sock";
+  PortListener vm_port(channel);
+  const auto node = root / "node.xml";
+  std::ofstream(node) << "<node><domain type='test'><name>vm1</name><memory>65536</memory><os><type>hvm</type></os>"
+                      << "<devices><channel type='unix'><source mode='bind' path='" << channel.string() << "'/>"
+                      << "<target type='virtio' name='org.accelpool.guest.0'/></channel></devices></domain></node>";
+  // The agent and its relay are given both managers, the standby first.
+  const std::string guest_a = "127.0.0.1:" + std::to_string(pair.pa.guest);
+  const std::string guest_b = "127.0.0.1:" + std::to_string(pair.pb.guest);
+  const std::string agent_managers = "[\"" + pair.pb.agents_address() + "\", \"" + pair.pa.agents_address() + "\"]";
+  const std::string relay = "[libvirt]\nuri = \"test://" + node.string() + "\"\n[relay]\nmanager = [\"" + guest_b +
+                            "\", \"" + guest_a + "\"]\nscan_interval_ms = 50\n";
+  Agent agent(root, "h1", agent_managers, "asic:sim-asic:1", kAgentToken, "", relay);
+
+  // The standby names the leader; the relay connects the VM's port once the leader accepted it.
+  auto port = vm_port.accept();
+  INFO(agent.log());
+  REQUIRE(port);
+  // (The agent's log is written by a thread of its own, in batches: a line may come a little later.)
+  const auto logged = [&](const std::string& line) {
+    return eventually([&] { return agent.log().find(line) != std::string::npos; });
+  };
+  CHECK(logged("relay: VM 'vm1': the manager at " + guest_b + " is a standby; the leader is at " + guest_a));
+  CHECK(logged("relay: VM 'vm1' connected to the manager at " + guest_a));
+  REQUIRE(port->hello(token, "vm1").contains("result"));
+  const auto acquired = port->call("acquire", {{"kind", "fpga"}});
+  INFO(json::serialize(acquired));
+  REQUIRE(lease_state(acquired) == "granted");
+  const auto lease = lease_id(acquired);
+  {
+    auto r = http(pair.pa.admin, "GET", "/v1/leases/" + std::to_string(lease), pair.admin);
+    REQUIRE(r.status == 200);
+    CHECK(r.json().at("relayed").as_bool());
+    CHECK(r.json().at("guest").as_string() == "vm1");
+    CHECK(r.json().at("guest_host").as_string() == "h1");
+  }
+  CHECK(stored(db, lease).rfind("granted|", 0) == 0);
+
+  // The leader dies: the relay closes the VM's side with the manager's, the standby takes over, and the relay
+  // connects the same port again, to the new leader.
+  pair.a.stop(SIGKILL);
+  CHECK(port->wait_closed());
+  pair.b.wait_started();
+  auto again = vm_port.accept();
+  INFO(agent.log());
+  REQUIRE(again);
+  CHECK(logged("relay: VM 'vm1' connected to the manager at " + guest_b));
+  // The guest's next calls work there: its hello finds its lease, restored from the store, and it releases it.
+  const auto hello = again->hello(token, "vm1");
+  INFO(json::serialize(hello));
+  REQUIRE(hello.contains("result"));
+  const auto& leases = hello.at("result").at("leases").as_array();
+  REQUIRE(leases.size() == 1);
+  CHECK(leases.at(0).at("id").to_number<std::uint64_t>() == lease);
+  CHECK(leases.at(0).at("state").as_string() == "granted");
+  const auto released = again->call("release", {{"lease", lease}});
+  INFO(json::serialize(released));
+  CHECK(lease_state(released) == "released");
+  CHECK(stored(db, lease).rfind("released|", 0) == 0);
+#endif
 }

@@ -356,6 +356,34 @@ std::optional<json::object> GuestClient::wait_notification(const std::string& me
   }
 }
 
+// --- PortListener ----------------------------------------------------------------------------------------------
+
+PortListener::PortListener(const std::filesystem::path& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.string().size() >= sizeof(a.sun_path)) throw std::runtime_error("socket path too long: " + path.string());
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  std::filesystem::remove(path);
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 4) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    throw std::runtime_error("cannot listen at " + path.string() + ": " + why);
+  }
+}
+
+PortListener::~PortListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<GuestClient> PortListener::accept(std::chrono::milliseconds timeout) {
+  pollfd p{fd_, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+  int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  return GuestClient(fd);
+}
+
 std::string error_word(const json::object& reply) {
   if (!reply.contains("error")) return "";
   return std::string(reply.at("error").at("data").at("code").as_string());

@@ -124,11 +124,28 @@ class GuestClient {
   void close();
 
  private:
+  friend class PortListener;
   explicit GuestClient(int fd) : fd_(fd) {}
   int fd_ = -1;
   std::string buffer_;
   std::uint64_t next_id_ = 1;
   std::deque<json::object> notifications_;
+};
+
+// A Unix socket the test listens on, as QEMU listens on a VM's virtio-serial channel for the host agent's relay to
+// connect to: each connection accepted is the VM's port, on which the test speaks as the guest.
+class PortListener {
+ public:
+  // Listens at `path` (a file already there is replaced). Throws when it cannot.
+  explicit PortListener(const std::filesystem::path& path);
+  ~PortListener();
+  PortListener(const PortListener&) = delete;
+  PortListener& operator=(const PortListener&) = delete;
+  // The next connection, or nullopt when none comes within `timeout`.
+  std::optional<GuestClient> accept(std::chrono::milliseconds timeout = kHungAfter);
+
+ private:
+  int fd_ = -1;
 };
 
 // Result of a call, or the error code word (error.data.code).

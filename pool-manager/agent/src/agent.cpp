@@ -1,4 +1,5 @@
 #include "agent.hpp"
+#include "manager_list.hpp"
 #include "relay.hpp"
 
 #include <accelpool/agent/link_stream.hpp>
@@ -34,17 +35,6 @@ constexpr std::int64_t kRegisterId = 1;
 constexpr std::uint64_t kHeartbeatFullEvery = 10;
 // How long a request of the agent's own (an image piece) waits for the manager's answer.
 constexpr std::chrono::seconds kAnswerTimeout{60};
-
-// The leader's agent address that a standby's refusal line (error data.leader) names; "" when it names none.
-std::string standby_names_leader(const std::string& line) {
-  boost::system::error_code ec;
-  auto v = json::parse(line, ec);
-  if (ec || !v.is_object()) return "";
-  const auto* err = v.as_object().if_contains("error");
-  const auto* data = err && err->is_object() ? err->as_object().if_contains("data") : nullptr;
-  const auto* leader = data && data->is_object() ? data->as_object().if_contains("leader") : nullptr;
-  return leader && leader->is_string() ? std::string(leader->as_string()) : "";
-}
 
 class AgentImpl final : public Agent {
  public:
@@ -126,13 +116,11 @@ class AgentImpl final : public Agent {
 
   int run(const std::atomic<bool>& stop) override {
     auto backoff = cfg_.reconnect_min;
-    std::size_t next = 0;  // the manager of cfg_.managers tried next when no standby named the leader
+    ManagerList managers(cfg_.managers);
     while (!stop) {
-      // A standby's answer names the leader: that address is tried at once, any other after the backoff.
-      const bool redirected = !leader_hint_.empty() && leader_hint_ != manager_;
       {
         std::lock_guard lock(mu_);
-        manager_ = redirected ? leader_hint_ : cfg_.managers[next];
+        manager_ = managers.current();
       }
       leader_hint_.clear();
       auto fd = connect_to(manager_);
@@ -151,9 +139,8 @@ class AgentImpl final : public Agent {
       }
       if (rc == 2) return 2;
       if (stop) break;
-      // The next attempt goes to the next manager of the list (the one that failed or ended may be gone).
-      if (!redirected) next = (next + 1) % cfg_.managers.size();
-      if (!leader_hint_.empty() && leader_hint_ != manager_) continue;
+      // A standby's answer names the leader: that address is tried at once, the next of the list after the backoff.
+      if (managers.advance(leader_hint_)) continue;
       sleep_for(backoff, stop);
       backoff = std::min(backoff * 2, cfg_.reconnect_max);
     }
@@ -500,12 +487,12 @@ class AgentImpl final : public Agent {
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
   // Relays the guest channel of every running VM to the manager's guest listener (relay.hpp).
   Status start_relay() {
-    if (cfg_.relay_manager.empty()) return Status::ok();
+    if (cfg_.relay_managers.empty()) return Status::ok();
     auto finder = hypervisor::ChannelFinder::create(cfg_.libvirt_uri, cfg_.relay_channel);
     if (!finder) return make_error(finder.error().code, "relay: " + finder.error().message);
     channels_ = std::move(*finder);
     RelayOptions o;
-    o.manager = cfg_.relay_manager;
+    o.managers = cfg_.relay_managers;
     o.token = cfg_.token;
     o.host = cfg_.host;
     o.scan_interval = cfg_.relay_scan_interval;
@@ -521,7 +508,10 @@ class AgentImpl final : public Agent {
     auto r = Relay::start(std::move(o), targets, [this](const std::string& m) { log::info("relay", {{"host", cfg_.host}, {"detail", m}}); });
     if (!r) return r.error();
     relay_ = std::move(*r);
-    log::info("relaying the VMs' guest channel", {{"host", cfg_.host}, {"channel", cfg_.relay_channel}, {"manager", cfg_.relay_manager}});
+    std::string managers;
+    for (const auto& m : cfg_.relay_managers) managers += (managers.empty() ? "" : ",") + m;
+    log::info("relaying the VMs' guest channel",
+              {{"host", cfg_.host}, {"channel", cfg_.relay_channel}, {"manager", managers}});
     return Status::ok();
   }
 

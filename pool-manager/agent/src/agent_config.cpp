@@ -34,14 +34,17 @@ struct Reader {
     }
     return std::string(n->as_string()->get());
   }
-  // A string, or an array of one or more strings (each non-empty).
+  // A non-empty string, or an array of one or more non-empty strings.
   std::vector<std::string> strs(const toml::table& t, const std::string& prefix, const char* key) {
     auto* n = t.get(key);
     if (!n) {
       fail(prefix + key, "is required");
       return {};
     }
-    if (n->is_string()) return {std::string(n->as_string()->get())};
+    if (n->is_string()) {
+      if (n->as_string()->get().empty()) fail(prefix + key, "must not be empty");
+      return {std::string(n->as_string()->get())};
+    }
     std::vector<std::string> out;
     auto* a = n->as_array();
     if (a == nullptr || a->empty()) {
@@ -140,7 +143,7 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
 
   if (auto* rl = root["relay"].as_table()) {
     r.only(*rl, "relay.", {"manager", "channel", "scan_interval_ms"});
-    c.relay_manager = r.str(*rl, "relay.", "manager", true);
+    c.relay_managers = r.strs(*rl, "relay.", "manager");
     if (rl->contains("channel")) c.relay_channel = r.str(*rl, "relay.", "channel", false);
     if (c.relay_channel.empty()) r.fail("relay.channel", "must not be empty");
     c.relay_scan_interval = std::chrono::milliseconds(r.num(*rl, "relay.", "scan_interval_ms", 1000, 10, 600000));

@@ -37,8 +37,10 @@ struct AgentConfig {
   std::string libvirt_uri;
   std::chrono::milliseconds detach_timeout{30000};
   std::uint32_t shmem_size_mib = 1;
-  // Relaying the VMs' guest ports to the manager (needs libvirt); an empty address turns it off.
-  std::string relay_manager;  // the manager's guest listener, "HOST:PORT" or "unix:PATH"
+  // Relaying the VMs' guest ports to the manager (needs libvirt); no address turns it off. The managers' guest
+  // listeners ("HOST:PORT" or "unix:PATH"), in the order to try them: one, or the leader and standbys of a shared
+  // store (docs/ha.md); each VM's port follows a standby's answer to the leader, as the agent link does.
+  std::vector<std::string> relay_managers;
   std::string relay_channel = "org.accelpool.guest.0";
   std::chrono::milliseconds relay_scan_interval{1000};
   // What the agent logs and how ([log] level, format; docs/hosts.md "Host agent").

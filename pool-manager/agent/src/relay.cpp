@@ -1,4 +1,5 @@
 #include "relay.hpp"
+#include "manager_list.hpp"
 
 #include <accelpool/agent/wire.hpp>
 
@@ -39,10 +40,19 @@ bool read_into(int fd, std::string& out, std::size_t limit) {
   return true;
 }
 
+// The relay's address of the guest listener a standby names as the leader's (`tcp://HOST:PORT`): "HOST:PORT";
+// "" for any other (a `tls://` listener, which the relay's plain connection cannot speak).
+std::string plain_address(const std::string& leader) {
+  const std::string tcp = "tcp://";
+  return leader.rfind(tcp, 0) == 0 ? leader.substr(tcp.size()) : "";
+}
+
 // One VM's port and its manager connection.
 struct Link {
   enum class State { idle, handshake, relaying };
   RelayTarget target;
+  ManagerList managers;  // which manager this link connects to (next)
+  Link(RelayTarget t, ManagerList m) : target(std::move(t)), managers(std::move(m)) {}
   State state = State::idle;
   int guest_fd = -1;
   int manager_fd = -1;
@@ -140,8 +150,7 @@ class RelayImpl final : public Relay {
     }
     for (auto& [vm, t] : now) {
       if (links_.count(vm)) continue;
-      Link l;
-      l.target = t;
+      Link l(t, ManagerList(opt_.managers));
       l.backoff = opt_.reconnect_min;
       l.next_attempt = Clock::now();
       links_.emplace(vm, std::move(l));
@@ -168,15 +177,25 @@ class RelayImpl final : public Relay {
     l.backoff = std::min(l.backoff * 2, opt_.reconnect_max);
   }
 
+  // As drop(), for a manager connection that failed, ended or was refused: the next attempt goes to `leader` (the
+  // leader's address a standby named, at once) or to the next manager of the list (after the backoff).
+  void drop_manager(Link& l, const std::string& why, const std::string& leader = "",
+                    std::chrono::milliseconds at_least = std::chrono::milliseconds(0)) {
+    if (!l.managers.advance(leader)) return drop(l, why, at_least);
+    if (!why.empty()) log("relay: VM '" + l.target.vm + "': " + why);
+    close_link(l);
+    l.next_attempt = Clock::now();
+  }
+
   void advance(Link& l) {
     auto now = Clock::now();
     if (l.state == Link::State::idle && now >= l.next_attempt) {
       // The manager first: the guest sees its host side connected only once the manager has accepted the relay.
-      auto fd = connect_to(opt_.manager);
+      auto fd = connect_to(l.managers.current());
       if (!fd) {
         if (!l.connect_logged) log("relay: VM '" + l.target.vm + "': manager: " + fd.error().message);
         l.connect_logged = true;
-        drop(l, "");
+        drop_manager(l, "");
         return;
       }
       l.connect_logged = false;
@@ -187,8 +206,8 @@ class RelayImpl final : public Relay {
       return;
     }
     if (l.state == Link::State::handshake && now >= l.handshake_deadline) {
-      drop(l, "the manager did not answer the relay announcement within " +
-                  std::to_string(opt_.handshake_timeout.count()) + " ms");
+      drop_manager(l, "the manager at " + l.managers.current() + " did not answer the relay announcement within " +
+                          std::to_string(opt_.handshake_timeout.count()) + " ms");
     }
   }
 
@@ -202,13 +221,18 @@ class RelayImpl final : public Relay {
     std::string& in = guest_side ? l.to_manager : (l.state == Link::State::handshake ? l.handshake_in : l.to_guest);
     std::string& out = guest_side ? l.to_guest : l.to_manager;
     if (!out.empty()) {
-      if (auto s = write_some(fd, out); !s) return drop(l, std::string(guest_side ? "guest" : "manager") + " side: " + s.error().message);
+      if (auto s = write_some(fd, out); !s) {
+        if (guest_side) return drop(l, "guest side: " + s.error().message);
+        return drop_manager(l, "manager side: " + s.error().message);
+      }
     }
     bool open = read_into(fd, in, kMaxBuffered);
     if (!guest_side && l.state == Link::State::handshake) {
       if (!finish_handshake(l)) return;
     }
-    if (!open) drop(l, std::string(guest_side ? "the VM's port" : "the manager") + " closed the connection; reconnecting");
+    if (open) return;
+    if (guest_side) return drop(l, "the VM's port closed the connection; reconnecting");
+    drop_manager(l, "the manager at " + l.managers.current() + " closed the connection; reconnecting");
   }
 
   // Returns false when the link was dropped.
@@ -216,7 +240,7 @@ class RelayImpl final : public Relay {
     auto nl = l.handshake_in.find('\n');
     if (nl == std::string::npos) {
       if (l.handshake_in.size() > 64 * 1024) {
-        drop(l, "the manager's answer to the relay announcement is too long");
+        drop_manager(l, "the manager's answer to the relay announcement is too long");
         return false;
       }
       return true;
@@ -226,13 +250,24 @@ class RelayImpl final : public Relay {
     l.handshake_in.clear();
     auto m = parse_message(line);
     if (!m) {
-      drop(l, "the manager's answer to the relay announcement: " + m.error().message);
+      drop_manager(l, "the manager's answer to the relay announcement: " + m.error().message);
+      return false;
+    }
+    if (m->error && m->error->code == Errc::not_leader) {
+      // A standby of a shared store: it names the leader's guest listener (none while nobody leads).
+      const std::string named = standby_names_leader(line);
+      const std::string leader = plain_address(named);
+      std::string why = "the manager at " + l.managers.current() + " is a standby; ";
+      if (named.empty()) why += "no manager leads yet";
+      else if (leader.empty()) why += "the leader at " + named + " is not a plain guest listener; trying the list";
+      else why += "the leader is at " + leader;
+      drop_manager(l, why, leader);
       return false;
     }
     if (m->error) {
       bool refused = m->error->code == Errc::unauthorized;
-      if (!refused || !l.refused_logged) drop(l, "relay refused by the manager: " + m->error->message, opt_.reconnect_max);
-      else drop(l, "", opt_.reconnect_max);
+      const bool say = !refused || !l.refused_logged;
+      drop_manager(l, say ? "relay refused by the manager: " + m->error->message : "", "", opt_.reconnect_max);
       l.refused_logged = refused;
       return false;
     }
@@ -246,7 +281,7 @@ class RelayImpl final : public Relay {
     l.state = Link::State::relaying;
     l.backoff = opt_.reconnect_min;
     l.refused_logged = false;
-    log("relay: VM '" + l.target.vm + "' connected to the manager at " + opt_.manager);
+    log("relay: VM '" + l.target.vm + "' connected to the manager at " + l.managers.current());
     return true;
   }
 
@@ -263,7 +298,10 @@ class RelayImpl final : public Relay {
 }  // namespace
 
 Result<std::unique_ptr<Relay>> Relay::start(RelayOptions options, RelayTargets targets, RelayLog log) {
-  if (options.manager.empty()) return make_error(Errc::invalid_argument, "relay: the manager's guest address is empty");
+  if (options.managers.empty()) return make_error(Errc::invalid_argument, "relay: no manager's guest address");
+  for (std::size_t i = 0; i < options.managers.size(); ++i)
+    if (options.managers[i].empty())
+      return make_error(Errc::invalid_argument, "relay: manager address " + std::to_string(i + 1) + " is empty");
   if (options.token.empty()) return make_error(Errc::invalid_argument, "relay: the agent token is empty");
   if (options.host.empty()) return make_error(Errc::invalid_argument, "relay: the host name is empty");
   if (!targets) return make_error(Errc::invalid_argument, "relay: no way to list VMs");

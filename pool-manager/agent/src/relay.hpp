@@ -2,6 +2,9 @@
 // with the guest channel, one connection to the VM's virtio-serial socket and one to the manager's guest
 // listener, bytes copied both ways. The manager connection starts with a `relay` announcement carrying the agent
 // token, the host and the VM, so the manager pins that connection to the VM (a guest cannot claim to be another).
+// Given several managers (the leader and standbys of a shared store, docs/ha.md), each VM's link finds the leader
+// by the rule of the agent link (manager_list.hpp): a standby's `not_leader` names the leader, tried at once; a
+// failed or ended manager connection moves on to the next manager of the list.
 //
 // Threads: one relay thread owns every socket; start() and the destructor are called from the agent's thread.
 #pragma once
@@ -17,7 +20,9 @@
 namespace accelpool::agent {
 
 struct RelayOptions {
-  std::string manager;  // the manager's guest listener: "HOST:PORT" (numeric IPv4) or "unix:PATH"
+  // The managers' guest listeners, in the order to try them: "HOST:PORT" (numeric IPv4) or "unix:PATH". Plain
+  // connections: a leader named at a `tls://` address is not followed (the list is tried instead).
+  std::vector<std::string> managers;
   std::string token;    // the agent token
   std::string host;     // this host's name in the pool
   std::chrono::milliseconds scan_interval{1000};     // how often the VMs are listed again
@@ -39,7 +44,8 @@ using RelayLog = std::function<void(const std::string&)>;
 
 class Relay {
  public:
-  // Starts the relay thread. Errors: "invalid_argument" (empty manager address, token or host; a bad address).
+  // Starts the relay thread. Errors: "invalid_argument" (no manager address or an empty one, an empty token or
+  // host). A bad address is logged when it is tried.
   static Result<std::unique_ptr<Relay>> start(RelayOptions options, RelayTargets targets, RelayLog log);
   // Stops the thread and closes every link (the guests see their host side go away).
   virtual ~Relay() = default;
