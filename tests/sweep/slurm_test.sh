@@ -110,6 +110,9 @@ running=$(squeue -h -j "$job3" -t R)
 [ -n "$running" ] || fail "task of job $job3 is not running: $(squeue -j "$job3" 2>&1)"
 scancel "$job3" || fail "scancel $job3"
 wait_job "$job3"
+# The cancelled task's cell (waiting on the pipe) went with it.
+slurm_wait_for "! pgrep -f 'run-cell --study $KILLED'" 30 ||
+  fail "a cell of the cancelled task still runs: $(pgrep -af "run-cell --study $KILLED")"
 status=$("$SWEEP" status --study "$KILLED" --out "$WORK/killed")
 echo "after the killed task: $status"
 [[ "$(echo "$status" | head -1)" =~ ^1\ done,\ [0-9]+\ failed,\ [0-9]+\ remaining$ ]] || fail "status after kill: $status"

@@ -7,7 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/prctl.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <iostream>
@@ -48,6 +51,7 @@ int finish(const sweep::Study& study, const sweep::Layout& layout, const sweep::
 }  // namespace
 
 int main(int argc, char** argv) {
+  const pid_t parent = getppid();  // who started this process (run-cell: the task that runs the cells)
   CLI::App app{
       "accelpool-sweep: runs a study (a grid of accelpool-sim runs: traces x pools x estimates x policies x "
       "loads x seeds, described in TOML) on this machine or as a Slurm job array, resumes it, and merges the "
@@ -116,6 +120,10 @@ int main(int argc, char** argv) {
   sweep::RunOptions options{.self = self_path(), .jobs = jobs, .progress = !quiet};
 
   if (*run_cell) {
+    // A cell ends with the task that started it: a cancelled Slurm task (scancel) or a killed local run leaves no
+    // cell behind. Slurm's process tracking by parentage (proctrack/linuxproc) loses a process whose parent died
+    // first, and such a cell would run on, or wait forever on its input.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) return fail("the process that started this cell is gone");
     for (const auto& c : study->cells) {
       if (c.id != cell_id) continue;
       std::cout << "cell " << c.id << ": " << c.params.dump() << std::endl;
