@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <regex>
 #include <string>
 
 namespace lg = accelpool::log;
@@ -89,6 +90,9 @@ TEST_CASE("written lines reach stderr whole and in order once flushed", "[log]")
     auto v = boost::json::parse(line).as_object();
     CHECK(v.at("program") == "log-test");
     CHECK(v.at("n").as_int64() == expected);
+    // An ISO 8601 UTC time with milliseconds, e.g. 2026-12-02T11:33:59.134Z.
+    const std::string time(v.at("ts").as_string());
+    CHECK(std::regex_match(time, std::regex(R"(20\d\d-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-6]\d\.\d{3}Z)")));
   }
   CHECK(expected == 1000);
   std::filesystem::remove(file);
