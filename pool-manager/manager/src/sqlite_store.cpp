@@ -138,7 +138,10 @@ Status read_lease_rows(sqlite3* db, Stmt& s, std::vector<Lease>& out) {
 
 // Copies the WAL back into the database file on a thread and connections of its own, so the fsyncs a checkpoint
 // needs never stall a commit on the owner thread. The owner's connection reports the WAL's size after each
-// commit (wake()); every kPages new pages this thread checkpoints PASSIVE, which never blocks the writer.
+// commit (wake()); every kPages new pages this thread checkpoints PASSIVE, which never blocks the writer. Still,
+// each checkpoint syncs the WAL and the database file, and on this kind of disk a sync slows the writes beside it:
+// at 1,000 pages a single guest's cycles checkpointed about 17 times a second and one grant in a hundred took
+// over 1 ms; at 8,000 pages, twice a second (docs/benchmarks.md, "Fewer checkpoints").
 //
 // Starting the WAL over costs the writer an fsync of the WAL header (several milliseconds on a virtual disk, and
 // every call waits for it). SQLite starts over at the first commit after a checkpoint that caught up, which at
@@ -146,12 +149,12 @@ Status read_lease_rows(sqlite3* db, Stmt& s, std::vector<Lease>& out) {
 // snapshot keeps the WAL from starting over: each checkpoint first moves the snapshot to the WAL's current end
 // (pin()) and then copies up to it. Past kRestartPages the thread lets go of the snapshot and checkpoints
 // RESTART: it takes the write lock for as long as copying the last frames and one sync take, and the next
-// commit starts the WAL over. One such pause per kRestartPages pages (64 MiB), and the WAL stays about that
-// size instead of growing with the load.
+// commit starts the WAL over. One such pause per kRestartPages pages (128 MiB), and the WAL stays under that
+// size plus one checkpoint's pages (160 MiB) instead of growing with the load.
 class Checkpointer {
  public:
-  static constexpr int kPages = 1000;
-  static constexpr int kRestartPages = 16000;
+  static constexpr int kPages = 8000;
+  static constexpr int kRestartPages = 32000;
 
   ~Checkpointer() { stop(); }
 
