@@ -572,3 +572,32 @@ TEST_CASE("names intern to dense ids", "[scheduler][names]") {
   CHECK(names.name(1) == "gpu");
   CHECK(names.size() == 2);
 }
+
+TEST_CASE("the queue's order is the order the policy grants in, whole or by its head", "[scheduler][queue]") {
+  for (const char* policy : {"fifo", "sjf", "fair", "gittins"}) {
+    INFO("policy " << policy);
+    auto s = make_scheduler(policy, "fpga:1");
+    submit(*s, req(1, 0, 1, 10), 0);  // holds the one device
+    // 60 waiting requests of three tenants with assorted estimates (some none).
+    for (RequestId id = 2; id <= 61; ++id) {
+      Request r = req(id, static_cast<Time>(id), 1,
+                      id % 5 == 0 ? std::optional<double>{} : std::optional<double>{static_cast<double>((id * 37) % 23 + 1)});
+      r.tenant = static_cast<TenantId>(id % 3);
+      submit(*s, r, static_cast<Time>(id));
+    }
+    RequestId running = 1;
+    Time t = 100;
+    for (int step = 0; step < 60; ++step, t += 7) {
+      const auto order = s->queue_order(t);
+      REQUIRE(order.size() == static_cast<std::size_t>(60 - step));
+      for (std::size_t k : {std::size_t{1}, std::size_t{7}, order.size()}) {
+        const auto head = s->queue_order(t, k);
+        CHECK(head == std::vector<RequestId>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(std::min(k, order.size()))));
+      }
+      auto next = granted(release(*s, running, t));
+      REQUIRE(next.size() == 1);
+      CHECK(next.front() == order.front());
+      running = next.front();
+    }
+  }
+}

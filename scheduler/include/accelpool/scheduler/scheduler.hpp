@@ -198,7 +198,8 @@ class Scheduler {
   // Devices of a running or revoking lease; empty otherwise.
   std::vector<DeviceId> devices_of(RequestId id) const;
   // Waiting requests in the order the policy would serve them if devices were free: the first `limit` of them.
-  // O(n log limit) for n waiting.
+  // O(limit log buckets) for a policy without aging (a merge of the per-tenant, per-kind buckets), else O(n log limit)
+  // for n waiting.
   std::vector<RequestId> queue_order(Time now, std::size_t limit = SIZE_MAX) const;
   const TenantLedger& ledger() const { return ledger_; }
 
