@@ -117,6 +117,13 @@ TEST_CASE("wait and JCT histograms are labelled by tenant and bitstream, the fir
     for (const auto& labels : expected) CHECK(value_of(samples, family + "_count", labels) == 1);
   }
   CHECK(value_of(samples, "accelpool_grants_total", {}) == 4);
+  // Every grant and release was durable before its reply: the store's transactions were counted, each by the thread
+  // that wrote it (quick SQLite ones on the owner thread; the first is always written there).
+  auto commit_series = check_histogram(samples, "accelpool_store_commit_seconds");
+  REQUIRE(commit_series.count({{"written_on", "owner"}}) == 1);
+  double commits = 0;
+  for (const auto& labels : commit_series) commits += *value_of(samples, "accelpool_store_commit_seconds_count", labels);
+  CHECK(commits >= 8);  // at least an acquire and a release each, for four leases
 }
 
 TEST_CASE("with [metrics] token, GET /metrics needs that token or an admin token", "[integration][metrics][auth]") {

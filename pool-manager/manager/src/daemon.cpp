@@ -509,6 +509,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     HeldReplies held;
     PoolCore::Touched touched;
     bool changed = false;
+    std::optional<std::chrono::steady_clock::time_point> writing_since;  // none: nothing to write
+    bool on_writer = false;  // written on the store writer's thread
   };
   std::optional<InFlight> in_flight;
   std::uint64_t commits_started = 0;
@@ -517,6 +519,10 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto complete_commit = [&] {
     InFlight done = std::move(*in_flight);
     in_flight.reset();
+    if (done.writing_since) {
+      metrics.commit_written(std::chrono::duration<double>(std::chrono::steady_clock::now() - *done.writing_since).count(),
+                             done.on_writer);
+    }
     guests.send_held(std::move(done.held));
     core->finish_commit(std::move(done.commit));
     events.note(std::move(done.touched));
@@ -533,13 +539,19 @@ int run_daemon(const Config& given, std::ostream& out) {
     const bool changed = core->has_uncommitted();
     PoolCore::Commit commit = core->take_commit();
     Batch batch = std::move(commit.batch);
-    in_flight = InFlight{++commits_started, std::move(commit), guests.take_held(), core->take_touched(), changed};
+    in_flight = InFlight{.id = ++commits_started,
+                         .commit = std::move(commit),
+                         .held = guests.take_held(),
+                         .touched = core->take_touched(),
+                         .changed = changed,
+                         .writing_since = batch.empty() ? std::nullopt : std::optional(std::chrono::steady_clock::now())};
     if (batch.empty()) return complete_commit();
     writer.write(std::move(batch), [&, id = in_flight->id](Status s) {
       if (!s) PoolCore::fail_store(s.error());  // the process ends before anything more is sent
       if (std::this_thread::get_id() == owner_thread) return complete_commit();  // written here
       asio::post(ioc, [&, id] {
         if (!in_flight || in_flight->id != id) return;  // commit_now completed it already
+        in_flight->on_writer = true;
         complete_commit();
         if (commit_wanted) request_commit();
       });
@@ -550,6 +562,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto commit_now = [&] {
     if (in_flight) {
       writer.wait_idle();
+      in_flight->on_writer = true;  // a quick one would have been completed where it was written
       complete_commit();
     }
     const bool changed = core->has_uncommitted();

@@ -46,6 +46,7 @@ struct Metrics::Impl {
   prometheus::Counter& expirations;
   prometheus::Family<prometheus::Histogram>& wait;
   prometheus::Family<prometheus::Histogram>& jct;
+  prometheus::Family<prometheus::Histogram>& commits;
   Counters seen;
 
   Impl(const PoolCore& c, std::size_t max_label_values)
@@ -60,7 +61,8 @@ struct Metrics::Impl {
         preemptions(prometheus::BuildCounter().Name("accelpool_preemptions_total").Help("Leases preempted by the scheduler").Register(registry).Add({})),
         expirations(prometheus::BuildCounter().Name("accelpool_expirations_total").Help("Leases reclaimed after their guest stopped heartbeating").Register(registry).Add({})),
         wait(prometheus::BuildHistogram().Name("accelpool_wait_seconds").Help("Time from acquire to first grant, by tenant and bitstream").Register(registry)),
-        jct(prometheus::BuildHistogram().Name("accelpool_jct_seconds").Help("Job completion time: acquire to release, by tenant and bitstream").Register(registry)) {}
+        jct(prometheus::BuildHistogram().Name("accelpool_jct_seconds").Help("Job completion time: acquire to release, by tenant and bitstream").Register(registry)),
+        commits(prometheus::BuildHistogram().Name("accelpool_store_commit_seconds").Help("Store transactions: from taking the pending changes to durable, by the thread that wrote them (owner: quick ones; writer: slow ones, written while the owner serves on)").Register(registry)) {}
 
   // The histogram of `family` for the lease's tenant and bitstream (bounded label values).
   prometheus::Histogram& of(prometheus::Family<prometheus::Histogram>& family, const Lease& lease) {
@@ -78,6 +80,12 @@ void Metrics::lease_event(const Lease& lease, LeaseEvent event) {
   } else if (event == LeaseEvent::ended && lease.state == LeaseState::released) {
     impl_->of(impl_->jct, lease).Observe(lease.ended_at - lease.created_at);
   }
+}
+
+void Metrics::commit_written(double seconds, bool on_writer) {
+  static const prometheus::Histogram::BucketBoundaries kCommitSeconds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                                     0.01,   0.025,   0.05,   0.1,   0.25,   1};
+  impl_->commits.Add({{"written_on", on_writer ? "writer" : "owner"}}, kCommitSeconds).Observe(seconds);
 }
 
 std::string Metrics::scrape() {

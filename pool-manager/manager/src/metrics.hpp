@@ -17,6 +17,10 @@ class Metrics final : public CoreListener {
   static constexpr std::size_t kDefaultMaxLabelValues = 32;
   // Observes waits (first grant) and JCTs (release). Owner thread.
   void lease_event(const Lease& lease, LeaseEvent event) override;
+  // Observes one transaction of the store: from the moment the pending changes were taken until they were durable
+  // (what the replies held for it waited for), and whether it was written on the owner thread or on the store
+  // writer's (StoreWriter). Owner thread.
+  void commit_written(double seconds, bool on_writer);
   // The exposition text (Prometheus text format 0.0.4), with gauges read from the core now. Owner thread.
   std::string scrape();
 
