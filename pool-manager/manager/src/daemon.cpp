@@ -510,18 +510,18 @@ int run_daemon(const Config& given, std::ostream& out) {
     PoolCore::Touched touched;
     bool changed = false;
     std::optional<std::chrono::steady_clock::time_point> writing_since;  // none: nothing to write
-    bool on_writer = false;  // written on the store writer's thread
   };
   std::optional<InFlight> in_flight;
   std::uint64_t commits_started = 0;
   bool commit_wanted = false;  // a commit was asked for while one was in flight
-  // The transaction in flight is durable: its replies, notifications and the dashboards' view follow.
-  auto complete_commit = [&] {
+  // The transaction in flight is durable (written on the store writer's thread, or on this one): its replies,
+  // notifications and the dashboards' view follow.
+  auto complete_commit = [&](bool on_writer) {
     InFlight done = std::move(*in_flight);
     in_flight.reset();
     if (done.writing_since) {
       metrics.commit_written(std::chrono::duration<double>(std::chrono::steady_clock::now() - *done.writing_since).count(),
-                             done.on_writer);
+                             on_writer);
     }
     guests.send_held(std::move(done.held));
     core->finish_commit(std::move(done.commit));
@@ -545,14 +545,13 @@ int run_daemon(const Config& given, std::ostream& out) {
                          .touched = core->take_touched(),
                          .changed = changed,
                          .writing_since = batch.empty() ? std::nullopt : std::optional(std::chrono::steady_clock::now())};
-    if (batch.empty()) return complete_commit();
+    if (batch.empty()) return complete_commit(false);
     writer.write(std::move(batch), [&, id = in_flight->id](Status s) {
       if (!s) PoolCore::fail_store(s.error());  // the process ends before anything more is sent
-      if (std::this_thread::get_id() == owner_thread) return complete_commit();  // written here
+      if (std::this_thread::get_id() == owner_thread) return complete_commit(false);  // written here
       asio::post(ioc, [&, id] {
         if (!in_flight || in_flight->id != id) return;  // commit_now completed it already
-        in_flight->on_writer = true;
-        complete_commit();
+        complete_commit(true);
         if (commit_wanted) request_commit();
       });
     });
@@ -562,8 +561,7 @@ int run_daemon(const Config& given, std::ostream& out) {
   auto commit_now = [&] {
     if (in_flight) {
       writer.wait_idle();
-      in_flight->on_writer = true;  // a quick one would have been completed where it was written
-      complete_commit();
+      complete_commit(true);  // a quick one would have been completed where it was written
     }
     const bool changed = core->has_uncommitted();
     HeldReplies held = guests.take_held();

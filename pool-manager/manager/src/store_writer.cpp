@@ -18,12 +18,7 @@ StoreWriter::~StoreWriter() {
 }
 
 void StoreWriter::write(Batch batch, std::function<void(Status)> done) {
-  if (!slow_) {
-    Status s = apply(batch);
-    batch = Batch{};
-    done(std::move(s));
-    return;
-  }
+  if (!slow_) return done(apply(batch));
   {
     std::lock_guard lock(mu_);
     job_.emplace(Job{std::move(batch), std::move(done)});

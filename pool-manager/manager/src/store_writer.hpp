@@ -37,8 +37,8 @@ class StoreWriter {
   StoreWriter& operator=(const StoreWriter&) = delete;
 
   // Applies `batch` (Store::apply), then calls `done` with the outcome: on the calling thread before this returns
-  // when the previous transaction was quicker than `slow_write` (the first always is), else on the writer thread. One batch at a time:
-  // call again only after the previous batch's `done` returned (wait_idle() waits for that).
+  // when the previous transaction was quicker than `slow_write` (the first always is), else on the writer thread.
+  // One batch at a time: call again only after the previous batch's `done` returned (wait_idle() waits for that).
   void write(Batch batch, std::function<void(Status)> done);
 
   // Blocks until no batch is in flight: the last one written was applied and its `done` returned.
