@@ -63,6 +63,30 @@ std::pair<std::unique_ptr<OpenClBackend>, std::string> open_on_cpu(int subdevice
   return {std::move(b), cpu};
 }
 
+// The first CPU device as a backend without slots lists it, or a null optional (the test is then skipped).
+std::optional<DeviceInfo> whole_cpu() {
+  auto [whole, cpu] = open_on_cpu();
+  if (!whole) return std::nullopt;
+  for (const auto& d : listed(*whole)) {
+    if (d.local_id == cpu) return d;
+  }
+  return std::nullopt;
+}
+
+// Why creating the backend with `config` fails, which it must.
+accelpool::Error refusal(const BackendConfig& config) {
+  auto b = OpenClBackend::create(config);
+  REQUIRE_FALSE(b.is_ok());
+  return b.error();
+}
+
+// The message of a config refusal ("invalid_argument") of `config`.
+std::string message(const BackendConfig& config) {
+  auto e = refusal(config);
+  CHECK(e.code == Errc::invalid_argument);
+  return e.message;
+}
+
 }  // namespace
 
 TEST_CASE("opencl: the ICD loader's devices are enumerated", "[opencl]") {
@@ -295,13 +319,9 @@ namespace {
 // A backend whose first CPU device declares `slots` slots, and that device's id; a null backend when there is
 // no OpenCL CPU device with that many compute units (the test is then skipped, saying why).
 std::pair<std::unique_ptr<OpenClBackend>, std::string> open_with_slots(std::uint32_t slots) {
-  auto [whole, cpu] = open_on_cpu();
-  if (!whole) return {};
-  int cus = 0;
-  for (const auto& d : listed(*whole)) {
-    if (d.local_id == cpu) cus = std::stoi(d.attributes.at("compute_units"));
-  }
-  whole.reset();
+  auto device = whole_cpu();
+  if (!device) return {};
+  const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus < static_cast<int>(slots)) {
     accelpool::testing::skip("the CPU device has " + std::to_string(cus) + " compute units, fewer than " +
                              std::to_string(slots) + " slots");
@@ -309,7 +329,7 @@ std::pair<std::unique_ptr<OpenClBackend>, std::string> open_with_slots(std::uint
   }
   auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"slots", std::to_string(slots)}});
   REQUIRE(b.is_ok());
-  return {std::move(*b), cpu};
+  return {std::move(*b), device->local_id};
 }
 
 // An OpenCL C image written to `dir`: partial (for a slot of `slot_shape`) unless `slot_shape` is empty.
@@ -438,12 +458,6 @@ TEST_CASE("opencl: a slot takes partial images of its shape only, the whole devi
 }
 
 TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots][errors]") {
-  auto message = [](const BackendConfig& config) {
-    auto b = OpenClBackend::create(config);
-    REQUIRE_FALSE(b.is_ok());
-    CHECK(b.error().code == Errc::invalid_argument);
-    return b.error().message;
-  };
   CHECK(message({{"slots", "two"}}) == "backend opencl: config key 'slots': 'two' is not an integer");
   CHECK(message({{"slots", "-1"}}) == "backend opencl: config key 'slots': -1 is outside 0..64");
   CHECK(message({{"slots", "65"}}) == "backend opencl: config key 'slots': 65 is outside 0..64");
@@ -451,40 +465,14 @@ TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots
         "backend opencl: config key 'slots': a device is either split into sub-devices ('subdevices') or declares "
         "slots, not both");
   // More slots than a device has compute units.
-  auto [whole, cpu] = open_on_cpu();
-  if (!whole) return;
-  DeviceInfo device;
-  for (const auto& d : listed(*whole)) {
-    if (d.local_id == cpu) device = d;
-  }
-  const int cus = std::stoi(device.attributes.at("compute_units"));
-  whole.reset();
+  auto device = whole_cpu();
+  if (!device) return;
+  const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus >= 64) return;
   CHECK(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", std::to_string(cus + 1)}}) ==
-        "backend opencl: config key 'slots': device " + device.local_id + " ('" + device.model + "') has " +
+        "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') has " +
             std::to_string(cus) + " compute units, too few for " + std::to_string(cus + 1) + " slots");
 }
-
-namespace {
-
-// The first CPU device as a backend without slots lists it, or a null optional (the test is then skipped).
-std::optional<DeviceInfo> whole_cpu() {
-  auto [whole, cpu] = open_on_cpu();
-  if (!whole) return std::nullopt;
-  for (const auto& d : listed(*whole)) {
-    if (d.local_id == cpu) return d;
-  }
-  return std::nullopt;
-}
-
-// Why creating the backend with `config` fails, which it must.
-accelpool::Error refusal(const BackendConfig& config) {
-  auto b = OpenClBackend::create(config);
-  REQUIRE_FALSE(b.is_ok());
-  return b.error();
-}
-
-}  // namespace
 
 TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a partial image goes to a slot of its shape only",
           "[opencl][pocl][slots]") {
@@ -548,11 +536,6 @@ TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a p
 }
 
 TEST_CASE("opencl: bad slot counts are refused naming the key, and the device that cannot hold them", "[opencl][slots][errors]") {
-  auto message = [](const BackendConfig& config) {
-    auto e = refusal(config);
-    CHECK(e.code == Errc::invalid_argument);
-    return e.message;
-  };
   CHECK(message({{"slots", "[]"}}) == "backend opencl: config key 'slots': [] declares no slots: give each slot's compute "
                                      "units, e.g. [2, 1, 1], or a number of equal slots");
   CHECK(message({{"slots", "[2, 0, 1]"}}) ==
