@@ -476,16 +476,18 @@ TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots
 
 TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a partial image goes to a slot of its shape only",
           "[opencl][pocl][slots]") {
-  // PoCL's pthread device has as many compute units as it may start threads (POCL_MAX_PTHREAD_COUNT), read when
-  // PoCL starts in this process, which ctest makes the start of this test case.
+  // PoCL's CPU device offers as many compute units as it is told (PoCL 3.1: POCL_MAX_PTHREAD_COUNT, threads it may
+  // start; later releases: POCL_CPU_MAX_CU_NUM), read when PoCL starts in this process, which ctest makes the
+  // start of this test case.
   ::setenv("POCL_MAX_PTHREAD_COUNT", "4", 1);
+  ::setenv("POCL_CPU_MAX_CU_NUM", "4", 1);
   auto device = whole_cpu();
   if (!device) return;
   const std::string cpu = device->local_id;
   const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus < 4)
     ACCELPOOL_SKIP("the CPU device has " << cus << " compute units, fewer than slots [2, 1, 1] take (PoCL started "
-                   "before POCL_MAX_PTHREAD_COUNT was set, or does not read it)");
+                   "before the variables were set, or reads neither)");
   auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "[2, 1, 1]"}});
   REQUIRE(b.is_ok());
   const DeviceInfo* with_slots = nullptr;
