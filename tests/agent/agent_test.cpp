@@ -545,6 +545,19 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     CHECK(*rc != 0);
     CHECK(bad.log().find("bogus_key") != std::string::npos);
   }
+  SECTION("a backend key's array of integers reaches the backend as a list, any other array is refused") {
+    AgentProcess words("host-s1", f.port(), "[backends.sim]\ndevices = \"fpga:m:1\"\nprogram_base_ms = [\"5\"]\n");
+    AgentProcess counts("host-s2", f.port(), "[backends.sim]\ndevices = \"fpga:m:1\"\nprogram_base_ms = [5]\n");
+    for (auto* bad : {&words, &counts}) {
+      auto rc = bad->wait_exit(testing::kHungAfter);
+      REQUIRE(rc);
+      CHECK(*rc != 0);
+    }
+    CHECK(words.log().find("key 'backends.sim.program_base_ms': must be a string, number, boolean or array of integers") !=
+          std::string::npos);
+    // The sim backend reads the key as a number, so the list reaches it and is refused there.
+    CHECK(counts.log().find("config key 'program_base_ms': '[5]' is not") != std::string::npos);
+  }
   SECTION("a relay without a manager's address is refused with the key named") {
     const std::string relay = "[backends.sim]\ndevices = \"fpga:m:1\"\n[libvirt]\nuri = \"test:///default\"\n[relay]\n";
     AgentProcess none("host-r1", f.port(), relay + "manager = []\n");

@@ -1,6 +1,9 @@
 #include <accelpool/backends/factory.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -25,6 +28,26 @@ TEST_CASE("factory: unknown names and bad config are clear errors", "[factory][e
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.error().code == Errc::invalid_argument);
   CHECK_THAT(bad.error().message, Catch::Contains("'colour'"));
+}
+
+TEST_CASE("config: a list value reads back as its integers, a malformed one is refused naming the key", "[config][errors]") {
+  const BackendConfig config{{"counts", "[2, 1,1]"}, {"none", "[]"}, {"one", "[ -3 ]"}, {"plain", "4"},
+                             {"trailing", "[1, 2,]"}, {"words", "[2, x]"}, {"open", "[1, 2"}, {"gap", "[1 2]"}};
+  ConfigReader r("test", config);
+  CHECK(r.is_list("counts"));
+  CHECK_FALSE(r.is_list("plain"));
+  CHECK_FALSE(r.is_list("absent"));
+  CHECK(r.get_int_list("counts").value() == std::vector<std::int64_t>{2, 1, 1});
+  CHECK(r.get_int_list("none").value().empty());
+  CHECK(r.get_int_list("one").value() == std::vector<std::int64_t>{-3});
+  CHECK(r.get_int_list("absent").value().empty());
+  for (const char* key : {"plain", "trailing", "words", "open", "gap"}) {
+    auto bad = r.get_int_list(key);
+    REQUIRE_FALSE(bad.is_ok());
+    CHECK(bad.error().code == Errc::invalid_argument);
+    CHECK(bad.error().message == "backend test: config key '" + std::string(key) + "': '" + config.at(key) +
+                                     "' is not a list of integers such as [2, 1, 1]");
+  }
 }
 
 TEST_CASE("factory: make_image carries the registry's facts", "[factory]") {

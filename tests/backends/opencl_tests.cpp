@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "skip.hpp"
@@ -60,6 +61,30 @@ std::pair<std::unique_ptr<OpenClBackend>, std::string> open_on_cpu(int subdevice
     return {};
   }
   return {std::move(b), cpu};
+}
+
+// The first CPU device as a backend without slots lists it, or a null optional (the test is then skipped).
+std::optional<DeviceInfo> whole_cpu() {
+  auto [whole, cpu] = open_on_cpu();
+  if (!whole) return std::nullopt;
+  for (const auto& d : listed(*whole)) {
+    if (d.local_id == cpu) return d;
+  }
+  return std::nullopt;
+}
+
+// Why creating the backend with `config` fails, which it must.
+accelpool::Error refusal(const BackendConfig& config) {
+  auto b = OpenClBackend::create(config);
+  REQUIRE_FALSE(b.is_ok());
+  return b.error();
+}
+
+// The message of a config refusal ("invalid_argument") of `config`.
+std::string message(const BackendConfig& config) {
+  auto e = refusal(config);
+  CHECK(e.code == Errc::invalid_argument);
+  return e.message;
 }
 
 }  // namespace
@@ -294,13 +319,9 @@ namespace {
 // A backend whose first CPU device declares `slots` slots, and that device's id; a null backend when there is
 // no OpenCL CPU device with that many compute units (the test is then skipped, saying why).
 std::pair<std::unique_ptr<OpenClBackend>, std::string> open_with_slots(std::uint32_t slots) {
-  auto [whole, cpu] = open_on_cpu();
-  if (!whole) return {};
-  int cus = 0;
-  for (const auto& d : listed(*whole)) {
-    if (d.local_id == cpu) cus = std::stoi(d.attributes.at("compute_units"));
-  }
-  whole.reset();
+  auto device = whole_cpu();
+  if (!device) return {};
+  const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus < static_cast<int>(slots)) {
     accelpool::testing::skip("the CPU device has " + std::to_string(cus) + " compute units, fewer than " +
                              std::to_string(slots) + " slots");
@@ -308,7 +329,7 @@ std::pair<std::unique_ptr<OpenClBackend>, std::string> open_with_slots(std::uint
   }
   auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"slots", std::to_string(slots)}});
   REQUIRE(b.is_ok());
-  return {std::move(*b), cpu};
+  return {std::move(*b), device->local_id};
 }
 
 // An OpenCL C image written to `dir`: partial (for a slot of `slot_shape`) unless `slot_shape` is empty.
@@ -429,20 +450,14 @@ TEST_CASE("opencl: a slot takes partial images of its shape only, the whole devi
   auto wrong_shape = b->program(slot0, other_shape);
   REQUIRE_FALSE(wrong_shape.is_ok());
   CHECK(wrong_shape.error().code == Errc::incompatible);
-  CHECK(wrong_shape.error().message == "opencl backend: image other@1 fits slots of shape '" + shape + "0', but the slots of device " +
-                                           cpu + " are '" + shape + "'");
+  CHECK(wrong_shape.error().message == "opencl backend: image other@1 fits slots of shape '" + shape + "0', but slot 0 of device " +
+                                           cpu + " has shape '" + shape + "'");
   // Refusals change nothing: the slot keeps its image, the device holds none.
   CHECK(*b->loaded(slot0) == partial.sha256);
   CHECK(b->loaded(cpu)->empty());
 }
 
 TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots][errors]") {
-  auto message = [](const BackendConfig& config) {
-    auto b = OpenClBackend::create(config);
-    REQUIRE_FALSE(b.is_ok());
-    CHECK(b.error().code == Errc::invalid_argument);
-    return b.error().message;
-  };
   CHECK(message({{"slots", "two"}}) == "backend opencl: config key 'slots': 'two' is not an integer");
   CHECK(message({{"slots", "-1"}}) == "backend opencl: config key 'slots': -1 is outside 0..64");
   CHECK(message({{"slots", "65"}}) == "backend opencl: config key 'slots': 65 is outside 0..64");
@@ -450,18 +465,112 @@ TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots
         "backend opencl: config key 'slots': a device is either split into sub-devices ('subdevices') or declares "
         "slots, not both");
   // More slots than a device has compute units.
-  auto [whole, cpu] = open_on_cpu();
-  if (!whole) return;
-  DeviceInfo device;
-  for (const auto& d : listed(*whole)) {
-    if (d.local_id == cpu) device = d;
-  }
-  const int cus = std::stoi(device.attributes.at("compute_units"));
-  whole.reset();
+  auto device = whole_cpu();
+  if (!device) return;
+  const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus >= 64) return;
   CHECK(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", std::to_string(cus + 1)}}) ==
-        "backend opencl: config key 'slots': device " + device.local_id + " ('" + device.model + "') has " +
+        "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') has " +
             std::to_string(cus) + " compute units, too few for " + std::to_string(cus + 1) + " slots");
+}
+
+TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a partial image goes to a slot of its shape only",
+          "[opencl][pocl][slots]") {
+  // PoCL's CPU device offers as many compute units as it is told (PoCL 3.1: POCL_MAX_PTHREAD_COUNT, threads it may
+  // start; later releases: POCL_CPU_MAX_CU_NUM), read when PoCL starts in this process, which ctest makes the
+  // start of this test case.
+  ::setenv("POCL_MAX_PTHREAD_COUNT", "4", 1);
+  ::setenv("POCL_CPU_MAX_CU_NUM", "4", 1);
+  auto device = whole_cpu();
+  if (!device) return;
+  const std::string cpu = device->local_id;
+  const int cus = std::stoi(device->attributes.at("compute_units"));
+  if (cus < 4)
+    ACCELPOOL_SKIP("the CPU device has " << cus << " compute units, fewer than slots [2, 1, 1] take (PoCL started "
+                   "before the variables were set, or reads neither)");
+  auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "[2, 1, 1]"}});
+  REQUIRE(b.is_ok());
+  const DeviceInfo* with_slots = nullptr;
+  const auto devices = listed(**b);
+  for (const auto& d : devices) {
+    if (d.local_id == cpu) with_slots = &d;
+  }
+  REQUIRE(with_slots != nullptr);
+  CHECK(with_slots->slots == 3);
+  CHECK(with_slots->attributes.at("compute_units") == std::to_string(cus));  // the device itself stays whole
+  // Each shape is the compute units its sub-device reports (CL_DEVICE_MAX_COMPUTE_UNITS).
+  CHECK(with_slots->attributes.at("slot_shapes") == "cu2,cu1,cu1");
+  CHECK(with_slots->attributes.count("slot_shape") == 0);  // the slots have no one shape
+  const std::string slot0 = accelpool::slot_local_id(cpu, 0), slot1 = accelpool::slot_local_id(cpu, 1),
+                    slot2 = accelpool::slot_local_id(cpu, 2);
+  for (const auto& slot : {slot0, slot1, slot2}) CHECK(b.value()->health(slot).health == Health::ok);
+  CHECK((*b)->loaded(accelpool::slot_local_id(cpu, 3)).error().code == Errc::not_found);
+
+  ScratchDir dir("slot-counts");
+  const std::string source = "__kernel void twice(__global uint* x) { x[get_global_id(0)] *= 2u; }\n";
+  Image wide = cl_image(dir, "wide", source, "cu2");
+  Image narrow = cl_image(dir, "narrow", source, "cu1");
+  // A cu2 image fits slot 0 only; a cu1 image fits slots 1 and 2, not slot 0.
+  for (const auto& slot : {slot1, slot2}) {
+    auto refused = (*b)->program(slot, wide);
+    REQUIRE_FALSE(refused.is_ok());
+    CHECK(refused.error().code == Errc::incompatible);
+    CHECK(refused.error().message == "opencl backend: image wide@1 fits slots of shape 'cu2', but slot " +
+                                         slot.substr(slot.size() - 1) + " of device " + cpu + " has shape 'cu1'");
+  }
+  auto narrow_on_wide = (*b)->program(slot0, narrow);
+  REQUIRE_FALSE(narrow_on_wide.is_ok());
+  CHECK(narrow_on_wide.error().message ==
+        "opencl backend: image narrow@1 fits slots of shape 'cu1', but slot 0 of device " + cpu + " has shape 'cu2'");
+  for (const auto& slot : {slot0, slot1, slot2}) CHECK((*b)->loaded(slot)->empty());  // refusals load nothing
+
+  REQUIRE((*b)->program(slot0, wide).is_ok());
+  REQUIRE((*b)->program(slot2, narrow).is_ok());
+  CHECK(*(*b)->loaded(slot0) == wide.sha256);
+  CHECK((*b)->loaded(slot1)->empty());
+  CHECK(*(*b)->loaded(slot2) == narrow.sha256);
+  for (const auto& slot : {slot0, slot2}) {
+    std::vector<std::uint32_t> values{1, 2, 3, 4, 5, 6, 7, 8};
+    std::vector<KernelArg> args{KernelArg::inout<std::uint32_t>(values)};
+    REQUIRE((*b)->run_kernel(slot, "twice", args, {values.size()}).is_ok());
+    CHECK(args[0].as<std::uint32_t>() == std::vector<std::uint32_t>{2, 4, 6, 8, 10, 12, 14, 16});
+  }
+}
+
+TEST_CASE("opencl: bad slot counts are refused naming the key, and the device that cannot hold them", "[opencl][slots][errors]") {
+  CHECK(message({{"slots", "[]"}}) == "backend opencl: config key 'slots': [] declares no slots: give each slot's compute "
+                                     "units, e.g. [2, 1, 1], or a number of equal slots");
+  CHECK(message({{"slots", "[2, 0, 1]"}}) ==
+        "backend opencl: config key 'slots': count 2 of [2, 0, 1] is 0: a slot takes at least one compute unit");
+  CHECK(message({{"slots", "[1, -2]"}}) ==
+        "backend opencl: config key 'slots': count 2 of [1, -2] is -2: a slot takes at least one compute unit");
+  CHECK(message({{"slots", "[1, 2, x]"}}) ==
+        "backend opencl: config key 'slots': '[1, 2, x]' is not a list of integers such as [2, 1, 1]");
+  CHECK(message({{"slots", "[1, 1]"}, {"subdevices", "2"}}) ==
+        "backend opencl: config key 'slots': a device is either split into sub-devices ('subdevices') or declares "
+        "slots, not both");
+  std::string many = "[1";
+  for (int i = 1; i < 65; ++i) many += ", 1";
+  many += "]";
+  CHECK(message({{"slots", many}}) == "backend opencl: config key 'slots': " + many + " declares 65 slots, more than 64");
+
+  // Counts the first CPU device cannot hold: more compute units than it has, more sub-devices than it allows.
+  auto device = whole_cpu();
+  if (!device) return;
+  const int cus = std::stoi(device->attributes.at("compute_units"));
+  if (cus >= 64) return;
+  const std::string named = "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') ";
+  const std::string too_wide = "[" + std::to_string(cus) + ", 1]";
+  CHECK(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", too_wide}}) ==
+        named + "has " + std::to_string(cus) + " compute units, fewer than the " + std::to_string(cus + 1) +
+            " that slots " + too_wide + " take");
+  std::string too_many = "[1";
+  for (int i = 0; i < cus; ++i) too_many += ", 1";
+  too_many += "]";
+  // No device allows more sub-devices than it has compute units; the check on the count comes first.
+  CHECK_THAT(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", too_many}}),
+             Catch::StartsWith(named + "can be split into at most ") &&
+                 Catch::EndsWith(" sub-devices, not the " + std::to_string(cus + 1) + " slots of " + too_many));
 }
 
 TEST_CASE("opencl: slots on a device that cannot be partitioned are refused naming the key and the device",
@@ -482,4 +591,10 @@ TEST_CASE("opencl: slots on a device that cannot be partitioned are refused nami
                  Catch::Contains("('basic-") &&
                  Catch::EndsWith("cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
                                  "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only"));
+  // Slots of given counts need partitioning by counts, which it lacks as well.
+  CHECK_THAT(refusal({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "[1]"}}).message,
+             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") &&
+                 Catch::Contains("('basic-") &&
+                 Catch::EndsWith("cannot be partitioned by counts (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                                 "CL_DEVICE_PARTITION_BY_COUNTS): slots [1] cannot be made on it"));
 }

@@ -171,6 +171,11 @@ TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[con
 
   CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+opencl\"\n[hosts.settings]\nsubdevices = 2\n"),
              Catch::Contains("'subdevices'") && Catch::Contains("m.toml:1"));
+  // An array of integers reaches the backend spelt as a list (the opencl backend's slot counts).
+  Config counts = loaded(dir, "[[hosts]]\nname = \"local\"\nbackend = \"opencl\"\n[hosts.settings]\nslots = [2, 1, 1]\n");
+  CHECK(counts.hosts.at(0).settings == std::map<std::string, std::string>{{"slots", "[2, 1, 1]"}});
+  CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"opencl\"\n[hosts.settings]\nslots = [\"2\"]\n"),
+             Catch::Contains("hosts.settings.slots must be a string, number, boolean or array of integers"));
   CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+sim\"\n"), Catch::Contains("twice"));
   CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+\"\n"), Catch::Contains("backend 'sim+'"));
   CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"static+sim\"\n"), Catch::Contains("stands alone"));

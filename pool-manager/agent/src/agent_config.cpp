@@ -1,5 +1,7 @@
 #include "agent_config.hpp"
 
+#include <accelpool/backends/config_toml.hpp>
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -182,11 +184,8 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
       backends::BackendConfig bc;
       for (const auto& [k, v] : *t) {
         std::string key(k.str());
-        if (auto s = v.as_string()) bc[key] = s->get();
-        else if (auto i = v.as_integer()) bc[key] = std::to_string(i->get());
-        else if (auto f = v.as_floating_point()) bc[key] = std::to_string(f->get());
-        else if (auto b = v.as_boolean()) bc[key] = b->get() ? "true" : "false";
-        else r.fail(prefix + key, "must be a string, number or boolean");
+        if (auto value = backends::backend_config_value(v)) bc[key] = std::move(*value);
+        else r.fail(prefix + key, "must be a string, number, boolean or array of integers");
       }
       c.backends[std::string(name.str())] = std::move(bc);
     }

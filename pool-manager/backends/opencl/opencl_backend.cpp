@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -83,7 +84,7 @@ struct OpenClBackend::Impl {
     std::string loaded_sha256;
     Program health_program;
     std::vector<std::unique_ptr<Device>> slots;  // info.slots sub-devices, slot n at index n
-    std::string slot_shape;                      // the shape of its slots, "cu<compute units>"; "" without slots
+    std::string shape;                           // a slot's: "cu<compute units of its sub-device>"; "" otherwise
 
     ~Device() {
       slots.clear();
@@ -144,69 +145,123 @@ struct OpenClBackend::Impl {
     return Status::ok();
   }
 
-  // Device `info` (OpenCL device `id`, `cus` compute units) with `n` slots, each an equal sub-device.
-  Status add_device_with_slots(cl_device_id id, DeviceInfo info, cl_uint cus, std::uint32_t n) {
-    auto subs = split_equally(id, info, cus, n, "slots", "slots");
-    if (!subs) return subs.error();
-    info.slots = n;
+  // Device `info` (OpenCL device `id`) with one slot per sub-device in `subs`, slot n on subs[n], which it takes
+  // over (released with the device, or here on failure). A slot's shape is "cu<compute units of its sub-device>";
+  // the device's attribute "slot_shapes" lists them in slot order ("cu2,cu1,cu1"), and "slot_shape" names the one
+  // shape when all its slots have it.
+  Status add_device_with_slots(cl_device_id id, DeviceInfo info, std::vector<cl_device_id> subs) {
+    info.slots = static_cast<std::uint32_t>(subs.size());
     auto d = open_device(id, false, std::move(info));
     if (!d) {
-      for (cl_device_id sub : *subs) clReleaseDevice(sub);
+      for (cl_device_id sub : subs) clReleaseDevice(sub);
       return d.error();
     }
-    const cl_uint slot_cus = device_value<cl_uint>(subs->front(), CL_DEVICE_MAX_COMPUTE_UNITS);
-    (*d)->slot_shape = "cu" + std::to_string(slot_cus);
-    (*d)->info.attributes["slot_shape"] = (*d)->slot_shape;
-    for (std::uint32_t s = 0; s < n; ++s) {
+    std::string shapes;
+    for (std::size_t s = 0; s < subs.size(); ++s) {
+      const std::string slot_cus = std::to_string(device_value<cl_uint>(subs[s], CL_DEVICE_MAX_COMPUTE_UNITS));
       DeviceInfo slot = (*d)->info;
-      slot.local_id = slot_local_id((*d)->info.local_id, s);
+      slot.local_id = slot_local_id((*d)->info.local_id, static_cast<std::uint32_t>(s));
       slot.slots = 0;
-      slot.attributes["compute_units"] = std::to_string(slot_cus);
-      auto record = open_device((*subs)[s], true, std::move(slot));
+      slot.attributes["compute_units"] = slot_cus;
+      auto record = open_device(subs[s], true, std::move(slot));
       if (!record) {
-        for (std::uint32_t rest = s + 1; rest < n; ++rest) clReleaseDevice((*subs)[rest]);
+        for (std::size_t rest = s + 1; rest < subs.size(); ++rest) clReleaseDevice(subs[rest]);
         return record.error();
       }
+      (*record)->shape = "cu" + slot_cus;
+      shapes += (s ? "," : "") + (*record)->shape;
       (*d)->slots.push_back(std::move(*record));
     }
+    const auto& slots = (*d)->slots;
+    (*d)->info.attributes["slot_shapes"] = shapes;
+    if (std::all_of(slots.begin(), slots.end(), [&](const auto& slot) { return slot->shape == slots.front()->shape; }))
+      (*d)->info.attributes["slot_shape"] = slots.front()->shape;
     devices.push_back(std::move(*d));
     return Status::ok();
   }
 
-  // Splits device `id` (`cus` compute units) into `n` sub-devices of cus / n compute units each
-  // (CL_DEVICE_PARTITION_EQUALLY; more pieces than asked, when cus is not divisible, are released). `what` names
-  // the pieces in errors ("sub-devices", "slots"). Errors: "invalid_argument" naming config key `key`: the
-  // device cannot be partitioned equally, has too few compute units, or the split fails.
-  static Result<std::vector<cl_device_id>> split_equally(cl_device_id id, const DeviceInfo& info, cl_uint cus,
-                                                         std::uint32_t n, const std::string& key, const std::string& what) {
-    const std::string device = "device " + info.local_id + " ('" + info.model + "')";
-    auto refuse = [&](const std::string& why) {
-      return make_error(Errc::invalid_argument, "backend opencl: config key '" + key + "': " + device + " " + why);
-    };
+  // An "invalid_argument" error for config key `key` about device `info`: "... device <id> ('<model>') <why>".
+  static Error refuse_split(const std::string& key, const DeviceInfo& info, const std::string& why) {
+    return make_error(Errc::invalid_argument, "backend opencl: config key '" + key + "': device " + info.local_id +
+                                                  " ('" + info.model + "') " + why);
+  }
+
+  // Whether device `id` lists partition type `kind` in CL_DEVICE_PARTITION_PROPERTIES.
+  static bool can_partition(cl_device_id id, cl_device_partition_property kind) {
     std::size_t size = 0;
     std::vector<cl_device_partition_property> kinds;
     if (clGetDeviceInfo(id, CL_DEVICE_PARTITION_PROPERTIES, 0, nullptr, &size) == CL_SUCCESS && size > 0) {
       kinds.resize(size / sizeof(cl_device_partition_property));
       if (clGetDeviceInfo(id, CL_DEVICE_PARTITION_PROPERTIES, size, kinds.data(), nullptr) != CL_SUCCESS) kinds.clear();
     }
-    if (std::find(kinds.begin(), kinds.end(), CL_DEVICE_PARTITION_EQUALLY) == kinds.end())
-      return refuse("cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
-                    "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only");
-    if (cus < n)
-      return refuse("has " + std::to_string(cus) + " compute units, too few for " + std::to_string(n) + " " + what);
-    cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY, static_cast<cl_device_partition_property>(cus / n), 0};
-    std::vector<cl_device_id> subs(std::size_t{cus});
+    return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+  }
+
+  // Splits device `id` as partition properties `props` say into `n` sub-devices (OpenCL may make up to `room`;
+  // those beyond the first `n` are released). Errors: "invalid_argument" (refuse_split) when the split fails or
+  // gives fewer than `n`.
+  static Result<std::vector<cl_device_id>> create_sub_devices(cl_device_id id, const DeviceInfo& info,
+                                                              const cl_device_partition_property* props, cl_uint room,
+                                                              std::uint32_t n, const std::string& key,
+                                                              const std::string& what) {
+    std::vector<cl_device_id> subs(std::max<std::size_t>(room, n));
     cl_uint made = 0;
     cl_int err = clCreateSubDevices(id, props, static_cast<cl_uint>(subs.size()), subs.data(), &made);
-    if (err != CL_SUCCESS) return refuse("cannot be split into " + std::to_string(n) + " " + what + ": " + cl_error(err));
+    if (err != CL_SUCCESS)
+      return refuse_split(key, info, "cannot be split into " + std::to_string(n) + " " + what + ": " + cl_error(err));
     subs.resize(made);
     if (made < n) {
       for (cl_device_id sub : subs) clReleaseDevice(sub);
-      return refuse("gave " + std::to_string(made) + " sub-devices, not " + std::to_string(n));
+      return refuse_split(key, info, "gave " + std::to_string(made) + " sub-devices, not " + std::to_string(n));
     }
     for (cl_uint extra = n; extra < made; ++extra) clReleaseDevice(subs[extra]);
     subs.resize(n);
     return subs;
+  }
+
+  // Splits device `id` (`cus` compute units) into `n` sub-devices of cus / n compute units each
+  // (CL_DEVICE_PARTITION_EQUALLY). `what` names the pieces in errors ("sub-devices", "slots"). Errors:
+  // "invalid_argument" naming config key `key` and the device: it cannot be partitioned equally, has too few
+  // compute units, or the split fails.
+  static Result<std::vector<cl_device_id>> split_equally(cl_device_id id, const DeviceInfo& info, cl_uint cus,
+                                                         std::uint32_t n, const std::string& key, const std::string& what) {
+    if (!can_partition(id, CL_DEVICE_PARTITION_EQUALLY))
+      return refuse_split(key, info, "cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                                     "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only");
+    if (cus < n)
+      return refuse_split(key, info, "has " + std::to_string(cus) + " compute units, too few for " + std::to_string(n) + " " + what);
+    cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY, static_cast<cl_device_partition_property>(cus / n), 0};
+    return create_sub_devices(id, info, props, cus, n, key, what);
+  }
+
+  // Splits device `id` (`cus` compute units) into one sub-device per entry of `counts`, sub-device n of counts[n]
+  // compute units (CL_DEVICE_PARTITION_BY_COUNTS), for config key "slots". Errors: "invalid_argument" naming the
+  // key, the counts and the device: it cannot be partitioned by counts, allows fewer sub-devices
+  // (CL_DEVICE_PARTITION_MAX_SUB_DEVICES) or has fewer compute units than the counts ask, or the split fails.
+  static Result<std::vector<cl_device_id>> split_by_counts(cl_device_id id, const DeviceInfo& info, cl_uint cus,
+                                                           const std::vector<std::uint32_t>& counts) {
+    std::string spelt;
+    std::uint64_t sum = 0;
+    for (std::uint32_t c : counts) {
+      spelt += (spelt.empty() ? "" : ", ") + std::to_string(c);
+      sum += c;
+    }
+    spelt = "[" + spelt + "]";
+    if (!can_partition(id, CL_DEVICE_PARTITION_BY_COUNTS))
+      return refuse_split("slots", info, "cannot be partitioned by counts (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                                         "CL_DEVICE_PARTITION_BY_COUNTS): slots " + spelt + " cannot be made on it");
+    const auto most = device_value<cl_uint>(id, CL_DEVICE_PARTITION_MAX_SUB_DEVICES);
+    if (counts.size() > most)
+      return refuse_split("slots", info, "can be split into at most " + std::to_string(most) + " sub-devices, not the " +
+                                         std::to_string(counts.size()) + " slots of " + spelt);
+    if (sum > cus)
+      return refuse_split("slots", info, "has " + std::to_string(cus) + " compute units, fewer than the " +
+                                         std::to_string(sum) + " that slots " + spelt + " take");
+    std::vector<cl_device_partition_property> props{CL_DEVICE_PARTITION_BY_COUNTS};
+    for (std::uint32_t c : counts) props.push_back(static_cast<cl_device_partition_property>(c));
+    props.push_back(CL_DEVICE_PARTITION_BY_COUNTS_LIST_END);
+    props.push_back(0);
+    return create_sub_devices(id, info, props.data(), 0, static_cast<std::uint32_t>(counts.size()), "slots", "slots");
   }
 
   // Waits for the device's queued work and drops its program. Errors: "reset_failed" (the wait failed; the
@@ -255,10 +310,29 @@ Result<OpenClConfig> parse_opencl_config(const BackendConfig& config) {
   auto sub = r.get_int("subdevices", 0, 0, 1024);
   if (!sub) return sub.error();
   c.subdevices = static_cast<int>(*sub);
-  auto slots = r.get_int("slots", 0, 0, kMaxSlotsPerDevice);
-  if (!slots) return slots.error();
-  c.slots = static_cast<std::uint32_t>(*slots);
-  if (c.slots > 0 && c.subdevices >= 2)
+  if (r.is_list("slots")) {
+    auto counts = r.get_int_list("slots");
+    if (!counts) return counts.error();
+    const std::string& spelt = config.at("slots");
+    if (counts->empty())
+      return r.error("slots", "[] declares no slots: give each slot's compute units, e.g. [2, 1, 1], or a number of equal slots");
+    if (counts->size() > kMaxSlotsPerDevice)
+      return r.error("slots", spelt + " declares " + std::to_string(counts->size()) + " slots, more than " +
+                                  std::to_string(kMaxSlotsPerDevice));
+    for (std::size_t n = 0; n < counts->size(); ++n) {
+      const std::int64_t count = (*counts)[n];
+      const std::string which = "count " + std::to_string(n + 1) + " of " + spelt + " is " + std::to_string(count);
+      if (count < 1) return r.error("slots", which + ": a slot takes at least one compute unit");
+      if (count > std::numeric_limits<std::uint32_t>::max())
+        return r.error("slots", which + ", more compute units than an OpenCL device can report");
+      c.slot_counts.push_back(static_cast<std::uint32_t>(count));
+    }
+  } else {
+    auto slots = r.get_int("slots", 0, 0, kMaxSlotsPerDevice);
+    if (!slots) return slots.error();
+    c.slots = static_cast<std::uint32_t>(*slots);
+  }
+  if ((c.slots > 0 || !c.slot_counts.empty()) && c.subdevices >= 2)
     return r.error("slots", "a device is either split into sub-devices ('subdevices') or declares slots, not both");
   c.platform = r.get_string("platform", "");
   c.device_type = r.get_string("device_type", "all");
@@ -343,8 +417,11 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
             return st.error();
           }
         }
-      } else if (c->slots > 0) {
-        if (auto st = impl->add_device_with_slots(dev, std::move(base), cus, c->slots); !st) return st.error();
+      } else if (c->slots > 0 || !c->slot_counts.empty()) {
+        auto subs = c->slot_counts.empty() ? Impl::split_equally(dev, base, cus, c->slots, "slots", "slots")
+                                           : Impl::split_by_counts(dev, base, cus, c->slot_counts);
+        if (!subs) return subs.error();
+        if (auto st = impl->add_device_with_slots(dev, std::move(base), std::move(*subs)); !st) return st.error();
       } else {
         if (auto st = impl->add_device(dev, false, std::move(base)); !st) return st.error();
       }
@@ -367,10 +444,10 @@ Status OpenClBackend::program(std::string_view local_id, const Image& image) {
     return make_error(Errc::incompatible, "opencl backend: image " + image.name + " has format " + format +
                                           "; OpenCL devices load opencl-source or opencl-binary");
   if (auto st = check_compatible(image, t.device->info, t.slot); !st) return st;
-  if (t.slot && !image.slot_shape.empty() && image.slot_shape != t.device->slot_shape)
+  if (t.slot && !image.slot_shape.empty() && image.slot_shape != t.region->shape)
     return make_error(Errc::incompatible, "opencl backend: image " + image.name + "@" + image.version + " fits slots of shape '" +
-                                          image.slot_shape + "', but the slots of device " + t.device->info.local_id +
-                                          " are '" + t.device->slot_shape + "'");
+                                          image.slot_shape + "', but slot " + std::to_string(*t.slot) + " of device " +
+                                          t.device->info.local_id + " has shape '" + t.region->shape + "'");
   auto program = impl_->build(*t.region, image);
   if (!program) return program.error();
   // A full image replaces what the device's slots hold (their queued work finishes first).

@@ -54,6 +54,39 @@ Result<bool> ConfigReader::get_bool(const std::string& key, bool fallback) {
   return error(key, "'" + it->second + "' is not true/false");
 }
 
+bool ConfigReader::is_list(const std::string& key) const {
+  auto it = config_.find(key);
+  return it != config_.end() && !it->second.empty() && it->second.front() == '[';
+}
+
+Result<std::vector<std::int64_t>> ConfigReader::get_int_list(const std::string& key) {
+  read_.insert(key);
+  std::vector<std::int64_t> out;
+  auto it = config_.find(key);
+  if (it == config_.end()) return out;
+  const std::string& s = it->second;
+  auto refuse = [&] { return error(key, "'" + s + "' is not a list of integers such as [2, 1, 1]"); };
+  if (s.size() < 2 || s.front() != '[' || s.back() != ']') return refuse();
+  const char* p = s.data() + 1;
+  const char* const end = s.data() + s.size() - 1;
+  auto skip_spaces = [&] { while (p != end && *p == ' ') ++p; };
+  skip_spaces();
+  while (p != end) {
+    std::int64_t v = 0;
+    auto [next, ec] = std::from_chars(p, end, v);
+    if (ec != std::errc()) return refuse();
+    out.push_back(v);
+    p = next;
+    skip_spaces();
+    if (p == end) break;
+    if (*p != ',') return refuse();
+    ++p;
+    skip_spaces();
+    if (p == end) return refuse();  // a trailing comma
+  }
+  return out;
+}
+
 Status ConfigReader::finish() const {
   std::string unknown;
   for (const auto& [key, value] : config_) {

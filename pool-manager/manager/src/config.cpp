@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <accelpool/backends/config_toml.hpp>
 #include <accelpool/common/listener_limits.hpp>
 #include <accelpool/common/tls.hpp>
 
@@ -277,11 +278,11 @@ Result<Config> load_config(const std::filesystem::path& file) {
       ACCELPOOL_TRY(read(file, *t, "backend", hc.backend, "hosts"));
       if (auto* s = sub(*t, "settings")) {
         for (const auto& [k, v] : *s) {
-          if (v.is_string()) hc.settings[std::string(k.str())] = *v.value<std::string>();
-          else if (v.is_integer()) hc.settings[std::string(k.str())] = std::to_string(*v.value<std::int64_t>());
-          else if (v.is_floating_point()) hc.settings[std::string(k.str())] = std::to_string(*v.value<double>());
-          else if (v.is_boolean()) hc.settings[std::string(k.str())] = *v.value<bool>() ? "true" : "false";
-          else return make_error(Errc::invalid_config, where(file, v) + ": hosts.settings." + std::string(k.str()) + " must be a string, number or boolean");
+          auto value = backends::backend_config_value(v);
+          if (!value)
+            return make_error(Errc::invalid_config, where(file, v) + ": hosts.settings." + std::string(k.str()) +
+                                                        " must be a string, number, boolean or array of integers");
+          hc.settings[std::string(k.str())] = std::move(*value);
         }
       }
       if (const toml::node* dn = t->get("devices")) {

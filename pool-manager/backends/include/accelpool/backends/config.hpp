@@ -1,5 +1,6 @@
 // Backend configuration: flat string key/value pairs (what an agent reads from its config file's
-// [backends.<name>] table). Each backend documents its keys in docs/hosts.md; unknown keys are errors.
+// [backends.<name>] table; a TOML array of integers arrives spelt "[2, 1, 1]", config_toml.hpp). Each backend
+// documents its keys in docs/hosts.md; unknown keys are errors.
 #pragma once
 
 #include <accelpool/backends/device_backend.hpp>
@@ -11,6 +12,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accelpool::backends {
 
@@ -26,6 +28,11 @@ class ConfigReader {
   Result<std::int64_t> get_int(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max);
   Result<double> get_double(const std::string& key, double fallback, double min);
   Result<bool> get_bool(const std::string& key, bool fallback);
+  // Whether `key` is set to a list: its value starts with '[' (read it with get_int_list).
+  bool is_list(const std::string& key) const;
+  // The integers of a list value "[a, b, ...]" (spaces optional; "[]" is an empty list), in order; an empty list
+  // when the key is not set. Error: the value is not such a list.
+  Result<std::vector<std::int64_t>> get_int_list(const std::string& key);
 
   // An "invalid_argument" error for `key` (for checks the caller makes on a value).
   Error error(const std::string& key, const std::string& what) const;

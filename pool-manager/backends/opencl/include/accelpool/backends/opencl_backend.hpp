@@ -1,9 +1,10 @@
 // OpenCL backend: every device of every platform the ICD loader reports (GPUs, and CPUs through PoCL),
 // optionally split into equal sub-devices offered as devices of their own (`subdevices`), or declaring slots
-// (`slots`): each slot is an OpenCL sub-device of the device, addressed as "<device>:slot<n>" (common/slots.hpp),
-// that takes partial images while the other slots run theirs. "Programming" builds the image's kernel program
-// (OpenCL C source or a device binary) for the device or slot and keeps it, so kernels of the loaded image can be
-// run (run_kernel); health is a tiny kernel run. No OpenCL type appears in this header.
+// (`slots`, equal or of given compute-unit counts): each slot is an OpenCL sub-device of the device, addressed as
+// "<device>:slot<n>" (common/slots.hpp), that takes partial images while the other slots run theirs.
+// "Programming" builds the image's kernel program (OpenCL C source or a device binary) for the device or slot and
+// keeps it, so kernels of the loaded image can be run (run_kernel); health is a tiny kernel run. No OpenCL type
+// appears in this header.
 //
 // Threading: one thread at a time per backend object (the host runtime serialises it), as DeviceBackend says,
 // except run_kernel: calls for different devices or slots may run at the same time (each has its own queue).
@@ -24,9 +25,14 @@ namespace accelpool::backends {
 
 struct OpenClConfig {
   int subdevices = 0;           // 0 or 1: whole devices; N >= 2: split each device into N equal sub-devices
-  // 0: no slots; N >= 1: each device declares N slots, each an equal sub-device (compute units / N); not with
-  // `subdevices`. Every device must support equal partitioning into N (CL_DEVICE_PARTITION_EQUALLY).
+  // 0: no slots; N >= 1 (`slots = N`): each device declares N slots, each an equal sub-device (compute units / N).
+  // Every device must support equal partitioning into N (CL_DEVICE_PARTITION_EQUALLY).
   std::uint32_t slots = 0;
+  // `slots = [c0, c1, ...]` instead (slots is then 0): each device declares one slot per count, slot n a
+  // sub-device of c_n compute units (CL_DEVICE_PARTITION_BY_COUNTS). Every device must support partitioning by
+  // counts, have at least the counts' sum of compute units and allow as many sub-devices as there are counts
+  // (CL_DEVICE_PARTITION_MAX_SUB_DEVICES). Neither form goes with `subdevices`.
+  std::vector<std::uint32_t> slot_counts;
   std::string platform;         // only platforms whose name contains this ("" = all)
   std::string device_type = "all";  // "all", "cpu", "gpu", "accelerator"
   std::string cache_dir;        // when set, POCL_CACHE_DIR for PoCL's kernel cache (set before discovery)
@@ -76,16 +82,17 @@ struct KernelArg {
 class OpenClBackend final : public DeviceBackend {
  public:
   // Discovers platforms and devices and creates the sub-devices and slots. Errors: "invalid_argument" naming the
-  // config key (e.g. more sub-devices or slots than a device has compute units, or slots on a device that cannot
-  // be partitioned), "backend_failed" (an OpenCL call failed). No platform at all is not an error: the backend
-  // then has no devices.
+  // config key and, for a device that cannot be split as asked, the device (e.g. more sub-devices or slots than it
+  // has compute units, slot counts summing to more, or a device that cannot be partitioned that way);
+  // "backend_failed" (an OpenCL call failed). No platform at all is not an error: the backend then has no devices.
+  // On error nothing stays open.
   static Result<std::unique_ptr<OpenClBackend>> create(const BackendConfig& config);
   ~OpenClBackend() override;
 
   std::string_view name() const override { return "opencl"; }
   Result<std::vector<DeviceInfo>> enumerate() override;
   // Builds the image (format opencl-source or opencl-binary) for the device, or for the slot `local_id` names.
-  // A slot takes partial images only (their slot_shape, when given, must be the slots' shape "cu<compute units>"),
+  // A slot takes partial images only (their slot_shape, when given, must be the slot's shape "cu<compute units>"),
   // the whole device full images only; a full image drops what the device's slots hold. Errors: "not_found",
   // "incompatible" (model not in the image's compatible list, an xclbin/opaque image, a full image for a slot or a
   // partial one for a whole device, another slot shape), "program_failed" (unreadable file, build error with the
