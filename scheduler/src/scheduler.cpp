@@ -320,6 +320,24 @@ std::optional<Rejection> Scheduler::set_loaded(DeviceId id, BitstreamId loaded) 
   return std::nullopt;
 }
 
+std::optional<Rejection> Scheduler::set_model(DeviceId id, ModelId model, Time now, Decisions& out) {
+  Slot* s = slot(id);
+  if (!s || !s->present) return Rejection{"no device " + id_text(id)};
+  if (model >= kMaxModelsPerKind) {
+    return Rejection{"device " + id_text(id) + " cannot have model " + std::to_string(model) + " (at most " +
+                     std::to_string(kMaxModelsPerKind) + " per kind)"};
+  }
+  last_now_ = std::max(last_now_, now);
+  const bool indexed = s->state == DeviceState::free;
+  if (indexed) free_.erase(s->device);
+  --model_count(s->device);
+  s->device.model = model;
+  ++model_count(s->device);
+  if (indexed) free_.insert(s->device);
+  dispatch(now, out);
+  return std::nullopt;
+}
+
 void Scheduler::set_tenant_weight(TenantId tenant, double weight) {
   ledger_.set_weight(tenant, weight > 0 ? weight : 1.0);
 }

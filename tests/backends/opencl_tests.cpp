@@ -375,6 +375,7 @@ TEST_CASE("opencl: two slots of a PoCL CPU device run two programs at the same t
   const int slot_cus = std::stoi(device->attributes.at("compute_units")) / 2;
   const std::string shape = "cu" + std::to_string(slot_cus);
   CHECK(device->attributes.at("slot_shape") == shape);
+  CHECK(accelpool::backends::slot_shapes_of(*device) == std::vector<std::string>{shape, shape});  // what hosts report
   const std::string slot0 = accelpool::slot_local_id(cpu, 0), slot1 = accelpool::slot_local_id(cpu, 1);
   CHECK(b->health(slot0).health == Health::ok);
   CHECK(b->health(slot1).health == Health::ok);
@@ -501,6 +502,7 @@ TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a p
   // Each shape is the compute units its sub-device reports (CL_DEVICE_MAX_COMPUTE_UNITS).
   CHECK(with_slots->attributes.at("slot_shapes") == "cu2,cu1,cu1");
   CHECK(with_slots->attributes.count("slot_shape") == 0);  // the slots have no one shape
+  CHECK(accelpool::backends::slot_shapes_of(*with_slots) == std::vector<std::string>{"cu2", "cu1", "cu1"});
   const std::string slot0 = accelpool::slot_local_id(cpu, 0), slot1 = accelpool::slot_local_id(cpu, 1),
                     slot2 = accelpool::slot_local_id(cpu, 2);
   for (const auto& slot : {slot0, slot1, slot2}) CHECK(b.value()->health(slot).health == Health::ok);

@@ -197,3 +197,24 @@ TEST_CASE("an agent declares slots of a device: they join the pool, and a bad sl
   CHECK(m.device("local/asic0").at("slots").as_array().empty());
 #endif
 }
+
+TEST_CASE("an agent may give its slots' shapes: a list of another length is refused naming the host and device",
+          "[integration][agents][registration][slots]") {
+  Manager m;
+  auto a = m.agent_connection();
+  auto params = register_params("hv-shapes", "d0");
+  auto& device = params["devices"].as_array()[0].as_object();
+  device["slots"] = 2;
+  device["slot_shapes"] = "cu1";
+  auto not_list = a.call("agent.register", params);
+  REQUIRE(not_list.contains("error"));
+  CHECK_THAT(error_message(not_list), Catch::Contains("field 'slot_shapes' must be an array of strings"));
+  device["slot_shapes"] = json::array{"cu2", "cu1", "cu1"};
+  auto too_many = a.call("agent.register", params);
+  REQUIRE(too_many.contains("error"));
+  CHECK(error_word(too_many) == "invalid_argument");
+  CHECK_THAT(error_message(too_many), Catch::Contains("host hv-shapes reports 3 slot shapes for device 'd0', which has 2 slots"));
+  device["slot_shapes"] = json::array{"cu2", "cu1"};
+  REQUIRE(a.call("agent.register", params).contains("result"));
+  CHECK(m.device("hv-shapes/d0").at("slots").as_array().size() == 2);
+}

@@ -169,3 +169,100 @@ TEST_CASE("a partial image goes on a slot, a full image takes the whole device",
   Lease unknown = acquire_kind(pool, "vm5", "fpga", "not-registered");
   CHECK(unknown.kind == "fpga");
 }
+
+namespace {
+
+// One fpga device "local/fpga0" whose slots have `shapes`, one slot each.
+std::vector<HostDevice> device_with_shapes(std::vector<std::string> shapes) {
+  auto devices = device_with_slots(static_cast<std::uint32_t>(shapes.size()));
+  devices[0].slot_shapes = std::move(shapes);
+  return devices;
+}
+
+// A registry of partial images: "big-*" fit slots of shape cu2, "small-*" cu1, "huge" cu4.
+CoreOptions shaped_images() {
+  CoreOptions options;
+  options.image_partial = [](const std::string&) -> std::optional<bool> { return true; };
+  options.image_slot_shape = [](const std::string& bitstream) -> std::string {
+    if (bitstream.starts_with("big-")) return "cu2";
+    if (bitstream.starts_with("small-")) return "cu1";
+    return bitstream == "huge" ? "cu4" : "";
+  };
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("a partial image goes only on slots of its shape", "[core][slots]") {
+  Pool pool(device_with_shapes({"cu2", "cu1", "cu1"}), shaped_images());
+  Lease big = acquire_kind(pool, "vm1", "fpga", "big-a");
+  CHECK(big.devices == std::vector<std::string>{"local/fpga0:slot0"});
+  Lease second_big = acquire_kind(pool, "vm2", "fpga", "big-b");
+  CHECK(second_big.state == LeaseState::queued);  // slots 1 and 2 are free, but of shape cu1
+  CHECK(pool.core->device("local/fpga0:slot1")->state == "free");
+  CHECK(pool.core->device("local/fpga0:slot2")->state == "free");
+  Lease small = acquire_kind(pool, "vm3", "fpga", "small-a");
+  CHECK(small.devices == std::vector<std::string>{"local/fpga0:slot1"});
+  CHECK(pool.core->device("local/fpga0:slot0")->record.slot_shape == "cu2");
+
+  auto none = try_acquire(pool, "vm4", "fpga", "huge");
+  REQUIRE_FALSE(none);
+  CHECK(none.error().code == Errc::incompatible);
+  CHECK(none.error().message.find("slots of shape 'cu4'") != std::string::npos);
+  CHECK(none.error().message.find("(slot shape 'cu2')") != std::string::npos);
+
+  REQUIRE(pool.core->release(Pool::owner(big), big.id).is_ok());
+  CHECK(pool.get(second_big.id).state == LeaseState::granted);
+  CHECK(pool.get(second_big.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+  // A lease whose bitstream has no shape (or none at all) takes any slot.
+  CHECK(acquire_kind(pool, "vm5", "fpga:slot", "unshaped").devices == std::vector<std::string>{"local/fpga0:slot2"});
+}
+
+TEST_CASE("slot shapes of the wrong number are refused naming the host and the device", "[core][slots]") {
+  Pool pool(make_devices("fpga", 1));
+  auto devices = make_devices("gpu", 1);
+  devices[0].slots = 3;
+  devices[0].slot_shapes = {"cu2", "cu1"};
+  auto r = pool.core->attach_host(make_static_host("h2", devices, pool.posts.poster()));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == Errc::invalid_argument);
+  CHECK(r.error().message == "host h2 reports 2 slot shapes for device 'gpu0', which has 3 slots: give one shape per slot");
+  CHECK_FALSE(pool.core->host_known("h2"));
+  devices[0].slot_shapes = {"cu2", "c u1", "cu1"};
+  auto bad = pool.core->attach_host(make_static_host("h2", devices, pool.posts.poster()));
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("slot shape 'c u1' for device 'gpu0'") != std::string::npos);
+  CHECK_FALSE(pool.core->host_known("h2"));
+}
+
+TEST_CASE("slot shapes outlive a restart, and a host that reports new shapes changes where images go", "[core][slots]") {
+  Pool pool(device_with_shapes({"cu2", "cu1", "cu1"}), shaped_images());
+  Lease big = acquire_kind(pool, "vm1", "fpga", "big-a");
+  Lease second_big = acquire_kind(pool, "vm2", "fpga", "big-b");
+  REQUIRE(second_big.state == LeaseState::queued);
+
+  // Before the host is back, the restored slots have their stored shapes.
+  pool.posts.jobs.clear();
+  pool.core.reset();
+  pool.store.reset();
+  pool.open();
+  CHECK(pool.core->device("local/fpga0:slot0")->record.slot_shape == "cu2");
+  CHECK(pool.core->device("local/fpga0:slot2")->record.slot_shape == "cu1");
+  REQUIRE(pool.core->release(Pool::owner(big), big.id).is_ok());
+  CHECK(pool.get(second_big.id).devices != std::vector<std::string>{"local/fpga0:slot1"});
+  CHECK(pool.get(second_big.id).devices != std::vector<std::string>{"local/fpga0:slot2"});
+  REQUIRE(pool.core->attach_host(make_static_host("local", device_with_shapes({"cu2", "cu1", "cu1"}), pool.posts.poster())).is_ok());
+  CHECK(pool.get(second_big.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+  Lease third_big = acquire_kind(pool, "vm3", "fpga", "big-c");
+  CHECK(third_big.state == LeaseState::queued);
+
+  // The host comes back with slot 2 grown to cu2: the waiting image goes there, slot 0 keeps its lease.
+  pool.restart(device_with_shapes({"cu2", "cu1", "cu2"}));
+  CHECK(pool.core->device("local/fpga0:slot2")->record.slot_shape == "cu2");
+  CHECK(pool.get(third_big.id).devices == std::vector<std::string>{"local/fpga0:slot2"});
+  CHECK(pool.get(second_big.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
+  // An agent that reports no shapes leaves its slots without any: every slot takes every partial image.
+  pool.restart(device_with_slots(3));
+  CHECK(pool.core->device("local/fpga0:slot1")->record.slot_shape.empty());
+  CHECK(acquire_kind(pool, "vm4", "fpga", "big-d").devices == std::vector<std::string>{"local/fpga0:slot1"});
+}

@@ -442,6 +442,9 @@ class AgentImpl final : public Agent {
         o["attach_state"] = d.attach_state();
       }
       if (d.info.slots > 0) o["slots"] = d.info.slots;
+      if (auto shapes = backends::slot_shapes_of(d.info); !shapes.empty()) {
+        o["slot_shapes"] = json::array(shapes.begin(), shapes.end());
+      }
       devs.push_back(std::move(o));
     }
     return json::object{{"token", cfg_.token},

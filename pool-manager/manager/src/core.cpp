@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <set>
 #include <string_view>
@@ -677,20 +678,47 @@ struct PoolCore::Impl {
     return models[kind];
   }
 
-  // The compatible list of a lease's bitstream, if the registry holds it; nullopt: any model will do.
-  std::optional<std::vector<std::string>> compatible_of(const std::string& bitstream) const {
-    if (bitstream.empty() || !options.image_models) return std::nullopt;
-    return options.image_models(bitstream);
+  // What a lease's bitstream fits, as the registry says: its compatible list (nullopt: any model will do) and,
+  // for a partial image, its slot shape ("": any slot).
+  struct ImageFit {
+    std::optional<std::vector<std::string>> compatible;
+    std::string slot_shape;
+  };
+  ImageFit fit_of(const std::string& bitstream) const {
+    if (bitstream.empty()) return {};
+    return {options.image_models ? options.image_models(bitstream) : std::nullopt,
+            options.image_slot_shape ? options.image_slot_shape(bitstream) : std::string()};
   }
 
-  // The models of `kind` that `compatible` fits. A device that reports no model is restricted by nothing here
-  // (its host checks the image when it programs it).
-  sched::ModelSet fitting_models(sched::KindId kind, const std::optional<std::vector<std::string>>& compatible) {
-    if (!compatible) return sched::kAnyModel;
+  // The scheduler's model of a device: its model, and a slot's shape after a '\0' (a shape never holds one), so
+  // that a partial image is placed only on slots of its shape while its compatible list still applies to the model.
+  static std::string sched_model_name(const DeviceRecord& d) {
+    return d.slot_shape.empty() ? d.model : d.model + '\0' + d.slot_shape;
+  }
+  // The device model and slot shape ("" for none) that a sched_model_name names.
+  static std::pair<std::string_view, std::string_view> model_and_shape(std::string_view name) {
+    const auto at = name.rfind('\0');
+    if (at == std::string_view::npos) return {name, {}};
+    return {name.substr(0, at), name.substr(at + 1)};
+  }
+  // A sched_model_name as messages show it: "model" or "model (slot shape 'cu2')".
+  static std::string describe_model(std::string_view name) {
+    const auto [model, shape] = model_and_shape(name);
+    return "'" + std::string(model) + "'" + (shape.empty() ? "" : " (slot shape '" + std::string(shape) + "')");
+  }
+
+  // The models of `kind` that `fit` fits: those its compatible list matches (a device that reports no model is
+  // restricted by nothing here; its host checks the image when it programs it) and, for an image with a slot
+  // shape, only slots of that shape or of none.
+  sched::ModelSet fitting_models(sched::KindId kind, const ImageFit& fit) {
+    if (!fit.compatible && fit.slot_shape.empty()) return sched::kAnyModel;
     const sched::NameTable& table = models_of_kind(kind);
     sched::ModelSet set = 0;
     for (std::uint32_t m = 0; m < table.size() && m < sched::kMaxModelsPerKind; ++m) {
-      if (table.name(m).empty() || bitstreams::model_matches(*compatible, table.name(m))) set |= sched::ModelSet{1} << m;
+      const auto [model, shape] = model_and_shape(table.name(m));
+      const bool model_fits = !fit.compatible || model.empty() || bitstreams::model_matches(*fit.compatible, model);
+      const bool shape_fits = fit.slot_shape.empty() || shape.empty() || shape == fit.slot_shape;
+      if (model_fits && shape_fits) set |= sched::ModelSet{1} << m;
     }
     return set;
   }
@@ -700,7 +728,7 @@ struct PoolCore::Impl {
   void widen_models(sched::KindId kind, double t, sched::Decisions& out) {
     for (const auto& [id, l] : live) {
       if (l.bitstream.empty() || kinds.find(l.kind) != kind) continue;
-      (void)scheduler->set_models(id, fitting_models(kind, compatible_of(l.bitstream)), t, out);
+      (void)scheduler->set_models(id, fitting_models(kind, fit_of(l.bitstream)), t, out);
     }
   }
 
@@ -711,7 +739,7 @@ struct PoolCore::Impl {
     r.id = l.id;
     r.tenant = tenant_ids.intern(l.tenant);
     r.kind = kinds.intern(l.kind);
-    r.models = models ? *models : fitting_models(r.kind, compatible_of(l.bitstream));
+    r.models = models ? *models : fitting_models(r.kind, fit_of(l.bitstream));
     r.bitstream = l.bitstream.empty() ? sched::kNoBitstream : bitstreams.intern(l.bitstream);
     r.count = l.count;
     r.guest_host = host_ids.intern(l.guest_host);
@@ -730,62 +758,112 @@ struct PoolCore::Impl {
     sd.id = d.sched_id;
     sd.host = host_ids.intern(d.host);
     sd.kind = kinds.intern(d.kind);
-    sd.model = static_cast<sched::ModelId>(std::min<std::uint32_t>(models_of_kind(sd.kind).intern(d.model), sched::kMaxModelsPerKind));
+    sd.model = static_cast<sched::ModelId>(std::min<std::uint32_t>(models_of_kind(sd.kind).intern(sched_model_name(d)), sched::kMaxModelsPerKind));
     sd.attach = d.passthrough ? sched::AttachMode::passthrough : sched::AttachMode::network;
     sd.loaded = d.loaded.empty() ? sched::kNoBitstream : bitstreams.intern(d.loaded);
     return sd;
   }
 
   // Registers the first `count` slots of `parent` that the pool does not know yet, each a device of its own named
-  // "<parent>:slot<N>" (slot_local_id) of kind slot_kind(parent's kind) and the parent's model. Slot records
-  // are kept out of the host table: host operations reach them through their device (the scheduler stops
-  // granting the slots of a device out of service, and preempts their leases). The store keeps no slot record, only
-  // how many slots each device has (meta slots:<device>), so that a restart knows them before their host is back.
-  Status add_slots(const DeviceRecord& parent, std::uint32_t count, double t, sched::Decisions& out) {
+  // "<parent>:slot<N>" (slot_local_id) of kind slot_kind(parent's kind), the parent's model and shape `shapes[N]`
+  // (none when `shapes` is empty; the caller checked its length). A known slot whose shape changed gets its new
+  // shape (a lease holding it keeps it). Slot records are kept out of the host table: host operations reach them
+  // through their device (the scheduler stops granting the slots of a device out of service, and preempts their
+  // leases). The store keeps no slot record, only each device's slot count and shapes (meta slots:<device>,
+  // slots_meta), so that a restart knows them before their host is back.
+  Status add_slots(const DeviceRecord& parent, std::uint32_t count, const std::vector<std::string>& shapes, double t,
+                   sched::Decisions& out) {
+    bool changed = false;
     for (std::uint32_t n = 0; n < count; ++n) {
       const std::string local = slot_local_id(parent.local_id, n);
       const std::string name = parent.host + "/" + local;
-      if (devices.count(name)) continue;
+      const std::string shape = shapes.empty() ? std::string() : shapes[n];
+      if (auto known = devices.find(name); known != devices.end()) {
+        if (known->second.slot_shape != shape) {
+          known->second.slot_shape = shape;
+          if (auto s = refit_slot(known->second, t, out); !s) return s;
+          changed = true;
+        }
+        continue;
+      }
       DeviceRecord slot;
       slot.name = name;
       slot.host = parent.host;
       slot.local_id = local;
       slot.kind = slot_kind(parent.kind);
       slot.model = parent.model;
+      slot.slot_shape = shape;
       slot.passthrough = parent.passthrough;
       slot.parent = parent.name;
       slot.sched_id = next_sched_id++;
       auto& rec = devices[name] = std::move(slot);
       by_sched_id[rec.sched_id] = &rec;
       const sched::KindId kind = kinds.intern(rec.kind);
-      const bool new_model = !models_of_kind(kind).find(rec.model);
+      const bool new_model = !models_of_kind(kind).find(sched_model_name(rec));
       if (auto r = scheduler->add_slot(sched_device(rec), parent.sched_id, t, out)) {
         return make_error(Errc::invalid_argument, "slot " + name + ": " + r->error);
       }
       if (new_model) widen_models(kind, t, out);
     }
-    if (auto& stored = stored_slots[parent.name]; count > stored) {
-      stored = count;
-      batch.meta.emplace_back(slots_key(parent.name), std::to_string(count));
+    if (auto& stored = stored_slots[parent.name]; count > stored || changed) {
+      stored = std::max(count, stored);
+      batch.meta.emplace_back(slots_key(parent.name), slots_meta(parent));
     }
     return Status::ok();
   }
 
-  // The slots the store knows each device had (meta slots:<device>), made again before any lease is restored, so
-  // that a lease holding a slot, or waiting for one, outlives a restart.
+  // A known slot's shape changed: the scheduler places by its new model from now on.
+  Status refit_slot(const DeviceRecord& slot, double t, sched::Decisions& out) {
+    const bool new_model = !models_of_kind(kinds.intern(slot.kind)).find(sched_model_name(slot));
+    const sched::Device sd = sched_device(slot);
+    if (auto r = scheduler->set_model(slot.sched_id, sd.model, t, out)) {
+      return make_error(Errc::invalid_argument, "slot " + slot.name + ": " + r->error);
+    }
+    if (new_model) widen_models(sd.kind, t, out);
+    return Status::ok();
+  }
+
+  // The meta slots:<device> value: the device's slot count, then, when some slot has a shape, a space and every
+  // slot's shape in slot order, comma-separated ("3" or "3 cu2,cu1,cu1"; restore_slots reads both).
+  std::string slots_meta(const DeviceRecord& parent) const {
+    const std::uint32_t count = stored_slots.at(parent.name);
+    std::string shapes;
+    bool any_shape = false;
+    for (std::uint32_t n = 0; n < count; ++n) {
+      const auto slot = devices.find(parent.host + "/" + slot_local_id(parent.local_id, n));
+      const std::string& shape = slot == devices.end() ? std::string() : slot->second.slot_shape;
+      any_shape = any_shape || !shape.empty();
+      shapes += (n == 0 ? "" : ",") + shape;
+    }
+    return std::to_string(count) + (any_shape ? " " + shapes : "");
+  }
+
+  // The slots the store knows each device had (meta slots:<device>, slots_meta), made again with their shapes
+  // before any lease is restored, so that a lease holding a slot, or waiting for one, outlives a restart.
   Status restore_slots(const std::map<std::string, std::string>& meta, double t, sched::Decisions& out) {
     for (auto it = meta.lower_bound("slots:"); it != meta.end() && it->first.starts_with("slots:"); ++it) {
       if (it->second.empty()) continue;
       const std::string device = it->first.substr(6);
       char* end = nullptr;
       const unsigned long count = std::strtoul(it->second.c_str(), &end, 10);
+      std::vector<std::string> shapes;
+      if (*end == ' ') {
+        std::string_view rest(end + 1);
+        for (std::size_t comma = 0; comma != std::string_view::npos; rest.remove_prefix(comma + 1)) {
+          comma = rest.find(',');
+          shapes.emplace_back(rest.substr(0, comma));
+          if (comma == std::string_view::npos) break;
+        }
+        end += std::strlen(end);
+      }
       auto parent = devices.find(device);
       if (*end != '\0' || count > kMaxSlotsPerDevice || parent == devices.end() ||
-          !parent->second.parent.empty()) {
-        return make_error(Errc::corrupt, "meta " + it->first + " = '" + it->second + "': not a slot count of a stored device");
+          !parent->second.parent.empty() || (!shapes.empty() && shapes.size() != count)) {
+        return make_error(Errc::corrupt, "meta " + it->first + " = '" + it->second +
+                                             "': not a slot count (and shapes) of a stored device");
       }
       stored_slots[device] = static_cast<std::uint32_t>(count);
-      if (auto s = add_slots(parent->second, static_cast<std::uint32_t>(count), t, out); !s) return s;
+      if (auto s = add_slots(parent->second, static_cast<std::uint32_t>(count), shapes, t, out); !s) return s;
     }
     return Status::ok();
   }
@@ -959,6 +1037,17 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
                                                 " slots on device '" + hd.local_id + "' (at most " +
                                                 std::to_string(kMaxSlotsPerDevice) + ")");
     }
+    if (!hd.slot_shapes.empty() && hd.slot_shapes.size() != hd.slots) {
+      return make_error(Errc::invalid_argument, "host " + name + " reports " + std::to_string(hd.slot_shapes.size()) +
+                                                " slot shapes for device '" + hd.local_id + "', which has " +
+                                                std::to_string(hd.slots) + " slots: give one shape per slot");
+    }
+    for (const auto& shape : hd.slot_shapes) {
+      if (!shape.empty() && !valid_name(shape, 64)) {
+        return make_error(Errc::invalid_argument, "host " + name + " reports slot shape '" + shape + "' for device '" +
+                                                  hd.local_id + "': a shape is 1-64 characters of [A-Za-z0-9._:-]");
+      }
+    }
   }
   for (const auto& hd : *found) {
     for (std::uint32_t n = 0; n < hd.slots; ++n) {
@@ -992,7 +1081,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       m.by_sched_id[rec.sched_id] = &rec;
       entry.devices.emplace_hint(known, dev_name, &rec);
       const sched::KindId kind = m.kinds.intern(rec.kind);
-      const bool new_model = !m.models_of_kind(kind).find(rec.model);
+      const bool new_model = !m.models_of_kind(kind).find(Impl::sched_model_name(rec));
       if (auto r = m.scheduler->add_device(m.sched_device(rec), t, out)) {
         return make_error(Errc::invalid_argument, "device " + dev_name + ": " + r->error);
       }
@@ -1003,17 +1092,18 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
       }
       if (m.draining_hosts.count(name)) (void)m.drain(rec, true, std::nullopt, t, out);
       m.touch(rec);
-      if (auto s = m.add_slots(rec, hd.slots, t, out); !s) return s;
+      if (auto s = m.add_slots(rec, hd.slots, hd.slot_shapes, t, out); !s) return s;
     } else {
       // Only the device's own change is written; the host's return is one meta row below.
       ++known_reported;
       DeviceRecord& d = *known->second;
+      // The slots' shapes first: the device may become grantable below.
+      if (auto s = m.add_slots(d, hd.slots, hd.slot_shapes, t, out); !s) return s;
       if (m.grantable(d) != usable) (void)m.scheduler->set_available(d.sched_id, usable, t, out);
       if (d.available != usable) {
         d.available = usable;
         m.touch(d);
       }
-      if (auto s = m.add_slots(d, hd.slots, t, out); !s) return s;
     }
   }
   // Known devices the host no longer reports become unavailable; looked for only when some are missing.
@@ -1260,13 +1350,15 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   }
   const auto kind = m.kinds.find(p.kind);
   if (!kind) return make_error(Errc::infeasible, "the pool has no device of kind '" + p.kind + "'");
-  const auto compatible = m.compatible_of(p.bitstream);
-  const sched::ModelSet fits = m.fitting_models(*kind, compatible);
+  const auto fit = m.fit_of(p.bitstream);
+  const sched::ModelSet fits = m.fitting_models(*kind, fit);
   if (fits == 0) {
-    std::string patterns, listed;
-    for (const auto& c : *compatible) patterns += (patterns.empty() ? "" : ", ") + c;
+    std::string patterns = fit.compatible ? std::string() : std::string("any");
+    std::string listed;
+    for (const auto& c : fit.compatible.value_or(std::vector<std::string>{})) patterns += (patterns.empty() ? "" : ", ") + c;
+    if (!fit.slot_shape.empty()) patterns += " in slots of shape '" + fit.slot_shape + "'";
     const sched::NameTable& table = m.models_of_kind(*kind);
-    for (std::uint32_t i = 0; i < table.size(); ++i) listed += (listed.empty() ? "'" : ", '") + table.name(i) + "'";
+    for (std::uint32_t i = 0; i < table.size(); ++i) listed += (listed.empty() ? "" : ", ") + Impl::describe_model(table.name(i));
     return make_error(Errc::incompatible, "bitstream " + p.bitstream + " fits device models " + patterns +
                                           ", but the devices of kind '" + p.kind + "' are " + listed);
   }
@@ -1655,12 +1747,12 @@ void PoolCore::bitstream_changed(const std::string& bitstream) {
   auto& m = *impl_;
   if (bitstream.empty()) return;
   const double t = m.now();
-  const auto compatible = m.compatible_of(bitstream);
+  const auto fit = m.fit_of(bitstream);
   std::vector<std::pair<LeaseId, sched::ModelSet>> refit;
   std::vector<LeaseId> unfit;
   for (const auto& [id, l] : m.live) {
     if (l.bitstream != bitstream) continue;
-    const sched::ModelSet fits = m.fitting_models(m.kinds.intern(l.kind), compatible);
+    const sched::ModelSet fits = m.fitting_models(m.kinds.intern(l.kind), fit);
     if (fits != 0) refit.emplace_back(id, fits);
     else if (l.state == LeaseState::queued) unfit.push_back(id);
     // else: a granted lease keeps its devices and the models it was placed by
@@ -1669,7 +1761,7 @@ void PoolCore::bitstream_changed(const std::string& bitstream) {
   for (LeaseId id : unfit) {
     Lease& l = m.live.at(id);
     std::string patterns;
-    for (const auto& c : *compatible) patterns += (patterns.empty() ? "" : ", ") + c;
+    for (const auto& c : fit.compatible.value_or(std::vector<std::string>{})) patterns += (patterns.empty() ? "" : ", ") + c;
     m.end_lease(l, LeaseState::revoked,
                 "bitstream " + bitstream + " was registered again for device models " + patterns +
                     ", which no device of kind '" + l.kind + "' is",

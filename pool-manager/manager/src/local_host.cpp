@@ -45,7 +45,8 @@ class LocalHost final : public HostDriver {
   Result<std::vector<HostDevice>> devices() override {
     std::vector<HostDevice> out;
     for (const auto& d : runtime_->devices()) {
-      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed", d.info.slots});
+      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed", d.info.slots,
+                     backends::slot_shapes_of(d.info)});
     }
     if (catalog_) catalog_->add_devices(out);
     return out;
@@ -266,6 +267,11 @@ double ImageCatalog::demand_of(const std::string& bitstream) const {
   return b ? b->manifest.bandwidth_demand : 0.0;
 }
 
+std::string ImageCatalog::slot_shape_of(const std::string& bitstream) const {
+  auto b = registry_->get(bitstream);
+  return b ? b->manifest.slot_shape : std::string();
+}
+
 void answer_from_catalog(CoreOptions& options, std::shared_ptr<ImageCatalog> catalog) {
   options.acquire_check = [catalog](const AcquireParams& p) { return catalog->check(p.kind, p.bitstream); };
   // Hosts check (agents also fetch) the manager's image by its sha256.
@@ -273,6 +279,8 @@ void answer_from_catalog(CoreOptions& options, std::shared_ptr<ImageCatalog> cat
   // Leases go only to devices of the models their bitstream's manifest lists as compatible.
   options.image_models = [catalog](const std::string& bitstream) { return catalog->compatible_of(bitstream); };
   options.image_partial = [catalog](const std::string& bitstream) { return catalog->is_partial(bitstream); };
+  // Partial images go only on slots of their shape.
+  options.image_slot_shape = [catalog](const std::string& bitstream) { return catalog->slot_shape_of(bitstream); };
   // Slot leases are spread by their images' bandwidth demands.
   options.image_demand = [catalog](const std::string& bitstream) { return catalog->demand_of(bitstream); };
 }

@@ -413,7 +413,7 @@ struct AgentListener::Impl {
       w += ']';
       if (!v.is_object()) return reply(c, m, make_error(Errc::invalid_argument, w + " must be an object"));
       const auto& o = v.get_object();
-      if (auto s = only_fields(o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state,slots", w);
+      if (auto s = only_fields(o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state,slots,slot_shapes", w);
           !s)
         return reply(c, m, s);
       AgentDevice d;
@@ -447,6 +447,15 @@ struct AgentListener::Impl {
                                                                 std::to_string(manager::kMaxSlotsPerDevice)));
         }
         d.device.slots = static_cast<std::uint32_t>(slots->get_int64());
+      }
+      if (const auto* shapes = o.if_contains("slot_shapes")) {  // optional: no shapes when absent
+        const auto* list = shapes->if_array();
+        if (!list) return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
+        for (const auto& shape : *list) {
+          if (!shape.is_string())
+            return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
+          d.device.slot_shapes.emplace_back(shape.get_string());
+        }
       }
       d.pci_bdf = *pci;
       d.health = h;

@@ -122,6 +122,9 @@ class Scheduler {
   std::optional<Rejection> set_draining(DeviceId id, bool draining, Time now, Decisions& out);
   // The device was reprogrammed outside a grant (e.g. reset): record what it holds now.
   std::optional<Rejection> set_loaded(DeviceId id, BitstreamId loaded);
+  // The device's model changed (e.g. a slot's host reports a new shape): it is placed by `model` from now on; a
+  // lease holding it keeps it. Rejected if the device is not present or the model is not below kMaxModelsPerKind.
+  std::optional<Rejection> set_model(DeviceId id, ModelId model, Time now, Decisions& out);
 
   // --- tenants -------------------------------------------------------------------------------------
   void set_tenant_weight(TenantId tenant, double weight);

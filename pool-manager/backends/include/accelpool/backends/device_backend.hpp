@@ -35,6 +35,24 @@ struct DeviceInfo {
   std::uint32_t slots = 0;
 };
 
+// The shape of each of `device`'s slots, in slot order, as its backend reports them in its attributes:
+// `slot_shapes` ("cu2,cu1,cu1"), else `slot_shape` for every slot, else none (an empty list). The hosts pass
+// them on to the manager, which places a partial image only on slots of its manifest's `slot_shape`.
+inline std::vector<std::string> slot_shapes_of(const DeviceInfo& device) {
+  std::vector<std::string> shapes;
+  if (auto listed = device.attributes.find("slot_shapes"); listed != device.attributes.end()) {
+    std::string_view rest = listed->second;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      shapes.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  } else if (auto one = device.attributes.find("slot_shape"); one != device.attributes.end()) {
+    shapes.assign(device.slots, one->second);
+  }
+  return shapes;
+}
+
 // What to program: a bitstream image already verified by the registry (checksum, compatibility).
 // make_image() in <accelpool/backends/factory.hpp> builds one from a registry entry.
 struct Image {

@@ -58,6 +58,11 @@ struct CoreOptions {
   // kind is refused ("incompatible"). Called on the owner thread; must not call into the core. Empty: the kind
   // asked for decides.
   std::function<std::optional<bool>(const std::string& bitstream)> image_partial;
+  // The slot shape a partial image in the manager's registry fits (its manifest's `slot_shape`,
+  // ImageCatalog::slot_shape_of); "" for a full image or one the registry does not hold. Its leases are placed
+  // only on slots of that shape (HostDevice::slot_shapes) or of none; its compatible list still applies to the
+  // slots' device model. Called on the owner thread; must not call into the core. Empty: any slot will do.
+  std::function<std::string(const std::string& bitstream)> image_slot_shape;
   // The bandwidth demand of a bitstream in the manager's registry: its manifest's `bandwidth_demand`, the share of
   // a device's bandwidth it uses alone (0 to 1; 0 when not stated, or when the registry holds no such bitstream).
   // It is the scheduler's Request::demand for the bitstream's leases, by which slot leases are spread so that the
@@ -66,7 +71,7 @@ struct CoreOptions {
   std::function<double(const std::string& bitstream)> image_demand;
 };
 
-// Sets acquire_check, image_sha256, image_models, image_partial and image_demand of `options` to answer from
+// Sets acquire_check, image_sha256, image_models, image_partial, image_slot_shape and image_demand of `options` to answer from
 // `catalog` (the manager's registry), as the daemon runs the core.
 void answer_from_catalog(CoreOptions& options, std::shared_ptr<ImageCatalog> catalog);
 

@@ -42,6 +42,10 @@ struct HostDevice {
   // as a device of kind slot_kind(kind) named slot_local_id(local_id, n), n in [0, slots); the host is asked to
   // prepare and release it under that local id.
   std::uint32_t slots = 0;
+  // The shape of each slot, in slot order (e.g. "cu2", "cu1", "cu1"; backends::slot_shapes_of): empty for
+  // slots without shapes, else exactly `slots` names, "" for a slot without one. A slot with a shape takes only
+  // partial images of that `slot_shape` (docs/hosts.md, "Slot shapes").
+  std::vector<std::string> slot_shapes{};
 };
 
 using accelpool::kMaxSlotsPerDevice;  // the slot names and limits every side shares (common/slots.hpp)
@@ -137,6 +141,8 @@ class ImageCatalog {
   // The `bandwidth_demand` of the highest version of `bitstream` in the registry (0 to 1; 0 when not stated or when
   // it holds no such name). In memory: reads no file.
   double demand_of(const std::string& bitstream) const;
+  // The slot shape a partial image fits (its manifest's `slot_shape`); "" for a full image or an unknown one.
+  std::string slot_shape_of(const std::string& bitstream) const;
 
   // The sha256 of the highest version of `bitstream` in the registry, "" when it holds no such name.
   std::string sha256_of(const std::string& bitstream) const;

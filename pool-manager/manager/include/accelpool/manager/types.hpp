@@ -108,6 +108,9 @@ struct DeviceRecord {
   // A slot (partial-reconfiguration region, docs/hosts.md "Slots"): the name of its device; "" for a whole
   // device. Slot records are derived from their host's report at each attach and never stored.
   std::string parent{};
+  // A slot's shape as its host reports it (HostDevice::slot_shapes): it takes only partial images of that
+  // `slot_shape`; "" for a slot without one, and for a whole device.
+  std::string slot_shape{};
 };
 
 struct TenantRecord {
