@@ -235,6 +235,17 @@ TEST_CASE("slot shapes of the wrong number are refused naming the host and the d
   CHECK_FALSE(pool.core->host_known("h2"));
 }
 
+TEST_CASE("a device model holding a NUL character is refused naming the host and the device", "[core][slots]") {
+  Pool pool(make_devices("fpga", 1));
+  auto devices = make_devices("gpu", 1);
+  devices[0].model = std::string("u250\0cu2", 8);
+  auto r = pool.core->attach_host(make_static_host("h2", devices, pool.posts.poster()));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == Errc::invalid_argument);
+  CHECK(r.error().message == "host h2 reports device 'gpu0' with a model that holds a NUL character");
+  CHECK_FALSE(pool.core->host_known("h2"));
+}
+
 TEST_CASE("slot shapes outlive a restart, and a host that reports new shapes changes where images go", "[core][slots]") {
   Pool pool(device_with_shapes({"cu2", "cu1", "cu1"}), shaped_images());
   Lease big = acquire_kind(pool, "vm1", "fpga", "big-a");

@@ -1032,6 +1032,10 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     }
     if (!reported.insert(hd.local_id).second)
       return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id + "' twice");
+    if (hd.model.find('\0') != std::string::npos) {  // the scheduler's model names end at one (sched_model_name)
+      return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id +
+                                                "' with a model that holds a NUL character");
+    }
     if (hd.slots > kMaxSlotsPerDevice) {
       return make_error(Errc::invalid_argument, "host " + name + " declares " + std::to_string(hd.slots) +
                                                 " slots on device '" + hd.local_id + "' (at most " +
