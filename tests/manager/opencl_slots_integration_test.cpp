@@ -106,6 +106,7 @@ TEST_CASE("two guests run partial OpenCL images in the two slots of PoCL's CPU d
   for (const auto& s : shared.at("slots").as_array()) {
     const auto& slot = s.as_object();
     CHECK(slot.at("state") == "leased");
+    CHECK(slot.at("shape") == "cu1");  // two equal slots of the two compute units
     CHECK(slot.at("loaded") == (slot.at("name").as_string() == ping_slot ? "ping" : "pong"));
   }
 

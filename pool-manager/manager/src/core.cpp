@@ -1643,7 +1643,8 @@ Result<DeviceView> PoolCore::device(const std::string& name) const {
   if (auto dl = impl_->drain_deadlines.find(name); dl != impl_->drain_deadlines.end()) v.drain_deadline = dl->second;
   for (sched::DeviceId id : impl_->scheduler->slots_of(it->second.sched_id)) {
     const DeviceRecord& slot = *impl_->device_by_sched(id);
-    SlotView sv{slot.name, device_state_name(impl_->scheduler->device_state(id)), slot.loaded, std::nullopt};
+    SlotView sv{slot.name, device_state_name(impl_->scheduler->device_state(id)), slot.loaded, slot.slot_shape,
+                 std::nullopt};
     if (auto h = impl_->holder.find(slot.name); h != impl_->holder.end()) sv.lease = h->second;
     v.slots.push_back(std::move(sv));
   }

@@ -130,6 +130,7 @@ json::object to_json(const DeviceView& d) {
     slots.emplace_back(json::object{{"name", s.name},
                                     {"state", s.state},
                                     {"loaded", s.loaded},
+                                    {"shape", s.shape},
                                     {"lease", s.lease ? json::value(*s.lease) : json::value(nullptr)}});
   }
   o["slots"] = std::move(slots);

@@ -115,6 +115,7 @@ struct SlotView {
   std::string name;
   std::string state;
   std::string loaded;
+  std::string shape;  // the slot's shape as its host reports it (e.g. "cu2"), "" for none
   std::optional<LeaseId> lease;
 };
 
