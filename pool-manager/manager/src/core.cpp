@@ -1,5 +1,6 @@
 // The pool's state machine. See core.hpp for the threading and durability rules.
 #include <accelpool/bitstreams/manifest.hpp>
+#include <accelpool/common/slots.hpp>
 #include <accelpool/common/log.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
@@ -848,12 +849,7 @@ struct PoolCore::Impl {
       const unsigned long count = std::strtoul(it->second.c_str(), &end, 10);
       std::vector<std::string> shapes;
       if (*end == ' ') {
-        std::string_view rest(end + 1);
-        for (std::size_t comma = 0; comma != std::string_view::npos; rest.remove_prefix(comma + 1)) {
-          comma = rest.find(',');
-          shapes.emplace_back(rest.substr(0, comma));
-          if (comma == std::string_view::npos) break;
-        }
+        shapes = split_slot_shapes(end + 1);
         end += std::strlen(end);
       }
       auto parent = devices.find(device);

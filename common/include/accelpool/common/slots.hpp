@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accelpool {
 
@@ -19,6 +20,18 @@ inline std::string slot_kind(std::string_view kind) { return std::string(kind) +
 // The local id of slot `n` of device `local_id` ("fpga0", 1 -> "fpga0:slot1").
 inline std::string slot_local_id(std::string_view local_id, std::uint32_t n) {
   return std::string(local_id) + ":slot" + std::to_string(n);
+}
+
+// The slots' shapes of a device in slot order, as a comma-separated list spells them ("cu2,cu1,cu1"; an empty item
+// is a slot without a shape); none for "".
+inline std::vector<std::string> split_slot_shapes(std::string_view list) {
+  std::vector<std::string> shapes;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    shapes.emplace_back(list.substr(0, comma));
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  }
+  return shapes;
 }
 
 struct SlotId {

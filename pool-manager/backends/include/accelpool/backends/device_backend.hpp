@@ -9,6 +9,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/slots.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -41,12 +42,7 @@ struct DeviceInfo {
 inline std::vector<std::string> slot_shapes_of(const DeviceInfo& device) {
   std::vector<std::string> shapes;
   if (auto listed = device.attributes.find("slot_shapes"); listed != device.attributes.end()) {
-    std::string_view rest = listed->second;
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      shapes.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
+    shapes = split_slot_shapes(listed->second);
   } else if (auto one = device.attributes.find("slot_shape"); one != device.attributes.end()) {
     shapes.assign(device.slots, one->second);
   }
