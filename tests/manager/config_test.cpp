@@ -157,6 +157,27 @@ TEST_CASE("the [bitstreams] table: registry folder and seed", "[config][bitstrea
   CHECK_THAT(refusal(dir, "[bitstreams]\ndir = \"\"\n"), Catch::Contains("bitstreams.dir"));
 }
 
+TEST_CASE("a static host's device group may name each slot's shape, one per slot", "[config][hosts][slots]") {
+  TempDir dir;
+  const std::string host = "[[hosts]]\nname = \"lab\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n";
+  Config c = loaded(dir, host + "slots = 3\nslot_shapes = [\"cu2\", \"\", \"cu1\"]\n");
+  REQUIRE(c.hosts.at(0).devices.size() == 1);
+  CHECK(c.hosts.at(0).devices[0].slot_shapes == std::vector<std::string>{"cu2", "", "cu1"});
+  CHECK(loaded(dir, host + "slots = 2\n").hosts.at(0).devices[0].slot_shapes.empty());  // none declared
+
+  CHECK_THAT(refusal(dir, host + "slots = 3\nslot_shapes = [\"cu2\", \"cu1\"]\n"),
+             Catch::Contains("m.toml:7") && Catch::Contains("hosts.devices.slot_shapes lists 2 shapes for devices of 3 slots"));
+  CHECK_THAT(refusal(dir, host + "slot_shapes = [\"cu2\"]\n"),
+             Catch::Contains("lists 1 shapes for devices of 0 slots"));
+  CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = [\"cu 2\"]\n"),
+             Catch::Contains("m.toml:7") && Catch::Contains("slot_shapes entries must be \"\" (no shape) or 1-64 characters"));
+  CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = [2]\n"), Catch::Contains("slot_shapes entries must be"));
+  CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = \"cu2\"\n"),
+             Catch::Contains("hosts.devices.slot_shapes must be an array of strings"));
+  CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = [\"" + std::string(65, 'x') + "\"]\n"),
+             Catch::Contains("slot_shapes entries must be"));
+}
+
 TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[config][hosts]") {
   TempDir dir;
   Config c = loaded(dir, "[[hosts]]\nname = \"local\"\nbackend = \"sim+opencl\"\n"

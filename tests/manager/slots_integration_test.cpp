@@ -3,7 +3,12 @@
 // over HTTP.
 #include "test_client.hpp"
 
+#include <accelpool/bitstreams/sha256.hpp>
+
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 using namespace accelpool::manager::itest;
 
@@ -159,4 +164,48 @@ TEST_CASE("the simulated backend's slots serve two guests at once through the ho
   auto granted_c = g3.wait_notification("lease.granted", lease_id(c));
   REQUIRE(granted_c);
   CHECK(only_device(granted_c->at("params").at("lease").as_object()) == slot_a);
+}
+
+TEST_CASE("a static host's slots have the shapes its config declares, and a partial image goes only on its shape",
+          "[integration][slots]") {
+  namespace fs = std::filesystem;
+  // Two partial images for the shapes of the one device's two slots, "big" and "small".
+  const fs::path seed = temp_dir("apm-static-shapes-seed-");
+  for (const auto& [name, shape] : {std::pair<std::string, std::string>{"wide", "big"}, {"narrow", "small"}}) {
+    const std::string bytes = "image " + name + "\n";
+    std::ofstream(seed / (name + ".bit")) << bytes;
+    std::ofstream(seed / (name + ".toml"))
+        << "name = \"" << name << "\"\nversion = \"1\"\nkind = \"fpga\"\nfile = \"" << name << ".bit\"\nsha256 = \""
+        << accelpool::bitstreams::sha256_bytes(bytes) << "\"\nprogramming_seconds = 0.05\ncompatible = [\"*\"]\n"
+        << "image = \"partial\"\n"
+        << "slot_shape = \"" << shape << "\"\n";
+  }
+  SlotPool m(std::string(kDaemonSettings) + "[bitstreams]\nseed = \"" + seed.string() + "\"\n" +
+             "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
+             "[[hosts.devices]]\nkind = \"fpga\"\ncount = 1\nslots = 2\nslot_shapes = [\"big\", \"small\"]\n"
+             "[[tenants]]\nname = \"a\"\n");
+  fs::remove_all(seed);
+
+  // The admin API shows each slot's shape as declared.
+  const auto device = m.device("local/fpga0");
+  const auto& slots = device.at("slots").as_array();
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[0].as_object().at("shape") == "big");
+  CHECK(slots[1].as_object().at("shape") == "small");
+
+  // "wide" fits only slot 0: a second "wide" waits while slot 1 is free; "narrow" takes slot 1.
+  auto g1 = m.guest("vm1");
+  auto g2 = m.guest("vm2");
+  auto g3 = m.guest("vm3");
+  auto first = g1.call("acquire", {{"kind", "fpga:slot"}, {"bitstream", "wide"}});
+  CHECK(only_device(prepared(g1, first)) == "local/fpga0:slot0");
+  auto second = g2.call("acquire", {{"kind", "fpga:slot"}, {"bitstream", "wide"}});
+  CHECK(lease_state(second) == "queued");
+  auto narrow = g3.call("acquire", {{"kind", "fpga:slot"}, {"bitstream", "narrow"}});
+  CHECK(only_device(prepared(g3, narrow)) == "local/fpga0:slot1");
+  // Slot 0 freed: the waiting "wide" gets it.
+  REQUIRE(lease_state(g1.call("release", {{"lease", lease_id(first)}})) == "released");
+  auto granted = g2.wait_notification("lease.granted", lease_id(second));
+  REQUIRE(granted);
+  CHECK(only_device(granted->at("params").at("lease").as_object()) == "local/fpga0:slot0");
 }

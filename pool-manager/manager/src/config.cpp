@@ -2,6 +2,7 @@
 
 #include <accelpool/backends/config_toml.hpp>
 #include <accelpool/common/listener_limits.hpp>
+#include <accelpool/common/slots.hpp>
 #include <accelpool/common/tls.hpp>
 
 #include <toml++/toml.h>
@@ -286,7 +287,7 @@ Result<Config> load_config(const std::filesystem::path& file) {
         }
       }
       if (const toml::node* dn = t->get("devices")) {
-        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices", {"kind", "model", "count", "attach", "slots"});
+        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices", {"kind", "model", "count", "attach", "slots", "slot_shapes"});
         if (!devices) return devices.error();
         for (const toml::table* dt : *devices) {
           StaticDeviceGroup g;
@@ -300,6 +301,24 @@ Result<Config> load_config(const std::filesystem::path& file) {
           if (g.slots > kMaxSlotsPerDevice) {
             return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.slots must be in 0.." +
                                             std::to_string(kMaxSlotsPerDevice));
+          }
+          if (const toml::node* sn = dt->get("slot_shapes")) {
+            const auto* arr = sn->as_array();
+            if (!arr) return make_error(Errc::invalid_config, where(file, *sn) + ": hosts.devices.slot_shapes must be an array of strings");
+            for (const auto& e : *arr) {
+              auto v = e.value<std::string>();
+              if (!e.is_string() || !v || (!v->empty() && !valid_slot_shape(*v))) {
+                return make_error(Errc::invalid_config,
+                                  where(file, e) + ": hosts.devices.slot_shapes entries must be \"\" (no shape) or 1-64 "
+                                                   "characters of [A-Za-z0-9._:-]");
+              }
+              g.slot_shapes.push_back(*v);
+            }
+            if (g.slot_shapes.size() != g.slots) {
+              return make_error(Errc::invalid_config, where(file, *sn) + ": hosts.devices.slot_shapes lists " +
+                                                          std::to_string(g.slot_shapes.size()) + " shapes for devices of " +
+                                                          std::to_string(g.slots) + " slots: give one shape per slot");
+            }
           }
           if (attach != "network" && attach != "passthrough") {
             return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");

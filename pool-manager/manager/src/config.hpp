@@ -20,6 +20,7 @@ struct StaticDeviceGroup {
   int count = 1;
   bool passthrough = false;
   std::uint32_t slots = 0;  // partial-reconfiguration slots of each device (HostDevice::slots)
+  std::vector<std::string> slot_shapes;  // none, or one per slot in slot order ("" for none; HostDevice::slot_shapes)
 };
 
 struct HostConfig {

@@ -1043,7 +1043,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
                                                 std::to_string(hd.slots) + " slots: give one shape per slot");
     }
     for (const auto& shape : hd.slot_shapes) {
-      if (!shape.empty() && !valid_name(shape, 64)) {
+      if (!shape.empty() && !valid_slot_shape(shape)) {
         return make_error(Errc::invalid_argument, "host " + name + " reports slot shape '" + shape + "' for device '" +
                                                   hd.local_id + "': a shape is 1-64 characters of [A-Za-z0-9._:-]");
       }

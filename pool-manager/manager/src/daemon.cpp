@@ -84,6 +84,7 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
       for (int i = 0; i < g.count; ++i) {
         HostDevice d{g.kind + std::to_string(next[g.kind]++), g.kind, g.model, g.passthrough, ""};
         d.slots = g.slots;
+        d.slot_shapes = g.slot_shapes;
         devs.push_back(std::move(d));
       }
     }

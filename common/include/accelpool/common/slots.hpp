@@ -3,6 +3,9 @@
 // manager, the hosts and the device backends alike, and joins the pool as a device of kind "<kind>:slot".
 #pragma once
 
+#include <accelpool/common/guest_id.hpp>
+
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,6 +35,12 @@ inline std::vector<std::string> split_slot_shapes(std::string_view list) {
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
   }
   return shapes;
+}
+
+// Whether `shape` may name a slot's shape: 1-64 characters of [A-Za-z0-9._:-] ("" is a slot without a shape,
+// which callers accept on their own).
+inline bool valid_slot_shape(std::string_view shape) {
+  return !shape.empty() && shape.size() <= 64 && std::all_of(shape.begin(), shape.end(), common::is_name_char);
 }
 
 struct SlotId {
