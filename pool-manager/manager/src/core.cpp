@@ -1,7 +1,7 @@
 // The pool's state machine. See core.hpp for the threading and durability rules.
 #include <accelpool/bitstreams/manifest.hpp>
-#include <accelpool/common/slots.hpp>
 #include <accelpool/common/log.hpp>
+#include <accelpool/common/slots.hpp>
 #include <accelpool/manager/auth.hpp>
 #include <accelpool/manager/core.hpp>
 #include <accelpool/scheduler/scheduler.hpp>
