@@ -684,6 +684,13 @@ struct PoolCore::Impl {
   struct ImageFit {
     std::optional<std::vector<std::string>> compatible;
     std::string slot_shape;
+    // The compatible list as messages show it ("u250, u280*"); "any" when there is none.
+    std::string models_text() const {
+      if (!compatible) return "any";
+      std::string text;
+      for (const auto& c : *compatible) text += (text.empty() ? "" : ", ") + c;
+      return text;
+    }
   };
   ImageFit fit_of(const std::string& bitstream) const {
     if (bitstream.empty()) return {};
@@ -1353,10 +1360,9 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   const auto fit = m.fit_of(p.bitstream);
   const sched::ModelSet fits = m.fitting_models(*kind, fit);
   if (fits == 0) {
-    std::string patterns = fit.compatible ? std::string() : std::string("any");
-    std::string listed;
-    for (const auto& c : fit.compatible.value_or(std::vector<std::string>{})) patterns += (patterns.empty() ? "" : ", ") + c;
+    std::string patterns = fit.models_text();
     if (!fit.slot_shape.empty()) patterns += " in slots of shape '" + fit.slot_shape + "'";
+    std::string listed;
     const sched::NameTable& table = m.models_of_kind(*kind);
     for (std::uint32_t i = 0; i < table.size(); ++i) listed += (listed.empty() ? "" : ", ") + Impl::describe_model(table.name(i));
     return make_error(Errc::incompatible, "bitstream " + p.bitstream + " fits device models " + patterns +
@@ -1759,10 +1765,9 @@ void PoolCore::bitstream_changed(const std::string& bitstream) {
     // else: a granted lease keeps its devices and the models it was placed by
   }
   // The leases nothing fits any more end first, so that no placement below can grant them.
+  const std::string patterns = fit.compatible ? fit.models_text() : std::string();
   for (LeaseId id : unfit) {
     Lease& l = m.live.at(id);
-    std::string patterns;
-    for (const auto& c : fit.compatible.value_or(std::vector<std::string>{})) patterns += (patterns.empty() ? "" : ", ") + c;
     m.end_lease(l, LeaseState::revoked,
                 "bitstream " + bitstream + " was registered again for device models " + patterns +
                     ", which no device of kind '" + l.kind + "' is",

@@ -450,12 +450,9 @@ struct AgentListener::Impl {
       }
       if (const auto* shapes = o.if_contains("slot_shapes")) {  // optional: no shapes when absent
         const auto* list = shapes->if_array();
-        if (!list) return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
-        for (const auto& shape : *list) {
-          if (!shape.is_string())
-            return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
-          d.device.slot_shapes.emplace_back(shape.get_string());
-        }
+        if (!list || !std::all_of(list->begin(), list->end(), [](const json::value& v) { return v.is_string(); }))
+          return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
+        for (const auto& shape : *list) d.device.slot_shapes.emplace_back(shape.get_string());
       }
       d.pci_bdf = *pci;
       d.health = h;
