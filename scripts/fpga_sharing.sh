@@ -40,6 +40,62 @@ rm -f /tmp/fpga_hold.$$
 
 cat <<'TEXT'
 
+### How long jobs run decides how much programming is worth avoiding
+
+The same mix at load 0.9 with 50,000 jobs, five seeds, and the mean run time varied from 30 s to 600 s, so that the
+8 s of a full programming is from 27% down to 1.3% of a mean run; matching unbounded (`reuse=100000`). Each cell:
+the range over the seeds of the cut in programmings against fifo+first-fit of the same seed, and in how many seeds
+both average and p99 JCT were no worse than first-fit's.
+
+TEXT
+RULES="reuse=100000 hold=30+reuse=100000 hold=60+reuse=100000 hold=100+reuse=100000 hold=150+reuse=100000 hold=300+reuse=100000"
+policies=fifo
+for r in $RULES; do policies="$policies,fifo+affinity+$r"; done
+printf '| mean run s | programming / run | first-fit programmings |'
+for r in $RULES; do printf ' %s |' "${r//=100000/}"; done
+echo
+printf '|---|---|---|'
+for r in $RULES; do printf -- '---|'; done
+echo
+for mean in 30 60 120 300 600; do
+  for seed in 1 2 3 4 5; do
+    MIX_MEAN=("${MIX[@]}")
+    for i in "${!MIX_MEAN[@]}"; do
+      case "${MIX_MEAN[$i]}" in --synthetic) MIX_MEAN[$((i + 1))]=50000 ;; --mean-runtime) MIX_MEAN[$((i + 1))]=$mean ;; --seed) MIX_MEAN[$((i + 1))]=$seed ;; esac
+    done
+    "$SIM" "${MIX_MEAN[@]}" --load 0.9 --policy "$policies"
+  done | awk -v mean="$mean" -v seeds=5 '
+    /^policy/ { table = 1; rule = 0; next }
+    table && /^fifo/ {
+      if (rule == 0) { ff = $9; fa = $2; fp = $5; ffsum += ff }
+      else {
+        cut = 100 - 100 * $9 / ff
+        if (!(rule in lo) || cut < lo[rule]) lo[rule] = cut
+        if (!(rule in hi) || cut > hi[rule]) hi[rule] = cut
+        if ($2 <= fa && $5 <= fp) ok[rule]++
+      }
+      rule++; if (rule > last) last = rule - 1
+    }
+    END {
+      printf "| %d | %.1f%% | %.0f |", mean, 800 / mean, ffsum / seeds
+      for (r = 1; r <= last; r++) printf " %.0f-%.0f%% (%d/%d) |", lo[r], hi[r], ok[r] + 0, seeds
+      printf "\n"
+    }'
+done
+
+echo
+echo "Seed 1 at a mean run of 60 s in full:"
+echo
+echo '```text'
+MIX_60=("${MIX[@]}")
+for i in "${!MIX_60[@]}"; do
+  case "${MIX_60[$i]}" in --synthetic) MIX_60[$((i + 1))]=50000 ;; --mean-runtime) MIX_60[$((i + 1))]=60 ;; esac
+done
+"$SIM" "${MIX_60[@]}" --load 0.9 --policy "$policies" | sed -n '3,$p'
+echo '```'
+
+cat <<'TEXT'
+
 ### Slots: 4 per device, against whole-device leases at the same p99 JCT
 
 The same jobs, every bitstream a partial image that fits a slot (`--partial-fraction 1`), 4 slots per device,
@@ -73,26 +129,32 @@ awk -v q="$best_q" -v h="$best_h" 'BEGIN {
 
 cat <<'TEXT'
 
-What the tables say. The target once set, three quarters fewer programmings than first-fit with no worse average
-and p99 JCT, is not reached at this load. The reuse rule (`+reuse`, docs/policies.md) is the best rule found that
-keeps both: a freed device goes to a waiting request for its image and a miss overwrites the image least in
-demand per free copy; it cuts programmings by about a third against first-fit and lowers the average JCT (its
-matching serves more requests without programming, and programming time is device time). Adding a short hold
-cuts more: with `hold=90` about 45% at fifo's average and p99 JCT; longer holds cut more at a growing cost in
-JCT (hold=120 with reuse: 48% fewer, average 1% worse; `fifo+affinity+hold=480+reuse=100000`, not in the table:
-67% fewer, average 20% worse).
+What the tables say. Whether three quarters fewer programmings than first-fit come with no worse average and p99
+JCT depends on how large a share of a job its programming is. Where a full programming is an eighth of a mean run
+or more (8 s against a mean run of 60 s or less), the hold rule with matching reaches it on every seed:
+`hold=150+reuse=100000` cuts 78-80% at a mean run of 60 s and 82-85% at 30 s, and both average and p99 JCT fall,
+because the programming saved is device time given back to a loaded pool (seed 1 at 60 s: average 120.5 s against
+first-fit's 125.6 s, p99 1,110.6 s against 1,403.8 s; shorter holds trade fewer of the programmings saved for a
+lower average still). At a mean run of 120 s the most a rule cuts with every seed no worse is 68-69% (`hold=100`);
+at 300 s and 600 s a hold's idle time costs more waiting than the programming it saves, and the holds stop being no
+worse on most seeds. For the mix of the first table (a mean run of 600 s, programming 1.3% of it), the reuse rule
+(`+reuse`, docs/policies.md) is the best rule found that keeps both: a freed device goes to a waiting request for
+its image and a miss overwrites the image least in demand per free copy; it cuts programmings by about a third
+against first-fit and lowers the average JCT (its matching serves more requests without programming, and
+programming time is device time). Adding a short hold cuts more: with `hold=90` about 45% at fifo's average and p99
+JCT; longer holds cut more at a growing cost in JCT (hold=120 with reuse: 48% fewer, average 1% worse;
+`fifo+affinity+hold=480+reuse=100000`, not in the table: 67% fewer, average 20% worse).
 
-Why three quarters is out of reach without waiting: a grant programs nothing only if a free device holds its
-image when it starts. In the fifo+affinity run above 34% of the requests arrive with no device free, and even if
-the free devices always held the most popular images, at most 13,468 of the 25,937 devices granted could find
-their image free on arrival (computed from the free devices at each arrival and the Zipf shares). So at least
-12,469 device grants depend on a device of their image freeing while they wait; a total of 5,480 programmings
-(-75%) would need more than half of them to wait for one, but at load 0.9 a device of a given image frees
-only as often as that image is asked for (once in 40 s for the most popular one, once in 14 minutes for the
-least), so that waiting costs more JCT than the 8 s of programming it saves. Under the reuse rule 37% of the
-devices granted to requests that waited found their image (9,364 devices, 5,922 programmed); holds raise that
-by idling devices, which at this load raises waits. Slots pay off: with a strict partition (quarter shares) the
-slot pool keeps whole-device leases' p99 up to the highest load searched, and oversubscribed half shares, whose
-leases slow each other down, do so up to about 2.3x the throughput; past that the interference slowdown and
-then queueing take over.
+Why three quarters is out of reach there without waiting: a grant programs nothing only if a free device holds its
+image when it starts. In the fifo+affinity run of the first table 34% of the requests arrive with no device free,
+and even if the free devices always held the most popular images, at most 13,468 of the 25,937 devices granted
+could find their image free on arrival (computed from the free devices at each arrival and the Zipf shares). So at
+least 12,469 device grants depend on a device of their image freeing while they wait; a total of 5,480 programmings
+(-75%) would need more than half of them to wait for one, but at load 0.9 a device of a given image frees only as
+often as that image is asked for (once in 40 s for the most popular one, once in 14 minutes for the least), so that
+waiting costs more JCT than the 8 s of programming it saves. Under the reuse rule 37% of the devices granted to
+requests that waited found their image (9,364 devices, 5,922 programmed); holds raise that by idling devices, which
+at this load raises waits. Slots pay off: with a strict partition (quarter shares) the slot pool keeps whole-device
+leases' p99 up to the highest load searched, and oversubscribed half shares, whose leases slow each other down, do
+so up to about 2.3x the throughput; past that the interference slowdown and then queueing take over.
 TEXT
