@@ -224,7 +224,8 @@ struct AgentListener::Impl {
     bool left_over;
     {
       std::lock_guard lock(c.link->mu);
-      left_over = (!c.link->out.empty() && c.link->registration != Registration::pending) || c.io->blocked_on_write();
+      left_over = (!c.link->out.empty() && c.link->registration != Registration::pending && !c.link->sending) ||
+                  c.io->blocked_on_write();
     }
     if (left_over != c.watching_out) {
       c.watching_out = left_over;
@@ -234,10 +235,28 @@ struct AgentListener::Impl {
 
   // Nothing is sent while a registration is pending: the pool may already send requests to the host it takes
   // (grants to a returning host), and the agent must read its registration reply first.
+  // The bytes are written outside `mu` (the owner thread may queue more meanwhile, and sends again after them);
+  // while the owner thread is sending, it hands what is left over back.
   bool flush(Conn& c) {
-    std::lock_guard lock(c.link->mu);
-    if (c.link->registration == Registration::pending || c.link->out.empty()) return true;
-    return c.io->write_some(c.link->out).is_ok();
+    Link& link = *c.link;
+    for (;;) {
+      std::string bytes;
+      std::unique_lock<std::mutex> writing;
+      {
+        std::lock_guard lock(link.mu);
+        if (link.registration == Registration::pending || link.out.empty() || link.sending) return true;
+        bytes.swap(link.out);
+        link.sending = true;
+        writing = std::unique_lock(link.write_mu);
+      }
+      const bool written = c.io->write_some(bytes).is_ok();
+      writing.unlock();
+      std::lock_guard lock(link.mu);
+      link.sending = false;
+      link.out.insert(0, bytes);
+      if (!written) return false;
+      if (!bytes.empty() || link.out.empty()) return true;  // the socket is full (EPOLLOUT is watched), or all sent
+    }
   }
 
   // Accepts what waits on `lfd`. Over max_connections a new connection is closed at once; out of descriptors,
@@ -307,12 +326,13 @@ struct AgentListener::Impl {
     Registration was;
     {
       std::lock_guard lock(c.link->mu);
-      c.link->alive = false;  // before the close: no other thread writes to the descriptor any more
+      c.link->alive = false;  // before the close: no other thread begins a write to the descriptor any more
       c.link->fd = -1;
       c.link->out.clear();
       pending.swap(c.link->pending);
       was = c.link->registration;
     }
+    { std::lock_guard writes_ended(c.link->write_mu); }  // one the owner thread began has ended
     ::close(fd);  // leaves the epoll set with it
     release(c);
     if (was == Registration::none) return;

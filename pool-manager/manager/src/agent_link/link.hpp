@@ -29,10 +29,15 @@ struct Link {
   std::string host;
   Registration registration = Registration::none;
   std::string out;  // bytes waiting to be sent
+  // A thread took bytes from the front of `out` and writes them to the socket outside `mu` (holding
+  // `write_mu`); meanwhile nobody else writes, and what it could not send goes back to the front of `out`.
+  bool sending = false;
   bool alive = true;
-  // The connection's socket. While `alive` it is open: the I/O thread clears `alive` (under `mu`) before it
-  // closes the socket, so a thread holding `mu` that sees `alive` may write to it.
+  // The connection's socket. While `alive` it is open: the I/O thread clears `alive` (under `mu`), then waits for
+  // `write_mu` before it closes the socket, so a thread that saw `alive` under `mu` and took `write_mu` before
+  // letting `mu` go may write to it until it lets `write_mu` go. Lock order: `mu`, then `write_mu`.
   int fd = -1;
+  std::mutex write_mu;
   // Whether the owner thread may write to `fd` itself (plain); with TLS only the I/O thread does.
   bool any_thread_writes = true;
   std::int64_t next_id = 1;
@@ -46,8 +51,10 @@ struct Link {
 Error host_lost_error(const std::string& host, const std::string& why);
 
 // Sends a request for `done`, or fails it at once (through the Poster) when the connection is gone. When nothing
-// waits ahead of it, the calling thread writes it to the socket itself (one system call, no hand-over to the I/O
-// thread); what the socket does not take, or a write error, is left to the I/O thread. Owner thread.
+// waits ahead of it and nobody is sending, the calling thread writes it to the socket itself (one system call, no
+// hand-over to the I/O thread, and without holding `mu`: the I/O thread meanwhile reads and settles replies on the
+// same link); what the socket does not take, a write error, or what was queued meanwhile is left to the I/O
+// thread. Owner thread.
 void call(Link& link, std::string_view method, boost::json::object params, ReplyDone done);
 
 // Settles the pending request a reply answers (`result` or `error`), posting its completion. False when the id
