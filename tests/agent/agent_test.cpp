@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -305,6 +306,7 @@ std::string sim_pool(const std::string& devices, const std::string& more = "") {
 struct Fixture {
   Owner owner;
   std::unique_ptr<agent::AgentListener> listener;
+  std::atomic<int> deferred_wakes{0};  // wake-ups of the listener the owner thread ran at the end of a turn
   explicit Fixture(std::chrono::milliseconds hb_timeout = 1500ms,
                    std::shared_ptr<bitstreams::SharedRegistry> images = nullptr) {
     agent::ListenerOptions o;
@@ -312,7 +314,15 @@ struct Fixture {
     o.token = kToken;
     o.heartbeat_timeout = hb_timeout;
     o.images = std::move(images);
-    auto l = agent::AgentListener::create(o, owner.events(), owner.poster());
+    // As the daemon: the owner thread's requests wake the listener once its current turn ends (what it posts from
+    // a posted function runs after it).
+    auto after_turn = [this, post = owner.poster()](std::function<void()> wake) {
+      post([this, wake = std::move(wake)] {
+        ++deferred_wakes;
+        wake();
+      });
+    };
+    auto l = agent::AgentListener::create(o, owner.events(), owner.poster(), after_turn);
     REQUIRE(l);
     listener = std::move(*l);
     REQUIRE(listener->tcp_port() != 0);
@@ -376,7 +386,10 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   CHECK(r.result.attach == host::AttachMode::network);  // reached over the network from any host
   CHECK(r.result.details.kind == "gpu");
 
-  // Several operations in flight on one host complete in order, each with its own outcome.
+  // Several operations in flight on one host complete in order, each with its own outcome. Queued in one turn of
+  // the owner thread, they wake the listener when the turn ends (once, or again for a request the listener had
+  // already taken while awake).
+  const int wakes_before = f.deferred_wakes;
   std::vector<Owner::Outcome> outs(4);
   f.owner.sync([&] {
     a->prepare(prepare_request("sim:0", "k1", false, ""), f.owner.record_prepare(outs[0]));
@@ -389,6 +402,8 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   CHECK(outs[1].loaded == "k2");
   CHECK(outs[2].status);
   CHECK(outs[3].loaded == "k3");
+  CHECK(f.deferred_wakes - wakes_before >= 1);
+  CHECK(f.deferred_wakes - wakes_before <= 4);
 
   // A clean stop (SIGTERM) ends the connection: the host is lost at once.
   CHECK(a3.stop(SIGTERM) == 0);

@@ -17,7 +17,6 @@ class PlainStream final : public LinkStream {
   bool read_some(LineBuffer& in) override { return agent::read_some(fd_, in); }
   Status write_some(std::string& out) override { return agent::write_some(fd_, out); }
   bool blocked_on_write() const override { return false; }
-  bool any_thread_writes() const override { return true; }
   std::string error() const override { return {}; }
 
  private:
@@ -75,7 +74,6 @@ class TlsStream final : public LinkStream {
   }
 
   bool blocked_on_write() const override { return blocked_on_write_; }
-  bool any_thread_writes() const override { return false; }
   std::string error() const override { return error_; }
 
  private:

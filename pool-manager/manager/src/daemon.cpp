@@ -420,7 +420,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     auto agents_tls = server_tls(config.agents.tls, "agents");
     if (!agents_tls) return fail(agents_tls.error().message);
     lo.tls = *agents_tls;
-    auto l = agent::AgentListener::create(std::move(lo), std::move(ev), post);
+    auto l = agent::AgentListener::create(std::move(lo), std::move(ev), post,
+                                          [&ioc](std::function<void()> f) { asio::post(ioc, std::move(f)); });
     if (!l) return fail("agents.listen: " + l.error().message);
     agents = std::move(*l);
     for (const auto& a : config.agents.listen) {

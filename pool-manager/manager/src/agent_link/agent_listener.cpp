@@ -46,6 +46,22 @@ std::uint64_t tag(std::uint32_t serial, int fd) {
 int tag_fd(std::uint64_t t) { return static_cast<int>(t & 0xffffffffu); }
 std::uint32_t tag_serial(std::uint64_t t) { return static_cast<std::uint32_t>(t >> 32); }
 
+// The eventfd that wakes the I/O thread. Wake-ups deferred to the owner thread hold it too and may run after the
+// listener is gone: the descriptor closes with the last holder.
+struct WakeFd {
+  int fd = -1;
+  WakeFd() = default;
+  WakeFd(const WakeFd&) = delete;
+  WakeFd& operator=(const WakeFd&) = delete;
+  ~WakeFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  void wake() const {
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(fd, &one, sizeof(one));
+  }
+};
+
 }  // namespace
 
 struct AgentListener::Impl {
@@ -72,8 +88,9 @@ struct AgentListener::Impl {
   ListenerOptions options;
   ListenerEvents events;
   manager::Poster post;
+  manager::Poster after_turn;  // runs a function on the owner thread once its current turn ends; may be empty
   std::vector<int> listen_fds;
-  int wake_fd = -1;
+  std::shared_ptr<WakeFd> waker = std::make_shared<WakeFd>();
   int epoll_fd = -1;
   std::atomic<bool> stop{false};
   mutable std::mutex hosts_mu;
@@ -91,24 +108,26 @@ struct AgentListener::Impl {
   ~Impl() {
     images.reset();  // its worker may still wake a link: before the wake descriptor closes
     for (int fd : listen_fds) ::close(fd);
-    if (wake_fd >= 0) ::close(wake_fd);
     if (epoll_fd >= 0) ::close(epoll_fd);
   }
 
-  void wake() const {
-    std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof(one));
-  }
-
-  // Any thread: the connection (fd, serial) has output or a settled registration. One eventfd write per batch.
-  void mark(int fd, std::uint32_t serial) {
+  // Any thread: the connection (fd, serial) has output or a settled registration. One eventfd write per batch:
+  // the first mark of a batch wakes the I/O thread, at once, or for the owner thread's requests (`at_turn_end`)
+  // once the owner thread's turn ends, so that the requests of one turn share a wake-up. The I/O thread also
+  // takes the batch whenever it is awake anyway.
+  void mark(int fd, std::uint32_t serial, bool at_turn_end) {
     bool first;
     {
       std::lock_guard lock(marked_mu);
       first = marked.empty();
       marked.emplace_back(fd, serial);
     }
-    if (first) wake();
+    if (!first) return;
+    if (at_turn_end && after_turn) {
+      after_turn([w = waker] { w->wake(); });
+    } else {
+      waker->wake();
+    }
   }
 
   bool watch(int fd, std::uint32_t events, std::uint64_t data, int op = EPOLL_CTL_ADD) const {
@@ -138,14 +157,14 @@ struct AgentListener::Impl {
         const int fd = tag_fd(t);
         if (tag_serial(t) != 0) {
           if (Conn* c = find(fd, tag_serial(t))) serve(*c, (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0);
-        } else if (fd == wake_fd) {
+        } else if (fd == waker->fd) {
           std::uint64_t count;
-          [[maybe_unused]] auto r = ::read(wake_fd, &count, sizeof(count));
-          serve_marked();
+          [[maybe_unused]] auto r = ::read(waker->fd, &count, sizeof(count));
         } else {
           accept_all(fd);
         }
       }
+      serve_marked();
       expire(Clock::now());
       resume_accepting();
     }
@@ -224,8 +243,7 @@ struct AgentListener::Impl {
     bool left_over;
     {
       std::lock_guard lock(c.link->mu);
-      left_over = (!c.link->out.empty() && c.link->registration != Registration::pending && !c.link->sending) ||
-                  c.io->blocked_on_write();
+      left_over = (!c.link->out.empty() && c.link->registration != Registration::pending) || c.io->blocked_on_write();
     }
     if (left_over != c.watching_out) {
       c.watching_out = left_over;
@@ -234,29 +252,22 @@ struct AgentListener::Impl {
   }
 
   // Nothing is sent while a registration is pending: the pool may already send requests to the host it takes
-  // (grants to a returning host), and the agent must read its registration reply first.
-  // The bytes are written outside `mu` (the owner thread may queue more meanwhile, and sends again after them);
-  // while the owner thread is sending, it hands what is left over back.
+  // (grants to a returning host), and the agent must read its registration reply first. The bytes are written
+  // outside `mu`, so the owner thread queueing a request never waits for a system call; what the socket does
+  // not take goes back to the front.
   bool flush(Conn& c) {
-    Link& link = *c.link;
-    for (;;) {
-      std::string bytes;
-      std::unique_lock<std::mutex> writing;
-      {
-        std::lock_guard lock(link.mu);
-        if (link.registration == Registration::pending || link.out.empty() || link.sending) return true;
-        bytes.swap(link.out);
-        link.sending = true;
-        writing = std::unique_lock(link.write_mu);
-      }
-      const bool written = c.io->write_some(bytes).is_ok();
-      writing.unlock();
-      std::lock_guard lock(link.mu);
-      link.sending = false;
-      link.out.insert(0, bytes);
-      if (!written) return false;
-      if (!bytes.empty() || link.out.empty()) return true;  // the socket is full (EPOLLOUT is watched), or all sent
+    std::string bytes;
+    {
+      std::lock_guard lock(c.link->mu);
+      if (c.link->registration == Registration::pending || c.link->out.empty()) return true;
+      bytes.swap(c.link->out);
     }
+    const bool written = c.io->write_some(bytes).is_ok();
+    if (!bytes.empty()) {
+      std::lock_guard lock(c.link->mu);
+      c.link->out.insert(0, bytes);
+    }
+    return written;
   }
 
   // Accepts what waits on `lfd`. Over max_connections a new connection is closed at once; out of descriptors,
@@ -296,10 +307,9 @@ struct AgentListener::Impl {
         c.io = plain_stream(fd);
       }
       c.link = std::make_shared<Link>();
-      c.link->any_thread_writes = c.io->any_thread_writes();
       c.link->post = post;
-      c.link->fd = fd;
-      c.link->wake = [this, fd, serial] { mark(fd, serial); };
+      c.link->wake = [this, fd, serial] { mark(fd, serial, false); };
+      c.link->wake_after_turn = [this, fd, serial] { mark(fd, serial, true); };
       c.last_seen = Clock::now();
       deadlines.push({c.last_seen + options.heartbeat_timeout, fd, serial});
       conns.emplace(fd, std::move(c));
@@ -326,13 +336,11 @@ struct AgentListener::Impl {
     Registration was;
     {
       std::lock_guard lock(c.link->mu);
-      c.link->alive = false;  // before the close: no other thread begins a write to the descriptor any more
-      c.link->fd = -1;
+      c.link->alive = false;
       c.link->out.clear();
       pending.swap(c.link->pending);
       was = c.link->registration;
     }
-    { std::lock_guard writes_ended(c.link->write_mu); }  // one the owner thread began has ended
     ::close(fd);  // leaves the epoll set with it
     release(c);
     if (was == Registration::none) return;
@@ -600,7 +608,7 @@ struct AgentListener::Impl {
 };
 
 Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions options, ListenerEvents events,
-                                                             manager::Poster post) {
+                                                             manager::Poster post, manager::Poster after_turn) {
   if (options.listen.empty()) return make_error(Errc::invalid_argument, "agent listener: no address to listen on");
   if (options.token.empty()) return make_error(Errc::invalid_argument, "agent listener: the agent token is empty");
   if (options.heartbeat_timeout.count() <= 0)
@@ -615,17 +623,18 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
     impl->listen_fds.push_back(*fd);
     if (self->tcp_port_ == 0 && a.rfind("unix:", 0) != 0) self->tcp_port_ = bound_port(*fd);
   }
-  impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl->wake_fd < 0) return make_error(Errc::io_error, "agent listener: eventfd failed");
+  impl->waker->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->waker->fd < 0) return make_error(Errc::io_error, "agent listener: eventfd failed");
   impl->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   if (impl->epoll_fd < 0) return make_error(Errc::io_error, "agent listener: epoll_create1 failed");
-  bool watched = impl->watch(impl->wake_fd, EPOLLIN, tag(0, impl->wake_fd));
+  bool watched = impl->watch(impl->waker->fd, EPOLLIN, tag(0, impl->waker->fd));
   for (int fd : impl->listen_fds) watched = watched && impl->watch(fd, EPOLLIN, tag(0, fd));
   if (!watched) return make_error(Errc::io_error, "agent listener: epoll_ctl failed");
   impl->images = std::make_unique<ImageServer>(options.images);
   impl->options = std::move(options);
   impl->events = std::move(events);
   impl->post = std::move(post);
+  impl->after_turn = std::move(after_turn);
   impl->thread = std::thread([p = impl.get()] {
     ::pthread_setname_np(::pthread_self(), "ap-agents");  // how `top -H` and the scale benchmark find it
     p->run();
@@ -637,7 +646,7 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
 AgentListener::~AgentListener() {
   if (!impl_) return;
   impl_->stop = true;
-  impl_->wake();
+  impl_->waker->wake();
   impl_->thread.join();
 }
 

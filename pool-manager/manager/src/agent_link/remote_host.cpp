@@ -13,28 +13,13 @@ Error host_lost_error(const std::string& host, const std::string& why) {
 }
 
 void call(Link& link, std::string_view method, json::object params, ReplyDone done) {
-  bool hand_over = false;
-  std::string bytes;                      // what this thread sends itself
-  std::unique_lock<std::mutex> writing;  // held while it does
-  int fd = -1;
   {
     std::lock_guard lock(link.mu);
     if (link.alive) {
       std::int64_t id = link.next_id++;
       link.pending.emplace(id, std::move(done));
-      done = nullptr;
-      // Nothing is sent while the registration is pending (the agent reads its reply first), and bytes queued
-      // earlier, or being sent, go first: then the I/O thread sends.
-      const bool first = link.out.empty() && !link.sending && link.registration == Registration::admitted;
       link.out += request_line(id, method, std::move(params));
-      if (first && link.any_thread_writes) {
-        bytes.swap(link.out);
-        link.sending = true;
-        writing = std::unique_lock(link.write_mu);
-        fd = link.fd;
-      } else {
-        hand_over = true;
-      }
+      done = nullptr;
     }
   }
   if (done) {
@@ -42,16 +27,7 @@ void call(Link& link, std::string_view method, json::object params, ReplyDone do
     link.post([done = std::move(done), err] { done(err, nullptr); });
     return;
   }
-  if (writing.owns_lock()) {
-    const bool written = write_some(fd, bytes).is_ok();
-    writing.unlock();
-    std::lock_guard lock(link.mu);
-    link.sending = false;
-    if (!link.alive) return;  // the I/O thread dropped the connection and failed the request meanwhile
-    link.out.insert(0, bytes);
-    hand_over = !written || !link.out.empty();
-  }
-  if (hand_over) link.wake();
+  link.wake_after_turn();
 }
 
 bool complete(Link& link, const json::value& id, const std::optional<json::value>& result,

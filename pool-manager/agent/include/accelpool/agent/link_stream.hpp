@@ -24,9 +24,6 @@ class LinkStream {
   // TLS: the last read or write waits for the socket to take bytes (watch it for writing, then read or write
   // again). Always false for a plain stream.
   virtual bool blocked_on_write() const = 0;
-  // Whether any thread holding the link's lock may write (a plain socket), or only the thread that reads (TLS:
-  // one SSL object is not used by two threads at once).
-  virtual bool any_thread_writes() const = 0;
   // Why the stream ended, when TLS said so (e.g. "certificate verify failed"); "" otherwise.
   virtual std::string error() const = 0;
 };

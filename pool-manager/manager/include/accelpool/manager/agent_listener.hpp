@@ -129,8 +129,11 @@ class AgentListener {
  public:
   // Binds every address and starts the I/O thread. Errors: "invalid_argument" (no address, empty token, bad
   // address, non-positive timeout), "io_error" (an address cannot be bound). Nothing is left listening on error.
+  // `after_turn`, when given, runs a function on the owner thread after the work already queued there (the
+  // daemon: asio::post on its io_context): the requests the owner thread sends in one turn then wake the I/O
+  // thread once, when the turn ends, rather than once each. Without it each batch wakes the I/O thread at once.
   static Result<std::unique_ptr<AgentListener>> create(ListenerOptions options, ListenerEvents events,
-                                                       manager::Poster post);
+                                                       manager::Poster post, manager::Poster after_turn = {});
 
   // Stops the I/O thread and closes every connection; pending operations fail with "host_lost" (posted).
   ~AgentListener();
