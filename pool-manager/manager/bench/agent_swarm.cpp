@@ -174,6 +174,7 @@ struct AgentSwarm::Impl {
       ssize_t n = ::recv(a.fd, buf, sizeof buf, 0);
       if (n > 0) {
         a.in.append(buf, static_cast<std::size_t>(n));
+        if (static_cast<std::size_t>(n) < sizeof buf) break;  // drained for now (epoll is level-triggered)
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
