@@ -278,6 +278,38 @@ file = "missing.csv"
   CHECK(merged["groups"][0]["metrics"]["avg_jct_s"]["ci95"].is_null());  // one seed: no interval
 }
 
+TEST_CASE("sweep: a cell whose starting process is gone does not run", "[sweep]") {
+  // The runner names itself with --parent; a cell that finds another parent (its runner died before the cell
+  // could tie its life to it) writes nothing and fails, naming why. Here the named parent is init, which never
+  // starts a cell.
+  ScratchDir dir("sweep-orphan");
+  const fs::path study = dir.path() / "one.toml", out = dir.path() / "out";
+  write(study, R"(
+policies = ["fifo"]
+devices = [2]
+loads = [0.8]
+[[traces]]
+file = "jobs.csv"
+)");
+  write(dir.path() / "jobs.csv", "arrival_s,runtime_s\n0,10\n1,20\n");
+  auto parsed = accelpool::sweep::load_study(study);
+  REQUIRE(parsed);
+  REQUIRE(parsed->cells.size() == 1);
+  const std::string cell = " run-cell --study " + study.string() + " --out " + out.string() + " --cell " +
+                           parsed->cells[0].id;
+  auto orphan = run_command(kSweep + cell + " --parent 1 2>&1");
+  INFO(orphan.text);
+  CHECK(orphan.code == 1);
+  CHECK(orphan.text.find("the process that started this cell (1) is gone") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "cells" / (parsed->cells[0].id + ".json")));
+  // Its real parent named, or none (run by hand), it runs.
+  auto by_hand = run_command(kSweep + cell + " 2>&1");
+  INFO(by_hand.text);
+  CHECK(by_hand.code == 0);
+  CHECK(run_command(kSweep + " status --study " + study.string() + " --out " + out.string()).text.find("1 done") !=
+        std::string::npos);
+}
+
 TEST_CASE("sweep: slurm writes an array script over the unfinished slices", "[sweep]") {
   ScratchDir dir("sweep-script");
   const fs::path study = dir.path() / "small.toml", out = dir.path() / "out";

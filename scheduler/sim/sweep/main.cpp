@@ -51,7 +51,6 @@ int finish(const sweep::Study& study, const sweep::Layout& layout, const sweep::
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pid_t parent = getppid();  // who started this process (run-cell: the task that runs the cells)
   CLI::App app{
       "accelpool-sweep: runs a study (a grid of accelpool-sim runs: traces x pools x estimates x policies x "
       "loads x seeds, described in TOML) on this machine or as a Slurm job array, resumes it, and merges the "
@@ -85,6 +84,12 @@ int main(int argc, char** argv) {
   auto* run_cell = app.add_subcommand("run-cell", "Run one cell in this process and write its result file");
   add_common(run_cell);
   run_cell->add_option("--cell", cell_id, "Cell id")->required()->type_name("ID");
+  pid_t parent = 0;
+  run_cell->add_option("--parent", parent,
+                       "The process that started this cell (the runner passes its own): the cell ends with it, and "
+                       "does not start when it is already gone")
+      ->type_name("PID")
+      ->check(CLI::PositiveNumber);
 
   std::vector<std::string> sbatch_args;
   bool no_submit = false;
@@ -122,8 +127,13 @@ int main(int argc, char** argv) {
   if (*run_cell) {
     // A cell ends with the task that started it: a cancelled Slurm task (scancel) or a killed local run leaves no
     // cell behind. Slurm's process tracking by parentage (proctrack/linuxproc) loses a process whose parent died
-    // first, and such a cell would run on, or wait forever on its input.
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) return fail("the process that started this cell is gone");
+    // first, and such a cell would run on, or wait forever on its input. The parent's pid comes from the parent
+    // itself: one read here with getppid() is init's when the parent died before this process got that far, and
+    // the check would pass. Run by hand (no --parent), a cell ends with whatever started it.
+    const pid_t expected = parent > 0 ? parent : getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != expected) {
+      return fail("the process that started this cell (" + std::to_string(expected) + ") is gone");
+    }
     for (const auto& c : study->cells) {
       if (c.id != cell_id) continue;
       std::cout << "cell " << c.id << ": " << c.params.dump() << std::endl;

@@ -126,7 +126,7 @@ Result<RunSummary> run_cells(const Study& study, const Layout& layout, const std
     while (next < todo.size() && running.size() < std::max<std::size_t>(1, options.jobs)) {
       const Cell* c = todo[next++];
       auto pid = spawn_logged({options.self.string(), "run-cell", "--study", study.file.string(), "--out",
-                               layout.out.string(), "--cell", c->id},
+                               layout.out.string(), "--cell", c->id, "--parent", std::to_string(::getpid())},
                               layout.log(c->id));
       if (!pid) {
         for (const auto& [p, rc] : running) waitpid(p, nullptr, 0);
