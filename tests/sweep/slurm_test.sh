@@ -110,8 +110,8 @@ running=$(squeue -h -j "$job3" -t R)
 [ -n "$running" ] || fail "task of job $job3 is not running: $(squeue -j "$job3" 2>&1)"
 scancel "$job3" || fail "scancel $job3"
 wait_job "$job3"
-# The cancelled task's cell (waiting on the pipe) went with it: by SIGTERM, or at the latest by the SIGKILL Slurm
-# sends KillWait (30 s) later, so the wait is as long as the others' (only a hung cluster takes that long).
+# The cancelled task's cell (waiting on the pipe) went with it: killed with its runner (run-cell --parent), so it
+# is gone about when the job is; the wait is as long as the others' (only a hung cluster takes that long).
 gone_from=$SECONDS
 slurm_wait_for "! pgrep -f 'run-cell --study $KILLED'" 300 ||
   fail "a cell of the cancelled task still runs: $(ps -o pid,ppid,stat,etime,args -p "$(pgrep -d, -f "run-cell --study $KILLED")")"
