@@ -16,6 +16,8 @@ packages=(
   openssl
   # store
   libsqlite3-dev sqlite3
+  # the manager's allocator (pool-manager/manager/CMakeLists.txt)
+  libjemalloc-dev
   # the PostgreSQL store (libpq) and the server its tests start privately (initdb, pg_ctl; docs/ha.md)
   libpq-dev
   postgresql

@@ -387,8 +387,8 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   CHECK(r.result.details.kind == "gpu");
 
   // Several operations in flight on one host complete in order, each with its own outcome. Queued in one turn of
-  // the owner thread, they wake the listener when the turn ends (once, or again for a request the listener had
-  // already taken while awake).
+  // the owner thread, they wake the listener when the turn ends, and only when it sleeps: at most once for the
+  // batch, or again for a request queued after the listener, awake for a heartbeat, took the ones before.
   const int wakes_before = f.deferred_wakes;
   std::vector<Owner::Outcome> outs(4);
   f.owner.sync([&] {
@@ -402,7 +402,6 @@ TEST_CASE("three agents with separate simulated pools register and prepare/relea
   CHECK(outs[1].loaded == "k2");
   CHECK(outs[2].status);
   CHECK(outs[3].loaded == "k3");
-  CHECK(f.deferred_wakes - wakes_before >= 1);
   CHECK(f.deferred_wakes - wakes_before <= 4);
 
   // A clean stop (SIGTERM) ends the connection: the host is lost at once.

@@ -39,16 +39,16 @@ class HostEventQueue {
 
  private:
   void run_slice() {
-    for (std::size_t n = 0; n < kPerTurn; ++n) {
-      std::function<void()> event;
-      {
-        std::lock_guard lock(mu_);
-        if (events_.empty()) break;
-        event = std::move(events_.front());
+    std::function<void()> slice[kPerTurn];  // taken in one lock: the posting threads wait for it once a slice
+    std::size_t n = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (; n < kPerTurn && !events_.empty(); ++n) {
+        slice[n] = std::move(events_.front());
         events_.pop_front();
       }
-      event();
     }
+    for (std::size_t i = 0; i < n; ++i) slice[i]();
     bool dry;
     {
       std::lock_guard lock(mu_);

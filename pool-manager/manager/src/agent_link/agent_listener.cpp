@@ -1,6 +1,8 @@
 // AgentListener: one epoll loop on a thread of its own serves every agent connection. Each socket is registered
 // once; a wake-up touches only the connections epoll reports ready and those the owner thread gave output (a
-// request, a settled registration), never all of them. Heartbeat deadlines wait in a min-heap.
+// request, a settled registration), never all of them. Heartbeat deadlines wait in a min-heap. The owner thread and
+// this one share no lock per request or reply: requests arrive through the Outbox, replies leave in one posted
+// function per wake-up, and the pending requests are the owner thread's alone (link.hpp).
 #include "image_server.hpp"
 #include "link.hpp"
 
@@ -10,6 +12,7 @@
 #include <accelpool/common/log.hpp>
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -27,6 +30,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 namespace accelpool::agent {
 
@@ -46,19 +50,69 @@ std::uint64_t tag(std::uint32_t serial, int fd) {
 int tag_fd(std::uint64_t t) { return static_cast<int>(t & 0xffffffffu); }
 std::uint32_t tag_serial(std::uint64_t t) { return static_cast<std::uint32_t>(t >> 32); }
 
-// The eventfd that wakes the I/O thread. Wake-ups deferred to the owner thread hold it too and may run after the
-// listener is gone: the descriptor closes with the last holder.
-struct WakeFd {
-  int fd = -1;
-  WakeFd() = default;
-  WakeFd(const WakeFd&) = delete;
-  WakeFd& operator=(const WakeFd&) = delete;
-  ~WakeFd() {
-    if (fd >= 0) ::close(fd);
+// Lines on their way to the I/O thread from other threads (requests from the owner thread, image replies from
+// the image server's worker), and the eventfd that wakes it. Links hold it through their `send`, and wake-ups
+// deferred to the owner thread hold it too, so it outlives the listener; once the listener ends it takes nothing.
+struct Outbox : std::enable_shared_from_this<Outbox> {
+  struct Line {
+    int fd;
+    std::uint32_t serial;
+    std::string text;  // empty: only look at the connection
+  };
+  std::mutex mu;
+  std::vector<Line> lines;  // guarded by mu
+  bool closed = false;      // guarded by mu
+  std::atomic<bool> sleeping{false};  // the I/O thread is (about to be) blocked in epoll_wait
+  int wake_fd = -1;
+  manager::Poster after_turn;  // set before any link exists; may be empty
+
+  Outbox() = default;
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+  ~Outbox() {
+    if (wake_fd >= 0) ::close(wake_fd);
   }
+
   void wake() const {
     std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(fd, &one, sizeof(one));
+    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof(one));
+  }
+
+  // Any thread. One eventfd write per batch: the first line of a batch wakes the I/O thread, at once, or for the
+  // owner thread's requests (`at_turn_end`) once the owner thread's turn ends. False once the listener ended.
+  bool put(Line line, bool at_turn_end) {
+    bool first;
+    {
+      std::lock_guard lock(mu);
+      if (closed) return false;
+      first = lines.empty();
+      lines.push_back(std::move(line));
+    }
+    if (!first || !sleeping.load()) return true;
+    if (at_turn_end && after_turn) {
+      after_turn([self = shared_from_this()] {
+        if (self->sleeping.load()) self->wake();
+      });
+    } else {
+      wake();
+    }
+    return true;
+  }
+
+  bool empty() {
+    std::lock_guard lock(mu);
+    return lines.empty();
+  }
+
+  std::vector<Line> take() {
+    std::lock_guard lock(mu);
+    return std::exchange(lines, {});
+  }
+
+  void close() {
+    std::lock_guard lock(mu);
+    closed = true;
+    lines.clear();
   }
 };
 
@@ -74,6 +128,7 @@ struct AgentListener::Impl {
     std::string reserved;  // the host name this connection holds in `live` (pending or admitted)
     Clock::time_point last_seen;
     bool watching_out = false;  // EPOLLOUT is registered: output waits for the socket to take it
+    std::uint64_t served_in = 0;  // the last round of serve_sent() that served it
     std::map<std::string, std::string> health;  // device -> "health\ndetail"
   };
   // When a connection's silence ends it. One entry per connection: an entry that comes due for a connection
@@ -87,10 +142,14 @@ struct AgentListener::Impl {
 
   ListenerOptions options;
   ListenerEvents events;
-  manager::Poster post;
-  manager::Poster after_turn;  // runs a function on the owner thread once its current turn ends; may be empty
+  manager::Poster owner_post;
+  // The completions of the replies read in this wake-up, posted as one event when it ends (or before any other
+  // event, which keeps their order): one hand-over to the owner thread for all of them, where the agents' other
+  // events (a registration, a loss) go one by one, so that the owner's event queue can slice a storm of them.
+  std::vector<std::function<void()>> replies;
   std::vector<int> listen_fds;
-  std::shared_ptr<WakeFd> waker = std::make_shared<WakeFd>();
+  std::shared_ptr<Outbox> outbox = std::make_shared<Outbox>();
+  std::uint64_t rounds = 0;  // of serve_sent()
   int epoll_fd = -1;
   std::atomic<bool> stop{false};
   mutable std::mutex hosts_mu;
@@ -98,36 +157,28 @@ struct AgentListener::Impl {
   std::unordered_map<int, Conn> conns;
   std::uint32_t next_serial = 1;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines;
-  std::mutex marked_mu;
-  std::vector<std::pair<int, std::uint32_t>> marked;  // connections the owner thread gave something to send
   std::thread thread;
   common::AcceptBackoff backoff{"agent listener"};
   std::optional<Clock::time_point> accept_after;  // accepting is paused (out of descriptors) until then
   std::unique_ptr<ImageServer> images;            // image.manifest / image.read, on a worker of its own
 
   ~Impl() {
-    images.reset();  // its worker may still wake a link: before the wake descriptor closes
+    images.reset();  // its worker may still send on a link
     for (int fd : listen_fds) ::close(fd);
     if (epoll_fd >= 0) ::close(epoll_fd);
   }
 
-  // Any thread: the connection (fd, serial) has output or a settled registration. One eventfd write per batch:
-  // the first mark of a batch wakes the I/O thread, at once, or for the owner thread's requests (`at_turn_end`)
-  // once the owner thread's turn ends, so that the requests of one turn share a wake-up. The I/O thread also
-  // takes the batch whenever it is awake anyway.
-  void mark(int fd, std::uint32_t serial, bool at_turn_end) {
-    bool first;
-    {
-      std::lock_guard lock(marked_mu);
-      first = marked.empty();
-      marked.emplace_back(fd, serial);
-    }
-    if (!first) return;
-    if (at_turn_end && after_turn) {
-      after_turn([w = waker] { w->wake(); });
-    } else {
-      waker->wake();
-    }
+  // I/O thread: `event` runs on the owner thread after every reply and event handed over before it.
+  void post(std::function<void()> event) {
+    post_replies();
+    owner_post(std::move(event));
+  }
+
+  void post_replies() {
+    if (replies.empty()) return;
+    owner_post([batch = std::exchange(replies, {})] {
+      for (const auto& done : batch) done();
+    });
   }
 
   bool watch(int fd, std::uint32_t events, std::uint64_t data, int op = EPOLL_CTL_ADD) const {
@@ -142,10 +193,26 @@ struct AgentListener::Impl {
     return it == conns.end() || it->second.serial != serial ? nullptr : &it->second;
   }
 
+  // How long the I/O thread stays awake after a batch of requests when batches come that close together: the next
+  // one then needs no eventfd write from the owner thread (a wake-up of another core, the owner's costliest system
+  // call under load; docs/benchmarks.md). A lone guest's requests, farther apart, cost no polling.
+  static constexpr std::chrono::microseconds kLinger{50};
+
   void run() {
     std::vector<epoll_event> ready(256);
+    auto last_sent = Clock::now();
+    bool busy = false;  // the owner thread's last two batches came within kLinger of each other
     while (!stop) {
-      int n = ::epoll_wait(epoll_fd, ready.data(), static_cast<int>(ready.size()), wait_ms());
+      int timeout = wait_ms();
+      const bool lingering = busy && Clock::now() - last_sent < kLinger;
+      if (lingering) {
+        timeout = 0;
+      } else {
+        outbox->sleeping.store(true);
+        if (!outbox->empty()) timeout = 0;
+      }
+      int n = ::epoll_wait(epoll_fd, ready.data(), static_cast<int>(ready.size()), timeout);
+      outbox->sleeping.store(false);
       if (n < 0) {
         if (errno == EINTR) continue;
         log::error("agent listener: epoll_wait failed", {{"error", std::strerror(errno)}});
@@ -157,20 +224,29 @@ struct AgentListener::Impl {
         const int fd = tag_fd(t);
         if (tag_serial(t) != 0) {
           if (Conn* c = find(fd, tag_serial(t))) serve(*c, (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0);
-        } else if (fd == waker->fd) {
+        } else if (fd == outbox->wake_fd) {
           std::uint64_t count;
-          [[maybe_unused]] auto r = ::read(waker->fd, &count, sizeof(count));
+          [[maybe_unused]] auto r = ::read(outbox->wake_fd, &count, sizeof(count));
         } else {
           accept_all(fd);
         }
       }
-      serve_marked();
+      if (serve_sent()) {
+        const auto now = Clock::now();
+        busy = now - last_sent < kLinger;
+        last_sent = now;
+      } else if (lingering) {
+        sched_yield();
+      }
       expire(Clock::now());
       resume_accepting();
+      post_replies();
     }
+    outbox->close();  // from now on a request fails at once
     std::vector<int> all;
     for (auto& [fd, c] : conns) all.push_back(fd);
     for (int fd : all) drop(fd, "the manager's agent listener stopped");
+    post_replies();
   }
 
   // Until the next heartbeat deadline or the end of an accept pause; -1 (no limit) when there is neither.
@@ -200,15 +276,25 @@ struct AgentListener::Impl {
     }
   }
 
-  void serve_marked() {
-    std::vector<std::pair<int, std::uint32_t>> now_marked;
-    {
-      std::lock_guard lock(marked_mu);
-      now_marked.swap(marked);
+  // Queues what other threads sent on their connections, then serves each of those connections once.
+  bool serve_sent() {
+    std::vector<Outbox::Line> lines = outbox->take();
+    if (lines.empty()) return false;
+    for (auto& l : lines) {
+      if (l.text.empty()) continue;
+      if (Conn* c = find(l.fd, l.serial)) {  // else it ended: the owner thread fails its requests (end_requests)
+        std::lock_guard lock(c->link->mu);
+        c->link->out += l.text;
+      }
     }
-    for (auto [fd, serial] : now_marked) {
-      if (Conn* c = find(fd, serial)) serve(*c, false);
+    ++rounds;
+    for (const auto& l : lines) {
+      Conn* c = find(l.fd, l.serial);
+      if (!c || c->served_in == rounds) continue;
+      c->served_in = rounds;
+      serve(*c, false);
     }
+    return true;
   }
 
   // One connection's turn: reads what arrived (when `readable`), answers it, settles a refused registration, and
@@ -307,9 +393,11 @@ struct AgentListener::Impl {
         c.io = plain_stream(fd);
       }
       c.link = std::make_shared<Link>();
-      c.link->post = post;
-      c.link->wake = [this, fd, serial] { mark(fd, serial, false); };
-      c.link->wake_after_turn = [this, fd, serial] { mark(fd, serial, true); };
+      c.link->post = owner_post;
+      c.link->post_reply = [this](std::function<void()> done) { replies.push_back(std::move(done)); };
+      c.link->send = [box = outbox, fd, serial](std::string line, bool at_turn_end) {
+        return box->put({fd, serial, std::move(line)}, at_turn_end);
+      };
       c.last_seen = Clock::now();
       deadlines.push({c.last_seen + options.heartbeat_timeout, fd, serial});
       conns.emplace(fd, std::move(c));
@@ -332,20 +420,18 @@ struct AgentListener::Impl {
     if (it == conns.end()) return;
     Conn c = std::move(it->second);
     conns.erase(it);
-    std::map<std::int64_t, ReplyDone> pending;
     Registration was;
     {
       std::lock_guard lock(c.link->mu);
       c.link->alive = false;
       c.link->out.clear();
-      pending.swap(c.link->pending);
       was = c.link->registration;
     }
     ::close(fd);  // leaves the epoll set with it
     release(c);
-    if (was == Registration::none) return;
+    if (was == Registration::none) return;  // no host: no requests either
     Error err = host_lost_error(c.link->host, why);
-    for (auto& [id, done] : pending) post([done = std::move(done), err] { done(err, nullptr); });
+    post([link = c.link, err] { end_requests(*link, err); });
     // Only a host the pool took is lost. Checked on the owner thread, where registrations are settled: one still
     // pending here was settled by now, or never will be (its connection is gone), so a host refused or never
     // seen is not reported.
@@ -395,7 +481,7 @@ struct AgentListener::Impl {
     }
     Message& m = *parsed;
     if (m.method.empty()) {  // a reply to one of our requests (RemoteHost reads it)
-      if (registration(c) == Registration::admitted) complete(*c.link, m.id, m.result, m.error);
+      if (registration(c) == Registration::admitted) complete(c.link, m.id, m.result, m.error);
       return;
     }
     if (m.method == "agent.register") return reply_register(c, m);
@@ -532,7 +618,7 @@ struct AgentListener::Impl {
         }
         alive = link->alive;
       }
-      if (alive) link->wake();  // a live link's listener still exists: its destructor ends every link first
+      if (alive) link->send("", false);
     });
   }
 
@@ -623,18 +709,18 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
     impl->listen_fds.push_back(*fd);
     if (self->tcp_port_ == 0 && a.rfind("unix:", 0) != 0) self->tcp_port_ = bound_port(*fd);
   }
-  impl->waker->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl->waker->fd < 0) return make_error(Errc::io_error, "agent listener: eventfd failed");
+  impl->outbox->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->outbox->wake_fd < 0) return make_error(Errc::io_error, "agent listener: eventfd failed");
+  impl->outbox->after_turn = std::move(after_turn);
   impl->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   if (impl->epoll_fd < 0) return make_error(Errc::io_error, "agent listener: epoll_create1 failed");
-  bool watched = impl->watch(impl->waker->fd, EPOLLIN, tag(0, impl->waker->fd));
+  bool watched = impl->watch(impl->outbox->wake_fd, EPOLLIN, tag(0, impl->outbox->wake_fd));
   for (int fd : impl->listen_fds) watched = watched && impl->watch(fd, EPOLLIN, tag(0, fd));
   if (!watched) return make_error(Errc::io_error, "agent listener: epoll_ctl failed");
   impl->images = std::make_unique<ImageServer>(options.images);
   impl->options = std::move(options);
   impl->events = std::move(events);
-  impl->post = std::move(post);
-  impl->after_turn = std::move(after_turn);
+  impl->owner_post = std::move(post);
   impl->thread = std::thread([p = impl.get()] {
     ::pthread_setname_np(::pthread_self(), "ap-agents");  // how `top -H` and the scale benchmark find it
     p->run();
@@ -646,7 +732,7 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
 AgentListener::~AgentListener() {
   if (!impl_) return;
   impl_->stop = true;
-  impl_->waker->wake();
+  impl_->outbox->wake();
   impl_->thread.join();
 }
 

@@ -9,20 +9,6 @@ namespace accelpool::agent {
 
 namespace json = boost::json;
 
-namespace {
-
-// Queues `line` on `link` and wakes its I/O thread (nothing when the connection has ended).
-void send(Link& link, std::string line) {
-  {
-    std::lock_guard lock(link.mu);
-    if (!link.alive) return;
-    link.out += line;
-  }
-  link.wake();
-}
-
-}  // namespace
-
 ImageServer::ImageServer(std::shared_ptr<bitstreams::SharedRegistry> registry)
     : registry_(std::move(registry)), worker_([this] { work(); }) {}
 
@@ -47,9 +33,10 @@ void ImageServer::serve(std::shared_ptr<Link> link, Message request) {
     }
   }
   if (request.has_id) {
-    send(*link, error_line(request.id, make_error(Errc::unavailable, request.method + ": more than " +
+    link->send(error_line(request.id, make_error(Errc::unavailable, request.method + ": more than " +
                                                                      std::to_string(kMaxQueuedPerLink) +
-                                                                     " image requests of this agent wait already")));
+                                                                     " image requests of this agent wait already")),
+               false);
   }
 }
 
@@ -64,7 +51,7 @@ void ImageServer::work() {
     if (job.request.has_id) {
       Status s;
       json::value result = answer(job.request, s);
-      send(*job.link, s ? result_line(job.request.id, std::move(result)) : error_line(job.request.id, s.error()));
+      job.link->send(s ? result_line(job.request.id, std::move(result)) : error_line(job.request.id, s.error()), false);
     }
     lock.lock();
     if (auto it = queued_.find(job.link.get()); it != queued_.end() && --it->second <= 0) queued_.erase(it);

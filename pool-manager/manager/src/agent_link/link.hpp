@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -25,31 +26,37 @@ using ReplyDone = std::function<void(Status status, boost::json::value result)>;
 
 // Shared by a connection (I/O thread) and its RemoteHost (owner thread).
 struct Link {
-  std::mutex mu;
+  std::mutex mu;  // guards the four fields below
   std::string host;
   Registration registration = Registration::none;
   std::string out;  // bytes waiting to be sent; only the I/O thread writes to the socket
   bool alive = true;
+  manager::Poster post;        // runs a function on the owner thread, after what was posted before it. Any thread.
+  manager::Poster post_reply;  // the same for a reply's completion, handed over with the wake-up's others. I/O thread.
+  // Gives the I/O thread `line` to send on this connection (an empty line: only look at the connection, for a
+  // settled registration), at once or, with `at_turn_end` (owner thread), once the owner thread's current turn
+  // ends, so that every request queued in one turn, on any link, shares one wake-up. False when the listener has
+  // ended. Any thread.
+  std::function<bool(std::string line, bool at_turn_end)> send;
+  // Owner thread only: the requests waiting for their replies, and whether the owner thread has learned that the
+  // connection ended (then a request fails at once).
   std::int64_t next_id = 1;
   std::map<std::int64_t, ReplyDone> pending;
-  manager::Poster post;
-  // Tells the I/O thread that this connection has output (or a settled registration) to look at. Any thread.
-  std::function<void()> wake;
-  // The same for the owner thread's requests: the I/O thread is woken once the owner thread's current turn
-  // ends, for every request that turn queued on any link (one wake-up per turn, not per request). Owner thread.
-  std::function<void()> wake_after_turn;
+  bool lost = false;
 };
 
 // The error of an operation whose host is gone.
 Error host_lost_error(const std::string& host, const std::string& why);
 
-// Queues a request for `done` for the I/O thread to send, or fails it at once (through the Poster) when the
-// connection is gone. Owner thread.
+// Sends a request for `done`, or fails it at once (through the Poster) when the connection is gone. Owner thread.
 void call(Link& link, std::string_view method, boost::json::object params, ReplyDone done);
 
-// Settles the pending request a reply answers (`result` or `error`), posting its completion. False when the id
-// is no pending request (a late or unknown reply: ignored). I/O thread.
-bool complete(Link& link, const boost::json::value& id, const std::optional<boost::json::value>& result,
-              const std::optional<Error>& error);
+// Hands a reply (`result` or `error`) to the owner thread, which settles the pending request it answers; a late
+// or unknown reply is ignored there. I/O thread.
+void complete(const std::shared_ptr<Link>& link, const boost::json::value& id,
+              const std::optional<boost::json::value>& result, const std::optional<Error>& error);
+
+// The connection ended: every pending request fails with `error`, and later ones fail at once. Owner thread.
+void end_requests(Link& link, const Error& error);
 
 }  // namespace accelpool::agent

@@ -4,6 +4,8 @@
 
 #include <accelpool/agent/wire.hpp>
 
+#include <utility>
+
 namespace accelpool::agent {
 
 namespace json = boost::json;
@@ -13,40 +15,34 @@ Error host_lost_error(const std::string& host, const std::string& why) {
 }
 
 void call(Link& link, std::string_view method, json::object params, ReplyDone done) {
-  {
-    std::lock_guard lock(link.mu);
-    if (link.alive) {
-      std::int64_t id = link.next_id++;
-      link.pending.emplace(id, std::move(done));
-      link.out += request_line(id, method, std::move(params));
-      done = nullptr;
-    }
-  }
-  if (done) {
+  const std::int64_t id = link.next_id;
+  if (link.lost || !link.send(request_line(id, method, std::move(params)), true)) {
     auto err = host_lost_error(link.host, "the agent is not connected");
     link.post([done = std::move(done), err] { done(err, nullptr); });
     return;
   }
-  link.wake_after_turn();
+  ++link.next_id;
+  link.pending.emplace(id, std::move(done));
 }
 
-bool complete(Link& link, const json::value& id, const std::optional<json::value>& result,
+void complete(const std::shared_ptr<Link>& link, const json::value& id, const std::optional<json::value>& result,
               const std::optional<Error>& error) {
-  ReplyDone done;
-  {
-    std::lock_guard lock(link.mu);
-    if (!id.is_int64()) return false;
-    auto it = link.pending.find(id.get_int64());
-    if (it == link.pending.end()) return false;
-    done = std::move(it->second);
-    link.pending.erase(it);
-  }
+  if (!id.is_int64()) return;
   Status s = error ? Status(*error) : Status::ok();
   json::value value = error || !result ? json::value(nullptr) : *result;
-  link.post([done = std::move(done), s = std::move(s), value = std::move(value)]() mutable {
+  link->post_reply([link, id = id.get_int64(), s = std::move(s), value = std::move(value)]() mutable {
+    auto it = link->pending.find(id);
+    if (it == link->pending.end()) return;
+    ReplyDone done = std::move(it->second);
+    link->pending.erase(it);
     done(std::move(s), std::move(value));
   });
-  return true;
+}
+
+void end_requests(Link& link, const Error& error) {
+  link.lost = true;
+  auto pending = std::exchange(link.pending, {});
+  for (auto& [id, done] : pending) done(error, nullptr);
 }
 
 namespace {

@@ -132,6 +132,8 @@ class AgentListener {
   // `after_turn`, when given, runs a function on the owner thread after the work already queued there (the
   // daemon: asio::post on its io_context): the requests the owner thread sends in one turn then wake the I/O
   // thread once, when the turn ends, rather than once each. Without it each batch wakes the I/O thread at once.
+  // Either way only an I/O thread that sleeps is woken: while the owner thread's batches come within 50 µs of each
+  // other, the I/O thread stays awake between them (polling, yielding its core to other threads).
   static Result<std::unique_ptr<AgentListener>> create(ListenerOptions options, ListenerEvents events,
                                                        manager::Poster post, manager::Poster after_turn = {});
 
