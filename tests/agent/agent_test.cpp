@@ -453,6 +453,29 @@ TEST_CASE("a SIGKILLed agent is lost and its pending operations fail and it regi
   CHECK(r.loaded == "vadd");
 }
 
+TEST_CASE("a listener that stops fails the requests pending on its links, and later ones at once") {
+  Fixture f;
+  AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:2", "hanging_devices = \"sim:1\"\nhang_ms = 20000\n"));
+  REQUIRE(f.wait_joined(1));
+  auto a = f.host("host-a");
+  Owner::Outcome hung;
+  f.owner.sync([&] { a->prepare(prepare_request("sim:1", "vadd", false, ""), f.owner.record_prepare(hung)); });
+
+  f.listener.reset();  // the manager shutting down its agent side while the pool still holds the host
+  REQUIRE(f.owner.wait([&] { return hung.done; }));
+  f.owner.sync([&] {
+    CHECK(hung.status.error().code == Errc::host_lost);
+    REQUIRE(f.owner.lost.size() == 1);
+    CHECK(std::get<1>(f.owner.lost[0]).message.find("listener stopped") != std::string::npos);
+  });
+  CHECK_FALSE(a->connected());
+  // The link outlives its listener: a request on it now fails at once, from the owner thread, without it.
+  auto r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, ""));
+  CHECK(r.status.error().code == Errc::host_lost);
+  r = f.owner.call([&](auto done) { a->release("sim:0", done); });
+  CHECK(r.status.error().code == Errc::host_lost);
+}
+
 TEST_CASE("a stopped agent (no heartbeat) is lost after the heartbeat timeout and comes back by itself") {
   Fixture f(1000ms);
   AgentProcess a1("host-a", f.port(), sim_pool("fpga:sim-u250:1"));
