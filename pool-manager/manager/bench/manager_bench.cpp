@@ -28,10 +28,13 @@
 // each storm a separate guest asks `list` again and again; the slowest of those calls is reported, as well as
 // the manager's CPU time and resident memory. --full-heartbeats 1 makes the agents list every device in every
 // heartbeat (as agents did before heartbeat deltas; what a manager of that time accepts).
+// --rounds R runs R rounds of the in-process 256-device reference and then the agents (without storms), and prints
+// each round's cycles/s at the agents as a share of that round's reference, then the median share: the machine's
+// speed drifts, so the two are compared round by round.
 //
 // usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--rate R] [--unix 1]
 //                                [--network-thread 1] [--agent-devices N [--agent PATH]] [--sample S] [--hold-ms H]
-//                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1]]
+//                                [--agents N [--devices-per-agent M] [--storms 1] [--full-heartbeats 1] [--rounds R]]
 //                                [--watchers N] [--waiting N]
 //                                [--store-url postgresql://...]
 //
@@ -663,7 +666,10 @@ Daemon start_daemon(const BenchOptions& o, const std::filesystem::path& dir) {
   return d;
 }
 
-void bench_daemon(const BenchOptions& o) {
+// Returns the acquire+release cycles per second (0 when the run could not start).
+double bench_daemon(const BenchOptions& o) {
+  rusage self_start{};
+  ::getrusage(RUSAGE_SELF, &self_start);
   const int clients = o.clients, devices = o.devices;
   const double seconds = o.seconds, rate = o.rate;
   const bool use_unix = o.use_unix, network_thread = o.network_thread;
@@ -692,7 +698,7 @@ void bench_daemon(const BenchOptions& o) {
   std::fflush(stdout);
   Daemon daemon = start_daemon(o, dir);
   std::filesystem::copy_file(dir / "output.log", dir / "first_output.log", std::filesystem::copy_options::overwrite_existing);
-  if (daemon.pid == 0) return;
+  if (daemon.pid == 0) return 0;
   pid_t pid = daemon.pid;
   const int port = daemon.port;
   int admin_port = daemon.admin_port;
@@ -709,7 +715,7 @@ void bench_daemon(const BenchOptions& o) {
       std::fprintf(stderr, "the agent's devices did not join (see %s)\n", (dir / "agent.log").c_str());
       ::kill(agent, SIGKILL);
       ::kill(pid, SIGKILL);
-      return;
+      return 0;
     }
   }
   std::unique_ptr<bench::AgentSwarm> swarm;
@@ -733,7 +739,7 @@ void bench_daemon(const BenchOptions& o) {
     report_storm("join", o.agents, o.devices_per_agent, join, manager_cpu(pid) - cpu0, proc_sample(pid));
     if (!join.settled) {
       ::kill(pid, SIGKILL);
-      return;
+      return 0;
     }
     // The admin device listing, one page of 500 as an operator's tool asks (a manager without paging answers
     // every device).
@@ -783,7 +789,7 @@ void bench_daemon(const BenchOptions& o) {
     if (k.fd < 0) {
       std::fprintf(stderr, "cannot connect to the manager\n");
       ::kill(pid, SIGKILL);
-      return;
+      return 0;
     }
     k.send(R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
            R"(","guest":"bench)" + std::to_string(c) + "\"}}");
@@ -943,7 +949,7 @@ void bench_daemon(const BenchOptions& o) {
     t = Clock::now();
     daemon = start_daemon(o, dir);
     pid = daemon.pid;
-    if (pid == 0) return;
+    if (pid == 0) return 0;
     admin_port = daemon.admin_port;
     const double up_s = std::chrono::duration<double>(Clock::now() - t).count();
     cpu0 = manager_cpu(pid);  // what the start (loading the store, rebuilding the pool) took
@@ -984,8 +990,9 @@ void bench_daemon(const BenchOptions& o) {
               grant_us.empty() ? 0.0 : *std::max_element(grant_us.begin(), grant_us.end()));
   double n = std::max(1.0, static_cast<double>(cycles));
   std::printf("          cpu per cycle: daemon %.0f us, load generator %.0f us\n", 1e6 * cpu_s(daemon_use) / n,
-              1e6 * cpu_s(self_use) / n);
+              1e6 * (cpu_s(self_use) - cpu_s(self_start)) / n);
   std::filesystem::remove_all(dir);
+  return static_cast<double>(cycles) / elapsed;
 }
 
 void bench_takeovers(const BenchOptions& o) {
@@ -1061,6 +1068,7 @@ void bench_takeovers(const BenchOptions& o) {
 int main(int argc, char** argv) {
   const auto bin = std::filesystem::canonical("/proc/self/exe").parent_path();
   BenchOptions o;
+  int rounds = 0;
   o.manager = (bin / "accelpool-manager").string();
   o.agent = (bin / "accelpool-agent").string();
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -1083,6 +1091,7 @@ int main(int argc, char** argv) {
     else if (a == "--waiting") o.waiting = std::stoi(v);
     else if (a == "--store-url") o.store_url = v;
     else if (a == "--takeovers") o.takeovers = std::stoi(v);
+    else if (a == "--rounds") rounds = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -1105,6 +1114,32 @@ int main(int argc, char** argv) {
       return 2;
     }
     bench_takeovers(o);
+    return 0;
+  }
+  if (rounds > 0) {
+    if (o.agents == 0) {
+      std::fprintf(stderr, "--rounds compares --agents runs with the in-process reference: give --agents\n");
+      return 2;
+    }
+    // Each round: the in-process 256-device reference, then the agents, so that both meet the machine as it is
+    // then; the share of each round's reference, and their median.
+    BenchOptions reference = o;
+    reference.agents = 0;
+    reference.storms = false;
+    std::vector<double> shares;
+    for (int r = 1; r <= rounds; ++r) {
+      const double in_process = bench_daemon(reference);
+      const double agents = bench_daemon(o);
+      shares.push_back(in_process > 0 ? 100 * agents / in_process : 0);
+      std::printf("round %d: %.0f cycles/s at %d agents, %.0f in-process: %.0f%%\n", r, agents, o.agents, in_process,
+                  shares.back());
+      std::fflush(stdout);
+    }
+    std::sort(shares.begin(), shares.end());
+    const std::size_t mid = shares.size() / 2;
+    const double median = shares.size() % 2 ? shares[mid] : (shares[mid - 1] + shares[mid]) / 2;
+    std::printf("share of in-process over %d rounds: median %.0f%%, lowest %.0f%%, highest %.0f%%\n", rounds, median,
+                shares.front(), shares.back());
     return 0;
   }
   bench_daemon(o);
