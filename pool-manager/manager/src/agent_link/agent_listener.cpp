@@ -281,10 +281,14 @@ struct AgentListener::Impl {
     std::vector<Outbox::Line> lines = outbox->take();
     if (lines.empty()) return false;
     for (auto& l : lines) {
-      if (l.text.empty()) continue;
+      if (l.text.empty()) continue;  // only to look at
       if (Conn* c = find(l.fd, l.serial)) {  // else it ended: the owner thread fails its requests (end_requests)
         std::lock_guard lock(c->link->mu);
-        c->link->out += l.text;
+        if (c->link->out.empty()) {
+          c->link->out = std::move(l.text);  // an image piece (512 KiB) is not copied
+        } else {
+          c->link->out += l.text;
+        }
       }
     }
     ++rounds;
