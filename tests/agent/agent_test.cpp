@@ -927,6 +927,20 @@ std::string file_text(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// An agent with an image folder of its own (`cache`, which does not exist yet: the agent creates it), joined to the
+// fixture's listener as its only host.
+struct CachingAgent {
+  fs::path cache;
+  AgentProcess process;
+  std::shared_ptr<agent::RemoteHost> host;
+  CachingAgent(Fixture& f, const std::string& name, const std::string& pool)
+      : cache(temp_dir() / (name + "-cache")),
+        process(name, f.port(), "bitstreams = \"" + cache.string() + "\"\n" + pool) {
+    REQUIRE(f.wait_joined(1));
+    host = f.host(name);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("an agent fetches an image it lacks over its link in pieces, verifies it and keeps it", "[images]") {
@@ -935,16 +949,14 @@ TEST_CASE("an agent fetches an image it lacks over its link in pieces, verifies 
   const std::string big = random_bytes(3 * agent::kImageChunk + 1000, 1);
   const std::string big_sha = images.add("big", big);
   Fixture f(1500ms, images.registry);
-  const fs::path cache = temp_dir() / "host-i-cache";  // does not exist yet: the agent creates it
-  AgentProcess a1("host-i", f.port(), "bitstreams = \"" + cache.string() + "\"\n" + sim_pool("fpga:sim-u250:2"));
-  REQUIRE(f.wait_joined(1));
-  auto a = f.host("host-i");
+  CachingAgent h(f, "host-i", sim_pool("fpga:sim-u250:2"));
+  auto& a = h.host;
 
   auto r = f.owner.prepare(*a, prepare_request("sim:0", "big", false, "", big_sha));
-  INFO(a1.log());
+  INFO(h.process.log());
   REQUIRE(r.status);
   CHECK(r.loaded == "big");
-  auto held = bitstreams::Registry::open(cache);
+  auto held = bitstreams::Registry::open(h.cache);
   REQUIRE(held);
   auto kept = held->find_by_sha256(big_sha);
   REQUIRE(kept);
@@ -957,6 +969,39 @@ TEST_CASE("an agent fetches an image it lacks over its link in pieces, verifies 
   CHECK(r.loaded == "big");
 }
 
+TEST_CASE("two devices fetch two images at once over one link, sharing its window of image requests", "[images]") {
+  ManagerImages images("images-two");
+  // Each fetch reads pieces ahead, in the one window of kImageRequestsAhead unanswered image requests the link
+  // allows: each must get its own pieces, in order, while the other's are in flight.
+  const std::string one = random_bytes(6 * agent::kImageChunk + 11, 11);
+  const std::string two = random_bytes(5 * agent::kImageChunk + 22, 12);
+  const std::string one_sha = images.add("one", one);
+  const std::string two_sha = images.add("two", two);
+  Fixture f(1500ms, images.registry);
+  CachingAgent h(f, "host-t", sim_pool("fpga:sim-u250:2"));
+  auto& a = h.host;
+  INFO(h.process.log());
+
+  std::vector<Owner::Outcome> outs(2);
+  f.owner.sync([&] {
+    a->prepare(prepare_request("sim:0", "one", false, "", one_sha), f.owner.record_prepare(outs[0]));
+    a->prepare(prepare_request("sim:1", "two", false, "", two_sha), f.owner.record_prepare(outs[1]));
+  });
+  REQUIRE(f.owner.wait([&] { return outs[0].done && outs[1].done; }));
+  REQUIRE(outs[0].status);
+  REQUIRE(outs[1].status);
+  CHECK(outs[0].loaded == "one");
+  CHECK(outs[1].loaded == "two");
+  auto held = bitstreams::Registry::open(h.cache);
+  REQUIRE(held);
+  auto kept_one = held->find_by_sha256(one_sha);
+  auto kept_two = held->find_by_sha256(two_sha);
+  REQUIRE(kept_one);
+  REQUIRE(kept_two);
+  CHECK(file_text(kept_one->file_path) == one);
+  CHECK(file_text(kept_two->file_path) == two);
+}
+
 TEST_CASE("an image that is unknown to the manager or corrupt there is not kept and programs nothing", "[images]") {
   ManagerImages images("images-bad");
   const std::string good = random_bytes(agent::kImageChunk + 7, 2);
@@ -965,11 +1010,9 @@ TEST_CASE("an image that is unknown to the manager or corrupt there is not kept 
   // The manager's file changes after registration: what it serves no longer hashes to the sha256.
   std::ofstream(images.dir / "registry" / "bad.bin", std::ios::binary) << random_bytes(2 * agent::kImageChunk, 4);
   Fixture f(1500ms, images.registry);
-  const fs::path cache = temp_dir() / "host-j-cache";
-  AgentProcess a1("host-j", f.port(), "bitstreams = \"" + cache.string() + "\"\n" + sim_pool("fpga:sim-u250:1"));
-  REQUIRE(f.wait_joined(1));
-  auto a = f.host("host-j");
-  INFO(a1.log());
+  CachingAgent h(f, "host-j", sim_pool("fpga:sim-u250:1"));
+  auto& a = h.host;
+  INFO(h.process.log());
 
   auto r = f.owner.prepare(*a, prepare_request("sim:0", "good", false, "", good_sha));
   REQUIRE(r.status);
@@ -986,7 +1029,7 @@ TEST_CASE("an image that is unknown to the manager or corrupt there is not kept 
   REQUIRE(r.status);
   CHECK(r.loaded == "good");
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(cache)) files.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(h.cache)) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   CHECK(files == std::vector<std::string>{"good-1.toml", "good.bin"});
 }

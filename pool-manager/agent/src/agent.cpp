@@ -21,6 +21,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <thread>
 #include <mutex>
 
 namespace accelpool::agent {
@@ -339,23 +340,39 @@ class AgentImpl final : public Agent {
   // never by the connection thread. Errors: the manager's error, "unavailable" (not registered, the connection
   // ended, no answer in time).
   Result<json::value> ask(const std::string& method, json::object params) {
-    auto asked = std::make_shared<Asked>();
-    {
-      std::unique_lock lock(mu_);
-      if (!registered_) return make_error(Errc::unavailable, method + ": not connected to the manager at " + manager_);
-      const std::int64_t id = next_id_++;
-      asked_[id] = asked;
-      out_ += request_line(id, method, std::move(params));
-    }
-    wake();
     std::unique_lock lock(mu_);
-    // The entry stays until its answer comes (answered() takes it) or the connection ends (answer_all): a late
-    // answer is not taken for another reply.
-    bool came = answered_.wait_for(lock, kAnswerTimeout, [&] { return asked->answer.has_value(); });
+    auto asked = send_locked(method, std::move(params));
+    if (!asked) return not_connected(method);
+    lock.unlock();
+    wake();
+    lock.lock();
+    return wait_locked(lock, *asked, method);
+  }
+
+  // ask() in two steps, for several requests in flight: queues `method` (the caller wakes the connection thread
+  // once mu_ is released), or returns null when not registered. mu_ held.
+  std::shared_ptr<Asked> send_locked(const std::string& method, json::object params) {
+    if (!registered_) return nullptr;
+    auto asked = std::make_shared<Asked>();
+    const std::int64_t id = next_id_++;
+    asked_[id] = asked;
+    out_ += request_line(id, method, std::move(params));
+    return asked;
+  }
+
+  // Waits up to kAnswerTimeout for the answer to what send_locked() sent; `lock` holds mu_. The request's entry
+  // stays until its answer comes (answered() takes it) or the connection ends (answer_all): a late answer is not
+  // taken for another reply.
+  Result<json::value> wait_locked(std::unique_lock<std::mutex>& lock, Asked& asked, const std::string& method) {
+    bool came = answered_.wait_for(lock, kAnswerTimeout, [&] { return asked.answer.has_value(); });
     if (!came)
       return make_error(Errc::unavailable, method + ": no answer from the manager within " +
                                            std::to_string(kAnswerTimeout.count()) + " s");
-    return std::move(*asked->answer);
+    return std::move(*asked.answer);
+  }
+
+  Error not_connected(const std::string& method) const {
+    return make_error(Errc::unavailable, method + ": not connected to the manager at " + manager_);
   }
 
   // A reply to one of ask()'s requests: hands it over. False for any other reply. Connection thread.
@@ -382,12 +399,25 @@ class AgentImpl final : public Agent {
     answered_.notify_all();
   }
 
-  // The manager's images, over this agent's link: image.manifest, then image.read piece by piece.
+  // The manager's images, over this agent's link: image.manifest, then image.read piece by piece, reading ahead:
+  // a fetch keeps up to kImageRequestsAhead pieces asked for, so the manager reads and encodes the next pieces
+  // while this agent decodes and writes the last. The manager refuses image requests beyond its bound on one
+  // link, so the window is the agent's, shared by every fetch in progress (each device's strand fetches on its
+  // own thread).
   class LinkImages final : public bitstreams::ImageFetcher {
    public:
     explicit LinkImages(AgentImpl& agent) : agent_(agent) {}
     Result<Described> describe(std::string_view sha256) override {
-      auto r = agent_.ask("image.manifest", json::object{{"sha256", sha256}});
+      const std::string method = "image.manifest";
+      std::unique_lock lock(agent_.mu_);
+      if (!wait_for_window(lock)) return window_error(method);
+      auto asked = agent_.send_locked(method, json::object{{"sha256", sha256}});
+      if (!asked) return agent_.not_connected(method);
+      outstanding_.push_back(asked);
+      lock.unlock();
+      agent_.wake();
+      lock.lock();
+      auto r = agent_.wait_locked(lock, *asked, method);
       if (!r) return r.error();
       const auto* o = r->if_object();
       const auto* manifest = o ? o->if_contains("manifest") : nullptr;
@@ -397,12 +427,43 @@ class AgentImpl final : public Agent {
       std::error_code ec;
       auto bytes = size->to_number<std::uint64_t>(ec);
       if (ec) return make_error(Errc::invalid_argument, "image.manifest: field 'size' must be a non-negative integer");
+      Ahead& mine = ahead_[std::this_thread::get_id()];
+      mine = Ahead{std::string(sha256), bytes, 0, {}};
       return Described{std::string(manifest->get_string()), bytes};
     }
     Result<std::string> read(std::string_view sha256, std::uint64_t offset) override {
-      auto r = agent_.ask("image.read", json::object{{"sha256", sha256},
-                                                     {"offset", offset},
-                                                     {"length", static_cast<std::uint64_t>(kImageChunk)}});
+      const std::string method = "image.read";
+      std::unique_lock lock(agent_.mu_);
+      Ahead& mine = ahead_[std::this_thread::get_id()];  // a map's elements stay where they are
+      if (mine.sha256 != sha256 || mine.pieces.empty() || mine.pieces.front().offset != offset) {
+        // Not what was asked ahead (another image, or a piece shorter than asked): start again at `offset`. What
+        // was asked ahead still holds its place in the window until its answer comes.
+        const std::uint64_t size = mine.sha256 == sha256 ? mine.size : offset + 1;  // unknown: this piece only
+        mine = Ahead{std::string(sha256), size, offset, {}};
+      }
+      bool sent = false;
+      while (mine.pieces.size() < static_cast<std::size_t>(kImageRequestsAhead) && mine.next < mine.size) {
+        if (mine.pieces.empty() ? !wait_for_window(lock) : !window_open()) break;
+        auto asked = agent_.send_locked(method, json::object{{"sha256", sha256},
+                                                             {"offset", mine.next},
+                                                             {"length", static_cast<std::uint64_t>(kImageChunk)}});
+        if (!asked) break;
+        outstanding_.push_back(asked);
+        mine.pieces.push_back({mine.next, asked});
+        mine.next += kImageChunk;
+        sent = true;
+      }
+      if (mine.pieces.empty()) return agent_.registered_ ? window_error(method) : agent_.not_connected(method);
+      if (sent) {
+        lock.unlock();
+        agent_.wake();
+        lock.lock();
+      }
+      const auto asked = mine.pieces.front().asked;
+      mine.pieces.pop_front();
+      auto r = agent_.wait_locked(lock, *asked, method);
+      if (!r) mine = Ahead{};  // the pieces asked after it are not waited for
+      lock.unlock();
       if (!r) return r.error();
       const auto* data = r->is_object() ? r->get_object().if_contains("data") : nullptr;
       if (!data || !data->is_string())
@@ -413,7 +474,37 @@ class AgentImpl final : public Agent {
     }
 
    private:
+    struct Piece {
+      std::uint64_t offset;
+      std::shared_ptr<Asked> asked;
+    };
+    // One fetch's read-ahead (one per fetching thread): the image, its size, the next offset to ask for, and the
+    // pieces asked for and not yet read, in order.
+    struct Ahead {
+      std::string sha256;
+      std::uint64_t size = 0;
+      std::uint64_t next = 0;
+      std::deque<Piece> pieces;
+    };
+
+    // Whether another image request may go out now: fewer than kImageRequestsAhead unanswered. mu_ held.
+    bool window_open() {
+      std::erase_if(outstanding_, [](const auto& a) { return a->answer.has_value(); });
+      return outstanding_.size() < static_cast<std::size_t>(kImageRequestsAhead);
+    }
+    // Waits until window_open() (false after kAnswerTimeout, or when the connection ended). mu_ held.
+    bool wait_for_window(std::unique_lock<std::mutex>& lock) {
+      agent_.answered_.wait_for(lock, kAnswerTimeout, [&] { return window_open() || !agent_.registered_; });
+      return window_open() && agent_.registered_;
+    }
+    Error window_error(const std::string& method) const {
+      return make_error(Errc::unavailable, method + ": the manager answered none of this agent's image requests within " +
+                                               std::to_string(kAnswerTimeout.count()) + " s");
+    }
+
     AgentImpl& agent_;
+    std::vector<std::shared_ptr<Asked>> outstanding_;    // image requests sent; mu_
+    std::map<std::thread::id, Ahead> ahead_;             // mu_
   };
 
   // The {"device"} params of device.release and device.reset. Errors: "invalid_argument" naming the field.

@@ -48,13 +48,19 @@ void ImageServer::work() {
     Job job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();
+    std::string line;
     if (job.request.has_id) {
       Status s;
       json::value result = answer(job.request, s);
-      job.link->send(s ? result_line(job.request.id, std::move(result)) : error_line(job.request.id, s.error()), false);
+      line = s ? result_line(job.request.id, std::move(result)) : error_line(job.request.id, s.error());
     }
     lock.lock();
+    // Counted out before its answer leaves: an agent that sends its next request on that answer finds the place.
     if (auto it = queued_.find(job.link.get()); it != queued_.end() && --it->second <= 0) queued_.erase(it);
+    if (line.empty()) continue;
+    lock.unlock();
+    job.link->send(std::move(line), false);
+    lock.lock();
   }
 }
 

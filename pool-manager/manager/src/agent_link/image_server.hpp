@@ -21,8 +21,8 @@ namespace accelpool::agent {
 class ImageServer {
  public:
   // At most this many requests of one link wait or run at once; more are refused with "unavailable" (an agent
-  // asks for one piece at a time, so only a misbehaving one meets it), so no agent fills the manager's memory.
-  static constexpr int kMaxQueuedPerLink = 4;
+  // keeps at most that many unanswered, so only a misbehaving one meets it), so no agent fills the manager's memory.
+  static constexpr int kMaxQueuedPerLink = kMaxImageRequests;
 
   // Serves the images of `registry` (null: none; every request is "not_found").
   explicit ImageServer(std::shared_ptr<bitstreams::SharedRegistry> registry);

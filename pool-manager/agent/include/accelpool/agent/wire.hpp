@@ -20,9 +20,15 @@ namespace accelpool::agent {
 inline constexpr int kAgentProtocolVersion = 1;
 inline constexpr std::size_t kMaxLine = 1024 * 1024;  // a register message lists every device of a host
 // Images travel over the link in pieces (docs/agent-protocol.md, "Images"): one image.read answers at most this
-// many bytes, base64 in one line of about 700 KB, well under kMaxLine; a transfer holds the link for one piece at
-// a time, so other messages pass between pieces.
+// many bytes, base64 in one line of about 700 KB, well under kMaxLine; each piece is one line, so other messages
+// pass between pieces.
 inline constexpr std::size_t kImageChunk = 512 * 1024;
+// How many image requests (image.manifest, image.read) of one agent the manager holds at once; it refuses more
+// with "unavailable". accelpool-agent keeps one fewer unanswered (kImageRequestsAhead): a manager of 3 Dec 2026
+// or before counted a request until just after its answer had left, so an agent that sent its next request on
+// that answer could find the place still taken.
+inline constexpr int kMaxImageRequests = 4;
+inline constexpr int kImageRequestsAhead = kMaxImageRequests - 1;
 
 // Line splitting is the common JSON-lines framing (accelpool/common/json_lines.hpp); agent connections split with
 // a LineBuffer of kMaxLine. Error codes travel as the table of accelpool/common/errors.hpp says.
