@@ -24,9 +24,9 @@ inline constexpr std::size_t kMaxLine = 1024 * 1024;  // a register message list
 // pass between pieces.
 inline constexpr std::size_t kImageChunk = 512 * 1024;
 // How many image requests (image.manifest, image.read) of one agent the manager holds at once; it refuses more
-// with "unavailable". accelpool-agent keeps one fewer unanswered (kImageRequestsAhead): a manager of 3 Dec 2026
-// or before counted a request until just after its answer had left, so an agent that sent its next request on
-// that answer could find the place still taken.
+// with "unavailable". accelpool-agent keeps one fewer unanswered (kImageRequestsAhead): earlier managers counted a
+// request until just after its answer had left, so an agent that sent its next request on that answer could find
+// the place still taken.
 inline constexpr int kMaxImageRequests = 4;
 inline constexpr int kImageRequestsAhead = kMaxImageRequests - 1;
 
