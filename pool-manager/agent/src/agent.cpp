@@ -21,8 +21,8 @@
 #include <deque>
 #include <iostream>
 #include <map>
-#include <thread>
 #include <mutex>
+#include <thread>
 
 namespace accelpool::agent {
 
@@ -343,10 +343,15 @@ class AgentImpl final : public Agent {
     std::unique_lock lock(mu_);
     auto asked = send_locked(method, std::move(params));
     if (!asked) return not_connected(method);
+    wake_unlocked(lock);
+    return wait_locked(lock, *asked, method);
+  }
+
+  // Wakes the connection thread for what send_locked() queued, with mu_ (held by `lock`) released meanwhile.
+  void wake_unlocked(std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     wake();
     lock.lock();
-    return wait_locked(lock, *asked, method);
   }
 
   // ask() in two steps, for several requests in flight: queues `method` (the caller wakes the connection thread
@@ -411,12 +416,9 @@ class AgentImpl final : public Agent {
       const std::string method = "image.manifest";
       std::unique_lock lock(agent_.mu_);
       if (!wait_for_window(lock)) return window_error(method);
-      auto asked = agent_.send_locked(method, json::object{{"sha256", sha256}});
+      auto asked = send(method, json::object{{"sha256", sha256}});
       if (!asked) return agent_.not_connected(method);
-      outstanding_.push_back(asked);
-      lock.unlock();
-      agent_.wake();
-      lock.lock();
+      agent_.wake_unlocked(lock);
       auto r = agent_.wait_locked(lock, *asked, method);
       if (!r) return r.error();
       const auto* o = r->if_object();
@@ -444,21 +446,16 @@ class AgentImpl final : public Agent {
       bool sent = false;
       while (mine.pieces.size() < static_cast<std::size_t>(kImageRequestsAhead) && mine.next < mine.size) {
         if (mine.pieces.empty() ? !wait_for_window(lock) : !window_open()) break;
-        auto asked = agent_.send_locked(method, json::object{{"sha256", sha256},
-                                                             {"offset", mine.next},
-                                                             {"length", static_cast<std::uint64_t>(kImageChunk)}});
+        auto asked = send(method, json::object{{"sha256", sha256},
+                                               {"offset", mine.next},
+                                               {"length", static_cast<std::uint64_t>(kImageChunk)}});
         if (!asked) break;
-        outstanding_.push_back(asked);
         mine.pieces.push_back({mine.next, asked});
         mine.next += kImageChunk;
         sent = true;
       }
       if (mine.pieces.empty()) return agent_.registered_ ? window_error(method) : agent_.not_connected(method);
-      if (sent) {
-        lock.unlock();
-        agent_.wake();
-        lock.lock();
-      }
+      if (sent) agent_.wake_unlocked(lock);
       const auto asked = mine.pieces.front().asked;
       mine.pieces.pop_front();
       auto r = agent_.wait_locked(lock, *asked, method);
@@ -487,6 +484,12 @@ class AgentImpl final : public Agent {
       std::deque<Piece> pieces;
     };
 
+    // Queues an image request, counted in the window until its answer comes; null when not connected. mu_ held.
+    std::shared_ptr<Asked> send(const std::string& method, json::object params) {
+      auto asked = agent_.send_locked(method, std::move(params));
+      if (asked) outstanding_.push_back(asked);
+      return asked;
+    }
     // Whether another image request may go out now: fewer than kImageRequestsAhead unanswered. mu_ held.
     bool window_open() {
       std::erase_if(outstanding_, [](const auto& a) { return a->answer.has_value(); });
