@@ -28,9 +28,9 @@
 // each storm a separate guest asks `list` again and again; the slowest of those calls is reported, as well as
 // the manager's CPU time and resident memory. --full-heartbeats 1 makes the agents list every device in every
 // heartbeat (as agents did before heartbeat deltas; what a manager of that time accepts).
-// --rounds R runs R rounds of the in-process 256-device reference and then the agents (without storms), and prints
-// each round's cycles/s at the agents as a share of that round's reference, then the median share: the machine's
-// speed drifts, so the two are compared round by round.
+// --rounds R runs R rounds of the in-process 256-device reference and then the agents (with their storms when
+// asked for), and prints each round's cycles/s at the agents as a share of that round's reference, then the median
+// share: the machine's speed drifts, so the two are compared round by round.
 //
 // usage: accelpool-manager-bench [--manager PATH] [--clients C] [--seconds D] [--rate R] [--unix 1]
 //                                [--network-thread 1] [--agent-devices N [--agent PATH]] [--sample S] [--hold-ms H]
