@@ -27,6 +27,8 @@ packages=(
   # device backends: XRT, OpenCL ICD loader + PoCL
   libxrt-dev libxrt1 uuid-dev
   ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
+  # unmodified OpenCL programs the remote OpenCL tests run through libaccelpool-opencl.so (tests/remote-opencl)
+  clpeak clblast-tests
   # hypervisor: libvirt with the QEMU driver
   libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
   # guest image for the VM tests: busybox initramfs, kernel unpacked from its package (vm-shim/guest-image)

@@ -1,6 +1,8 @@
 #include <accelpool/backends/opencl_backend.hpp>
 #include <accelpool/common/slots.hpp>
 
+#include "remote_server.hpp"
+
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
@@ -103,6 +105,8 @@ struct OpenClBackend::Impl {
   };
   OpenClConfig config;
   std::vector<std::unique_ptr<Device>> devices;
+  // Serves devices over the network when config.remote_listen is set; destroyed before the devices it serves.
+  std::unique_ptr<RemoteServer> remote;
 
   Device* find(std::string_view local_id) { return target(local_id).region; }
 
@@ -339,6 +343,10 @@ Result<OpenClConfig> parse_opencl_config(const BackendConfig& config) {
   if (c.device_type != "all" && c.device_type != "cpu" && c.device_type != "gpu" && c.device_type != "accelerator")
     return r.error("device_type", "'" + c.device_type + "' is not all, cpu, gpu or accelerator");
   c.cache_dir = r.get_string("cache_dir", "");
+  c.remote_listen = r.get_string("remote_listen", "");
+  c.remote_advertise = r.get_string("remote_advertise", "");
+  if (c.remote_listen.empty() && !c.remote_advertise.empty())
+    return r.error("remote_advertise", "is set but remote_listen is not: set the address to serve devices on");
   if (auto st = r.finish(); !st) return st.error();
   return c;
 }
@@ -352,6 +360,11 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
   if (!c->cache_dir.empty()) setenv("POCL_CACHE_DIR", c->cache_dir.c_str(), 1);
   auto impl = std::make_unique<Impl>();
   impl->config = *c;
+  if (!c->remote_listen.empty()) {
+    auto server = RemoteServer::start(c->remote_listen, c->remote_advertise, {});
+    if (!server) return make_error(server.error().code, "backend opencl: config key 'remote_listen': " + server.error().message);
+    impl->remote = std::move(*server);
+  }
 
   cl_uint num_platforms = 0;
   cl_int err = clGetPlatformIDs(0, nullptr, &num_platforms);
@@ -469,6 +482,17 @@ Status OpenClBackend::reset(std::string_view local_id) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
   return Impl::unload(*d);
+}
+
+Result<std::string> OpenClBackend::open_remote(std::string_view local_id) {
+  Impl::Device* d = impl_->find(local_id);
+  if (!d) return Impl::no_device(local_id);
+  if (!impl_->remote) return std::string();
+  return impl_->remote->open(std::string(local_id), d->id);
+}
+
+void OpenClBackend::close_remote(std::string_view local_id) {
+  if (impl_->remote) impl_->remote->close(std::string(local_id));
 }
 
 Result<std::string> OpenClBackend::program_binary(std::string_view local_id) {

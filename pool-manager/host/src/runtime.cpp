@@ -405,6 +405,11 @@ class Runtime final : public HostRuntime {
     }
     out.loaded = refresh_loaded(d.backend, r.device);
     out.attach = unattached_mode(d.state.info);
+    if (out.attach == AttachMode::network) {
+      auto served = serve_remote(d, r);
+      if (!served) return make_error(served.error().code, what + ": serving it over the network: " + served.error().message);
+      out.endpoint = *served;
+    }
     if (r.vm.empty()) return Status::ok();
     if (d.state.attached) {  // prepared again for the VM it is in
       out.attach = attach_mode(d.state.info);
@@ -439,6 +444,25 @@ class Runtime final : public HostRuntime {
       s.lease = r.lease;
     });
     return Status::ok();
+  }
+
+  // The endpoint where lease `r.lease`'s program reaches the network-attached device `d` (open_remote): the one
+  // it has when the device is prepared again for the same lease, else a new one ("" when its backend serves none).
+  Result<std::string> serve_remote(const Device& d, const PrepareRequest& r) {
+    if (!d.state.endpoint.empty() && d.state.lease == r.lease) return d.state.endpoint;
+    auto endpoint = call(d.backend, [&](backends::DeviceBackend& b) { return b.open_remote(r.device); });
+    if (endpoint) update(r.device, [&](DeviceState& s) { s.endpoint = *endpoint; s.lease = r.lease; });
+    return endpoint;
+  }
+
+  // Ends the device's network service (close_remote) before it is reset for the next tenant.
+  void end_remote(const Device& d, const std::string& id) {
+    if (d.state.endpoint.empty()) return;
+    (void)call(d.backend, [&](backends::DeviceBackend& b) {
+      b.close_remote(id);
+      return Status::ok();
+    });
+    update(id, [](DeviceState& s) { s.endpoint.clear(); });
   }
 
   // How the attacher puts the device into a VM: its PCI function, or an emulated device standing in for it.
@@ -478,6 +502,7 @@ class Runtime final : public HostRuntime {
       s.attached = false;
       save_state();
     }
+    end_remote(*found, id);
     Status s = call(found->backend, [&](backends::DeviceBackend& b) { return b.reset(id); });
     out.loaded = refresh_loaded(found->backend, id);
     if (!s) return make_error(s.error().code, what + ": resetting: " + s.error().message);
@@ -492,6 +517,7 @@ class Runtime final : public HostRuntime {
     loaded = d.loaded;
     if (d.quarantined) return make_error(Errc::invalid_state, what + " is quarantined (" + d.detail + ")");
     if (!d.vm.empty()) return make_error(Errc::invalid_state, what + " serves VM '" + d.vm + "'");
+    end_remote(*found, id);
     Status s = call(found->backend, [&](backends::DeviceBackend& b) { return b.reset(id); });
     loaded = refresh_loaded(found->backend, id);
     if (!s) return make_error(s.error().code, what + ": " + s.error().message);

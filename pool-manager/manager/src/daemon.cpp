@@ -348,7 +348,11 @@ int run_daemon(const Config& given, std::ostream& out) {
 #ifdef ACCELPOOL_HAVE_BACKENDS
     h.backend = "sim";
     for (const auto& b : backends::built_backends()) {
-      if (b == "opencl") h.backend += "+opencl";  // PoCL (or GPU) devices when the ICD loader reports any
+      if (b == "opencl") {
+        h.backend += "+opencl";  // PoCL (or GPU) devices when the ICD loader reports any
+        // served to programs on this machine through libaccelpool-opencl.so (docs/remote-opencl.md)
+        h.settings["opencl.remote_listen"] = "127.0.0.1:0";
+      }
     }
 #else
     h.backend = "static";

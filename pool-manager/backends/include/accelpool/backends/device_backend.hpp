@@ -108,6 +108,19 @@ class DeviceBackend {
   // (OpenCL's first call per device may take longer while the driver compiles the check kernel). Never throws;
   // an unknown device is reported as failed.
   virtual HealthReport health(std::string_view local_id) = 0;
+
+  // Serving a device over the network (docs/remote-opencl.md): makes `local_id` reachable by one lease's program
+  // on any machine and returns where ("ocl+tcp://HOST:PORT/CAPABILITY"), or "" when the backend serves none of its
+  // devices that way (the default). Called when the device is prepared for a lease, after programming; a device
+  // opened already is closed first. Errors: "not_found".
+  virtual Result<std::string> open_remote(std::string_view local_id) {
+    (void)local_id;
+    return std::string();
+  }
+
+  // Ends what open_remote opened: its capability ends, its connections are cut and everything they made on the
+  // device is released. Called when the lease ends, before reset(). A device that is not open: nothing to do.
+  virtual void close_remote(std::string_view local_id) { (void)local_id; }
 };
 
 }  // namespace accelpool::backends

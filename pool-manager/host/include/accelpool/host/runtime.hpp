@@ -92,6 +92,7 @@ struct DeviceState {
   std::string guest_pci;        // where the VM sees it, when attached
   bool attached = false;        // put into `vm` through the attacher
   bool quarantined = false;     // a detach the guest never acknowledged: granted to no one
+  std::string endpoint;         // where the lease's program reaches it over the network, while served so
   // "" (serves no VM), "recorded", "attached" or "quarantined" (the agent protocol's attach_state).
   std::string attach_state() const;
 };

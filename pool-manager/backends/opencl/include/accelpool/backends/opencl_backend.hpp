@@ -36,6 +36,10 @@ struct OpenClConfig {
   std::string platform;         // only platforms whose name contains this ("" = all)
   std::string device_type = "all";  // "all", "cpu", "gpu", "accelerator"
   std::string cache_dir;        // when set, POCL_CACHE_DIR for PoCL's kernel cache (set before discovery)
+  // Serving devices to programs on other machines (docs/remote-opencl.md): "HOST:PORT" to listen on ("" serves
+  // none), and the "HOST:PORT" guests reach it at ("" the listening address).
+  std::string remote_listen;
+  std::string remote_advertise;
 };
 
 // Parses the "opencl" config keys (docs/hosts.md). Errors: "invalid_argument" naming the key.
@@ -103,6 +107,10 @@ class OpenClBackend final : public DeviceBackend {
   Status reset(std::string_view local_id) override;
   // Builds (once per device, then cached) and runs a tiny kernel on 256 values and checks the results.
   HealthReport health(std::string_view local_id) override;
+  // With `remote_listen` set: the device (or slot) is served to one lease's program at the returned endpoint until
+  // close_remote. Without it: "" (not served). Errors: "not_found".
+  Result<std::string> open_remote(std::string_view local_id) override;
+  void close_remote(std::string_view local_id) override;
 
   // Runs `kernel` of the loaded program on the device with `args` (in kernel-parameter order) over the global
   // range `global_size` (1 to 3 dimensions); output and inout buffers receive the results. Blocks until done.

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Unmodified OpenCL programs from Debian run through the pool on a device another host serves over the network
+# (docs/remote-opencl.md): a real accelpool-manager with no OpenCL device of its own, a real accelpool-agent that
+# serves its PoCL device, and libaccelpool-opencl.so found by the real ICD loader through OCL_ICD_VENDORS. No
+# program is changed or wrapped.
+#
+# Usage: remote_opencl_test.sh BIN_DIR VENDORS_DIR CASE
+#   CASE: clinfo | clblast | clpeak | faults
+# Prints "ok: ..." per check, "SKIPPED: ..." and exits 77 when a program it needs is not installed.
+set -u
+bin=$1 vendors=$2 case=$3
+work=$(mktemp -d /tmp/accelpool-rocl.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failed=0
+check() {  # check WHAT COMMAND...
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failed=1; fi
+}
+# Waits (up to a limit only a hung component reaches) until COMMAND succeeds.
+wait_for() {
+  local what=$1
+  shift
+  for _ in $(seq 1200); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  echo "FAILED: waiting for $what"
+  return 1
+}
+need() {
+  command -v "$1" >/dev/null || { echo "SKIPPED: $1 is not installed (scripts/setup.sh installs it)"; exit 77; }
+}
+
+export POCL_CACHE_DIR=$work/pocl-cache
+agent_token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+cat >"$work/manager.toml" <<EOF
+data_dir = "$work/data"
+[agents]
+listen = ["unix:$work/agents.sock"]
+token = "$agent_token"
+[leases]
+revoke_grace_s = 1
+[[hosts]]
+name = "local"
+backend = "sim"
+EOF
+# Unix sockets for guests and agents: a restarted manager is found where the old one was.
+start_manager() {
+  rm -f "$work/data/endpoints.json"
+  "$bin/accelpool-manager" --config "$work/manager.toml" --guest-tcp "" --admin 127.0.0.1:0 >>"$work/manager.log" 2>&1 &
+  manager=$!
+  pids+=($manager)
+  wait_for "the manager to start" started || { cat "$work/manager.log"; exit 1; }
+}
+started() { [ -s "$work/data/endpoints.json" ] && grep -q "admin token" "$work/manager.log"; }
+start_manager
+field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" "$work/data/endpoints.json"; }
+guest_token=$(sed -n 's/^guest token for tenant default (shown once): //p' "$work/manager.log")
+admin_token=$(sed -n 's/^admin token (shown once): //p' "$work/manager.log")
+ctl() { "$bin/accelpoolctl" --url "$(field admin)" --token "$admin_token" "$@"; }
+
+start_agent() {
+  cat >"$work/agent.toml" <<EOF
+[agent]
+manager = "unix:$work/agents.sock"
+token = "$agent_token"
+host = "gpu-host"
+heartbeat_interval_ms = 200
+[backends.opencl]
+remote_listen = "127.0.0.1:0"
+cache_dir = "$POCL_CACHE_DIR"
+EOF
+  : >"$work/agent.log"
+  "$bin/accelpool-agent" --config "$work/agent.toml" >>"$work/agent.log" 2>&1 &
+  agent=$!
+  pids+=($agent)
+  wait_for "the agent to register" grep -q "registered with the manager" "$work/agent.log" || { cat "$work/agent.log"; exit 1; }
+}
+start_agent
+
+# The environment an unmodified program gets: the loader sees only accelpool's ICD, and the ICD asks the pool.
+remote_env=(env OCL_ICD_VENDORS="$vendors" ACCELPOOL_POOL="unix://$work/data/guest.sock" ACCELPOOL_TOKEN="$guest_token"
+            ACCELPOOL_OPENCL_KIND=cpu ACCELPOOL_OPENCL_IDLE_S=0)
+local_env=(env OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd)
+leases_held() { ctl leases --all 2>/dev/null | grep -c ' granted ' ; }
+no_lease_held() { [ "$(leases_held)" = 0 ]; }
+# The sum of CLBlast's "N test(s) WORD" lines on standard input (its colours taken out).
+count() { sed 's/\x1b\[[0-9;]*m//g' | awk -v w="$1" '$2 == "test(s)" && $3 == w { n += $1 } END { print n + 0 }'; }
+
+case $case in
+  clinfo)
+    need clinfo
+    out=$("${remote_env[@]}" clinfo -l 2>&1)
+    echo "$out"
+    check "clinfo -l lists one platform, accelpool" test "$(grep -c '^Platform #' <<<"$out")" = 1 -a -n "$(grep '^Platform #0: accelpool$' <<<"$out")"
+    check "clinfo -l lists exactly one device" test "$(grep -c 'Device #' <<<"$out")" = 1
+    local_name=$("${local_env[@]}" clinfo -l 2>&1 | sed -n 's/.*Device #0: //p')
+    check "the device is the agent's PoCL device ('$local_name')" grep -qF "Device #0: $local_name" <<<"$out"
+    full=$("${remote_env[@]}" clinfo 2>&1)
+    check "clinfo's full report names the remote device's version through accelpool" grep -q 'OpenCL 1.2 accelpool (' <<<"$full"
+    check "clinfo built and ran its probe kernel on the device (no kernel errors)" test -z "$(grep -i 'CL_BUILD_PROGRAM_FAILURE\|CL_INVALID_PROGRAM_EXECUTABLE' <<<"$full")"
+    check "the lease ends when clinfo exits" wait_for "the lease to end" no_lease_held
+    ;;
+  clblast)
+    need clblast_test_xaxpy
+    for routine in xaxpy xdot xgemv xgemm; do
+      remote=$("${remote_env[@]}" "clblast_test_$routine" 2>&1)
+      rc=$?
+      passed=$(count passed <<<"$remote")
+      failed_n=$(count failed <<<"$remote")
+      local_passed=$("${local_env[@]}" "clblast_test_$routine" 2>&1 | count passed)
+      echo "$routine: remote passed ${passed:-0} failed ${failed_n:-?}, local passed ${local_passed:-0}"
+      check "clblast_test_$routine exits 0 on the remote device (got $rc)" test "$rc" = 0
+      check "clblast_test_$routine: no test fails on the remote device" test "${failed_n:-1}" = 0
+      check "clblast_test_$routine: as many tests pass remotely as locally (${passed:-0} = ${local_passed:-0})" \
+        test "${passed:-0}" -gt 0 -a "${passed:-0}" = "${local_passed:-0}"
+    done
+    ;;
+  clpeak)
+    need clpeak
+    out=$("${remote_env[@]}" clpeak --kernel-latency --compute-sp 2>&1)
+    rc=$?
+    echo "$out"
+    check "clpeak exits 0 on the remote device (got $rc)" test "$rc" = 0
+    check "clpeak ran on the accelpool platform" grep -q 'Platform: accelpool' <<<"$out"
+    check "clpeak measured the kernel launch latency" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
+    check "clpeak measured single-precision compute" grep -qE "float16 +: [0-9.]+" <<<"$out"
+    ;;
+  faults)
+    need clpeak
+    # 1. The lease is revoked while the program runs: it gets OpenCL errors and exits; the device comes back.
+    "${remote_env[@]}" clpeak --global-bandwidth >"$work/revoked.log" 2>&1 &
+    prog=$!
+    pids+=($prog)
+    wait_for "the program's lease" test "$(leases_held)" = 1
+    lease=$(ctl leases --all 2>/dev/null | awk '/ granted /{print $1; exit}')
+    wait_for "the program to reach the device" grep -q 'Global memory bandwidth' "$work/revoked.log"
+    ctl revoke "$lease" --reason "test" >/dev/null
+    wait "$prog"
+    rc=$?
+    tail -5 "$work/revoked.log"
+    # wait returned: the program ended by itself (a hung one would be ended by ctest's timeout, failing the test)
+    check "a program whose lease is revoked ends (exit $rc) instead of hanging" true
+    check "it was told through OpenCL errors or the revocation message" grep -qiE 'error|revoked|ended' "$work/revoked.log"
+    check "the device is free again after the revocation" wait_for "the device to be free" no_lease_held
+    # 2. The agent is killed mid-program: the program gets errors and exits; the pool ends the lease.
+    "${remote_env[@]}" clpeak --global-bandwidth >"$work/killed.log" 2>&1 &
+    prog=$!
+    pids+=($prog)
+    wait_for "the program to reach the device" grep -q 'Global memory bandwidth' "$work/killed.log"
+    kill -9 "$agent"
+    wait "$prog"
+    rc=$?
+    tail -5 "$work/killed.log"
+    check "a program whose device's agent is killed ends (exit $rc) instead of hanging" true
+    check "the lease of a dead agent's device ends" wait_for "the lease to end" no_lease_held
+    # 3. A new agent serves again, and a program runs to the end.
+    start_agent
+    out=$("${remote_env[@]}" clpeak --kernel-latency 2>&1)
+    check "after the agent restarts a program runs on the device again" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
+    # 4. The manager is killed and restarted while a program computes: the program's calls go to the agent, which
+    # keeps serving its lease, and the program finishes; its lease ends afterwards.
+    "${remote_env[@]}" clpeak --compute-sp >"$work/restart.log" 2>&1 &
+    prog=$!
+    pids+=($prog)
+    wait_for "the program to reach the device" grep -q 'Single-precision compute' "$work/restart.log"
+    kill -9 "$manager"
+    start_manager
+    wait "$prog"
+    rc=$?
+    tail -8 "$work/restart.log"
+    check "a program runs to the end across a manager restart (exit $rc)" test "$rc" = 0
+    check "... with all its figures" grep -qE 'float16 +: [0-9.]+' "$work/restart.log"
+    check "its lease ends after it exits" wait_for "the lease to end" no_lease_held
+    ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac
+[ "$failed" = 0 ] || { echo "--- manager log"; tail -40 "$work/manager.log"; echo "--- agent log"; tail -40 "$work/agent.log"; }
+exit $failed
