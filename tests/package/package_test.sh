@@ -93,7 +93,9 @@ $list"
   check_files accelpool-agent /usr/bin/accelpool-agent /etc/accelpool/agent.toml \
     /lib/systemd/system/accelpool-agent.service /usr/share/man/man1/accelpool-agent.1.gz
   check_files accelpool-guest-tools /usr/bin/accelpool-run /usr/bin/accelpool-guestd \
-    /usr/share/man/man1/accelpool-run.1.gz /usr/share/man/man1/accelpool-guestd.1.gz
+    /usr/share/man/man1/accelpool-run.1.gz /usr/share/man/man1/accelpool-guestd.1.gz \
+    /usr/lib/x86_64-linux-gnu/accelpool/libaccelpool-opencl.so /etc/OpenCL/vendors/accelpool.icd \
+    /etc/accelpool/opencl.conf
   check_files libaccelpool-shim-dev /usr/include/accelpool/accelpool.h /usr/include/accelpool/shim/client.hpp \
     /usr/include/accelpool/common/result.hpp /usr/include/accelpool/common/errors.hpp
   shim_files=$(dpkg-deb -c "$(deb_of "$out" libaccelpool-shim-dev)")
@@ -106,9 +108,20 @@ $list"
     depends=$(dpkg-deb -f "$deb" Depends)
     grep -q 'libc6' <<<"$depends" || fail "$p Depends has no shared-library dependencies: '$depends'"
   done
-  # The guest tools are static: no dynamic section, no Depends on libraries.
+  # The guest tools are static: no dynamic section. The OpenCL driver is a library the ICD loader finds through its
+  # vendor file, which names the installed path; both configuration files are conffiles.
   root="$scratch/root"
-  dpkg-deb -x "$(deb_of "$out" accelpool-guest-tools)" "$root"
+  guest_deb=$(deb_of "$out" accelpool-guest-tools)
+  dpkg-deb -x "$guest_deb" "$root"
+  icd=$(cat "$root/etc/OpenCL/vendors/accelpool.icd")
+  [ "$icd" = /usr/lib/x86_64-linux-gnu/accelpool/libaccelpool-opencl.so ] || fail "accelpool.icd names '$icd', not the installed driver"
+  conffiles=$(dpkg-deb --ctrl-tarfile "$guest_deb" | tar -xO ./conffiles)
+  for f in /etc/OpenCL/vendors/accelpool.icd /etc/accelpool/opencl.conf; do
+    grep -qx "$f" <<<"$conffiles" || fail "accelpool-guest-tools does not mark $f as a conffile"
+  done
+  exports=$(nm -D --defined-only "$root/usr/lib/x86_64-linux-gnu/accelpool/libaccelpool-opencl.so" | awk '{print $3}' | sort | paste -sd' ')
+  [ "$exports" = "clGetExtensionFunctionAddress clGetPlatformInfo clIcdGetPlatformIDsKHR" ] ||
+    fail "libaccelpool-opencl.so exports more than the ICD entry points: $exports"
   for b in accelpool-run accelpool-guestd; do
     file_type=$(readelf -d "$root/usr/bin/$b" 2>&1 || true)
     grep -q 'There is no dynamic section' <<<"$file_type" || fail "$b is not static: $file_type"

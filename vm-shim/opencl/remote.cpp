@@ -283,7 +283,7 @@ std::shared_ptr<Granted> Pool::device(std::string& error) {
   const shim::LeaseInfo info = lease->info();
   const shim::DeviceInfo* served = nullptr;
   for (const auto& d : info.devices) {
-    if (d.endpoint.rfind("ocl+tcp://", 0) == 0) served = &d;
+    if (served == nullptr && d.endpoint.rfind("ocl+tcp://", 0) == 0) served = &d;
   }
   if (served == nullptr)
     return fail("lease " + std::to_string(info.id) + " (" + a.kind + ") was granted a device no host serves over the "
