@@ -291,6 +291,10 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
     INFO("console:\n" << console.tail());
     REQUIRE(added.has_value());
     const std::string slot = added->substr(added->find("pci added ") + 10, 12);  // DDDD:BB:SS.F
+    auto records = attacher->list_attached(vm.name);
+    REQUIRE(records.is_ok());
+    REQUIRE(records->size() == 1);
+    const std::string alias = records->front().alias;
 
     const auto detach_start = Clock::now();
     auto future = attacher->detach(vm.name, device_id);
@@ -302,11 +306,35 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
     INFO("detach: " << to_string(result.outcome) << ": " << result.detail);
     CHECK(result.outcome == DetachOutcome::removed);
     CHECK(result.device_free());
-    CHECK_FALSE(live_has_alias(*daemon, vm.name, device_alias(device_id)));
+    CHECK_FALSE(live_has_alias(*daemon, vm.name, alias));
     CHECK(console.wait_for({"accelpool-guest: pci removed " + slot, "device 0x1110"}, 10s).has_value());
     auto recorded = attacher->list_attached(vm.name);
     REQUIRE(recorded.is_ok());
     CHECK(recorded->empty());
+  }
+
+  // 3b. Plugged again into the VM that has just released it, the moment the removal is confirmed: QEMU may not
+  //     have freed the previous attachment's memory backend yet, so reusing its ids would abort QEMU ("RAMBlock
+  //     ... already registered"). Every attachment has an alias of its own; each re-plug succeeds and the guest
+  //     sees it.
+  std::string previous_alias;
+  for (int replug = 0; replug < 3; ++replug) {
+    INFO("re-plug " << replug);
+    const DeviceSpec spec{device_id, "lease-replug-" + std::to_string(replug), AttachMethod::emulated, ""};
+    Status attached = attacher->attach(vm.name, spec).status();
+    INFO((attached ? std::string() : attached.error().message));
+    REQUIRE(attached.is_ok());
+    auto records = attacher->list_attached(vm.name);
+    REQUIRE(records.is_ok());
+    REQUIRE(records->size() == 1);
+    CHECK(records->front().alias != previous_alias);
+    previous_alias = records->front().alias;
+    INFO("console:\n" << console.tail());
+    REQUIRE(console.wait_for({"accelpool-guest: pci added", "vendor 0x1af4 device 0x1110"}, 30s).has_value());
+    auto future = attacher->detach(vm.name, device_id);
+    REQUIRE(future.is_ok());
+    REQUIRE(future->wait_for(45s) == std::future_status::ready);
+    CHECK(future->get().outcome == DetachOutcome::removed);
   }
 
   // 4. The same with libvirt's plain calls: virDomainDetachDeviceFlags returns before the guest has answered,

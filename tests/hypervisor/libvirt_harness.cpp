@@ -408,6 +408,16 @@ Result<std::string> LibvirtDaemon::live_xml(const std::string& name) {
   return out;
 }
 
+Status LibvirtDaemon::attach_device(const std::string& name, const std::string& xml) {
+  virDomainPtr d = virDomainLookupByName(conn_, name.c_str());
+  if (d == nullptr) return make_error(Errc::not_found, "no VM '" + name + "': " + libvirt_message());
+  const int rc = virDomainAttachDeviceFlags(d, xml.c_str(), VIR_DOMAIN_AFFECT_LIVE);
+  std::string message = rc < 0 ? libvirt_message() : "";
+  virDomainFree(d);
+  if (rc < 0) return make_error(Errc::hypervisor, "attaching a device to VM '" + name + "': " + message);
+  return Status::ok();
+}
+
 std::string LibvirtDaemon::unique_device_id(const std::string& base) const {
   return base + "@" + std::to_string(getpid());
 }

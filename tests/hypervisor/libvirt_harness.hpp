@@ -93,6 +93,9 @@ class LibvirtDaemon {
                       const std::string& xml);
   // The live domain XML (virDomainGetXMLDesc).
   Result<std::string> live_xml(const std::string& name);
+  // Hot-plugs the device element `xml` into the running VM (virDomainAttachDeviceFlags, live only), as another
+  // tool or an older agent could. Errors: "not_found", "hypervisor".
+  Status attach_device(const std::string& name, const std::string& xml);
 
   // Stops libvirtd (its VMs keep running, as with a daemon upgrade on a host) and starts it again on the same
   // folders and socket; it reconnects to the running VMs. Clients see their connection drop.

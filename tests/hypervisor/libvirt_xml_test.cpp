@@ -17,7 +17,7 @@ TEST_CASE("device ids escape injectively into valid aliases and shmem names", "[
                                         "a_2eb", "A",       "a"};
   std::set<std::string> aliases;
   for (const auto& id : ids) {
-    const std::string alias = device_alias(id);
+    const std::string alias = device_alias(id, 0x1f);
     CHECK(alias.rfind("ua-accelpool-", 0) == 0);
     // libvirt keeps a user alias only if it is made of [A-Za-z0-9_-]; QEMU ids allow the same.
     CHECK(alias.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
@@ -26,8 +26,46 @@ TEST_CASE("device ids escape injectively into valid aliases and shmem names", "[
     aliases.insert(alias);
   }
   CHECK(aliases.size() == ids.size());
-  CHECK(device_alias("sim:3") == "ua-accelpool-sim_3a3");
+  CHECK(device_alias("sim:3", 0x1f) == "ua-accelpool-sim_3a3_p1f");
   CHECK(shmem_name("sim:3") == "accelpool-sim_3a3");
+}
+
+TEST_CASE("every attachment of a device has an alias of its own, and aliases of both forms name their device",
+          "[hypervisor]") {
+  // Two attachments of one device: different aliases, and so different ivshmem memory-backend ids in QEMU.
+  const std::uint64_t first = 0x62a1b2c3d4e5f;
+  CHECK(device_alias("sim:3", first) != device_alias("sim:3", first + 1));
+  auto a = device_xml(DeviceSpec{"sim:3", "lease-1", AttachMethod::emulated, ""}, first, 1);
+  auto b = device_xml(DeviceSpec{"sim:3", "lease-1", AttachMethod::emulated, ""}, first + 1, 1);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  CHECK(*a != *b);
+
+  for (const char* id : {"sim:3", "xrt:0000:65:00.1", "a_2eb", "p", "_p", "A", "sim-p1"}) {
+    for (const std::uint64_t n : {std::uint64_t{0}, first, ~std::uint64_t{0}}) {
+      INFO(id << " attachment " << n);
+      auto parsed = parse_device_alias(device_alias(id, n));
+      REQUIRE(parsed.is_ok());
+      CHECK(parsed->device_id == id);
+      CHECK(parsed->attachment == n);
+    }
+  }
+
+  // The form agents wrote before aliases had an attachment number, still in the VMs they attached to.
+  auto old = parse_device_alias("ua-accelpool-xrt_3a0000_3a65_3a00_2e1");
+  REQUIRE(old.is_ok());
+  CHECK(old->device_id == "xrt:0000:65:00.1");
+  CHECK_FALSE(old->attachment.has_value());
+
+  for (const char* alias : {"ua-other-sim_3a3", "usb", "ua-accelpool-", "ua-accelpool-sim_3A3", "ua-accelpool-sim_3",
+                            "ua-accelpool-_41", "ua-accelpool-sim_3a3_p", "ua-accelpool-sim_3a3_pX1",
+                            "ua-accelpool-sim_3a3_p1f_p2", "ua-accelpool-sim_3a3_p10000000000000000"}) {
+    INFO(alias);
+    auto refused = parse_device_alias(alias);
+    REQUIRE_FALSE(refused.is_ok());
+    CHECK(refused.error().code == Errc::invalid_argument);
+    CHECK(refused.error().message.find(alias) != std::string::npos);
+  }
 }
 
 TEST_CASE("device ids and specs are validated", "[hypervisor]") {
@@ -59,19 +97,20 @@ TEST_CASE("PCI addresses are normalised or rejected with the reason", "[hypervis
 }
 
 TEST_CASE("device XML for hot-plug names the device by its alias", "[hypervisor]") {
-  auto shm = device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 4);
+  auto shm = device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 0xa, 4);
   REQUIRE(shm.is_ok());
   CHECK(*shm ==
         "<shmem name='accelpool-sim_3a7'><model type='ivshmem-plain'/><size unit='M'>4</size>"
-        "<alias name='ua-accelpool-sim_3a7'/></shmem>");
-  auto pci = device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "65:00.1"}, 1);
+        "<alias name='ua-accelpool-sim_3a7_pa'/></shmem>");
+  auto pci = device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "65:00.1"}, 0xb, 1);
   REQUIRE(pci.is_ok());
   CHECK(pci->find("<hostdev mode='subsystem' type='pci' managed='yes'>") == 0);
   CHECK(pci->find("<address domain='0x0000' bus='0x65' slot='0x00' function='0x1'/>") != std::string::npos);
-  CHECK(pci->find("<alias name='ua-accelpool-xrt_3a0'/>") != std::string::npos);
+  CHECK(pci->find("<alias name='ua-accelpool-xrt_3a0_pb'/>") != std::string::npos);
 
-  CHECK(device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 3).error().code == Errc::invalid_argument);
-  CHECK(device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "zz"}, 1).error().code == Errc::invalid_argument);
+  CHECK(device_xml(DeviceSpec{"sim:7", "l", AttachMethod::emulated, ""}, 1, 3).error().code == Errc::invalid_argument);
+  CHECK(device_xml(DeviceSpec{"xrt:0", "l", AttachMethod::pci_hostdev, "zz"}, 1, 1).error().code ==
+        Errc::invalid_argument);
 }
 
 TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]") {
@@ -79,7 +118,7 @@ TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]")
   a.device_id = "sim:1";
   a.lease_id = "lease <&'\"> 1";
   a.method = AttachMethod::emulated;
-  a.alias = device_alias(a.device_id);
+  a.alias = device_alias(a.device_id, 1);
   a.state = AttachState::quarantined;
   a.note = "no confirmation";
   AttachedDevice b;
@@ -87,7 +126,7 @@ TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]")
   b.lease_id = "L2";
   b.method = AttachMethod::pci_hostdev;
   b.pci_bdf = "0000:65:00.1";
-  b.alias = device_alias(b.device_id);
+  b.alias = "ua-accelpool-xrt_3a0000_3a65_3a00_2e1";  // the older form, as agents before attachment numbers wrote it
   b.state = AttachState::detaching;
 
   auto back = parse_metadata_xml(metadata_xml({a, b}));
@@ -96,6 +135,8 @@ TEST_CASE("metadata round-trips, also as libvirt hands it back", "[hypervisor]")
   CHECK((*back)[0].lease_id == a.lease_id);
   CHECK((*back)[0].state == AttachState::quarantined);
   CHECK((*back)[0].note == "no confirmation");
+  CHECK((*back)[0].alias == a.alias);
+  CHECK((*back)[1].alias == b.alias);
   CHECK((*back)[1].method == AttachMethod::pci_hostdev);
   CHECK((*back)[1].pci_bdf == "0000:65:00.1");
   CHECK((*back)[1].state == AttachState::detaching);

@@ -74,6 +74,16 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+// The alias `device` carries in `vm`, as the attacher recorded it.
+std::string recorded_alias(Attacher& attacher, const std::string& vm, const std::string& device) {
+  auto records = attacher.list_attached(vm);
+  REQUIRE(records.is_ok());
+  auto it =
+      std::find_if(records->begin(), records->end(), [&](const AttachedDevice& r) { return r.device_id == device; });
+  REQUIRE(it != records->end());
+  return it->alias;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -124,12 +134,17 @@ TEST_CASE("a simulated device hot-plugs into a running VM and its record survive
   auto xml = daemon->live_xml(vm);
   REQUIRE(xml.is_ok());
   CHECK(std::regex_match(*st, std::regex("0000:00:[01][0-9a-f]\\.0")));
-  auto listed_at = guest_pci_address(*xml, device_alias(dev0));
+  const std::string alias0 = recorded_alias(*attacher, vm, dev0);
+  auto parsed_alias0 = parse_device_alias(alias0);
+  REQUIRE(parsed_alias0.is_ok());
+  CHECK(parsed_alias0->device_id == dev0);
+  CHECK(parsed_alias0->attachment.has_value());
+  auto listed_at = guest_pci_address(*xml, alias0);
   REQUIRE(listed_at.is_ok());
   CHECK(*listed_at == *st);
   CHECK(xml->find("<shmem name='" + shmem_name(dev0) + "'>") != std::string::npos);
   CHECK(xml->find("<model type='ivshmem-plain'/>") != std::string::npos);
-  CHECK(contains(live_aliases(*daemon, vm), device_alias(dev0)));
+  CHECK(contains(live_aliases(*daemon, vm), alias0));
   CHECK(std::filesystem::exists("/dev/shm/" + shmem_name(dev0)));
 
   // The VM can also be named by UUID.
@@ -152,7 +167,7 @@ TEST_CASE("a simulated device hot-plugs into a running VM and its record survive
   REQUIRE(again->size() == 2);
   CHECK((*again)[0].device_id == dev0);
   CHECK((*again)[0].lease_id == "lease-0");
-  CHECK((*again)[0].alias == device_alias(dev0));
+  CHECK((*again)[0].alias == alias0);
   CHECK((*again)[0].present);
   CHECK((*again)[1].lease_id == "lease-1");
 }
@@ -230,6 +245,61 @@ TEST_CASE("bad input to the attacher is refused with a clear error and changes n
   CHECK(other_records->empty());
 }
 
+TEST_CASE("a device an older agent plugged under an alias without an attachment number is still recognised",
+          "[hypervisor][libvirtd]") {
+  REQUIRE_LIBVIRTD(daemon);
+  const std::string vm = vm_name("upgrade");
+  start_vm(*daemon, vm);
+  auto attacher = attacher_for(*daemon, 400ms);
+  const std::string old_dev = daemon->unique_device_id("sim:old");
+  const std::string old_alias = std::string(kAliasPrefix) + escape_device_id(old_dev);
+  REQUIRE(daemon
+              ->attach_device(vm, "<shmem name='" + shmem_name(old_dev) +
+                                      "'><model type='ivshmem-plain'/><size unit='M'>1</size><alias name='" +
+                                      old_alias + "'/></shmem>")
+              .is_ok());
+
+  // In the VM under the old alias but not recorded (the older agent died before writing its record): refused,
+  // naming the alias, and nothing is plugged on top of it.
+  const auto aliases_before = live_aliases(*daemon, vm);
+  auto unrecorded = attacher->attach(vm, sim(old_dev, "lease-new"));
+  REQUIRE_FALSE(unrecorded.is_ok());
+  CHECK(unrecorded.error().code == Errc::already_attached);
+  CHECK(unrecorded.error().message.find(old_alias) != std::string::npos);
+  CHECK(live_aliases(*daemon, vm) == aliases_before);
+
+  // Recorded as the older agent recorded it: listed as present, kept beside a device plugged now, and both are
+  // what a restarted agent reads back.
+  AttachedDevice old_record;
+  old_record.device_id = old_dev;
+  old_record.lease_id = "lease-old";
+  old_record.alias = old_alias;
+  old_record.state = AttachState::attached;
+  REQUIRE(
+      daemon->set_metadata(vm, std::string(kMetadataNamespace), std::string(kMetadataKey), metadata_xml({old_record}))
+          .is_ok());
+  const std::string new_dev = daemon->unique_device_id("sim:new");
+  REQUIRE(attacher->attach(vm, sim(new_dev, "lease-new")).is_ok());
+  auto restarted = attacher_for(*daemon, 400ms);
+  auto listed = restarted->list_attached(vm);
+  REQUIRE(listed.is_ok());
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].alias == old_alias);
+  CHECK((*listed)[0].present);
+  CHECK((*listed)[1].device_id == new_dev);
+  CHECK((*listed)[1].present);
+  CHECK(parse_device_alias((*listed)[1].alias)->attachment.has_value());
+
+  // Its detach asks libvirt to remove the device by the old alias (libvirt refuses an alias it does not know);
+  // this VM has no OS to acknowledge it, so it ends in quarantine like any other.
+  auto detach = restarted->detach(vm, old_dev);
+  INFO((detach.is_ok() ? std::string() : detach.error().message));
+  REQUIRE(detach.is_ok());
+  REQUIRE(detach->wait_for(accelpool::testing::kHungAfter) == std::future_status::ready);
+  CHECK(detach->get().outcome == DetachOutcome::timed_out);
+  CHECK(recorded_alias(*restarted, vm, old_dev) == old_alias);
+}
+
 TEST_CASE("records of devices no longer in the VM reconcile, and unreadable records change nothing",
           "[hypervisor][libvirtd]") {
   REQUIRE_LIBVIRTD(daemon);
@@ -245,7 +315,7 @@ TEST_CASE("records of devices no longer in the VM reconcile, and unreadable reco
   AttachedDevice ghost;
   ghost.device_id = daemon->unique_device_id("sim:ghost");
   ghost.lease_id = "lease-ghost";
-  ghost.alias = device_alias(ghost.device_id);
+  ghost.alias = device_alias(ghost.device_id, 1);
   ghost.state = AttachState::attached;
   records->push_back(ghost);
   REQUIRE(daemon->set_metadata(vm, std::string(kMetadataNamespace), std::string(kMetadataKey), metadata_xml(*records))
@@ -295,6 +365,7 @@ TEST_CASE("a detach the guest never acknowledges ends in quarantine, not in a fr
   auto attacher = attacher_for(*daemon, timeout);
   const std::string dev = daemon->unique_device_id("sim:0");
   REQUIRE(attacher->attach(vm, sim(dev, "lease-q")).is_ok());
+  const std::string alias = recorded_alias(*attacher, vm, dev);
 
   const auto t0 = std::chrono::steady_clock::now();
   auto detach = attacher->detach(vm, dev);
@@ -326,7 +397,7 @@ TEST_CASE("a detach the guest never acknowledges ends in quarantine, not in a fr
   CHECK(second->get().outcome == DetachOutcome::timed_out);
 
   // Quarantined: recorded as such, still in the VM, and not handed out again.
-  CHECK(contains(live_aliases(*daemon, vm), device_alias(dev)));
+  CHECK(contains(live_aliases(*daemon, vm), alias));
   auto after = attacher->list_attached(vm);
   REQUIRE(after.is_ok());
   REQUIRE(after->size() == 1);

@@ -254,7 +254,8 @@ class LibvirtAttacher final : public Attacher {
   }
 
   Result<std::string> attach(std::string_view vm, const DeviceSpec& spec) override {
-    auto xml = device_xml(spec, options_.shmem_size_mib);
+    const std::uint64_t attachment = next_attachment_.fetch_add(1);
+    auto xml = device_xml(spec, attachment, options_.shmem_size_mib);
     if (!xml) return xml.error();
     auto running = running_vm(vm, "devices are attached to running VMs only");
     if (!running) return running.error();
@@ -262,7 +263,7 @@ class LibvirtAttacher final : public Attacher {
     virDomainPtr d = running->dom.get();
     const std::string uuid = domain_uuid(d);
     const std::string label = describe_vm(vm);
-    const std::string alias = device_alias(spec.device_id);
+    const std::string alias = device_alias(spec.device_id, attachment);
 
     std::lock_guard meta(meta_mutex_);
     auto records = read_records(c, d, label);
@@ -279,9 +280,13 @@ class LibvirtAttacher final : public Attacher {
     }
     auto aliases = live_aliases(c, d, label);
     if (!aliases) return aliases.error();
-    if (std::find(aliases->begin(), aliases->end(), alias) != aliases->end()) {
-      return make_error(Errc::already_attached, label + " already has a device with alias '" + alias +
-                                                "' that accelpool has no record of; remove it by hand first");
+    // Any attachment of the device, also under an alias of the older form without an attachment number.
+    for (const auto& live : *aliases) {
+      auto parsed = parse_device_alias(live);
+      if (parsed && parsed->device_id == spec.device_id) {
+        return make_error(Errc::already_attached, label + " already has device '" + spec.device_id + "' under alias '" +
+                                                      live + "', which no record names; remove it by hand first");
+      }
     }
 
     AttachedDevice rec;
@@ -797,7 +802,15 @@ class LibvirtAttacher final : public Attacher {
     emit(ev);
   }
 
+  // The number of the next attach (device_alias): starts at the microseconds since the epoch when this attacher was
+  // made, so it also keeps growing across agent restarts, and an alias is never that of an earlier attachment.
+  static std::uint64_t first_attachment_number() {
+    const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count());
+  }
+
   const LibvirtOptions options_;
+  std::atomic<std::uint64_t> next_attachment_{first_attachment_number()};
   bool loop_acquired_ = false;
   std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
 

@@ -25,6 +25,12 @@ bool all_hex(std::string_view s) {
   return !s.empty();
 }
 
+// Non-empty and only the digits 0-9a-f, as snprintf's "%x" and escape_device_id write them.
+bool all_lower_hex(std::string_view s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -161,7 +167,43 @@ std::string escape_device_id(std::string_view device_id) {
   return out;
 }
 
-std::string device_alias(std::string_view device_id) { return std::string(kAliasPrefix) + escape_device_id(device_id); }
+std::string device_alias(std::string_view device_id, std::uint64_t attachment) {
+  char number[17];
+  std::snprintf(number, sizeof number, "%llx", static_cast<unsigned long long>(attachment));
+  return std::string(kAliasPrefix) + escape_device_id(device_id) + std::string(kAttachmentMarker) + number;
+}
+
+Result<ParsedAlias> parse_device_alias(std::string_view alias) {
+  auto bad = [&](std::string_view why) {
+    return make_error(Errc::invalid_argument,
+                      "alias '" + std::string(alias) + "' is not one accelpool writes: " + std::string(why));
+  };
+  if (alias.substr(0, kAliasPrefix.size()) != kAliasPrefix)
+    return bad("it does not start with " + std::string(kAliasPrefix));
+  std::string_view escaped = alias.substr(kAliasPrefix.size());
+  ParsedAlias parsed;
+  if (auto marker = escaped.find(kAttachmentMarker); marker != std::string_view::npos) {
+    std::string_view number = escaped.substr(marker + kAttachmentMarker.size());
+    if (number.size() > 16 || !all_lower_hex(number))
+      return bad("its attachment number is not 1-16 lower-case hex digits");
+    parsed.attachment = std::stoull(std::string(number), nullptr, 16);
+    escaped = escaped.substr(0, marker);
+  }
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    if (escaped[i] != '_') {
+      parsed.device_id.push_back(escaped[i]);
+      continue;
+    }
+    std::string_view code = escaped.substr(i + 1, 2);
+    if (code.size() != 2 || !all_lower_hex(code)) return bad("'_' is not followed by two lower-case hex digits");
+    parsed.device_id.push_back(static_cast<char>(std::stoul(std::string(code), nullptr, 16)));
+    i += 2;
+  }
+  if (parsed.device_id.empty()) return bad("it names no device");
+  // The escape is injective only in its shortest form: "_41" would name the device "A", whose alias says "A".
+  if (escape_device_id(parsed.device_id) != escaped) return bad("its device id is not escaped as accelpool escapes it");
+  return parsed;
+}
 
 std::string shmem_name(std::string_view device_id) { return "accelpool-" + escape_device_id(device_id); }
 
@@ -200,9 +242,9 @@ Status validate_shmem_size(std::uint32_t shmem_size_mib) {
   return Status::ok();
 }
 
-Result<std::string> device_xml(const DeviceSpec& spec, std::uint32_t shmem_size_mib) {
+Result<std::string> device_xml(const DeviceSpec& spec, std::uint64_t attachment, std::uint32_t shmem_size_mib) {
   if (Status s = validate_spec(spec); !s) return s.error();
-  const std::string alias = device_alias(spec.device_id);
+  const std::string alias = device_alias(spec.device_id, attachment);
   if (spec.method == AttachMethod::pci_hostdev) {
     auto bdf = normalize_bdf(spec.pci_bdf);
     if (!bdf) return bdf.error();

@@ -111,8 +111,8 @@ class Attacher {
   // host's device strand, never from the pool state owner or from an event handler.
   // Errors (nothing is changed on any of them): "invalid_argument" (empty or malformed id, lease or BDF),
   // "not_found" (no such VM), "vm_not_running", "already_attached" (the device is recorded in this VM in any
-  // state, or in another VM this attacher knows of, or the VM already has a device with its alias),
-  // "hypervisor" (the hypervisor refused; its message is included), "unavailable" (no connection).
+  // state, or in another VM this attacher knows of, or the VM already holds the device under an alias no record
+  // names), "hypervisor" (the hypervisor refused; its message is included), "unavailable" (no connection).
   virtual Result<std::string> attach(std::string_view vm, const DeviceSpec& spec) = 0;
 
   // Asks the VM to release the device and returns at once with a future for the outcome (see DetachOutcome);

@@ -5,7 +5,9 @@
 // PCI functions as managed <hostdev>, simulated devices as an ivshmem-plain <shmem>. Removal uses
 // virDomainDetachDeviceAlias, which only sends the request; the outcome comes from the domain events
 // DEVICE_REMOVED / DEVICE_REMOVAL_FAILED, or from the detach timeout (quarantine). LIFECYCLE events report VMs
-// that stop. What was attached is kept in each domain's live metadata under kMetadataNamespace.
+// that stop. What was attached is kept in each domain's live metadata under kMetadataNamespace. Every attach
+// gives the device a new alias (device_alias in libvirt_xml.hpp), so a re-plug never reuses the ids of an
+// attachment QEMU may still be tearing down.
 //
 // Threads: the attacher runs libvirt's default event loop on a thread shared by all attachers of the process
 // (registered with virEventRegisterDefaultImpl the first time an attacher is created: a process that embeds
