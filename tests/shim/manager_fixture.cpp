@@ -46,6 +46,15 @@ void make_virtio_ports(const std::string& sys_dir, const std::map<std::string, s
   }
 }
 
+ManagerOptions pocl_pool() {
+  ManagerOptions o;
+  o.backend = "opencl";
+  o.pocl_cache_dir =
+      std::filesystem::temp_directory_path().string() + "/accelpool-shim-pocl-" + std::to_string(getuid());
+  std::filesystem::create_directories(o.pocl_cache_dir);
+  return o;
+}
+
 std::string ManagerProcess::binary() {
 #ifdef ACCELPOOL_MANAGER_BIN
   return ACCELPOOL_MANAGER_BIN;

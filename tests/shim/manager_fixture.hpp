@@ -34,6 +34,10 @@ inline ManagerOptions fpga_pool(int fpgas, double ttl_s = 30, double revoke_grac
   return o;
 }
 
+// Builder: the host "local" with the OpenCL backend (PoCL's CPU device here), its compiled-kernel cache in a folder
+// per user under the temporary directory, made here and kept across tests (a cold kernel build takes seconds).
+ManagerOptions pocl_pool();
+
 // One manager process. Stopped (SIGTERM, then SIGKILL) and its folder removed on destruction.
 class ManagerProcess {
  public:

@@ -10,7 +10,6 @@
 
 #include <csignal>
 #include <fcntl.h>
-#include <filesystem>
 #include <set>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,10 +26,7 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
   if (ManagerProcess::binary().empty()) {
     ACCELPOOL_SKIP("this build has no accelpool-manager target");
   }
-  ManagerOptions o;
-  o.backend = "opencl";
-  o.pocl_cache_dir = std::filesystem::temp_directory_path().string() + "/accelpool-shim-pocl-" + std::to_string(getuid());
-  std::filesystem::create_directories(o.pocl_cache_dir);
+  const ManagerOptions o = test::pocl_pool();
   ManagerProcess m(o);
   if (!m.start()) FAIL("accelpool-manager did not start: " << m.error());
   {

@@ -1,6 +1,9 @@
 // accelpool-run and the C ABI program against the real accelpool-manager on loopback.
 #include "client_options.hpp"
 #include "manager_fixture.hpp"
+#include "skip.hpp"
+
+#include "../../vm-shim/tools/run_environment.hpp"
 
 #include <accelpool/shim/client.hpp>
 
@@ -11,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -54,7 +58,189 @@ std::map<std::string, std::string> read_env_file(const std::string& path) {
   return env;
 }
 
+// The variables that restrict vendor runtimes, as accelpool-run would give them to its command for a lease whose
+// only device is `device_info` (one entry of the lease's "device_info", as JSON), on the machine `machine`.
+struct VendorView {
+  std::map<std::string, std::string> vendor;  // only the vendor runtimes' variables
+  std::map<std::string, std::string> all;
+  std::vector<std::string> notes;
+};
+
+VendorView command_view(const std::string& device_info, const run::MachineFiles& machine) {
+  auto info = nlohmann::json::parse(device_info);
+  nlohmann::json lease = {{"id", 7}, {"state", "granted"}, {"ready", true}, {"kind", info["kind"]}};
+  lease["devices"] = nlohmann::json::array({info["name"]});
+  lease["device_info"] = nlohmann::json::array({info});
+  auto parsed = parse_lease(lease.dump());
+  REQUIRE(parsed);
+  auto env = run::lease_environment(*parsed, "tcp://pool:7070", "", "vm-1", machine);
+  VendorView view;
+  view.notes = env.notes;
+  for (const auto& kv : env.variables) {
+    const std::string name = kv.substr(0, kv.find('='));
+    const std::string value = kv.substr(kv.find('=') + 1);
+    view.all[name] = value;
+    for (const char* prefix : {"CUDA_", "ROCR_", "HIP_", "ZE_", "POCL_", "GPU_DEVICE_ORDINAL"}) {
+      if (name.rfind(prefix, 0) == 0) view.vendor[name] = value;
+    }
+  }
+  return view;
+}
+
+// A machine with an NVIDIA GPU at 0000:00:07.0 (driver loaded), an AMD GPU at 0000:08:00.0 (KFD node 1; node 0 is
+// the CPU), and Intel functions: GPUs driven by i915 at 0000:00:02.0 and 0000:03:00.0, one not bound to a driver
+// at 0000:02:00.0, and a network function at 0000:04:00.0.
+run::MachineFiles fake_machine(const std::string& root) {
+  namespace fs = std::filesystem;
+  run::MachineFiles m{root + "/proc-nvidia", root + "/kfd-nodes", root + "/pci"};
+  auto write = [](const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+  };
+  write(fs::path(m.nvidia_gpus_dir) / "0000:00:07.0/information",
+        "Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 45\nGPU UUID: \t GPU-8932f937-d72c-4106-c12f-20bd9faed9f6\n"
+        "Video BIOS: \t 92.00.19.00.10\nBus Type: \t PCIe\nBus Location: \t 0000:00:07.0\n");
+  write(fs::path(m.kfd_nodes_dir) / "0/properties",
+        "cpu_cores_count 2\nsimd_count 0\nlocation_id 0\ndomain 0\nunique_id 0\n");
+  write(fs::path(m.kfd_nodes_dir) / "1/properties",
+        "cpu_cores_count 0\nsimd_count 440\nlocation_id 2048\ndomain 0\nunique_id 14627953128474402132\n");
+  auto function = [&](const std::string& bdf, const std::string& vendor, const std::string& cls,
+                      const std::string& driver) {
+    const fs::path dir = fs::path(m.pci_devices_dir) / bdf;
+    write(dir / "vendor", vendor + "\n");
+    write(dir / "class", cls + "\n");
+    if (!driver.empty()) {
+      fs::create_directories(fs::path(root) / "drivers" / driver);
+      fs::create_symlink(fs::path(root) / "drivers" / driver, dir / "driver");
+    }
+  };
+  function("0000:00:02.0", "0x8086", "0x030000", "i915");
+  function("0000:02:00.0", "0x8086", "0x038000", "");
+  function("0000:03:00.0", "0x8086", "0x038000", "i915");
+  function("0000:04:00.0", "0x8086", "0x020000", "ice");
+  function("0000:00:07.0", "0x10de", "0x030200", "nvidia");
+  return m;
+}
+
 }  // namespace
+
+TEST_CASE("accelpool-run shows each vendor runtime only the granted devices, and names no device it cannot identify",
+          "[shim][run]") {
+  const std::string root = test::make_temp_dir("accelpool-machine-");
+  REQUIRE_FALSE(root.empty());
+  const run::MachineFiles machine = fake_machine(root);
+  using Vars = std::map<std::string, std::string>;
+
+  // An NVIDIA GPU passed into this VM: CUDA by the GPU's UUID, which does not depend on enumeration order.
+  auto nvidia = command_view(R"({"name":"hv-1/opencl:1:0","kind":"gpu","model":"NVIDIA A100-SXM4-40GB",
+      "vendor":"NVIDIA Corporation","pci_vendor_id":4318,"attach":"pci_hostdev","pci":"0000:00:07.0"})",
+                             machine);
+  CHECK(nvidia.vendor == Vars{{"CUDA_VISIBLE_DEVICES", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"}});
+  CHECK(nvidia.notes.empty());
+
+  // An AMD GPU of the manager's own host: ROCr by the UUID it gives the KFD node ("GPU-" + unique_id in hex).
+  auto amd = command_view(R"({"name":"local/opencl:0:1","kind":"gpu","model":"gfx90a",
+      "vendor":"Advanced Micro Devices, Inc.","pci_vendor_id":4098,"attach":"in_process","pci":"0000:08:00.0"})",
+                          machine);
+  CHECK(amd.vendor == Vars{{"ROCR_VISIBLE_DEVICES", "GPU-cb00edde3dc7dd54"}});
+
+  // An Intel GPU: Level Zero by its index in PCI order among the Intel GPUs a driver runs (the unbound one and
+  // the network function do not count), one root device per PCI device.
+  auto intel = command_view(R"({"name":"hv-1/opencl:2:1","kind":"gpu","model":"Intel(R) Data Center GPU Flex 170",
+      "vendor":"Intel(R) Corporation","pci_vendor_id":32902,"attach":"pci_hostdev","pci":"0000:03:00.0"})",
+                            machine);
+  CHECK(intel.vendor == Vars{{"ZE_AFFINITY_MASK", "1"},
+                             {"ZE_ENABLE_PCI_ID_DEVICE_ORDER", "1"},
+                             {"ZE_FLAT_DEVICE_HIERARCHY", "COMPOSITE"}});
+
+  // A PoCL CPU sub-device (device 1 of the host's PoCL platform): PoCL is limited to its driver, which makes the
+  // device number 0 for the command, and ACCELPOOL_OPENCL_* say so. Its vendor is the CPU's ("AuthenticAMD"): no
+  // AMD GPU variable. How many compute units the sub-device has the lease does not say: no limit, and a note.
+  auto pocl = command_view(R"({"name":"local/opencl:0:1.1","kind":"cpu","model":"pthread-skylake-avx512-AMD EPYC",
+      "vendor":"AuthenticAMD","attach":"network"})",
+                           machine);
+  CHECK(pocl.vendor == Vars{{"POCL_DEVICES", "pthread"}});
+  CHECK(pocl.all["ACCELPOOL_OPENCL_DEVICES"] == "0:0/1");
+  CHECK(pocl.all["ACCELPOOL_OPENCL_PLATFORM"] == "0");
+  CHECK(pocl.all["ACCELPOOL_OPENCL_DEVICE"] == "0");
+  CHECK(pocl.all["ACCELPOOL_OPENCL_SUBDEVICE"] == "1");
+  REQUIRE(pocl.notes.size() == 1);
+  CHECK(pocl.notes[0].find("compute units") != std::string::npos);
+
+  // A simulated FPGA: no vendor runtime serves it.
+  auto fpga = command_view(R"({"name":"hv-1/sim:0","kind":"fpga","model":"sim-u250","vendor":"accelpool simulator",
+      "attach":"emulated","pci":"0000:00:0a.0"})",
+                           machine);
+  CHECK(fpga.vendor.empty());
+  CHECK(fpga.notes.empty());
+
+  // Never a guess: a GPU whose address here is unknown (attached to nothing: the address is its host's), or that
+  // this machine's driver does not know, gets no variable, and the note says why.
+  auto elsewhere = command_view(R"({"name":"hv-2/opencl:0:0","kind":"gpu","model":"NVIDIA A100-SXM4-40GB",
+      "vendor":"NVIDIA Corporation","pci_vendor_id":4318,"attach":"none","pci":"0000:00:07.0"})",
+                                machine);
+  CHECK(elsewhere.vendor.empty());
+  REQUIRE(elsewhere.notes.size() == 1);
+  CHECK(elsewhere.notes[0].find("CUDA_VISIBLE_DEVICES not set") == 0);
+  CHECK(elsewhere.notes[0].find("attach 'none'") != std::string::npos);
+  auto unknown = command_view(R"({"name":"hv-1/opencl:1:1","kind":"gpu","model":"NVIDIA A100-SXM4-40GB",
+      "vendor":"NVIDIA Corporation","pci_vendor_id":4318,"attach":"pci_hostdev","pci":"0000:00:09.0"})",
+                              machine);
+  CHECK(unknown.vendor.empty());
+  REQUIRE(unknown.notes.size() == 1);
+  CHECK(unknown.notes[0].find(machine.nvidia_gpus_dir + "/0000:00:09.0/information") != std::string::npos);
+  auto no_kfd = command_view(R"({"name":"local/opencl:0:2","kind":"gpu","model":"gfx90a",
+      "vendor":"Advanced Micro Devices, Inc.","pci_vendor_id":4098,"attach":"in_process","pci":"0000:09:00.0"})",
+                             machine);
+  CHECK(no_kfd.vendor.empty());
+  REQUIRE(no_kfd.notes.size() == 1);
+  CHECK(no_kfd.notes[0].find("0000:09:00.0") != std::string::npos);
+  test::remove_tree(root);
+}
+
+TEST_CASE("a PoCL command under accelpool-run sees only the granted PoCL driver, whatever POCL_DEVICES it had",
+          "[integration][shim][run][opencl]") {
+  if (ManagerProcess::binary().empty()) ACCELPOOL_SKIP("this build has no accelpool-manager target");
+  // Only PoCL's ICD, so that no other OpenCL platform of this machine takes part.
+  const std::string pocl_icd = "/etc/OpenCL/vendors/pocl.icd";
+  if (access(pocl_icd.c_str(), R_OK) != 0) ACCELPOOL_SKIP("no " << pocl_icd << " (pocl-opencl-icd is not installed)");
+  const std::string list = "clinfo -l";
+  const std::map<std::string, std::string> user_env = {{"OCL_ICD_VENDORS", pocl_icd},
+                                                       {"POCL_DEVICES", "basic pthread"}};
+  const std::string scratch = test::make_temp_dir("accelpool-clinfo-");
+  REQUIRE_FALSE(scratch.empty());
+  // What the command would see by itself: both drivers' devices.
+  auto alone =
+      spawn({"/bin/sh", "-c", "command -v clinfo >/dev/null || exit 77; " + list}, user_env, scratch + "/alone.out");
+  REQUIRE(alone.wait());
+  if (alone.exit_code() == 77) ACCELPOOL_SKIP("clinfo is not installed");
+  INFO("clinfo -l alone:\n" << alone.output());
+  REQUIRE(alone.exit_code() == 0);
+  REQUIRE(alone.output().find("Device #1: pthread-") != std::string::npos);
+  REQUIRE(alone.output().find("Device #0: basic-") != std::string::npos);
+
+  ManagerProcess m(test::pocl_pool());
+  if (!m.start()) FAIL("accelpool-manager did not start: " << m.error());
+  auto env = pool_env(m, "vm-clinfo");
+  env.insert(user_env.begin(), user_env.end());
+  auto wrapped = spawn({run_bin(), "--kind", "cpu", "--timeout", "60", "--", "/bin/sh", "-c",
+                    list + "; env | grep -E '^(POCL_DEVICES|ACCELPOOL_OPENCL_DEVICES|ACCELPOOL_DEVICE_0_MODEL)='"},
+                   env, scratch + "/run.out");
+  REQUIRE(wrapped.wait());
+  const std::string out = wrapped.output();
+  INFO("under accelpool-run:\n" << out);
+  if (wrapped.exit_code() == 5) ACCELPOOL_SKIP("the manager's OpenCL backend found no CPU device: " << out);
+  REQUIRE(wrapped.exit_code() == 0);
+  REQUIRE(out.find("ACCELPOOL_DEVICE_0_MODEL=") != std::string::npos);
+  const std::string model = out.substr(out.find("ACCELPOOL_DEVICE_0_MODEL=") + 25);
+  const std::string driver = model.substr(0, model.find('-'));
+  CHECK(out.find("POCL_DEVICES=" + driver + "\n") != std::string::npos);
+  CHECK(out.find("ACCELPOOL_OPENCL_DEVICES=0:0\n") != std::string::npos);
+  // clinfo lists exactly the granted device, as device 0: the user's "basic pthread" did not survive the grant.
+  CHECK(out.find(" `-- Device #0: " + driver + "-") != std::string::npos);
+  CHECK(out.find("Device #1") == std::string::npos);
+  test::remove_tree(scratch);
+}
 
 TEST_CASE("accelpool-run exports the grant, exits with the command's status and releases the lease", "[integration][shim][run]") {
   ManagerProcess m;

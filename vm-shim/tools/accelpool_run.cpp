@@ -1,4 +1,6 @@
 // accelpool-run: acquire devices, run a command with them, give them back. See docs/guest-guide.md.
+#include "run_environment.hpp"
+
 #include <accelpool/common/cli.hpp>
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
@@ -30,7 +32,9 @@ constexpr const char* kDescription = R"(accelpool-run: run a command with device
 accelpool-run [options] -- command [args...]
 
 Acquires devices from an accelpool pool, runs the command with them (environment variables
-ACCELPOOL_LEASE, ACCELPOOL_DEVICES, ACCELPOOL_KIND, ... describe the grant), forwards signals to it,
+ACCELPOOL_LEASE, ACCELPOOL_DEVICES, ACCELPOOL_KIND, ... describe the grant; CUDA_VISIBLE_DEVICES,
+ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK and POCL_DEVICES, where they apply, show vendor runtimes
+only the granted devices), forwards signals to it,
 sends it SIGTERM when the lease is being revoked (SIGKILL if it still runs at the revocation deadline),
 releases the lease when it ends, and exits with the command's status (128+N if it was killed by signal N).
 
@@ -76,69 +80,6 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
-// The variables the command gets, describing the grant.
-std::vector<std::string> lease_environment(const LeaseInfo& l, const std::string& pool, const std::string& ca_file,
-                                           const std::string& guest) {
-  std::vector<std::string> env;
-  auto add = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
-  std::string names, pci, ocl, xrt, endpoints, models;
-  for (const auto& d : l.devices) {
-    auto join = [](std::string& list, const std::string& v) { list += (list.empty() ? "" : ",") + v; };
-    join(names, d.name);
-    if (!d.pci_address.empty()) join(pci, d.pci_address);
-    if (d.opencl_platform && d.opencl_device) {
-      join(ocl, std::to_string(*d.opencl_platform) + ":" + std::to_string(*d.opencl_device) +
-                    (d.opencl_subdevice ? "/" + std::to_string(*d.opencl_subdevice) : ""));
-    }
-    if (d.xrt_index) join(xrt, std::to_string(*d.xrt_index));
-    if (!d.endpoint.empty()) join(endpoints, d.endpoint);
-    if (!d.model.empty()) join(models, d.model);
-  }
-  add("ACCELPOOL_LEASE", std::to_string(l.id));
-  add("ACCELPOOL_KIND", l.kind);
-  add("ACCELPOOL_BITSTREAM", l.bitstream);
-  add("ACCELPOOL_COUNT", std::to_string(l.devices.size()));
-  add("ACCELPOOL_DEVICES", names);
-  add("ACCELPOOL_LEASE_JSON", l.json);
-  add("ACCELPOOL_POOL", pool);
-  if (!ca_file.empty()) add("ACCELPOOL_POOL_CA", ca_file);
-  add("ACCELPOOL_GUEST", guest);
-  if (!models.empty()) add("ACCELPOOL_MODELS", models);
-  if (!pci.empty()) add("ACCELPOOL_PCI", pci);
-  if (!ocl.empty()) {
-    add("ACCELPOOL_OPENCL_DEVICES", ocl);
-    const auto& d = *std::find_if(l.devices.begin(), l.devices.end(),
-                                  [](const DeviceInfo& x) { return x.opencl_platform && x.opencl_device; });
-    add("ACCELPOOL_OPENCL_PLATFORM", std::to_string(*d.opencl_platform));
-    add("ACCELPOOL_OPENCL_DEVICE", std::to_string(*d.opencl_device));
-    if (d.opencl_subdevice) add("ACCELPOOL_OPENCL_SUBDEVICE", std::to_string(*d.opencl_subdevice));
-  }
-  if (!xrt.empty()) add("ACCELPOOL_XRT_INDEX", xrt.substr(0, xrt.find(',')));
-  if (!endpoints.empty()) add("ACCELPOOL_ENDPOINTS", endpoints);
-  // Each device on its own: ACCELPOOL_DEVICE_<i>_<FIELD>, i from 0 in the order of ACCELPOOL_DEVICES.
-  for (std::size_t i = 0; i < l.devices.size(); ++i) {
-    const DeviceInfo& d = l.devices[i];
-    const std::string p = "ACCELPOOL_DEVICE_" + std::to_string(i) + "_";
-    add(p + "NAME", d.name);
-    add(p + "KIND", d.kind);
-    add(p + "MODEL", d.model);
-    add(p + "VENDOR", d.vendor);
-    add(p + "ATTACH", d.attach);
-    add(p + "PCI", d.pci_address);
-    add(p + "ENDPOINT", d.endpoint);
-    add(p + "LOADED", d.loaded);
-    auto hex = [](std::uint32_t v) {
-      char buf[16];
-      std::snprintf(buf, sizeof buf, "0x%04x", v);
-      return std::string(buf);
-    };
-    if (d.pci_vendor_id) add(p + "PCI_VENDOR_ID", hex(d.pci_vendor_id));
-    if (d.pci_device_id) add(p + "PCI_DEVICE_ID", hex(d.pci_device_id));
-    if (d.memory_bytes) add(p + "MEMORY_BYTES", std::to_string(d.memory_bytes));
-  }
-  return env;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,7 +113,8 @@ int main(int argc, char** argv) {
       "the job's name: the pool learns run times per label (default: the command's file name when it is 1-64 "
       "characters of [A-Za-z0-9._:-]; --label '' sends none)")->type_name("NAME");
   app.add_option("--timeout", timeout, "give up if not granted within this (default: wait)")->type_name("SECONDS");
-  app.add_flag("-v,--verbose", verbose, "say what was granted and released on stderr");
+  app.add_flag("-v,--verbose", verbose,
+               "say what was granted and released, and why a vendor variable was not set, on stderr");
   app.add_option("command", command, "the command and its arguments, after --")->type_name("COMMAND...");
   if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   if (aopts.kind.empty()) return fail_usage("--kind must not be empty");
@@ -260,7 +202,12 @@ int main(int argc, char** argv) {
   }
 
   // The command's environment: ours plus the grant's, prepared before fork (the child only execs).
-  std::vector<std::string> vars = lease_environment(info, copts.uri, copts.tls_ca_file, copts.guest.empty() ? info.guest : copts.guest);
+  run::CommandEnvironment grant_env =
+      run::lease_environment(info, copts.uri, copts.tls_ca_file, copts.guest.empty() ? info.guest : copts.guest);
+  if (verbose) {
+    for (const auto& note : grant_env.notes) std::fprintf(stderr, "accelpool-run: %s\n", note.c_str());
+  }
+  const std::vector<std::string>& vars = grant_env.variables;
   std::vector<std::string> merged;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
