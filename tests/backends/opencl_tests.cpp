@@ -19,9 +19,14 @@ using namespace accelpool::backends::test;
 
 namespace {
 
+// With `subdevices`, CPU devices only: the splits these tests make are PoCL's (a GPU that cannot be partitioned,
+// as an NVIDIA H200 under NVIDIA's OpenCL, would make the backend refuse the key, which is not what they test).
 BackendConfig pocl_config(int subdevices) {
   BackendConfig c{{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}};
-  if (subdevices) c["subdevices"] = std::to_string(subdevices);
+  if (subdevices) {
+    c["subdevices"] = std::to_string(subdevices);
+    c["device_type"] = "cpu";
+  }
   return c;
 }
 
@@ -135,8 +140,9 @@ TEST_CASE("opencl: a device splits into equal sub-devices", "[opencl][pocl]") {
 TEST_CASE("opencl: splitting into more sub-devices than compute units is refused", "[opencl][errors]") {
   auto b = OpenClBackend::create(pocl_config(1024));
   if (b.is_ok()) {
-    // Only possible when no device exists at all.
-    CHECK((*b)->enumerate()->empty());
+    // Only possible when no CPU device exists at all.
+    REQUIRE((*b)->enumerate()->empty());
+    accelpool::testing::skip("the OpenCL ICD loader reports no CPU device (install pocl-opencl-icd)");
     return;
   }
   CHECK(b.error().code == Errc::invalid_argument);
