@@ -5,7 +5,7 @@
 # program is changed or wrapped.
 #
 # Usage: remote_opencl_test.sh BIN_DIR VENDORS_DIR CASE
-#   CASE: clinfo | clblast | clpeak | faults
+#   CASE: clinfo | clblast | clpeak | faults | network
 # Prints "ok: ..." per check, "SKIPPED: ..." and exits 77 when a program it needs is not installed.
 set -u
 bin=$1 vendors=$2 case=$3
@@ -66,7 +66,11 @@ guest_token=$(sed -n 's/^guest token for tenant default (shown once): //p' "$wor
 admin_token=$(sed -n 's/^admin token (shown once): //p' "$work/manager.log")
 ctl() { "$bin/accelpoolctl" --url "$(field admin)" --token "$admin_token" "$@"; }
 
+# Starts the agent serving its device on $1 (default loopback); the rest of the arguments run it (e.g. inside a
+# network namespace).
 start_agent() {
+  local listen=${1:-127.0.0.1:0}
+  shift || true
   cat >"$work/agent.toml" <<EOF
 [agent]
 manager = "unix:$work/agents.sock"
@@ -74,16 +78,16 @@ token = "$agent_token"
 host = "gpu-host"
 heartbeat_interval_ms = 200
 [backends.opencl]
-remote_listen = "127.0.0.1:0"
+remote_listen = "$listen"
 cache_dir = "$POCL_CACHE_DIR"
 EOF
   : >"$work/agent.log"
-  "$bin/accelpool-agent" --config "$work/agent.toml" >>"$work/agent.log" 2>&1 &
+  "$@" "$bin/accelpool-agent" --config "$work/agent.toml" >>"$work/agent.log" 2>&1 &
   agent=$!
   pids+=($agent)
   wait_for "the agent to register" grep -q "registered with the manager" "$work/agent.log" || { cat "$work/agent.log"; exit 1; }
 }
-start_agent
+[ "$case" = network ] || start_agent
 
 # The environment an unmodified program gets: the loader sees only accelpool's ICD, and the ICD asks the pool.
 remote_env=(env OCL_ICD_VENDORS="$vendors" ACCELPOOL_POOL="unix://$work/data/guest.sock" ACCELPOOL_TOKEN="$guest_token"
@@ -179,6 +183,37 @@ case $case in
     check "a program runs to the end across a manager restart (exit $rc)" test "$rc" = 0
     check "... with all its figures" grep -qE 'float16 +: [0-9.]+' "$work/restart.log"
     check "its lease ends after it exits" wait_for "the lease to end" no_lease_held
+    ;;
+  network)
+    # The network between the program and the device's host is cut (the host's end of a veth pair into a network
+    # namespace of this test, where the agent runs, goes down): the program's calls fail within the connection's
+    # keepalive (about 15 s) instead of hanging, it exits, and the device is released and served again.
+    need clpeak
+    need ip
+    ns=aprocl$$ host_if=apr$$h ns_if=apr$$n
+    ip netns add "$ns" 2>/dev/null || { echo "SKIPPED: cannot make a network namespace (needs root)"; exit 77; }
+    trap 'cleanup; ip netns del "$ns" 2>/dev/null; ip link del "$host_if" 2>/dev/null' EXIT
+    ip link add "$host_if" type veth peer name "$ns_if" && ip link set "$ns_if" netns "$ns" &&
+      ip addr add 169.254.213.1/30 dev "$host_if" && ip link set "$host_if" up &&
+      ip netns exec "$ns" ip addr add 169.254.213.2/30 dev "$ns_if" && ip netns exec "$ns" ip link set "$ns_if" up &&
+      ip netns exec "$ns" ip link set lo up || { echo "FAILED: setting up the veth pair"; exit 1; }
+    start_agent 169.254.213.2:0 ip netns exec "$ns"
+    out=$("${remote_env[@]}" clpeak --kernel-latency 2>&1)
+    check "a program reaches the device across the veth pair" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
+    "${remote_env[@]}" clpeak --global-bandwidth >"$work/cut.log" 2>&1 &
+    prog=$!
+    pids+=($prog)
+    wait_for "the program to reach the device" grep -q 'Global memory bandwidth' "$work/cut.log"
+    ip link set "$host_if" down
+    wait "$prog"
+    rc=$?
+    tail -5 "$work/cut.log"
+    check "a program whose network to the device is cut ends (exit $rc) instead of hanging" true
+    check "it was told through OpenCL errors" grep -qE '\(-2\)|error' "$work/cut.log"
+    check "its lease ends" wait_for "the lease to end" no_lease_held
+    ip link set "$host_if" up
+    out=$("${remote_env[@]}" clpeak --kernel-latency 2>&1)
+    check "once the network is back the device serves a program again" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
     ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 #include "remote.hpp"
 
+#include <accelpool/common/cl_socket.hpp>
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
 
@@ -22,32 +23,11 @@
 namespace accelpool::clicd {
 namespace {
 
-bool read_exact(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t got = ::recv(fd, p, n, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    n -= static_cast<std::size_t>(got);
-  }
-  return true;
-}
-
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put;
-    n -= static_cast<std::size_t>(put);
-  }
-  return true;
-}
 
 // Reads one reply frame; returns its status and leaves the fields after it in `fields`. kLinkLost on failure.
 std::int32_t read_reply(int fd, std::string& fields) {
   char head[12];  // frame length, op, flags, status
-  if (!read_exact(fd, head, sizeof head)) return kLinkLost;
+  if (!clwire::read_exact(fd, head, sizeof head)) return kLinkLost;
   clwire::Reader r(std::string_view(head, sizeof head));
   const std::uint32_t size = r.u32();
   const auto op = static_cast<clwire::Op>(r.u16());
@@ -55,7 +35,7 @@ std::int32_t read_reply(int fd, std::string& fields) {
   const std::int32_t status = r.i32();
   if (size < 8 || size > clwire::kMaxFrame || op != clwire::Op::reply) return kLinkLost;
   fields.resize(size - 8);
-  if (!read_exact(fd, fields.data(), fields.size())) return kLinkLost;
+  if (!clwire::read_exact(fd, fields.data(), fields.size())) return kLinkLost;
   return status;
 }
 
@@ -91,8 +71,7 @@ std::shared_ptr<Link> Link::connect(const std::string& endpoint, std::string& er
     error = "connecting to " + e.host + ":" + e.port + ": " + std::strerror(last_errno);
     return nullptr;
   }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  clwire::tune_socket(fd);
   std::shared_ptr<Link> link(new Link(fd));
   clwire::Writer hello(clwire::Op::hello, clwire::kWantsReply);
   hello.u32(clwire::kVersion).str(e.capability);
@@ -116,7 +95,7 @@ void Link::lose_locked() {
 
 bool Link::send_locked(const char* data, std::size_t size) {
   if (lost_) return false;
-  if (!write_all(fd_, data, size)) {
+  if (!clwire::write_all(fd_, data, size)) {
     lose_locked();
     return false;
   }

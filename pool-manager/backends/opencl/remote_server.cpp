@@ -1,5 +1,6 @@
 #include "remote_server.hpp"
 
+#include <accelpool/common/cl_socket.hpp>
 #include <accelpool/common/cl_wire.hpp>
 
 #define CL_TARGET_OPENCL_VERSION 120
@@ -34,27 +35,6 @@ using clwire::Op;
 using clwire::Reader;
 using clwire::Writer;
 
-bool read_exact(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t got = ::recv(fd, p, n, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    n -= static_cast<std::size_t>(got);
-  }
-  return true;
-}
-
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put;
-    n -= static_cast<std::size_t>(put);
-  }
-  return true;
-}
 
 // "HOST:PORT" split at its last colon; "[::1]:7" gives "::1".
 bool split_address(const std::string& address, std::string& host, std::string& port) {
@@ -87,9 +67,9 @@ class Session {
     std::string payload;
     for (;;) {
       std::uint32_t size = 0;
-      if (!read_exact(fd_, reinterpret_cast<char*>(&size), 4) || size < 4 || size > clwire::kMaxFrame) break;
+      if (!clwire::read_exact(fd_, reinterpret_cast<char*>(&size), 4) || size < 4 || size > clwire::kMaxFrame) break;
       payload.resize(size);
-      if (!read_exact(fd_, payload.data(), size)) break;
+      if (!clwire::read_exact(fd_, payload.data(), size)) break;
       if (!handle(payload)) break;
     }
     release_all();
@@ -119,7 +99,7 @@ class Session {
     return true;
   }
 
-  bool reply(Writer& w) { return write_all(fd_, w.frame().data(), w.frame().size()); }
+  bool reply(Writer& w) { return clwire::write_all(fd_, w.frame().data(), w.frame().size()); }
 
   // One request. False ends the connection (a malformed frame or a failed reply).
   bool handle(const std::string& payload) {
@@ -557,8 +537,7 @@ struct RemoteServer::Impl {
       if ((fds[0].revents & POLLIN) == 0) continue;
       int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      clwire::tune_socket(fd);
       reap();
       std::lock_guard lock(mu);
       Connection& c = connections.emplace_back();
@@ -590,9 +569,9 @@ struct RemoteServer::Impl {
     std::uint32_t size = 0;
     std::string payload;
     cl_int status = CL_INVALID_VALUE;
-    if (read_exact(c.fd, reinterpret_cast<char*>(&size), 4) && size >= 4 && size <= 4096) {
+    if (clwire::read_exact(c.fd, reinterpret_cast<char*>(&size), 4) && size >= 4 && size <= 4096) {
       payload.resize(size);
-      if (read_exact(c.fd, payload.data(), size)) {
+      if (clwire::read_exact(c.fd, payload.data(), size)) {
         Reader r(payload);
         const auto op = static_cast<Op>(r.u16());
         r.u16();
@@ -615,7 +594,7 @@ struct RemoteServer::Impl {
     }
     Writer w(Op::reply);
     w.i32(status);
-    const bool greeted = write_all(c.fd, w.frame().data(), w.frame().size());
+    const bool greeted = clwire::write_all(c.fd, w.frame().data(), w.frame().size());
     if (device != nullptr && greeted) {
       say("a program connected to " + c.local_id);
       Session(c.fd, device).serve();
