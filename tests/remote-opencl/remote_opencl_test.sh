@@ -95,6 +95,23 @@ remote_env=(env OCL_ICD_VENDORS="$vendors" ACCELPOOL_POOL="unix://$work/data/gue
 local_env=(env OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd)
 leases_held() { ctl leases --all 2>/dev/null | grep -c ' granted ' ; }
 no_lease_held() { [ "$(leases_held)" = 0 ]; }
+# Runs `clpeak $1` on the remote device, runs the rest of the arguments once its output shows $2, and waits for it
+# to end (a program that hangs instead is ended by ctest's timeout, which fails the test). Its output is in
+# $work/interrupted.log (the end of it is shown), its exit status in $rc.
+interrupt_clpeak() {
+  local test=$1 started=$2 prog
+  shift 2
+  "${remote_env[@]}" clpeak "$test" >"$work/interrupted.log" 2>&1 &
+  prog=$!
+  pids+=($prog)
+  wait_for "the program to reach the device" grep -q "$started" "$work/interrupted.log"
+  "$@"
+  wait "$prog"
+  rc=$?
+  tail -8 "$work/interrupted.log"
+}
+# A short program runs on the remote device to its end.
+runs_a_program() { "${remote_env[@]}" clpeak --kernel-latency 2>&1 | grep -qE 'Kernel launch latency : [0-9.]+ us'; }
 # The sum of CLBlast's "N test(s) WORD" lines on standard input (its colours taken out).
 count() { sed 's/\x1b\[[0-9;]*m//g' | awk -v w="$1" '$2 == "test(s)" && $3 == w { n += $1 } END { print n + 0 }'; }
 
@@ -140,48 +157,31 @@ case $case in
   faults)
     need clpeak
     # 1. The lease is revoked while the program runs: it gets OpenCL errors and exits; the device comes back.
-    "${remote_env[@]}" clpeak --global-bandwidth >"$work/revoked.log" 2>&1 &
-    prog=$!
-    pids+=($prog)
-    wait_for "the program's lease" test "$(leases_held)" = 1
-    lease=$(ctl leases --all 2>/dev/null | awk '/ granted /{print $1; exit}')
-    wait_for "the program to reach the device" grep -q 'Global memory bandwidth' "$work/revoked.log"
-    ctl revoke "$lease" --reason "test" >/dev/null
-    wait "$prog"
-    rc=$?
-    tail -5 "$work/revoked.log"
-    # wait returned: the program ended by itself (a hung one would be ended by ctest's timeout, failing the test)
+    revoke_its_lease() {
+      local lease
+      lease=$(ctl leases --all 2>/dev/null | awk '/ granted /{print $1; exit}')
+      ctl revoke "$lease" --reason "test" >/dev/null
+    }
+    interrupt_clpeak --global-bandwidth 'Global memory bandwidth' revoke_its_lease
     check "a program whose lease is revoked ends (exit $rc) instead of hanging" true
-    check "it was told through OpenCL errors or the revocation message" grep -qiE 'error|revoked|ended' "$work/revoked.log"
+    check "it was told through OpenCL errors or the revocation message" grep -qiE 'error|revoked|ended' "$work/interrupted.log"
     check "the device is free again after the revocation" wait_for "the device to be free" no_lease_held
     # 2. The agent is killed mid-program: the program gets errors and exits; the pool ends the lease.
-    "${remote_env[@]}" clpeak --global-bandwidth >"$work/killed.log" 2>&1 &
-    prog=$!
-    pids+=($prog)
-    wait_for "the program to reach the device" grep -q 'Global memory bandwidth' "$work/killed.log"
-    kill -9 "$agent"
-    wait "$prog"
-    rc=$?
-    tail -5 "$work/killed.log"
+    interrupt_clpeak --global-bandwidth 'Global memory bandwidth' kill -9 "$agent"
     check "a program whose device's agent is killed ends (exit $rc) instead of hanging" true
     check "the lease of a dead agent's device ends" wait_for "the lease to end" no_lease_held
     # 3. A new agent serves again, and a program runs to the end.
     start_agent
-    out=$("${remote_env[@]}" clpeak --kernel-latency 2>&1)
-    check "after the agent restarts a program runs on the device again" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
+    check "after the agent restarts a program runs on the device again" runs_a_program
     # 4. The manager is killed and restarted while a program computes: the program's calls go to the agent, which
     # keeps serving its lease, and the program finishes; its lease ends afterwards.
-    "${remote_env[@]}" clpeak --compute-sp >"$work/restart.log" 2>&1 &
-    prog=$!
-    pids+=($prog)
-    wait_for "the program to reach the device" grep -q 'Single-precision compute' "$work/restart.log"
-    kill -9 "$manager"
-    start_manager
-    wait "$prog"
-    rc=$?
-    tail -8 "$work/restart.log"
+    restart_manager() {
+      kill -9 "$manager"
+      start_manager
+    }
+    interrupt_clpeak --compute-sp 'Single-precision compute' restart_manager
     check "a program runs to the end across a manager restart (exit $rc)" test "$rc" = 0
-    check "... with all its figures" grep -qE 'float16 +: [0-9.]+' "$work/restart.log"
+    check "... with all its figures" grep -qE 'float16 +: [0-9.]+' "$work/interrupted.log"
     check "its lease ends after it exits" wait_for "the lease to end" no_lease_held
     ;;
   network)
@@ -198,22 +198,13 @@ case $case in
       ip netns exec "$ns" ip addr add 169.254.213.2/30 dev "$ns_if" && ip netns exec "$ns" ip link set "$ns_if" up &&
       ip netns exec "$ns" ip link set lo up || { echo "FAILED: setting up the veth pair"; exit 1; }
     start_agent 169.254.213.2:0 ip netns exec "$ns"
-    out=$("${remote_env[@]}" clpeak --kernel-latency 2>&1)
-    check "a program reaches the device across the veth pair" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
-    "${remote_env[@]}" clpeak --global-bandwidth >"$work/cut.log" 2>&1 &
-    prog=$!
-    pids+=($prog)
-    wait_for "the program to reach the device" grep -q 'Global memory bandwidth' "$work/cut.log"
-    ip link set "$host_if" down
-    wait "$prog"
-    rc=$?
-    tail -5 "$work/cut.log"
+    check "a program reaches the device across the veth pair" runs_a_program
+    interrupt_clpeak --global-bandwidth 'Global memory bandwidth' ip link set "$host_if" down
     check "a program whose network to the device is cut ends (exit $rc) instead of hanging" true
-    check "it was told through OpenCL errors" grep -qE '\(-2\)|error' "$work/cut.log"
+    check "it was told through OpenCL errors" grep -qE '\(-2\)|error' "$work/interrupted.log"
     check "its lease ends" wait_for "the lease to end" no_lease_held
     ip link set "$host_if" up
-    out=$("${remote_env[@]}" clpeak --kernel-latency 2>&1)
-    check "once the network is back the device serves a program again" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
+    check "once the network is back the device serves a program again" runs_a_program
     ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

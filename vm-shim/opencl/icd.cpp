@@ -41,6 +41,9 @@ using clwire::Op;
 
 namespace {
 cl_icd_dispatch dispatch_table;
+// The program's live buffers: a kernel argument that holds one of them is a buffer, anything else a value.
+std::mutex live_mu;
+std::map<const void*, std::uint64_t> live_mems;
 }
 
 // Every object starts with the dispatch table, as the ICD loader requires.
@@ -78,6 +81,10 @@ struct _cl_mem : Remote {
   std::size_t size = 0;
   void* host_ptr = nullptr;  // CL_MEM_USE_HOST_PTR's memory
   std::atomic<cl_uint> maps{0};
+  ~_cl_mem() {
+    std::lock_guard lock(live_mu);
+    live_mems.erase(this);
+  }
 };
 struct _cl_program : Remote {
   cl_context context = nullptr;
@@ -94,10 +101,6 @@ struct _cl_event : Remote {
 };
 
 namespace {
-
-// The program's live buffers: a kernel argument that holds one of them is a buffer, anything else a value.
-std::mutex live_mu;
-std::map<const void*, std::uint64_t> live_mems;
 
 // --- answering info queries ---------------------------------------------------------------------------------
 
@@ -164,6 +167,20 @@ template <typename T>
 cl_int retain(T* o) {
   if (o == nullptr) return CL_INVALID_VALUE;
   ++o->refs;
+  return CL_SUCCESS;
+}
+
+// Drops one of the program's references to `o` (`invalid` when it is null). At the last one the host releases its
+// object, and `o`'s reference to the object it was made from (`o->*parent`) goes through `release_parent`.
+template <typename T, typename Parent>
+cl_int drop(T* o, cl_int invalid, Object type, Parent T::*parent, cl_int(CL_API_CALL* release_parent)(Parent)) {
+  if (o == nullptr) return invalid;
+  if (--o->refs == 0) {
+    release_remote(o, type);
+    Parent up = o->*parent;
+    delete o;
+    release_parent(up);
+  }
   return CL_SUCCESS;
 }
 
@@ -363,14 +380,7 @@ cl_command_queue CL_API_CALL create_queue_with_properties(cl_context c, cl_devic
 cl_int CL_API_CALL retain_queue(cl_command_queue q) { return q == nullptr ? CL_INVALID_COMMAND_QUEUE : retain(q); }
 
 cl_int CL_API_CALL release_queue(cl_command_queue q) {
-  if (q == nullptr) return CL_INVALID_COMMAND_QUEUE;
-  if (--q->refs == 0) {
-    release_remote(q, Object::queue);
-    cl_context c = q->context;
-    delete q;
-    release_context(c);
-  }
-  return CL_SUCCESS;
+  return drop(q, CL_INVALID_COMMAND_QUEUE, Object::queue, &_cl_command_queue::context, release_context);
 }
 
 cl_int CL_API_CALL get_queue_info(cl_command_queue q, cl_command_queue_info param, std::size_t size, void* value,
@@ -444,14 +454,7 @@ cl_int CL_API_CALL wait_for_events(cl_uint n, const cl_event* events) {
 cl_int CL_API_CALL retain_event(cl_event e) { return e == nullptr ? CL_INVALID_EVENT : retain(e); }
 
 cl_int CL_API_CALL release_event(cl_event e) {
-  if (e == nullptr) return CL_INVALID_EVENT;
-  if (--e->refs == 0) {
-    release_remote(e, Object::event);
-    cl_command_queue q = e->queue;
-    delete e;
-    release_queue(q);
-  }
-  return CL_SUCCESS;
+  return drop(e, CL_INVALID_EVENT, Object::event, &_cl_event::queue, release_queue);
 }
 
 cl_int CL_API_CALL get_event_info(cl_event e, cl_event_info param, std::size_t size, void* value, std::size_t* size_ret) {
@@ -508,18 +511,7 @@ cl_mem CL_API_CALL create_buffer(cl_context c, cl_mem_flags flags, std::size_t s
 cl_int CL_API_CALL retain_mem(cl_mem m) { return m == nullptr ? CL_INVALID_MEM_OBJECT : retain(m); }
 
 cl_int CL_API_CALL release_mem(cl_mem m) {
-  if (m == nullptr) return CL_INVALID_MEM_OBJECT;
-  if (--m->refs == 0) {
-    {
-      std::lock_guard lock(live_mu);
-      live_mems.erase(m);
-    }
-    release_remote(m, Object::mem);
-    cl_context c = m->context;
-    delete m;
-    release_context(c);
-  }
-  return CL_SUCCESS;
+  return drop(m, CL_INVALID_MEM_OBJECT, Object::mem, &_cl_mem::context, release_context);
 }
 
 cl_int CL_API_CALL get_mem_info(cl_mem m, cl_mem_info param, std::size_t size, void* value, std::size_t* size_ret) {
@@ -730,14 +722,7 @@ cl_program CL_API_CALL create_program_with_binary(cl_context c, cl_uint num_devi
 cl_int CL_API_CALL retain_program(cl_program p) { return p == nullptr ? CL_INVALID_PROGRAM : retain(p); }
 
 cl_int CL_API_CALL release_program(cl_program p) {
-  if (p == nullptr) return CL_INVALID_PROGRAM;
-  if (--p->refs == 0) {
-    release_remote(p, Object::program);
-    cl_context c = p->context;
-    delete p;
-    release_context(c);
-  }
-  return CL_SUCCESS;
+  return drop(p, CL_INVALID_PROGRAM, Object::program, &_cl_program::context, release_context);
 }
 
 cl_int CL_API_CALL build_program(cl_program p, cl_uint num_devices, const cl_device_id* devices, const char* options,
@@ -833,14 +818,7 @@ cl_int CL_API_CALL create_kernels_in_program(cl_program p, cl_uint num_kernels, 
 cl_int CL_API_CALL retain_kernel(cl_kernel k) { return k == nullptr ? CL_INVALID_KERNEL : retain(k); }
 
 cl_int CL_API_CALL release_kernel(cl_kernel k) {
-  if (k == nullptr) return CL_INVALID_KERNEL;
-  if (--k->refs == 0) {
-    release_remote(k, Object::kernel);
-    cl_program p = k->program;
-    delete k;
-    release_program(p);
-  }
-  return CL_SUCCESS;
+  return drop(k, CL_INVALID_KERNEL, Object::kernel, &_cl_kernel::program, release_program);
 }
 
 cl_int CL_API_CALL set_kernel_arg(cl_kernel k, cl_uint index, std::size_t size, const void* value) {
