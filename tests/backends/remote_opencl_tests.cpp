@@ -198,3 +198,22 @@ TEST_CASE("remote opencl: a malformed frame ends its connection only", "[opencl]
   REQUIRE(good.hello(good.capability()) == kSuccess);
   CHECK(round_trip(good, "still serving...") == "still serving...");
 }
+
+TEST_CASE("remote opencl: serving settings that do not fit together are refused naming the key", "[opencl][remote]") {
+  auto refused = [](BackendConfig c, accelpool::Errc code = accelpool::Errc::invalid_argument) {
+    c["cache_dir"] = ACCELPOOL_POCL_CACHE_DIR;
+    auto b = OpenClBackend::create(c);
+    REQUIRE_FALSE(b.is_ok());
+    CHECK(b.error().code == code);
+    return b.error().message;
+  };
+  CHECK_THAT(refused({{"remote_advertise", "hv:7090"}}), Catch::Contains("'remote_advertise'"));
+  CHECK_THAT(refused({{"remote_listen", "127.0.0.1:0"}, {"remote_tls_cert", "/x.pem"}}),
+             Catch::Contains("'remote_tls_key'"));
+  CHECK_THAT(refused({{"remote_listen", "127.0.0.1:0"}, {"remote_tls_cert", "/nonexistent/c.pem"},
+                      {"remote_tls_key", "/nonexistent/c.key"}},
+                     accelpool::Errc::invalid_config),
+             Catch::Contains("remote_tls_cert") && Catch::Contains("/nonexistent/c.pem"));
+  CHECK_THAT(refused({{"remote_listen", "0.0.0.0:0"}}), Catch::Contains("remote_advertise"));
+  CHECK_THAT(refused({{"remote_listen", "not-an-address"}}), Catch::Contains("not-an-address"));
+}

@@ -5,7 +5,7 @@
 # program is changed or wrapped.
 #
 # Usage: remote_opencl_test.sh BIN_DIR VENDORS_DIR CASE
-#   CASE: clinfo | clblast | clpeak | faults | network
+#   CASE: clinfo | clblast | clpeak | faults | network | tls
 # Prints "ok: ..." per check, "SKIPPED: ..." and exits 77 when a program it needs is not installed.
 set -u
 bin=$1 vendors=$2 case=$3
@@ -80,6 +80,7 @@ heartbeat_interval_ms = 200
 [backends.opencl]
 remote_listen = "$listen"
 cache_dir = "$POCL_CACHE_DIR"
+${agent_tls:-}
 EOF
   : >"$work/agent.log"
   "$@" "$bin/accelpool-agent" --config "$work/agent.toml" >>"$work/agent.log" 2>&1 &
@@ -87,6 +88,18 @@ EOF
   pids+=($agent)
   wait_for "the agent to register" grep -q "registered with the manager" "$work/agent.log" || { cat "$work/agent.log"; exit 1; }
 }
+if [ "$case" = tls ]; then
+  # A CA of the test's, and the host's certificate for the address the endpoints name.
+  pki() { openssl "$@" >/dev/null 2>&1 || { echo "FAILED: openssl $*"; exit 1; }; }
+  pki req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj '/CN=remote opencl test CA' \
+    -keyout "$work/ca.key" -out "$work/ca.pem"
+  pki req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj '/CN=gpu-host' -keyout "$work/host.key" -out "$work/host.csr"
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$work/host.ext"
+  pki x509 -req -days 1 -in "$work/host.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+    -extfile "$work/host.ext" -out "$work/host.pem"
+  agent_tls="remote_tls_cert = \"$work/host.pem\"
+remote_tls_key = \"$work/host.key\""
+fi
 [ "$case" = network ] || start_agent
 
 # The environment an unmodified program gets: the loader sees only accelpool's ICD, and the ICD asks the pool.
@@ -205,6 +218,20 @@ case $case in
     check "its lease ends" wait_for "the lease to end" no_lease_held
     ip link set "$host_if" up
     check "once the network is back the device serves a program again" runs_a_program
+    ;;
+  tls)
+    # The agent serves over TLS: a program that trusts the host's CA runs; one that does not is refused, told why.
+    need clinfo
+    out=$("${remote_env[@]}" ACCELPOOL_OPENCL_CA="$work/ca.pem" clinfo -l 2>&1)
+    echo "$out"
+    check "over TLS, clinfo -l lists the accelpool platform and its one device" test "$(grep -c 'Device #' <<<"$out")" = 1
+    out=$("${remote_env[@]}" ACCELPOOL_OPENCL_CA="$work/ca.pem" clpeak --kernel-latency 2>&1)
+    check "over TLS, clpeak runs on the device" grep -qE 'Kernel launch latency : [0-9.]+ us' <<<"$out"
+    out=$("${remote_env[@]}" ACCELPOOL_OPENCL_CA=/etc/ssl/certs/ca-certificates.crt clinfo -l 2>&1)
+    echo "$out"
+    check "a program that does not trust the host's certificate sees no device" test "$(grep -c 'Device #' <<<"$out")" = 0
+    check "... and is told why (the certificate)" grep -qi 'accelpool OpenCL:.*certificate' <<<"$out"
+    check "its lease ends" wait_for "the lease to end" no_lease_held
     ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

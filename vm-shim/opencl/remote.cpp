@@ -4,6 +4,7 @@
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,10 +25,14 @@ namespace accelpool::clicd {
 namespace {
 
 
+bool read_all(const shim::Stream& s, char* p, std::size_t n) {
+  return clwire::move_all([&s](char* at, std::size_t left) { return shim::stream_read(s, at, left); }, p, n);
+}
+
 // Reads one reply frame; returns its status and leaves the fields after it in `fields`. kLinkLost on failure.
-std::int32_t read_reply(int fd, std::string& fields) {
+std::int32_t read_reply(const shim::Stream& s, std::string& fields) {
   char head[12];  // frame length, op, flags, status
-  if (!clwire::read_exact(fd, head, sizeof head)) return kLinkLost;
+  if (!read_all(s, head, sizeof head)) return kLinkLost;
   clwire::Reader r(std::string_view(head, sizeof head));
   const std::uint32_t size = r.u32();
   const auto op = static_cast<clwire::Op>(r.u16());
@@ -35,7 +40,7 @@ std::int32_t read_reply(int fd, std::string& fields) {
   const std::int32_t status = r.i32();
   if (size < 8 || size > clwire::kMaxFrame || op != clwire::Op::reply) return kLinkLost;
   fields.resize(size - 8);
-  if (!clwire::read_exact(fd, fields.data(), fields.size())) return kLinkLost;
+  if (!read_all(s, fields.data(), fields.size())) return kLinkLost;
   return status;
 }
 
@@ -43,36 +48,29 @@ constexpr std::size_t kQueueLimit = 1 << 20;
 
 }  // namespace
 
-std::shared_ptr<Link> Link::connect(const std::string& endpoint, std::string& error) {
+std::shared_ptr<Link> Link::connect(const std::string& endpoint, const std::string& ca_file, std::string& error) {
   clwire::Endpoint e;
   if (!clwire::parse_endpoint(endpoint, e)) {
-    error = "'" + endpoint + "' is not an ocl+tcp://HOST:PORT/CAPABILITY endpoint";
+    error = "'" + endpoint + "' is not an ocl+tcp:// or ocl+tls://HOST:PORT/CAPABILITY endpoint";
     return nullptr;
   }
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(e.host.c_str(), e.port.c_str(), &hints, &found); rc != 0) {
-    error = "resolving " + e.host + ": " + gai_strerror(rc);
+  const std::string host = e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host;
+  auto uri = shim::parse_pool_uri(std::string(e.tls ? "tls://" : "tcp://") + host + ":" + e.port);
+  if (!uri) {
+    error = uri.error().message;
     return nullptr;
   }
-  int fd = -1;
-  int last_errno = 0;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      last_errno = errno;
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(found);
-  if (fd < 0) {
-    error = "connecting to " + e.host + ":" + e.port + ": " + std::strerror(last_errno);
+  shim::TlsOptions tls;
+  tls.ca_file = ca_file;
+  auto stream = shim::open_stream(*uri, std::chrono::seconds(10), {}, tls);
+  if (!stream) {
+    error = stream.error().message;
     return nullptr;
   }
+  const int fd = stream->fd;
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // one request at a time: the link blocks
   clwire::tune_socket(fd);
-  std::shared_ptr<Link> link(new Link(fd));
+  std::shared_ptr<Link> link(new Link(*stream));
   clwire::Writer hello(clwire::Op::hello, clwire::kWantsReply);
   hello.u32(clwire::kVersion).str(e.capability);
   std::string reply;
@@ -85,17 +83,18 @@ std::shared_ptr<Link> Link::connect(const std::string& endpoint, std::string& er
   return link;
 }
 
-Link::~Link() { ::close(fd_); }
+Link::~Link() { shim::close_stream(stream_); }
 
 void Link::lose_locked() {
   lost_ = true;
   queued_.clear();
-  ::shutdown(fd_, SHUT_RDWR);
+  ::shutdown(stream_.fd, SHUT_RDWR);
 }
 
 bool Link::send_locked(const char* data, std::size_t size) {
   if (lost_) return false;
-  if (!clwire::write_all(fd_, data, size)) {
+  if (!clwire::move_all([this](const char* at, std::size_t left) { return shim::stream_write(stream_, at, left); },
+                        data, size)) {
     lose_locked();
     return false;
   }
@@ -129,7 +128,7 @@ std::int32_t Link::call(clwire::Writer& request, std::string& reply) {
     sent = flush_locked() && send_locked(frame.data(), frame.size());
   }
   if (!sent) return kLinkLost;
-  const std::int32_t status = read_reply(fd_, reply);
+  const std::int32_t status = read_reply(stream_, reply);
   if (status == kLinkLost) lose_locked();
   return status;
 }
@@ -262,14 +261,16 @@ std::shared_ptr<Granted> Pool::device(std::string& error) {
   const shim::LeaseInfo info = lease->info();
   const shim::DeviceInfo* served = nullptr;
   for (const auto& d : info.devices) {
-    if (served == nullptr && d.endpoint.rfind("ocl+tcp://", 0) == 0) served = &d;
+    clwire::Endpoint e;
+    if (served == nullptr && clwire::parse_endpoint(d.endpoint, e)) served = &d;
   }
   if (served == nullptr)
     return fail("lease " + std::to_string(info.id) + " (" + a.kind + ") was granted a device no host serves over the "
                 "network (attach '" + (info.devices.empty() ? std::string() : info.devices[0].attach) +
                 "'): use accelpool-run for hot-plugged devices");
   std::string why;
-  auto link = Link::connect(served->endpoint, why);
+  const std::string ca = cfg.get("ACCELPOOL_OPENCL_CA", "opencl_ca", cfg.get("ACCELPOOL_POOL_CA", "pool_ca", ""));
+  auto link = Link::connect(served->endpoint, ca, why);
   if (!link) return fail("lease " + std::to_string(info.id) + ": device " + served->name + ": " + why);
   s.lease = std::move(*lease);
   s.granted = std::make_shared<Granted>(Granted{link, served->name});

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <accelpool/common/cl_wire.hpp>
+#include <accelpool/shim/transport.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -20,8 +21,9 @@ inline constexpr std::int32_t kLinkLost = -2;  // CL_DEVICE_NOT_AVAILABLE
 
 class Link {
  public:
-  // Connects to `endpoint` ("ocl+tcp://HOST:PORT/CAPABILITY") and presents its capability. Errors: a message.
-  static std::shared_ptr<Link> connect(const std::string& endpoint, std::string& error);
+  // Connects to `endpoint` ("ocl+tcp://HOST:PORT/CAPABILITY", or "ocl+tls://..." verified against the PEM CA file
+  // `ca_file`, "" the system's CAs) and presents its capability. Errors: nullptr, with `error` saying why.
+  static std::shared_ptr<Link> connect(const std::string& endpoint, const std::string& ca_file, std::string& error);
   ~Link();
 
   // A request with no reply: queued and sent with the next request that has one, at flush(), or when the queue
@@ -38,12 +40,12 @@ class Link {
   bool lost() const { return lost_.load(); }
 
  private:
-  explicit Link(int fd) : fd_(fd) {}
+  explicit Link(shim::Stream stream) : stream_(stream) {}
   bool send_locked(const char* data, std::size_t size);
   bool flush_locked();
   void lose_locked();
 
-  int fd_;
+  shim::Stream stream_;  // blocking
   std::mutex mu_;
   std::string queued_;
   std::atomic<bool> lost_{false};

@@ -345,8 +345,15 @@ Result<OpenClConfig> parse_opencl_config(const BackendConfig& config) {
   c.cache_dir = r.get_string("cache_dir", "");
   c.remote_listen = r.get_string("remote_listen", "");
   c.remote_advertise = r.get_string("remote_advertise", "");
+  c.remote_tls_cert = r.get_string("remote_tls_cert", "");
+  c.remote_tls_key = r.get_string("remote_tls_key", "");
   if (c.remote_listen.empty() && !c.remote_advertise.empty())
     return r.error("remote_advertise", "is set but remote_listen is not: set the address to serve devices on");
+  if (c.remote_tls_cert.empty() != c.remote_tls_key.empty())
+    return r.error(c.remote_tls_cert.empty() ? "remote_tls_cert" : "remote_tls_key",
+                   "is missing: TLS needs both remote_tls_cert and remote_tls_key");
+  if (c.remote_listen.empty() && !c.remote_tls_cert.empty())
+    return r.error("remote_tls_cert", "is set but remote_listen is not: set the address to serve devices on");
   if (auto st = r.finish(); !st) return st.error();
   return c;
 }
@@ -361,7 +368,15 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
   auto impl = std::make_unique<Impl>();
   impl->config = *c;
   if (!c->remote_listen.empty()) {
-    auto server = RemoteServer::start(c->remote_listen, c->remote_advertise, {});
+    common::tls::Context tls;
+    if (!c->remote_tls_cert.empty()) {
+      common::tls::Files files{c->remote_tls_cert, c->remote_tls_key, "", "backends.opencl.remote_tls_cert",
+                               "backends.opencl.remote_tls_key"};
+      auto context = common::tls::server_context(files);
+      if (!context) return context.error();
+      tls = *context;
+    }
+    auto server = RemoteServer::start(c->remote_listen, c->remote_advertise, tls, {});
     if (!server) return make_error(server.error().code, "backend opencl: config key 'remote_listen': " + server.error().message);
     impl->remote = std::move(*server);
   }

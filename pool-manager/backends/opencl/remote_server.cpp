@@ -2,6 +2,9 @@
 
 #include <accelpool/common/cl_socket.hpp>
 #include <accelpool/common/cl_wire.hpp>
+#include <accelpool/common/tls.hpp>
+
+#include <openssl/ssl.h>
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -12,10 +15,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -57,20 +62,40 @@ std::string random_capability() {
   return s;
 }
 
+// One connection's bytes: plain TCP, or TLS over it (`ssl` set once its handshake is done).
+struct Channel {
+  int fd = -1;
+  SSL* ssl = nullptr;
+
+  bool read(char* p, std::size_t n) const {
+    if (ssl == nullptr) return clwire::read_exact(fd, p, n);
+    return clwire::move_all([this](char* at, std::size_t left) { return SSL_read(ssl, at, chunk(left)); }, p, n);
+  }
+  bool write(const char* p, std::size_t n) const {
+    if (ssl == nullptr) return clwire::write_all(fd, p, n);
+    return clwire::move_all([this](const char* at, std::size_t left) { return SSL_write(ssl, at, chunk(left)); }, p, n);
+  }
+  // Reads one frame's payload of at most `limit` bytes into `payload`.
+  bool read_frame(std::string& payload, std::uint32_t limit) const {
+    std::uint32_t size = 0;
+    if (!read(reinterpret_cast<char*>(&size), 4) || size < 4 || size > limit) return false;
+    payload.resize(size);
+    return read(payload.data(), size);
+  }
+
+ private:
+  static int chunk(std::size_t n) { return static_cast<int>(std::min<std::size_t>(n, 1u << 30)); }
+};
+
 // Runs one connection's calls on its device, in order, and keeps what they made until the connection ends.
 class Session {
  public:
-  Session(int fd, cl_device_id device) : fd_(fd), device_(device) {}
+  Session(const Channel& channel, cl_device_id device) : channel_(channel), device_(device) {}
 
   // Serves frames until the peer leaves or the connection is cut, then releases every object.
   void serve() {
     std::string payload;
-    for (;;) {
-      std::uint32_t size = 0;
-      if (!clwire::read_exact(fd_, reinterpret_cast<char*>(&size), 4) || size < 4 || size > clwire::kMaxFrame) break;
-      payload.resize(size);
-      if (!clwire::read_exact(fd_, payload.data(), size)) break;
-      if (!handle(payload)) break;
+    while (channel_.read_frame(payload, clwire::kMaxFrame) && handle(payload)) {
     }
     release_all();
   }
@@ -99,7 +124,7 @@ class Session {
     return true;
   }
 
-  bool reply(Writer& w) { return clwire::write_all(fd_, w.frame().data(), w.frame().size()); }
+  bool reply(Writer& w) { return channel_.write(w.frame().data(), w.frame().size()); }
 
   // One request. False ends the connection (a malformed frame or a failed reply).
   bool handle(const std::string& payload) {
@@ -495,7 +520,7 @@ class Session {
     objects_.clear();
   }
 
-  int fd_;
+  const Channel& channel_;
   cl_device_id device_;
   std::unordered_map<std::uint64_t, Held> objects_;
   cl_int kept_ = CL_SUCCESS;
@@ -515,6 +540,8 @@ struct RemoteServer::Impl {
     std::atomic<bool> done{false};
   };
 
+  static constexpr std::chrono::seconds kGreetingTimeout{10};
+  common::tls::Context tls;  // null: plain TCP
   int listen_fd = -1;
   int wake[2] = {-1, -1};
   std::string bound, advertised;
@@ -563,43 +590,53 @@ struct RemoteServer::Impl {
     }
   }
 
-  // The first frame must be a hello with an open capability; then the session runs.
+  // With TLS the handshake comes first; then the first frame must be a hello with an open capability, within
+  // kGreetingTimeout (a peer that says nothing holds no thread for long); then the session runs.
   void serve(Connection& c) {
+    Channel channel{c.fd, nullptr};
+    std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, SSL_free);
+    timeval limit{kGreetingTimeout.count(), 0};
+    ::setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    bool ready = true;
+    if (tls) {
+      ssl.reset(SSL_new(tls.get()));
+      ready = ssl && SSL_set_fd(ssl.get(), c.fd) == 1 && SSL_accept(ssl.get()) == 1;
+      channel.ssl = ssl.get();
+      if (!ready) say("a TLS handshake failed: " + common::tls::last_error("the peer left"));
+    }
     cl_device_id device = nullptr;
-    std::uint32_t size = 0;
-    std::string payload;
     cl_int status = CL_INVALID_VALUE;
-    if (clwire::read_exact(c.fd, reinterpret_cast<char*>(&size), 4) && size >= 4 && size <= 4096) {
-      payload.resize(size);
-      if (clwire::read_exact(c.fd, payload.data(), size)) {
-        Reader r(payload);
-        const auto op = static_cast<Op>(r.u16());
-        r.u16();
-        const auto version = r.u32();
-        const std::string capability(r.bytes());
-        std::lock_guard lock(mu);
-        for (auto& [id, o] : open) {
-          if (!capability.empty() && o.capability == capability) {
-            c.local_id = id;
-            device = o.device;
-          }
-        }
-        if (op != Op::hello || r.failed() || version != clwire::kVersion) {
-          status = CL_INVALID_VALUE;
-          device = nullptr;
-        } else {
-          status = device != nullptr ? CL_SUCCESS : CL_INVALID_DEVICE;
+    std::string payload;
+    if (ready && channel.read_frame(payload, 4096)) {
+      Reader r(payload);
+      const auto op = static_cast<Op>(r.u16());
+      r.u16();
+      const auto version = r.u32();
+      const std::string capability(r.bytes());
+      std::lock_guard lock(mu);
+      for (auto& [id, o] : open) {
+        if (!capability.empty() && o.capability == capability) {
+          c.local_id = id;
+          device = o.device;
         }
       }
+      if (op != Op::hello || r.failed() || version != clwire::kVersion) device = nullptr;
+      status = op != Op::hello || r.failed() || version != clwire::kVersion ? CL_INVALID_VALUE
+               : device != nullptr                                         ? CL_SUCCESS
+                                                                           : CL_INVALID_DEVICE;
     }
     Writer w(Op::reply);
     w.i32(status);
-    const bool greeted = clwire::write_all(c.fd, w.frame().data(), w.frame().size());
+    const bool greeted = ready && channel.write(w.frame().data(), w.frame().size());
     if (device != nullptr && greeted) {
+      timeval none{0, 0};  // from here a program may think as long as it likes between calls
+      ::setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+      ::setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
       say("a program connected to " + c.local_id);
-      Session(c.fd, device).serve();
+      Session(channel, device).serve();
       say("a program's connection to " + c.local_id + " ended; its objects are released");
-    } else if (status != CL_SUCCESS) {
+    } else if (ready && status != CL_SUCCESS) {
       say("refused a connection that presented no open capability");
     }
     ::shutdown(c.fd, SHUT_RDWR);
@@ -639,6 +676,7 @@ RemoteServer::~RemoteServer() {
 }
 
 Result<std::unique_ptr<RemoteServer>> RemoteServer::start(const std::string& listen, const std::string& advertise,
+                                                          common::tls::Context tls,
                                                           std::function<void(const std::string&)> log) {
   std::string host, port;
   if (!split_address(listen, host, port))
@@ -654,6 +692,7 @@ Result<std::unique_ptr<RemoteServer>> RemoteServer::start(const std::string& lis
     return make_error(Errc::invalid_argument, "remote opencl: listen address '" + listen + "': " + gai_strerror(rc));
   auto impl = std::make_unique<Impl>();
   impl->log = std::move(log);
+  impl->tls = std::move(tls);
   int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -695,7 +734,7 @@ std::string RemoteServer::open(const std::string& local_id, void* device) {
     std::lock_guard lock(impl_->mu);
     impl_->open[local_id] = {capability, static_cast<cl_device_id>(device)};
   }
-  return "ocl+tcp://" + impl_->advertised + "/" + capability;
+  return std::string(impl_->tls ? "ocl+tls://" : "ocl+tcp://") + impl_->advertised + "/" + capability;
 }
 
 void RemoteServer::close(const std::string& local_id) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <accelpool/common/result.hpp>
+#include <accelpool/common/tls.hpp>
 
 #include <functional>
 #include <memory>
@@ -22,15 +23,17 @@ namespace accelpool::backends {
 class RemoteServer {
  public:
   // Listens on `listen` ("HOST:PORT", port 0 picks a free one). Endpoints name `advertise` ("HOST:PORT"; "" the
-  // listening address, which must then not be a wildcard). `log` gets one line per connection event. Errors:
-  // "invalid_argument" (a malformed address), "io_error" (the address cannot be bound).
+  // listening address, which must then not be a wildcard). With a `tls` server context every connection is TLS
+  // (endpoints "ocl+tls://..."). `log` gets one line per connection event. Errors: "invalid_argument" (a malformed
+  // address), "io_error" (the address cannot be bound).
   static Result<std::unique_ptr<RemoteServer>> start(const std::string& listen, const std::string& advertise,
+                                                     common::tls::Context tls,
                                                      std::function<void(const std::string&)> log);
   // Stops accepting, cuts every connection and releases their objects.
   ~RemoteServer();
 
   // Opens `local_id` (OpenCL device `device`, a cl_device_id) for one lease and returns its endpoint
-  // "ocl+tcp://HOST:PORT/CAPABILITY". A device that is open already is closed first (its old capability ends).
+  // "ocl+tcp://HOST:PORT/CAPABILITY" ("ocl+tls://" with TLS). A device that is open already is closed first (its old capability ends).
   std::string open(const std::string& local_id, void* device);
 
   // Ends `local_id`'s capability, cuts its connections and returns once every object they made is released

@@ -12,28 +12,28 @@
 
 namespace accelpool::clwire {
 
-// Reads exactly `n` bytes; false when the peer closed, the connection failed or was cut.
-inline bool read_exact(int fd, char* p, std::size_t n) {
+// Moves exactly `n` bytes with `step(p, n)`, a read(2)- or send(2)-like call on the connection (plain or TLS) that
+// returns how many bytes it moved, 0 or less when the connection ended; EINTR is retried.
+template <typename Step, typename Byte>
+bool move_all(Step&& step, Byte* p, std::size_t n) {
   while (n > 0) {
-    ssize_t got = ::recv(fd, p, n, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    n -= static_cast<std::size_t>(got);
+    const auto moved = step(p, n);
+    if (moved < 0 && errno == EINTR) continue;
+    if (moved <= 0) return false;
+    p += moved;
+    n -= static_cast<std::size_t>(moved);
   }
   return true;
 }
 
+// Reads exactly `n` bytes; false when the peer closed, the connection failed or was cut.
+inline bool read_exact(int fd, char* p, std::size_t n) {
+  return move_all([fd](char* at, std::size_t left) { return ::recv(fd, at, left, 0); }, p, n);
+}
+
 // Writes all `n` bytes (never raising SIGPIPE); false when the connection failed or was cut.
 inline bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put;
-    n -= static_cast<std::size_t>(put);
-  }
-  return true;
+  return move_all([fd](const char* at, std::size_t left) { return ::send(fd, at, left, MSG_NOSIGNAL); }, p, n);
 }
 
 // What both ends set on a connection: no Nagle delay (requests are whole frames), and a peer that stops answering

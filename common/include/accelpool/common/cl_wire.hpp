@@ -165,14 +165,17 @@ class Reader {
   bool failed_ = false;
 };
 
-// The parts of an endpoint "ocl+tcp://HOST:PORT/CAPABILITY" (docs/remote-opencl.md). False when `text` is not one.
+// The parts of an endpoint "ocl+tcp://HOST:PORT/CAPABILITY", or "ocl+tls://..." for TLS (docs/remote-opencl.md).
+// False when `text` is not one.
 struct Endpoint {
   std::string host, port, capability;
+  bool tls = false;
 };
 inline bool parse_endpoint(std::string_view text, Endpoint& out) {
-  constexpr std::string_view scheme = "ocl+tcp://";
-  if (text.substr(0, scheme.size()) != scheme) return false;
-  text.remove_prefix(scheme.size());
+  constexpr std::string_view plain = "ocl+tcp://", secure = "ocl+tls://";
+  out.tls = text.substr(0, secure.size()) == secure;
+  if (!out.tls && text.substr(0, plain.size()) != plain) return false;
+  text.remove_prefix(plain.size());
   const auto slash = text.find('/');
   if (slash == std::string_view::npos) return false;
   const std::string_view address = text.substr(0, slash);

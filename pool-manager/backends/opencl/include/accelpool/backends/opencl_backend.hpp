@@ -40,6 +40,9 @@ struct OpenClConfig {
   // none), and the "HOST:PORT" guests reach it at ("" the listening address).
   std::string remote_listen;
   std::string remote_advertise;
+  // PEM certificate chain and key: served connections are TLS ("ocl+tls://" endpoints); both or neither.
+  std::string remote_tls_cert;
+  std::string remote_tls_key;
 };
 
 // Parses the "opencl" config keys (docs/hosts.md). Errors: "invalid_argument" naming the key.
