@@ -28,7 +28,7 @@ if [ "$vm" = 1 ]; then
   exit 0
 fi
 
-cmake --build "$build" --target accelpool-manager accelpool-agent accelpoolctl accelpool-run
+cmake --build "$build" --target accelpool-manager accelpool-agent accelpoolctl accelpool-run accelpool_opencl
 bin="$build/bin"
 
 out=out/demo
@@ -96,6 +96,14 @@ echo
 echo "Pool statistics:"
 ctl stats
 echo
+# An unmodified OpenCL program through the pool's OpenCL driver: it sees only the device the pool grants it.
+opencl_env=(env OCL_ICD_VENDORS="$PWD/$build/opencl-vendors" ACCELPOOL_POOL="tcp://$guest_tcp"
+            ACCELPOOL_TOKEN="$guest_token" ACCELPOOL_OPENCL_KIND=cpu)
+if [ -d "$build/opencl-vendors" ] && command -v clinfo >/dev/null && ctl devices | grep -q ' cpu '; then
+  echo "An unmodified OpenCL program (clinfo -l) through the pool's OpenCL driver (docs/remote-opencl.md):"
+  "${opencl_env[@]}" clinfo -l
+  echo
+fi
 printf '#!/bin/sh\n# Stops the pool scripts/demo.sh left running.\nkill %s %s 2>/dev/null && echo "demo pool stopped" || echo "demo pool was not running"\n' \
   "$agent" "$manager" >"$out/stop.sh"
 chmod +x "$out/stop.sh"
@@ -106,6 +114,7 @@ echo "  $bin/accelpoolctl --url $admin_url --token $admin_token devices"
 echo "  curl -s -H 'Authorization: Bearer $admin_token' $admin_url/v1/leases?all=true   # the admin API"
 echo "  curl -s $admin_url/metrics"
 echo "  $bin/accelpool-run --pool tcp://$guest_tcp --token $guest_token -- sh -c 'env | grep ACCELPOOL_'"
+echo "  ${opencl_env[*]} clpeak --kernel-latency   # any OpenCL program"
 echo "Manager and agent logs, data: $out/"
 echo "Stop it with: $out/stop.sh"
 echo "The scheduling policies compared on the real Philly trace: scripts/results.sh (see docs/results.md)."
