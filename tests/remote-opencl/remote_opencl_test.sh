@@ -233,6 +233,33 @@ case $case in
     check "... and is told why (the certificate)" grep -qi 'accelpool OpenCL:.*certificate' <<<"$out"
     check "its lease ends" wait_for "the lease to end" no_lease_held
     ;;
+  bench)
+    # Run by hand, not by ctest (docs/benchmarks.md, "Remote OpenCL"): `... bench BENCH [ARGS...]` runs the benchmark
+    # program BENCH (accelpool-opencl-bench) with ARGS on local PoCL and on the same device through the pool,
+    # alternated three times each, then `clpeak --kernel-latency` both ways. Each remote run starts with no lease
+    # held, so its first call includes a fresh acquire and connection.
+    bench=${4:?usage: remote_opencl_test.sh BIN_DIR VENDORS_DIR bench BENCH [ARGS...]}
+    for round in 1 2 3; do
+      echo "=== local PoCL, round $round"
+      "${local_env[@]}" "$bench" "${@:5}" 2>&1
+      rc=$?
+      check "the benchmark runs on local PoCL (round $round, exit $rc)" test "$rc" = 0
+      wait_for "the lease to end" no_lease_held
+      echo "=== remote over loopback, round $round"
+      "${remote_env[@]}" "$bench" "${@:5}" 2>&1
+      rc=$?
+      check "the benchmark runs on the remote device (round $round, exit $rc)" test "$rc" = 0
+    done
+    if command -v clpeak >/dev/null; then
+      echo "=== clpeak --kernel-latency, local PoCL"
+      "${local_env[@]}" clpeak --kernel-latency 2>&1
+      wait_for "the lease to end" no_lease_held
+      echo "=== clpeak --kernel-latency, remote over loopback"
+      "${remote_env[@]}" clpeak --kernel-latency 2>&1
+    else
+      echo "clpeak is not installed: its figures are left out"
+    fi
+    ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 [ "$failed" = 0 ] || { echo "--- manager log"; tail -40 "$work/manager.log"; echo "--- agent log"; tail -40 "$work/agent.log"; }
