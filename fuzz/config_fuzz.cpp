@@ -2,6 +2,7 @@
 // backend settings and the endpoints of what loaded, as the daemon reads them at start.
 #include <config.hpp>
 
+#include <unistd.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -9,14 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
 // One file per process, rewritten for each input (load_config reads a path).
 const std::filesystem::path& config_file() {
   static const std::filesystem::path file = [] {
-    std::filesystem::path base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
+    std::filesystem::path base =
+        std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
     std::string templ = (base / "accelpool-fuzz-config-XXXXXX").string();
     if (!::mkdtemp(templ.data())) {
       std::fprintf(stderr, "fuzz fixture: cannot create a temporary folder under %s\n", base.c_str());

@@ -7,6 +7,7 @@
 #include <accelpool/manager/core.hpp>
 #include <accelpool/manager/host_driver.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -15,7 +16,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 
 namespace accelpool::fuzz {
 
@@ -39,7 +39,8 @@ struct Pool {
 
   Pool() {
     // /dev/shm where it exists: the store's files never touch a disk.
-    std::filesystem::path base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
+    std::filesystem::path base =
+        std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
     std::string templ = (base / "accelpool-fuzz-XXXXXX").string();
     if (!::mkdtemp(templ.data())) setup_failed("cannot create a temporary folder under " + base.string());
     dir = templ;

@@ -44,7 +44,8 @@ std::string base64_encode(std::string_view bytes) {
 Result<std::string> base64_decode(std::string_view text) {
   static constexpr auto kTable = decode_table();
   if (text.size() % 4 != 0)
-    return make_error(Errc::invalid_argument, "base64: length " + std::to_string(text.size()) + " is not a multiple of 4");
+    return make_error(Errc::invalid_argument,
+                      "base64: length " + std::to_string(text.size()) + " is not a multiple of 4");
   std::string out;
   out.reserve(text.size() / 4 * 3);
   for (std::size_t i = 0; i < text.size(); i += 4) {

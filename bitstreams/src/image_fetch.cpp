@@ -39,12 +39,13 @@ Result<Bitstream> fetch_image(SharedRegistry& registry, std::string_view sha256,
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     for (std::uint64_t offset = 0; offset < described->size;) {
       auto piece = from.read(sha256, offset);
-      if (!piece) return make_error(piece.error().code,
+      if (!piece)
+        return make_error(piece.error().code,
                           what + ": at byte " + std::to_string(offset) + ": " + piece.error().message);
       if (piece->empty() || piece->size() > described->size - offset)
         return make_error(Errc::unavailable, what + ": the piece at byte " + std::to_string(offset) + " has " +
-                                             std::to_string(piece->size()) + " bytes, but the image has " +
-                                             std::to_string(described->size));
+                                                 std::to_string(piece->size()) + " bytes, but the image has " +
+                                                 std::to_string(described->size));
       out.write(piece->data(), static_cast<std::streamsize>(piece->size()));
       offset += piece->size();
     }

@@ -59,10 +59,18 @@ std::string toml_quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -120,14 +128,16 @@ Status validate_image_file_name(std::string_view file, std::string_view origin) 
   // Messages show control characters (a NUL, which the file system would cut the name at) as '?'.
   std::string shown;
   for (char c : file) shown += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
-  if (file.size() > 255 || file.front() == '.' ||
-      !all_of(file, "._+-ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
-    return field_error(origin, "file", "'" + shown + "' must be a plain file name in the manifest's folder: 1-255 of "
-                                       "[A-Za-z0-9._+-], not starting with '.'");
+  if (file.size() > 255 || file.front() == '.' || !all_of(file, "._+-ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    return field_error(origin, "file",
+                       "'" + shown +
+                           "' must be a plain file name in the manifest's folder: 1-255 of "
+                           "[A-Za-z0-9._+-], not starting with '.'");
   std::string lower;
   for (char c : file) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower.size() >= 5 && lower.compare(lower.size() - 5, 5, ".toml") == 0)
-    return field_error(origin, "file", "'" + shown + "' ends in .toml: the registry would read the image as a manifest");
+    return field_error(origin, "file",
+                       "'" + shown + "' ends in .toml: the registry would read the image as a manifest");
   return Status::ok();
 }
 
@@ -135,10 +145,14 @@ Status validate_image_file_name(std::string_view file, std::string_view origin) 
 
 std::string_view to_string(ImageFormat format) {
   switch (format) {
-    case ImageFormat::xclbin: return "xclbin";
-    case ImageFormat::opencl_source: return "opencl-source";
-    case ImageFormat::opencl_binary: return "opencl-binary";
-    case ImageFormat::opaque: return "opaque";
+    case ImageFormat::xclbin:
+      return "xclbin";
+    case ImageFormat::opencl_source:
+      return "opencl-source";
+    case ImageFormat::opencl_binary:
+      return "opencl-binary";
+    case ImageFormat::opaque:
+      return "opaque";
   }
   return "opaque";
 }
@@ -152,9 +166,9 @@ bool model_matches(const std::vector<std::string>& patterns, std::string_view mo
 
 Status validate_manifest(const Manifest& m, std::string_view origin) {
   if (m.name.empty() || !all_of(m.name, "._-") || m.name.front() == '.' || m.name.front() == '-')
-    return field_error(origin, "name", "'" + m.name + "' must be non-empty [a-z0-9._-], starting with a letter or digit");
-  if (m.version.empty() || m.version.front() == '.' ||
-      !all_of(m.version, "._+-ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    return field_error(origin, "name",
+                       "'" + m.name + "' must be non-empty [a-z0-9._-], starting with a letter or digit");
+  if (m.version.empty() || m.version.front() == '.' || !all_of(m.version, "._+-ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
     return field_error(origin, "version", "'" + m.version + "' must be non-empty [A-Za-z0-9._+-]");
   if (m.kind.empty() || !all_of(m.kind, "_"))
     return field_error(origin, "kind", "'" + m.kind + "' must be a lowercase word such as fpga, gpu, cpu");
@@ -163,8 +177,7 @@ Status validate_manifest(const Manifest& m, std::string_view origin) {
     if (c.empty()) return field_error(origin, "compatible", "contains an empty model name");
   }
   if (auto st = validate_image_file_name(m.file, origin); !st) return st;
-  if (!is_hex64(m.sha256))
-    return field_error(origin, "sha256", "'" + m.sha256 + "' is not 64 lowercase hex digits");
+  if (!is_hex64(m.sha256)) return field_error(origin, "sha256", "'" + m.sha256 + "' is not 64 lowercase hex digits");
   if (!(m.programming_seconds >= 0) || !std::isfinite(m.programming_seconds))
     return field_error(origin, "programming_seconds", "must be a number >= 0");
   if (m.partial && (m.slot_shape.empty() || !all_of(m.slot_shape, "._-")))
@@ -181,7 +194,8 @@ Status validate_manifest(const Manifest& m, std::string_view origin) {
   if ((m.format == ImageFormat::xclbin || m.format == ImageFormat::opencl_source ||
        m.format == ImageFormat::opencl_binary) &&
       m.kernels.empty())
-    return field_error(origin, "kernels", "must name at least one kernel for format " + std::string(to_string(m.format)));
+    return field_error(origin, "kernels",
+                       "must name at least one kernel for format " + std::string(to_string(m.format)));
   return Status::ok();
 }
 
@@ -195,9 +209,9 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
        << e.source().begin.column << ": " << e.description();
     return make_error(Errc::invalid_manifest, os.str());
   }
-  static const std::set<std::string, std::less<>> known = {"name", "version", "kind", "compatible", "file", "sha256",
-                                                           "programming_seconds", "kernels", "format", "description",
-                                                           "image", "slot_shape", "bandwidth_demand"};
+  static const std::set<std::string, std::less<>> known = {
+      "name",    "version", "kind",        "compatible", "file",       "sha256",          "programming_seconds",
+      "kernels", "format",  "description", "image",      "slot_shape", "bandwidth_demand"};
   for (const auto& [key, node] : t) {
     if (!known.count(key.str())) return field_error(origin, key.str(), "unknown field");
   }
@@ -211,7 +225,10 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
     out = std::move(*v);
     return Status::ok();
   };
-  for (auto [key, out] : {std::pair{"name", &m.name}, {"version", &m.version}, {"kind", &m.kind}, {"file", &m.file},
+  for (auto [key, out] : {std::pair{"name", &m.name},
+                          {"version", &m.version},
+                          {"kind", &m.kind},
+                          {"file", &m.file},
                           {"sha256", &m.sha256}}) {
     if (auto st = field(key, *out, true, required_string); !st) return st.error();
   }
@@ -250,11 +267,16 @@ Result<Manifest> parse_manifest(std::string_view toml_text, std::string_view ori
   if (t.contains("format")) {
     auto f = required_string(t, "format", origin);
     if (!f) return f.error();
-    if (*f == "xclbin") m.format = ImageFormat::xclbin;
-    else if (*f == "opencl-source") m.format = ImageFormat::opencl_source;
-    else if (*f == "opencl-binary") m.format = ImageFormat::opencl_binary;
-    else if (*f == "opaque") m.format = ImageFormat::opaque;
-    else return field_error(origin, "format", "'" + *f + "' is not one of xclbin, opencl-source, opencl-binary, opaque");
+    if (*f == "xclbin")
+      m.format = ImageFormat::xclbin;
+    else if (*f == "opencl-source")
+      m.format = ImageFormat::opencl_source;
+    else if (*f == "opencl-binary")
+      m.format = ImageFormat::opencl_binary;
+    else if (*f == "opaque")
+      m.format = ImageFormat::opaque;
+    else
+      return field_error(origin, "format", "'" + *f + "' is not one of xclbin, opencl-source, opencl-binary, opaque");
   }
   if (auto st = validate_manifest(m, origin); !st) return st.error();
   return m;

@@ -5,9 +5,9 @@
 #include "read_file.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <random>
-#include <cctype>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -26,7 +26,8 @@ bool defines_kernel(std::string_view source, std::string_view name) {
     return i;
   };
   auto word_at = [&](std::size_t i, std::string_view word) {
-    return source.substr(i, word.size()) == word && (i + word.size() >= source.size() || !is_ident(source[i + word.size()]));
+    return source.substr(i, word.size()) == word &&
+           (i + word.size() >= source.size() || !is_ident(source[i + word.size()]));
   };
   for (std::size_t at = source.find("kernel"); at != std::string_view::npos; at = source.find("kernel", at + 1)) {
     std::size_t start = at >= 2 && source.substr(at - 2, 2) == "__" ? at - 2 : at;
@@ -50,7 +51,7 @@ Status check_image(const Manifest& m, const fs::path& image, const std::string& 
       if (!info) return make_error(info.error().code, where + ": " + info.error().message);
       if (!model_matches(m.compatible, info->platform))
         return make_error(Errc::incompatible, where + ": field 'compatible': the xclbin targets platform '" +
-                                              info->platform + "', which the manifest does not list");
+                                                  info->platform + "', which the manifest does not list");
       if (info->parsed_by_xrt) {
         for (const auto& k : m.kernels) {
           if (std::find(info->kernels.begin(), info->kernels.end(), k) == info->kernels.end())
@@ -66,7 +67,8 @@ Status check_image(const Manifest& m, const fs::path& image, const std::string& 
       if (!text) return make_error(text.error().code, where + ": " + text.error().message);
       for (const auto& k : m.kernels) {
         if (!defines_kernel(*text, k))
-          return make_error(Errc::invalid_manifest, where + ": field 'kernels': the source defines no kernel '" + k + "'");
+          return make_error(Errc::invalid_manifest,
+                            where + ": field 'kernels': the source defines no kernel '" + k + "'");
       }
       return Status::ok();
     }
@@ -82,7 +84,8 @@ Result<Bitstream> verify_image(const Manifest& m, const fs::path& manifest_path,
   std::string where = "manifest " + manifest_path.string() + " (file " + m.file + ")";
   std::error_code ec;
   if (!fs::is_regular_file(image, ec))
-    return make_error(Errc::missing_file, where + ": field 'file': " + image.string() + " does not exist or is not a file");
+    return make_error(Errc::missing_file,
+                      where + ": field 'file': " + image.string() + " does not exist or is not a file");
   Bitstream b;
   b.manifest = m;
   b.manifest_path = manifest_path;
@@ -178,9 +181,9 @@ Status Registry::reload() {
     }
     auto [it, inserted] = by_id.emplace(b->id(), *b);
     if (!inserted) {
-      rejected.push_back({path, make_error(Errc::already_exists, "manifest " + path.string() + ": " + b->id() +
-                                                                 " is already defined by " +
-                                                                 it->second.manifest_path.string())});
+      rejected.push_back(
+          {path, make_error(Errc::already_exists, "manifest " + path.string() + ": " + b->id() +
+                                                      " is already defined by " + it->second.manifest_path.string())});
     }
   }
   by_id_ = std::move(by_id);
@@ -217,7 +220,8 @@ Result<Bitstream> Registry::find_by_sha256(std::string_view sha256) const {
   for (const auto& [id, b] : by_id_) {
     if (b.manifest.sha256 == sha256) return b;
   }
-  return make_error(Errc::not_found, "bitstream registry " + dir_.string() + ": no image with sha256 " + std::string(sha256));
+  return make_error(Errc::not_found,
+                    "bitstream registry " + dir_.string() + ": no image with sha256 " + std::string(sha256));
 }
 
 Status Registry::compatible(const Bitstream& bitstream, std::string_view device_model) {
@@ -225,7 +229,7 @@ Status Registry::compatible(const Bitstream& bitstream, std::string_view device_
   std::string list;
   for (const auto& c : bitstream.manifest.compatible) list += (list.empty() ? "" : ", ") + c;
   return make_error(Errc::incompatible, "bitstream " + bitstream.id() + " is not for device model '" +
-                                        std::string(device_model) + "' (it fits: " + list + ")");
+                                            std::string(device_model) + "' (it fits: " + list + ")");
 }
 
 Result<Bitstream> Registry::verify(std::string_view name, std::string_view version) const {
@@ -265,13 +269,13 @@ Result<Registry::Staged> Registry::stage(const fs::path& dir, const Manifest& ma
   std::error_code ec;
   if (!fs::is_regular_file(source_file, ec))
     return make_error(Errc::missing_file, "register " + manifest.id() + ": source " + source_file.string() +
-                                          " does not exist or is not a file");
+                                              " does not exist or is not a file");
   std::string suffix = random_suffix();
   Staged staged;
   staged.image_ = dir / (".tmp-" + manifest.file + "-" + suffix);
   if (!fs::copy_file(source_file, staged.image_, fs::copy_options::none, ec)) {
     return make_error(Errc::io_error, "register " + manifest.id() + ": copying " + source_file.string() + " into " +
-                                      dir.string() + " failed: " + ec.message());
+                                          dir.string() + " failed: " + ec.message());
   }
   auto verified = verify_image(manifest, manifest_path, staged.image_);
   if (!verified) return verified.error();
@@ -289,7 +293,8 @@ Result<Bitstream> Registry::commit(Staged staged) {
   std::error_code ec;
   fs::rename(staged.image_, target, ec);
   if (ec) {
-    return make_error(Errc::io_error, "register " + manifest.id() + ": rename into " + target.string() + " failed: " + ec.message());
+    return make_error(Errc::io_error,
+                      "register " + manifest.id() + ": rename into " + target.string() + " failed: " + ec.message());
   }
   staged.image_.clear();
   fs::rename(staged.manifest_file_, manifest_path, ec);
@@ -297,7 +302,7 @@ Result<Bitstream> Registry::commit(Staged staged) {
     std::error_code ignore;
     fs::remove(target, ignore);
     return make_error(Errc::io_error, "register " + manifest.id() + ": rename into " + manifest_path.string() +
-                                      " failed: " + ec.message());
+                                          " failed: " + ec.message());
   }
   staged.manifest_file_.clear();
   Bitstream b = std::move(staged.verified_);
@@ -317,11 +322,13 @@ Result<Bitstream> Registry::add(const Manifest& manifest, const fs::path& source
 Status Registry::remove(std::string_view name, std::string_view version) {
   auto it = by_id_.find(std::string(name) + "@" + std::string(version));
   if (it == by_id_.end())
-    return make_error(Errc::not_found, "bitstream registry " + dir_.string() + ": no bitstream " + std::string(name) + "@" +
-                                       std::string(version));
+    return make_error(Errc::not_found, "bitstream registry " + dir_.string() + ": no bitstream " + std::string(name) +
+                                           "@" + std::string(version));
   std::error_code ec;
   fs::remove(it->second.manifest_path, ec);
-  if (ec) return make_error(Errc::io_error, "remove " + it->first + ": " + it->second.manifest_path.string() + ": " + ec.message());
+  if (ec)
+    return make_error(Errc::io_error,
+                      "remove " + it->first + ": " + it->second.manifest_path.string() + ": " + ec.message());
   // The image may be shared with another manifest (same file name): keep it then.
   bool shared = false;
   for (const auto& [id, b] : by_id_) {

@@ -11,7 +11,8 @@ Result<std::shared_ptr<SharedRegistry>> SharedRegistry::open(const fs::path& dir
   bool created = false;
   if (!fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);
-    if (ec) return make_error(Errc::io_error, "bitstream registry: cannot create " + dir.string() + ": " + ec.message());
+    if (ec)
+      return make_error(Errc::io_error, "bitstream registry: cannot create " + dir.string() + ": " + ec.message());
     created = true;
   }
   auto reg = Registry::open(dir);
@@ -89,7 +90,9 @@ Result<std::string> SharedRegistry::read_image(std::string_view sha256, std::uin
   if (!in) return make_error(Errc::io_error, "bitstream " + b->id() + ": " + b->file_path.string() + " cannot be read");
   std::error_code ec;
   total = fs::file_size(b->file_path, ec);
-  if (ec) return make_error(Errc::io_error, "bitstream " + b->id() + ": cannot stat " + b->file_path.string() + ": " + ec.message());
+  if (ec)
+    return make_error(Errc::io_error,
+                      "bitstream " + b->id() + ": cannot stat " + b->file_path.string() + ": " + ec.message());
   if (offset >= total) return std::string();
   std::string out(static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, total - offset)), '\0');
   in.seekg(static_cast<std::streamoff>(offset));

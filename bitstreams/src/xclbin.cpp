@@ -15,15 +15,15 @@ namespace accelpool::bitstreams {
 namespace {
 
 constexpr std::size_t kMagicSize = 8;
-constexpr std::size_t kHeaderOffset = 304;                 // offsetof(axlf, m_header)
-constexpr std::size_t kLengthOffset = kHeaderOffset + 0;   // axlf_header::m_length
-constexpr std::size_t kModeOffset = kHeaderOffset + 28;    // axlf_header::m_mode
-constexpr std::size_t kVbnvOffset = kHeaderOffset + 48;    // axlf_header::m_platformVBNV[64]
-constexpr std::size_t kUuidOffset = kHeaderOffset + 112;   // axlf_header::uuid[16]
+constexpr std::size_t kHeaderOffset = 304;                       // offsetof(axlf, m_header)
+constexpr std::size_t kLengthOffset = kHeaderOffset + 0;         // axlf_header::m_length
+constexpr std::size_t kModeOffset = kHeaderOffset + 28;          // axlf_header::m_mode
+constexpr std::size_t kVbnvOffset = kHeaderOffset + 48;          // axlf_header::m_platformVBNV[64]
+constexpr std::size_t kUuidOffset = kHeaderOffset + 112;         // axlf_header::uuid[16]
 constexpr std::size_t kNumSectionsOffset = kHeaderOffset + 144;  // axlf_header::m_numSections
-constexpr std::size_t kSectionsOffset = 456;               // offsetof(axlf, m_sections)
-constexpr std::size_t kSectionHeaderSize = 40;             // sizeof(axlf_section_header)
-constexpr std::size_t kMinSize = 496;                      // sizeof(axlf): header plus one section header
+constexpr std::size_t kSectionsOffset = 456;                     // offsetof(axlf, m_sections)
+constexpr std::size_t kSectionHeaderSize = 40;                   // sizeof(axlf_section_header)
+constexpr std::size_t kMinSize = 496;                            // sizeof(axlf): header plus one section header
 
 // Sections that XRT's parser reads as a count followed by an array of fixed-size entries. XRT trusts the count:
 // a count larger than its section makes it allocate and read that many entries (an image found by fuzzing asked
@@ -32,14 +32,17 @@ constexpr std::size_t kMinSize = 496;                      // sizeof(axlf): head
 struct CountedSection {
   std::uint32_t kind;
   std::string_view name;
-  std::size_t count_size;     // bytes of m_count: 4 (int32_t) or 2 (int16_t / uint16_t)
-  std::size_t array_offset;   // offset of the first entry
-  std::size_t entry_size;     // sizeof one entry
+  std::size_t count_size;    // bytes of m_count: 4 (int32_t) or 2 (int16_t / uint16_t)
+  std::size_t array_offset;  // offset of the first entry
+  std::size_t entry_size;    // sizeof one entry
 };
 constexpr CountedSection kCountedSections[] = {
-    {6, "MEM_TOPOLOGY", 4, 8, 40},         {26, "ASK_GROUP_TOPOLOGY", 4, 8, 40},
-    {7, "CONNECTIVITY", 4, 4, 12},         {27, "ASK_GROUP_CONNECTIVITY", 4, 4, 12},
-    {8, "IP_LAYOUT", 4, 8, 80},            {9, "DEBUG_IP_LAYOUT", 2, 8, 144},
+    {6, "MEM_TOPOLOGY", 4, 8, 40},
+    {26, "ASK_GROUP_TOPOLOGY", 4, 8, 40},
+    {7, "CONNECTIVITY", 4, 4, 12},
+    {27, "ASK_GROUP_CONNECTIVITY", 4, 4, 12},
+    {8, "IP_LAYOUT", 4, 8, 80},
+    {9, "DEBUG_IP_LAYOUT", 2, 8, 144},
     {11, "CLOCK_FREQ_TOPOLOGY", 2, 2, 136},
 };
 
@@ -80,7 +83,8 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
   if (bytes.size() < kMinSize)
     return corrupt(origin, "too small (" + std::to_string(bytes.size()) + " bytes; a header alone is " +
                                std::to_string(kMinSize) + ")");
-  if (std::memcmp(bytes.data(), "xclbin2\0", kMagicSize) != 0) return corrupt(origin, "bad magic (expected \"xclbin2\")");
+  if (std::memcmp(bytes.data(), "xclbin2\0", kMagicSize) != 0)
+    return corrupt(origin, "bad magic (expected \"xclbin2\")");
   auto length = read_le<std::uint64_t>(bytes, kLengthOffset);
   if (length != bytes.size())
     return corrupt(origin, "header says " + std::to_string(length) + " bytes but the file has " +
@@ -102,7 +106,8 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
     auto size = read_le<std::uint64_t>(bytes, at + 32);
     auto kind = read_le<std::uint32_t>(bytes, at);
     if (offset > bytes.size() || size > bytes.size() - offset)
-      return corrupt(origin, "section " + std::to_string(i) + " (kind " + std::to_string(kind) + ") lies outside the file");
+      return corrupt(origin,
+                     "section " + std::to_string(i) + " (kind " + std::to_string(kind) + ") lies outside the file");
     for (const auto& counted : kCountedSections) {
       if (counted.kind != kind) continue;
       if (size < counted.count_size) {
@@ -110,8 +115,8 @@ Result<XclbinInfo> check_xclbin_container(std::string_view bytes, std::string_vi
                                    std::to_string(size) + " bytes is too small for its entry count");
       }
       std::int64_t count = counted.count_size == 4 ? read_le<std::int32_t>(bytes, offset)
-                           : kind == 9            ? std::int64_t{read_le<std::uint16_t>(bytes, offset)}
-                                                  : std::int64_t{read_le<std::int16_t>(bytes, offset)};
+                           : kind == 9             ? std::int64_t{read_le<std::uint16_t>(bytes, offset)}
+                                                   : std::int64_t{read_le<std::int16_t>(bytes, offset)};
       if (count < 0 || (count > 0 && counted.array_offset + std::uint64_t(count) * counted.entry_size > size)) {
         return corrupt(origin, "section " + std::to_string(i) + " (" + std::string(counted.name) + ") lists " +
                                    std::to_string(count) + " entries, more than its " + std::to_string(size) +
@@ -162,8 +167,8 @@ Result<XclbinInfo> read_xclbin(const std::filesystem::path& path) {
     if (parsed.uuid != info->uuid)
       return corrupt(path.string(), "XRT reads UUID " + parsed.uuid + " but the header holds " + info->uuid);
     if (parsed.platform != info->platform)
-      return corrupt(path.string(), "XRT reads platform '" + parsed.platform + "' but the header holds '" +
-                                        info->platform + "'");
+      return corrupt(path.string(),
+                     "XRT reads platform '" + parsed.platform + "' but the header holds '" + info->platform + "'");
     parsed.parsed_by_xrt = true;
     return parsed;
   }

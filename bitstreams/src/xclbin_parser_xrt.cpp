@@ -29,7 +29,8 @@ static_assert(offsetof(connectivity, m_connection) == 4 && sizeof(connection) ==
 static_assert(offsetof(ip_layout, m_ip_data) == 8 && sizeof(ip_data) == 80);
 static_assert(offsetof(debug_ip_layout, m_debug_ip_data) == 8 && sizeof(debug_ip_data) == 144);
 static_assert(offsetof(clock_freq_topology, m_clock_freq) == 2 && sizeof(clock_freq) == 136);
-static_assert(sizeof(mem_topology::m_count) == 4 && sizeof(connectivity::m_count) == 4 && sizeof(ip_layout::m_count) == 4);
+static_assert(sizeof(mem_topology::m_count) == 4 && sizeof(connectivity::m_count) == 4 &&
+              sizeof(ip_layout::m_count) == 4);
 static_assert(sizeof(debug_ip_layout::m_count) == 2 && sizeof(clock_freq_topology::m_count) == 2);
 static_assert(MEM_TOPOLOGY == 6 && CONNECTIVITY == 7 && IP_LAYOUT == 8 && DEBUG_IP_LAYOUT == 9 &&
               CLOCK_FREQ_TOPOLOGY == 11 && ASK_GROUP_TOPOLOGY == 26 && ASK_GROUP_CONNECTIVITY == 27);
@@ -47,7 +48,8 @@ Status parse_with_xrt(const std::string& bytes, std::string_view origin, XclbinI
   } catch (const std::exception& e) {
     return make_error(Errc::corrupt_image, "xclbin " + std::string(origin) + ": XRT's parser rejects it: " + e.what());
   } catch (...) {
-    return make_error(Errc::corrupt_image, "xclbin " + std::string(origin) + ": XRT's parser rejects it (unknown error)");
+    return make_error(Errc::corrupt_image,
+                      "xclbin " + std::string(origin) + ": XRT's parser rejects it (unknown error)");
   }
 }
 

@@ -66,8 +66,9 @@ Spec read_spec(const std::filesystem::path& path) {
     fail(os.str());
   }
   std::string where = path.string();
-  static const std::set<std::string> known = {"name", "version", "kind", "description", "platform", "compatible",
-                                              "programming_seconds", "bitstream_bytes", "kernels", "mode"};
+  static const std::set<std::string> known = {
+      "name",    "version", "kind", "description", "platform", "compatible", "programming_seconds", "bitstream_bytes",
+      "kernels", "mode"};
   for (const auto& [key, node] : t) {
     if (!known.count(std::string(key.str()))) fail(where + ": unknown field '" + std::string(key.str()) + "'");
   }
@@ -137,13 +138,17 @@ std::string kernel_xml(const Spec& s) {
     << "    <description/>\n"
     << "    <board name=\"\" vendor=\"\" fpga=\"\"/>\n"
     << "    <device name=\"fpga0\" fpgaDevice=\"\" addrWidth=\"0\">\n"
-    << "      <core name=\"OCL_REGION_0\" target=\"hw\" type=\"clc_region\" clockFreq=\"300MHz\" numComputeUnits=\"1\">\n";
+    << "      <core name=\"OCL_REGION_0\" target=\"hw\" type=\"clc_region\" clockFreq=\"300MHz\" "
+       "numComputeUnits=\"1\">\n";
   std::uint64_t cu = 0;
   for (const auto& k : s.kernels) {
     x << "        <kernel name=\"" << k.name << "\" language=\"c\" vlnv=\"accelpool:hls:" << k.name
-      << ":1.0\" preferredWorkGroupSizeMultiple=\"0\" workGroupSize=\"1\" interrupt=\"true\" hwControlProtocol=\"ap_ctrl_hs\">\n"
-      << "          <port name=\"M_AXI_GMEM\" mode=\"master\" range=\"0xFFFFFFFF\" dataWidth=\"32\" portType=\"addressable\" base=\"0x0\"/>\n"
-      << "          <port name=\"S_AXI_CONTROL\" mode=\"slave\" range=\"0x1000\" dataWidth=\"32\" portType=\"addressable\" base=\"0x0\"/>\n";
+      << ":1.0\" preferredWorkGroupSizeMultiple=\"0\" workGroupSize=\"1\" interrupt=\"true\" "
+         "hwControlProtocol=\"ap_ctrl_hs\">\n"
+      << "          <port name=\"M_AXI_GMEM\" mode=\"master\" range=\"0xFFFFFFFF\" dataWidth=\"32\" "
+         "portType=\"addressable\" base=\"0x0\"/>\n"
+      << "          <port name=\"S_AXI_CONTROL\" mode=\"slave\" range=\"0x1000\" dataWidth=\"32\" "
+         "portType=\"addressable\" base=\"0x0\"/>\n";
     std::uint64_t offset = 0x10;
     for (std::size_t i = 0; i < k.args.size(); ++i) {
       const auto& [name, type] = k.args[i];
@@ -244,7 +249,8 @@ std::string build_image(const Spec& s, const std::string& spec_digest) {
   sections.push_back({IP_LAYOUT, "ip_layout", ip_layout_section(s)});
   sections.push_back({CONNECTIVITY, "connectivity", connectivity_section(s)});
   if (s.bitstream_bytes > 0) {
-    sections.push_back({BITSTREAM, "bitstream", filler(s.bitstream_bytes, std::stoull(spec_digest.substr(0, 16), nullptr, 16))});
+    sections.push_back(
+        {BITSTREAM, "bitstream", filler(s.bitstream_bytes, std::stoull(spec_digest.substr(0, 16), nullptr, 16))});
   }
 
   std::size_t header_size = sizeof(axlf) + (sections.size() - 1) * sizeof(axlf_section_header);
@@ -315,7 +321,9 @@ Examples: bitstreams/samples/xclbin/*.spec.toml.)"};
   accelpool::common::init_cli(app, "accelpool-mkxclbin");
   std::filesystem::path spec_path, outdir;
   app.add_option("spec", spec_path, "the spec, <name>.spec.toml")->type_name("SPEC.toml")->required();
-  app.add_option("outdir", outdir, "where the image and its manifest go (created if missing)")->type_name("OUTDIR")->required();
+  app.add_option("outdir", outdir, "where the image and its manifest go (created if missing)")
+      ->type_name("OUTDIR")
+      ->required();
   if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   std::ifstream in(spec_path, std::ios::binary);
   if (!in) fail(spec_path.string() + ": cannot be read");

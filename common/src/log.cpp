@@ -1,6 +1,7 @@
 #include <accelpool/common/log.hpp>
 #include <accelpool/common/number_text.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -13,7 +14,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-#include <unistd.h>
 
 namespace accelpool::log {
 
@@ -57,11 +57,21 @@ void append_quoted(std::string& out, std::string_view v) {
   out += '"';
   for (unsigned char c : v) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           out += "\\u00";
@@ -78,7 +88,8 @@ void append_quoted(std::string& out, std::string_view v) {
 std::string timestamp_now() {
   const auto now = std::chrono::system_clock::now();
   const auto secs = std::chrono::system_clock::to_time_t(now);
-  const auto ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  const auto ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   // The date and time to the second, formatted once a second per thread: a busy manager logs thousands of lines a
   // second, and gmtime_r with snprintf for each was a few percent of its owner thread.
   thread_local std::time_t cached_secs = -1;
@@ -86,8 +97,8 @@ std::string timestamp_now() {
   if (secs != cached_secs) {
     std::tm tm{};
     gmtime_r(&secs, &tm);
-    std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900, tm.tm_mon + 1,
-                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                  tm.tm_hour, tm.tm_min, tm.tm_sec);
     cached_secs = secs;
   }
   std::string out(cached);
@@ -172,7 +183,7 @@ class Writer {
   std::deque<std::string> lines_;
   std::size_t queued_bytes_ = 0;
   std::uint64_t queued_ = 0, written_ = 0, dropped_ = 0, reported_dropped_ = 0;
-  int flushing_ = 0;  // callers of flush() waiting
+  int flushing_ = 0;      // callers of flush() waiting
   bool running_ = false;  // the writer thread starts with the first line
 };
 
@@ -193,10 +204,14 @@ std::optional<Level> parse_level(std::string_view text) {
 
 std::string_view to_string(Level level) {
   switch (level) {
-    case Level::debug: return "debug";
-    case Level::info: return "info";
-    case Level::warn: return "warn";
-    case Level::error: return "error";
+    case Level::debug:
+      return "debug";
+    case Level::info:
+      return "info";
+    case Level::warn:
+      return "warn";
+    case Level::error:
+      return "error";
   }
   return "info";
 }
@@ -266,8 +281,8 @@ std::string format_line(Format format, std::string_view program, Level level, st
 
 void write(Level level, std::string_view event, Fields fields) {
   if (!enabled(level)) return;
-  writer().push(format_line(g_format.load(std::memory_order_relaxed), program_name(), level, event, fields,
-                            timestamp_now()));
+  writer().push(
+      format_line(g_format.load(std::memory_order_relaxed), program_name(), level, event, fields, timestamp_now()));
 }
 
 void flush() { writer().flush(); }

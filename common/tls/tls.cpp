@@ -33,7 +33,8 @@ int no_passphrase(char*, int, int, void*) { return 0; }
 // Loads the certificate chain and key of `f` into `ctx`, checking they belong together.
 Status load_identity(SSL_CTX* ctx, const Files& f) {
   if (f.cert.empty() != f.key.empty()) {
-    return make_error(Errc::invalid_config, f.cert.empty() ? f.key_name + " needs " + f.cert_name : f.cert_name + " needs " + f.key_name);
+    return make_error(Errc::invalid_config,
+                      f.cert.empty() ? f.key_name + " needs " + f.cert_name : f.cert_name + " needs " + f.key_name);
   }
   if (f.cert.empty()) return Status::ok();
   if (auto s = readable(f.cert_name, f.cert); !s) return s;
@@ -80,7 +81,8 @@ Result<Context> new_context(const SSL_METHOD* method, const Files& f) {
 
 Files table_files(const std::string& table, std::string cert, std::string key, std::string ca,
                   const std::string& ca_key) {
-  return {std::move(cert), std::move(key), std::move(ca), table + ".tls_cert", table + ".tls_key", table + "." + ca_key};
+  return {std::move(cert),     std::move(key),     std::move(ca),
+          table + ".tls_cert", table + ".tls_key", table + "." + ca_key};
 }
 
 Status expect_host(SSL* ssl, const std::string& host) {
@@ -90,7 +92,9 @@ Status expect_host(SSL* ssl, const std::string& host) {
   const int ok = ip ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str())
                     : X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size()) == 1 &&
                           SSL_set_tlsext_host_name(ssl, host.c_str()) == 1;
-  if (ok != 1) return make_error(Errc::invalid_argument, "TLS cannot check the host name '" + host + "': " + last_error("refused"));
+  if (ok != 1)
+    return make_error(Errc::invalid_argument,
+                      "TLS cannot check the host name '" + host + "': " + last_error("refused"));
   return Status::ok();
 }
 
@@ -105,13 +109,15 @@ std::string last_error(const std::string& fallback) {
 }
 
 Result<Context> server_context(const Files& f) {
-  if (f.cert.empty() || f.key.empty()) return make_error(Errc::invalid_config, f.cert_name + " and " + f.key_name + " go together");
+  if (f.cert.empty() || f.key.empty())
+    return make_error(Errc::invalid_config, f.cert_name + " and " + f.key_name + " go together");
   auto ctx = new_context(TLS_server_method(), f);
   if (!ctx) return ctx;
   if (!f.ca.empty()) {
     SSL_CTX_set_verify(ctx->get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
     // The CAs a client may pick its certificate by.
-    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(f.ca.c_str())) SSL_CTX_set_client_CA_list(ctx->get(), names);
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(f.ca.c_str()))
+      SSL_CTX_set_client_CA_list(ctx->get(), names);
   }
   return ctx;
 }

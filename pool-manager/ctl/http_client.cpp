@@ -42,7 +42,8 @@ Result<HttpReply> http_request(const std::string& url, const std::string& ca_fil
   std::string hostport = url.substr(https ? 8 : 7);
   while (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
   auto colon = hostport.rfind(':');
-  if (colon == std::string::npos) return make_error(Errc::invalid_argument, "URL '" + url + "' must name a port (http://HOST:PORT)");
+  if (colon == std::string::npos)
+    return make_error(Errc::invalid_argument, "URL '" + url + "' must name a port (http://HOST:PORT)");
   std::string host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
@@ -87,7 +88,7 @@ Result<HttpReply> http_request(const std::string& url, const std::string& ca_fil
     } catch (const boost::system::system_error& e) {
       // Most often a certificate this client does not trust, or a server that does not speak TLS.
       return make_error(Errc::unreachable, "TLS handshake with " + hostport + " failed: " + e.code().message() +
-                                           (ca_file.empty() ? " (give the manager's CA with --cacert?)" : ""));
+                                               (ca_file.empty() ? " (give the manager's CA with --cacert?)" : ""));
     }
     HttpReply reply = round_trip(stream, req);
     beast::error_code ec;

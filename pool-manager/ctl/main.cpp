@@ -2,16 +2,16 @@
 #include "http_client.hpp"
 
 #include <accelpool/bitstreams/base64.hpp>
+#include <accelpool/bitstreams/manifest.hpp>
 #include <accelpool/common/cli.hpp>
 #include <accelpool/common/number_text.hpp>
-#include <accelpool/bitstreams/manifest.hpp>
 
 #include <boost/json.hpp>
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,8 +19,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,8 +59,9 @@ std::string standby_names_leader(const accelpool::ctl::HttpReply& r) {
 
 // Sends the request to the manager of `o.url`, a URL or a comma-separated list of them (the managers of a shared
 // store): each in turn until one answers; a standby's answer naming the leader is followed there (once).
-accelpool::Result<accelpool::ctl::HttpReply> send(const Options& o, const std::string& method, const std::string& target,
-                                       const std::string& token, const std::string& body) {
+accelpool::Result<accelpool::ctl::HttpReply> send(const Options& o, const std::string& method,
+                                                  const std::string& target, const std::string& token,
+                                                  const std::string& body) {
   std::vector<std::string> urls;
   for (std::size_t at = 0;;) {
     auto comma = o.url.find(',', at);
@@ -68,7 +69,8 @@ accelpool::Result<accelpool::ctl::HttpReply> send(const Options& o, const std::s
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
-  accelpool::Result<accelpool::ctl::HttpReply> r = accelpool::make_error(accelpool::Errc::unreachable, "no manager URL");
+  accelpool::Result<accelpool::ctl::HttpReply> r =
+      accelpool::make_error(accelpool::Errc::unreachable, "no manager URL");
   std::string reasons;
   for (const auto& url : urls) {
     r = accelpool::ctl::http_request(url, o.cacert, method, target, token, body, 10);
@@ -168,9 +170,12 @@ std::string ago(const json::value& t) {
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double s = std::max(0.0, now - t.to_number<double>());
   char buf[32];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
-  else std::snprintf(buf, sizeof buf, "%.1fh", s / 3600);
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 7200)
+    std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
+  else
+    std::snprintf(buf, sizeof buf, "%.1fh", s / 3600);
   return buf;
 }
 
@@ -227,7 +232,8 @@ void print_bitstreams(const json::array& list) {
     const auto& o = b.as_object();
     auto field = [&](const char* k) { return o.contains(k) ? str(o.at(k)) : std::string("-"); };
     std::string sha = field("sha256");
-    rows.push_back({field("name"), field("version"), field("kind"), field("format"), sha.size() > 12 ? sha.substr(0, 12) : sha,
+    rows.push_back({field("name"), field("version"), field("kind"), field("format"),
+                    sha.size() > 12 ? sha.substr(0, 12) : sha,
                     o.contains("compatible") ? join(o.at("compatible")) : "-", join(o.at("loaded_on")),
                     o.contains("leases") ? std::to_string(o.at("leases").as_array().size()) : "0"});
   }
@@ -248,7 +254,8 @@ std::string upload_body(const std::string& manifest_path, const std::string& ima
   std::string text = read_file(manifest_path, "manifest");
   auto m = accelpool::bitstreams::parse_manifest(text, manifest_path);
   if (!m) die(2, m.error().message);
-  std::filesystem::path file = image.empty() ? std::filesystem::path(manifest_path).parent_path() / m->file : std::filesystem::path(image);
+  std::filesystem::path file =
+      image.empty() ? std::filesystem::path(manifest_path).parent_path() / m->file : std::filesystem::path(image);
   std::string bytes = read_file(file, "image");
   json::object body{{"manifest", text}, {"content_base64", accelpool::bitstreams::base64_encode(bytes)}};
   return json::serialize(body);
@@ -261,9 +268,13 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpoolctl");
   app.require_subcommand(1);
-  app.add_option("--url", o.url, "the manager's admin API (the managers of a shared store: their URLs, comma-separated)")->envname("ACCELPOOL_URL")->default_str("http://127.0.0.1:7080");
+  app.add_option("--url", o.url,
+                 "the manager's admin API (the managers of a shared store: their URLs, comma-separated)")
+      ->envname("ACCELPOOL_URL")
+      ->default_str("http://127.0.0.1:7080");
   app.add_option("--token", o.token, "an admin token")->envname("ACCELPOOL_TOKEN");
-  app.add_option("--cacert", o.cacert, "https:// URLs: the PEM CA file that signed the manager's certificate (default: the system's CAs)")
+  app.add_option("--cacert", o.cacert,
+                 "https:// URLs: the PEM CA file that signed the manager's certificate (default: the system's CAs)")
       ->envname("ACCELPOOL_CACERT");
   std::string output = "table";
   app.add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
@@ -277,15 +288,20 @@ int main(int argc, char** argv) {
     return c;
   };
   auto positional = [&](CLI::App* c, const std::string& name, const std::string& help) {
-    return c->add_option_function<std::string>(name, [&args](const std::string& v) { args.push_back(v); }, help)->required();
+    return c
+        ->add_option_function<std::string>(
+            name, [&args](const std::string& v) { args.push_back(v); }, help)
+        ->required();
   };
   auto flag_option = [&](CLI::App* c, const std::string& name, const std::string& help) {
     const std::string key = name.substr(2);
-    return c->add_option_function<std::string>(name, [&flags, key](const std::string& v) { flags[key] = v; }, help);
+    return c->add_option_function<std::string>(
+        name, [&flags, key](const std::string& v) { flags[key] = v; }, help);
   };
   auto flag_switch = [&](CLI::App* c, const std::string& name, const std::string& key, const std::string& value,
                          const std::string& help) {
-    return c->add_flag_callback(name, [&flags, key, value] { flags[key] = value; }, help);
+    return c->add_flag_callback(
+        name, [&flags, key, value] { flags[key] = value; }, help);
   };
 
   auto* hosts = command(&app, "hosts", "hosts and their device counts");
@@ -318,8 +334,10 @@ int main(int argc, char** argv) {
   auto* bs_list = command(bitstreams, "list", "registered bitstreams, and names devices hold or leases ask for");
   auto* bs_show = command(bitstreams, "show", "one bitstream (its highest version without VERSION)");
   positional(bs_show, "name", "the bitstream's name");
-  bs_show->add_option_function<std::string>("version", [&args](const std::string& v) { args.push_back(v); }, "a version");
-  auto* bs_register = command(bitstreams, "register", "upload an image and its manifest; the manager verifies and stores them");
+  bs_show->add_option_function<std::string>(
+      "version", [&args](const std::string& v) { args.push_back(v); }, "a version");
+  auto* bs_register =
+      command(bitstreams, "register", "upload an image and its manifest; the manager verifies and stores them");
   positional(bs_register, "manifest", "the manifest TOML file");
   flag_option(bs_register, "--file", "the image (default: the manifest's 'file', next to the manifest)");
   auto* bs_delete = command(bitstreams, "delete", "remove one version; refused while a live lease asks for the name");
@@ -357,8 +375,9 @@ int main(int argc, char** argv) {
   positional(p_set, "spec", "the policy");
   auto* stats = command(&app, "stats", "JCT and wait percentiles, overall, per tenant and per bitstream");
   flag_option(stats, "--window", "one window in seconds (default: 60, 300 and 3600)");
-  auto* estimates = command(&app, "estimates",
-                            "run times the scheduler learned, per group (tenant, bitstream, gang size, label) and per kind");
+  auto* estimates =
+      command(&app, "estimates",
+              "run times the scheduler learned, per group (tenant, bitstream, gang size, label) and per kind");
   auto* health = command(&app, "health", "/healthz and /readyz; exit status 1 when not ready");
   auto* status = command(&app, "status", "which manager leads, since when, and the standbys (docs/ha.md)");
 
@@ -474,8 +493,8 @@ int main(int argc, char** argv) {
     } else if (bs_register->parsed()) {
       auto v = call(o, "POST", "/v1/bitstreams", upload_body(args[0], flags.count("file") ? flags["file"] : ""));
       if (out(v)) return 0;
-      std::cout << "registered " << str(v.at("name")) << "@" << str(v.at("version")) << " (sha256 " << str(v.at("sha256"))
-                << ", " << str(v.at("size_bytes")) << " bytes)\n";
+      std::cout << "registered " << str(v.at("name")) << "@" << str(v.at("version")) << " (sha256 "
+                << str(v.at("sha256")) << ", " << str(v.at("size_bytes")) << " bytes)\n";
     } else if (bs_delete->parsed()) {
       auto v = call(o, "DELETE", "/v1/bitstreams/" + args[0] + "/" + args[1]);
       if (out(v)) return 0;
@@ -564,8 +583,8 @@ int main(int argc, char** argv) {
     for (const auto& g : v.at("groups").as_array()) {
       std::string group = "(whole kind)";
       if (!g.at("whole_kind").as_bool()) {
-        group = "tenant " + str(g.at("tenant")) + ", bitstream " + str(g.at("bitstream")) + ", " +
-                str(g.at("count")) + " device(s), label " + str(g.at("label"));
+        group = "tenant " + str(g.at("tenant")) + ", bitstream " + str(g.at("bitstream")) + ", " + str(g.at("count")) +
+                " device(s), label " + str(g.at("label"));
       }
       rows.push_back({str(g.at("kind")), group, str(g.at("observations")), g.at("warm").as_bool() ? "yes" : "no",
                       str(g.at("estimate_s")), str(g.at("p50_device_s")), str(g.at("p90_device_s"))});
@@ -586,13 +605,14 @@ int main(int argc, char** argv) {
       std::string ws = str(win.at("window_s")) + "s";
       add(ws, "all", win.at("all"));
       for (const auto& kv : win.at("by_tenant").as_object()) add(ws, "tenant " + std::string(kv.key()), kv.value());
-      for (const auto& kv : win.at("by_bitstream").as_object()) add(ws, "bitstream " + std::string(kv.key()), kv.value());
+      for (const auto& kv : win.at("by_bitstream").as_object())
+        add(ws, "bitstream " + std::string(kv.key()), kv.value());
     }
     table({"WINDOW", "SCOPE", "JOBS", "JCT AVG", "P50", "P95", "P99", "WAIT AVG", "WAIT P99"}, rows);
     const auto& c = v.at("counters");
-    std::cout << "queue length " << str(v.at("queue_length")) << "; grants " << str(c.at("grants")) << ", reprogrammings "
-              << str(c.at("reprogrammings")) << ", preemptions " << str(c.at("preemptions")) << ", expirations "
-              << str(c.at("expirations")) << "\n";
+    std::cout << "queue length " << str(v.at("queue_length")) << "; grants " << str(c.at("grants"))
+              << ", reprogrammings " << str(c.at("reprogrammings")) << ", preemptions " << str(c.at("preemptions"))
+              << ", expirations " << str(c.at("expirations")) << "\n";
   } else if (health->parsed()) {
     call(o, "GET", "/healthz");
     auto r = send(o, "GET", "/readyz", "", "");

@@ -26,8 +26,8 @@ struct Options {
   std::uint32_t devices = 10000;
   std::uint32_t waiting = 100000;
   std::uint32_t events = 100000;
-  std::vector<std::string> policies{"fifo", "sjf", "srpt", "las", "djsf", "fair", "fifo+affinity", "fifo+pack",
-                                    "las+affinity+guard=3600"};
+  std::vector<std::string> policies{
+      "fifo", "sjf", "srpt", "las", "djsf", "fair", "fifo+affinity", "fifo+pack", "las+affinity+guard=3600"};
 };
 
 Options parse(int argc, char** argv) {
@@ -39,9 +39,12 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr, "%s needs a value\n", flag.c_str());
       std::exit(2);
     }
-    if (flag == "--devices") o.devices = static_cast<std::uint32_t>(std::stoul(value));
-    else if (flag == "--waiting") o.waiting = static_cast<std::uint32_t>(std::stoul(value));
-    else if (flag == "--events") o.events = static_cast<std::uint32_t>(std::stoul(value));
+    if (flag == "--devices")
+      o.devices = static_cast<std::uint32_t>(std::stoul(value));
+    else if (flag == "--waiting")
+      o.waiting = static_cast<std::uint32_t>(std::stoul(value));
+    else if (flag == "--events")
+      o.events = static_cast<std::uint32_t>(std::stoul(value));
     else if (flag == "--policy") {
       o.policies.clear();
       std::stringstream list(value);
@@ -92,7 +95,10 @@ void run(const Options& o, const std::string& policy) {
   auto s = Scheduler::create(*spec, &error);
   Decisions out;
   for (DeviceId id = 0; id < o.devices; ++id) {
-    (void)s->add_device(Device{.id = id, .host = id / 8, .kind = 0, .attach = AttachMode::network,
+    (void)s->add_device(Device{.id = id,
+                               .host = id / 8,
+                               .kind = 0,
+                               .attach = AttachMode::network,
                                .loaded = static_cast<BitstreamId>(id % 16)},
                         0, out);
   }

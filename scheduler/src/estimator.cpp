@@ -71,8 +71,8 @@ double RuntimeHistogram::gittins_index(double attained) const {
   double rest = 0;  // weight at or above `edge`
   for (std::size_t i = first; i < kBins; ++i) rest += weight_[i];
   if (!(rest > 1e-12 * std::max(1.0, total_weight()))) return unknown_index(attained);
-  double done = 0;      // weight of jobs that finish within the quantum
-  double service = 0;   // their service beyond `edge`, weighted
+  double done = 0;     // weight of jobs that finish within the quantum
+  double service = 0;  // their service beyond `edge`, weighted
   double best = 0;
   for (std::size_t j = first; j < kBins; ++j) {
     if (weight_[j] <= 0) continue;
@@ -138,8 +138,8 @@ EstimatorState RuntimeEstimator::state() const {
   EstimatorState s;
   s.options = options_;
   for (const auto& [key, h] : groups_) {
-    s.groups.push_back({key, h.observations(), {h.weights().begin(), h.weights().end()},
-                        {h.sums().begin(), h.sums().end()}});
+    s.groups.push_back(
+        {key, h.observations(), {h.weights().begin(), h.weights().end()}, {h.sums().begin(), h.sums().end()}});
   }
   auto tie = [](const GroupKey& k) { return std::tie(k.kind, k.tenant, k.bitstream, k.count, k.label); };
   std::sort(s.groups.begin(), s.groups.end(),

@@ -23,9 +23,7 @@ double remaining_s(const RequestView& r, double done_s) {
 class Fifo final : public OrderingPolicy {
  public:
   std::string_view name() const override { return "fifo"; }
-  PriorityKey waiting_key(const RequestView& r, Time) const override {
-    return {r.request.arrival, 0, r.request.id};
-  }
+  PriorityKey waiting_key(const RequestView& r, Time) const override { return {r.request.arrival, 0, r.request.id}; }
 };
 
 // sjf: shortest job first by the guest's run-time estimate; requests without one go last, in arrival
@@ -87,8 +85,8 @@ class Las final : public OrderingPolicy {
   // from leaving it one ulp short of the next queue.
   std::size_t queue_of(double attained) const {
     const double slack = 1e-9 * std::max(1.0, attained);
-    return static_cast<std::size_t>(
-        std::upper_bound(thresholds_.begin(), thresholds_.end(), attained + slack) - thresholds_.begin());
+    return static_cast<std::size_t>(std::upper_bound(thresholds_.begin(), thresholds_.end(), attained + slack) -
+                                    thresholds_.begin());
   }
   std::vector<double> thresholds_;  // ascending device-seconds
 };
@@ -156,9 +154,7 @@ class Gittins final : public OrderingPolicy {
 class Fair final : public OrderingPolicy {
  public:
   std::string_view name() const override { return "fair"; }
-  PriorityKey waiting_key(const RequestView& r, Time) const override {
-    return {r.request.arrival, 0, r.request.id};
-  }
+  PriorityKey waiting_key(const RequestView& r, Time) const override { return {r.request.arrival, 0, r.request.id}; }
   bool per_tenant() const override { return true; }
   double tenant_rank(const TenantLedger& ledger, TenantId tenant, Time now) const override {
     return ledger.usage(tenant, now) / ledger.weight(tenant);
@@ -175,8 +171,9 @@ std::optional<std::vector<double>> parse_thresholds(std::string_view text, std::
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
     if (ec != std::errc{} || ptr != part.data() + part.size() || !(v > 0) || !std::isfinite(v) ||
         (!out.empty() && v <= out.back())) {
-      if (error) *error = "las thresholds must be ascending positive device-seconds like 3600/36000, got '" +
-                          std::string(part) + "'";
+      if (error)
+        *error =
+            "las thresholds must be ascending positive device-seconds like 3600/36000, got '" + std::string(part) + "'";
       return std::nullopt;
     }
     out.push_back(v);

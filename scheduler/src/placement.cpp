@@ -23,9 +23,7 @@ IdSet& DeviceGroup::holding_slot(BitstreamId b) {
   return by_bitstream_[slot];
 }
 
-const IdSet& DeviceGroup::on_host(HostId host) const {
-  return host < by_host_.size() ? by_host_[host] : kEmpty;
-}
+const IdSet& DeviceGroup::on_host(HostId host) const { return host < by_host_.size() ? by_host_[host] : kEmpty; }
 
 std::optional<HostId> DeviceGroup::tightest_host(std::size_t n) const {
   for (std::size_t c = std::max<std::size_t>(n, 1); c < hosts_with_free_.size(); ++c) {
@@ -94,9 +92,7 @@ FreeIndex::Eligible FreeIndex::eligible(KindId kind, HostId guest_host, ModelSet
   return e;
 }
 
-std::size_t FreeIndex::free_of_kind(KindId kind) const {
-  return kind < free_by_kind_.size() ? free_by_kind_[kind] : 0;
-}
+std::size_t FreeIndex::free_of_kind(KindId kind) const { return kind < free_by_kind_.size() ? free_by_kind_[kind] : 0; }
 
 // --- placement policies -------------------------------------------------------------------------------------
 

@@ -67,7 +67,8 @@ const PolicyOption* find_policy_option(std::string_view part) {
 // parsed), or "" when all are valid.
 std::string invalid_option(const PolicySpec& spec) {
   for (const PolicyOption& o : kPolicyOptions) {
-    if (const auto& v = spec.*o.field; v && !(*v > 0)) return std::string(o.name) + " must be " + std::string(o.must_be);
+    if (const auto& v = spec.*o.field; v && !(*v > 0))
+      return std::string(o.name) + " must be " + std::string(o.must_be);
   }
   return "";
 }
@@ -107,7 +108,8 @@ std::optional<PolicySpec> PolicySpec::parse(std::string_view text, std::string* 
         const auto value = part.substr(o->name.size() + 1);
         spec.*o->field = positive_number(value);
         if (!(spec.*o->field)) {
-          return fail(std::string(o->name) + " needs " + std::string(o->must_be) + ", got '" + std::string(value) + "'");
+          return fail(std::string(o->name) + " needs " + std::string(o->must_be) + ", got '" + std::string(value) +
+                      "'");
         }
       }
     } else if (part == "nopreempt") {
@@ -153,10 +155,7 @@ std::unique_ptr<Scheduler> Scheduler::create(const PolicySpec& spec, std::string
 
 Scheduler::Scheduler(PolicySpec spec, std::unique_ptr<OrderingPolicy> ordering,
                      std::unique_ptr<PlacementPolicy> placement)
-    : spec_(std::move(spec)),
-      ordering_(std::move(ordering)),
-      placement_(std::move(placement)),
-      free_(index_needs()) {}
+    : spec_(std::move(spec)), ordering_(std::move(ordering)), placement_(std::move(placement)), free_(index_needs()) {}
 
 IndexNeeds Scheduler::index_needs() const {
   IndexNeeds needs = placement_->needs();
@@ -171,9 +170,7 @@ Scheduler::Slot* Scheduler::slot(DeviceId id) {
   return id < slots_.size() && (slots_[id].present || slots_[id].held) ? &slots_[id] : nullptr;
 }
 
-const Scheduler::Slot* Scheduler::slot(DeviceId id) const {
-  return const_cast<Scheduler*>(this)->slot(id);
-}
+const Scheduler::Slot* Scheduler::slot(DeviceId id) const { return const_cast<Scheduler*>(this)->slot(id); }
 
 // A device is in the free index exactly when it is present, available, not draining, not held, not on hold and
 // not shared (see DeviceState).
@@ -198,12 +195,12 @@ void Scheduler::refresh_slot(Slot& s) {
     --free_count_;
   }
   if (s.counted) --state_counts_[static_cast<std::size_t>(s.state)];
-  s.state = should_be_free ? DeviceState::free
-            : s.held       ? DeviceState::leased
+  s.state = should_be_free               ? DeviceState::free
+            : s.held                     ? DeviceState::leased
             : !s.available || !s.present ? DeviceState::unavailable
-            : s.draining   ? DeviceState::draining
-            : shared       ? DeviceState::shared
-                           : DeviceState::holding;
+            : s.draining                 ? DeviceState::draining
+            : shared                     ? DeviceState::shared
+                                         : DeviceState::holding;
   s.counted = s.present || s.held;
   if (s.counted) ++state_counts_[static_cast<std::size_t>(s.state)];
 }
@@ -402,7 +399,8 @@ void Scheduler::remove_entry(Entry& e) {
 // --- requests ------------------------------------------------------------------------------------------------
 
 std::size_t& Scheduler::model_count(const Device& d) {
-  ModelCounts& counts = d.attach == AttachMode::passthrough ? passthrough_total_[{d.kind, d.host}] : network_total_[d.kind];
+  ModelCounts& counts =
+      d.attach == AttachMode::passthrough ? passthrough_total_[{d.kind, d.host}] : network_total_[d.kind];
   if (d.model >= counts.size()) counts.resize(std::size_t{d.model} + 1, 0);
   return counts[d.model];
 }
@@ -494,8 +492,8 @@ std::optional<Rejection> Scheduler::submit(const Request& request, Time now, Dec
   if (const auto reachable = reachable_devices(request); reachable < request.count) {
     const char* which = request.models == kAnyModel ? " of its kind" : " of its kind and of a model its bitstream fits";
     return Rejection{"request " + id_text(request.id) + " asks for " + std::to_string(request.count) +
-                     " devices but only " + std::to_string(reachable) + which +
-                     " are reachable from its guest's host: it can never be served",
+                         " devices but only " + std::to_string(reachable) + which +
+                         " are reachable from its guest's host: it can never be served",
                      Rejection::Kind::infeasible};
   }
   Entry& e = add_entry(request);
@@ -607,8 +605,8 @@ Grant Scheduler::start(Entry& e, Time granted_at, bool protect) {
   return g;
 }
 
-std::optional<Rejection> Scheduler::restore(const Request& request, std::span<const DeviceId> devices,
-                                            Time granted_at, double attained_device_s) {
+std::optional<Rejection> Scheduler::restore(const Request& request, std::span<const DeviceId> devices, Time granted_at,
+                                            double attained_device_s) {
   const std::string what = "restoring request " + id_text(request.id) + ": ";
   if (find(request.id)) return Rejection{what + "it already exists"};
   if (request.count == 0 || devices.size() != request.count) {
@@ -681,8 +679,10 @@ void Scheduler::forget(Entry& e, Time now) {
   if (e.phase == RequestPhase::running) {
     estimator_.observe(e.request, e.attained_device_s + e.request.count * std::max(0.0, now - e.granted_at));
   }
-  if (e.phase == RequestPhase::waiting) dequeue(e);
-  else stop_running(e, now, /*may_hold=*/true);
+  if (e.phase == RequestPhase::waiting)
+    dequeue(e);
+  else
+    stop_running(e, now, /*may_hold=*/true);
   remove_entry(e);
 }
 
@@ -698,7 +698,8 @@ std::optional<Rejection> Scheduler::release(RequestId id, Time now, Decisions& o
 std::optional<Rejection> Scheduler::release(std::span<const RequestId> ids, Time now, Decisions& out) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (!find(ids[i])) return Rejection{"no request " + id_text(ids[i])};
-    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) != ids.begin() + static_cast<std::ptrdiff_t>(i)) {
+    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) !=
+        ids.begin() + static_cast<std::ptrdiff_t>(i)) {
       return Rejection{"request " + id_text(ids[i]) + " is listed twice"};
     }
   }
@@ -1071,8 +1072,7 @@ void Scheduler::serve_aged(Time now, Decisions& out, std::map<KindId, Window>& w
   }
 }
 
-std::optional<Scheduler::Window> Scheduler::reservation_window(const Request& r, std::size_t free_now,
-                                                               Time now) const {
+std::optional<Scheduler::Window> Scheduler::reservation_window(const Request& r, std::size_t free_now, Time now) const {
   const std::size_t needed = r.count - free_now;
   std::size_t freed = 0;
   std::size_t examined = 0;
@@ -1244,8 +1244,10 @@ std::optional<Rejection> Scheduler::set_policy(const PolicySpec& spec, Time now,
   std::vector<Entry*> running;
   for (Entry& e : entries_) {
     if (!e.live) continue;
-    if (e.phase == RequestPhase::waiting) waiting.push_back(&e);
-    else if (e.phase == RequestPhase::running) running.push_back(&e);
+    if (e.phase == RequestPhase::waiting)
+      waiting.push_back(&e);
+    else if (e.phase == RequestPhase::running)
+      running.push_back(&e);
   }
   for (Entry* e : waiting) dequeue(*e);
   for (Entry* e : running) untrack_running(*e);  // under the old policy's indexes
@@ -1388,7 +1390,8 @@ std::vector<RequestId> Scheduler::queue_order(Time now, std::size_t limit) const
   std::size_t aged_shown = head(items.begin(), aged_end, limit, aged_order);
   std::vector<RequestId> ids;
   ids.reserve(std::min(limit, items.size()));
-  for (auto it = items.begin(); it != items.begin() + static_cast<std::ptrdiff_t>(aged_shown); ++it) ids.push_back(it->key.id);
+  for (auto it = items.begin(); it != items.begin() + static_cast<std::ptrdiff_t>(aged_shown); ++it)
+    ids.push_back(it->key.id);
   if (aged_shown == static_cast<std::size_t>(aged_end - items.begin())) {
     std::size_t rest = head(aged_end, items.end(), limit - aged_shown, std::less<Item>{});
     for (auto it = aged_end; it != aged_end + static_cast<std::ptrdiff_t>(rest); ++it) ids.push_back(it->key.id);

@@ -1,9 +1,9 @@
 // Host agents on loopback: real accelpool-agent processes against the manager-side AgentListener + RemoteHost.
-#include <accelpool/manager/agent_listener.hpp>
 #include <accelpool/agent/wire.hpp>
 #include <accelpool/bitstreams/base64.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
 #include <accelpool/bitstreams/shared_registry.hpp>
+#include <accelpool/manager/agent_listener.hpp>
 
 #ifdef ACCELPOOL_AGENT_TEST_LIBVIRT
 #include <libvirt_harness.hpp>
@@ -95,7 +95,9 @@ class Owner {
     ev.host_lost = [this](const std::string& host, const Error& why) { lost.emplace_back(host, why); };
     ev.vm_stopped = [this](const std::string& host, const agent::VmStopped& vm) { stopped.emplace_back(host, vm); };
     ev.device_health = [this](const std::string& host, const std::string& dev, const std::string& h,
-                              const std::string& detail) { health.push_back({host, dev, h, detail}); };
+                              const std::string& detail) {
+      health.push_back({host, dev, h, detail});
+    };
     return ev;
   }
 
@@ -205,8 +207,8 @@ class AgentProcess {
     auto dir = temp_dir();
     config_ = dir / (host_ + ".toml");
     log_ = dir / (host_ + ".log");
-    std::ofstream(config_) << "[agent]\nmanager = \"127.0.0.1:" << port << "\"\ntoken = \"" << token
-                           << "\"\nhost = \"" << host_
+    std::ofstream(config_) << "[agent]\nmanager = \"127.0.0.1:" << port << "\"\ntoken = \"" << token << "\"\nhost = \""
+                           << host_
                            << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 400\n"
                            << extra;
     start();
@@ -507,7 +509,8 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
     auto m = raw.call(R"({"jsonrpc":"2.0","id":1,"method":"agent.heartbeat","params":{}})");
     REQUIRE(m.error);
     CHECK(m.error->code == Errc::unauthorized);
-    m = raw.call(R"({"jsonrpc":"2.0","id":2,"method":"agent.register","params":{"token":"x","host":"host-y","protocol":1,"devices":[]}})");
+    m = raw.call(
+        R"({"jsonrpc":"2.0","id":2,"method":"agent.register","params":{"token":"x","host":"host-y","protocol":1,"devices":[]}})");
     REQUIRE(m.error);
     CHECK(m.error->code == Errc::unauthorized);
     CHECK(m.error->message == "agent.register: wrong agent token");
@@ -535,20 +538,24 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
                  R"(","host":"host-y","protocol":1,"devices":[{"id":"d0","kind":"fpga","model":"m"}]}})");
     REQUIRE(m.result);
     CHECK(m.result->at("heartbeat_timeout_ms").as_int64() == 1500);
-    m = raw.call(R"({"jsonrpc":"2.0","id":7,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"failed"},{"id":"d9","health":"ok"}]}})");
+    m = raw.call(
+        R"({"jsonrpc":"2.0","id":7,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"failed"},{"id":"d9","health":"ok"}]}})");
     REQUIRE(m.error);
     CHECK(m.error->code == Errc::not_found);
     CHECK(m.error->message.find("no device 'd9'") != std::string::npos);
-    m = raw.call(R"({"jsonrpc":"2.0","id":8,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"ok"}]}})");
+    m = raw.call(
+        R"({"jsonrpc":"2.0","id":8,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"ok"}]}})");
     REQUIRE(m.result);
     f.owner.sync([&] { CHECK(f.owner.health.empty()); });
     // Heartbeat deltas: an empty heartbeat is a sign of life; a change is reported once; a full list that repeats
     // the known health reports nothing; a `full` that is not a boolean is refused.
     m = raw.call(R"({"jsonrpc":"2.0","id":10,"method":"agent.heartbeat","params":{"devices":[]}})");
     REQUIRE(m.result);
-    m = raw.call(R"({"jsonrpc":"2.0","id":11,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"degraded","detail":"hot"}]}})");
+    m = raw.call(
+        R"({"jsonrpc":"2.0","id":11,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"degraded","detail":"hot"}]}})");
     REQUIRE(m.result);
-    m = raw.call(R"({"jsonrpc":"2.0","id":12,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"degraded","detail":"hot"}],"full":true}})");
+    m = raw.call(
+        R"({"jsonrpc":"2.0","id":12,"method":"agent.heartbeat","params":{"devices":[{"id":"d0","health":"degraded","detail":"hot"}],"full":true}})");
     REQUIRE(m.result);
     m = raw.call(R"({"jsonrpc":"2.0","id":13,"method":"agent.heartbeat","params":{"devices":[],"full":"yes"}})");
     REQUIRE(m.error);
@@ -590,7 +597,8 @@ TEST_CASE("wrong token - duplicate registration - unknown devices: clear errors 
       REQUIRE(rc);
       CHECK(*rc != 0);
     }
-    CHECK(words.log().find("key 'backends.sim.program_base_ms': must be a string, number, boolean or array of integers") !=
+    CHECK(words.log().find(
+              "key 'backends.sim.program_base_ms': must be a string, number, boolean or array of integers") !=
           std::string::npos);
     // The sim backend reads the key as a number, so the list reaches it and is refused there.
     CHECK(counts.log().find("config key 'program_base_ms': '[5]' is not") != std::string::npos);
@@ -647,9 +655,8 @@ TEST_CASE("RemoteHost sends every field of a prepare and reads the whole result,
     });
     auto request = raw.next();
     CHECK(request.method == "device.prepare");
-    CHECK(json::serialize(request.params) ==
-          R"({"device":"d0","bitstream":"vadd","reprogram":true,"sha256":")" + std::string(64, 'c') +
-              R"(","vm":"web-1","lease":"42"})");
+    CHECK(json::serialize(request.params) == R"({"device":"d0","bitstream":"vadd","reprogram":true,"sha256":")" +
+                                                 std::string(64, 'c') + R"(","vm":"web-1","lease":"42"})");
     raw.send(R"({"jsonrpc":"2.0","id":)" + json::serialize(request.id) + R"(,"result":)" + result + "}\n");
     REQUIRE(f.owner.wait([&] { return out.done; }));
     return out;
@@ -702,7 +709,7 @@ TEST_CASE("with a bitstream registry prepare programs verified images and refuse
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "", vadd_sha, ""));
   CHECK(r.status.error().code == Errc::not_found);  // the manager it asked has no such image
   r = f.owner.prepare(*a, prepare_request("sim:0", "vadd", false, "",
-                                           "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a"));
+                                          "bc20985d6b6af06d041bd1bfbe07f11deb31b3a9f951b425234d930d7bae350a"));
   CHECK(r.status.error().code == Errc::invalid_argument);
   CHECK(r.status.error().message.find("is image 'matmul'") != std::string::npos);
   // Nothing was changed by the refusals: the device still holds vadd.
@@ -1034,8 +1041,7 @@ TEST_CASE("an image that is unknown to the manager or corrupt there is not kept 
   CHECK(files == std::vector<std::string>{"good-1.toml", "good.bin"});
 }
 
-TEST_CASE("image requests need a registered agent, are answered in bounded pieces and name what is wrong",
-          "[images]") {
+TEST_CASE("image requests need a registered agent, are answered in bounded pieces and name what is wrong", "[images]") {
   ManagerImages images("images-raw");
   const std::string content = random_bytes(agent::kImageChunk + 100, 5);
   const std::string sha = images.add("raw", content);

@@ -15,7 +15,7 @@ host::PrepareResult full_result() {
   r.attach = host::AttachMode::pci_hostdev;
   r.guest_pci = "0000:00:09.0";
   r.endpoint = "";
-  r.details = {"fpga", "xilinx_u250_gen3x16_xdma_4_1_202210_1", "Xilinx", 0x10ee, 0x5005, 68719476736ull,
+  r.details = {"fpga",        "xilinx_u250_gen3x16_xdma_4_1_202210_1", "Xilinx", 0x10ee, 0x5005, 68719476736ull,
                "0000:65:00.1"};
   return r;
 }

@@ -30,8 +30,9 @@ TEST_CASE("factory: unknown names and bad config are clear errors", "[factory][e
   CHECK_THAT(bad.error().message, Catch::Contains("'colour'"));
 }
 
-TEST_CASE("config: a list value reads back as its integers, a malformed one is refused naming the key", "[config][errors]") {
-  const BackendConfig config{{"counts", "[2, 1,1]"}, {"none", "[]"}, {"one", "[ -3 ]"}, {"plain", "4"},
+TEST_CASE("config: a list value reads back as its integers, a malformed one is refused naming the key",
+          "[config][errors]") {
+  const BackendConfig config{{"counts", "[2, 1,1]"},  {"none", "[]"},      {"one", "[ -3 ]"}, {"plain", "4"},
                              {"trailing", "[1, 2,]"}, {"words", "[2, x]"}, {"open", "[1, 2"}, {"gap", "[1 2]"}};
   ConfigReader r("test", config);
   CHECK(r.is_list("counts"));

@@ -339,7 +339,8 @@ std::pair<std::unique_ptr<OpenClBackend>, std::string> open_with_slots(std::uint
 }
 
 // An OpenCL C image written to `dir`: partial (for a slot of `slot_shape`) unless `slot_shape` is empty.
-Image cl_image(const ScratchDir& dir, const std::string& name, const std::string& source, const std::string& slot_shape) {
+Image cl_image(const ScratchDir& dir, const std::string& name, const std::string& source,
+               const std::string& slot_shape) {
   Image image;
   image.name = name;
   image.version = "1";
@@ -355,11 +356,18 @@ Image cl_image(const ScratchDir& dir, const std::string& name, const std::string
 // writes 1 to seen[0] if it saw it, 0 if it gave up. Two such kernels both see the other's flag only if each
 // was running while the other raised its flag: they ran at the same time.
 std::string handshake_source(const std::string& name, int mine, int theirs) {
-  return "__kernel void " + name + "(__global volatile uint* flags, __global uint* seen) {\n"
-         "  flags[" + std::to_string(mine) + "] = 1u;\n"
+  return "__kernel void " + name +
+         "(__global volatile uint* flags, __global uint* seen) {\n"
+         "  flags[" +
+         std::to_string(mine) +
+         "] = 1u;\n"
          "  ulong looks = 0;\n"
-         "  while (flags[" + std::to_string(theirs) + "] == 0u && looks < 2147483648ul) ++looks;\n"
-         "  seen[0] = flags[" + std::to_string(theirs) + "] != 0u ? 1u : 0u;\n"
+         "  while (flags[" +
+         std::to_string(theirs) +
+         "] == 0u && looks < 2147483648ul) ++looks;\n"
+         "  seen[0] = flags[" +
+         std::to_string(theirs) +
+         "] != 0u ? 1u : 0u;\n"
          "}\n";
 }
 
@@ -426,7 +434,8 @@ TEST_CASE("opencl: two slots of a PoCL CPU device run two programs at the same t
   CHECK(b->loaded(cpu)->empty());
 }
 
-TEST_CASE("opencl: a slot takes partial images of its shape only, the whole device full images only", "[opencl][pocl][slots][errors]") {
+TEST_CASE("opencl: a slot takes partial images of its shape only, the whole device full images only",
+          "[opencl][pocl][slots][errors]") {
   auto [b, cpu] = open_with_slots(2);
   if (!b) return;
   const std::string slot0 = accelpool::slot_local_id(cpu, 0);
@@ -457,8 +466,8 @@ TEST_CASE("opencl: a slot takes partial images of its shape only, the whole devi
   auto wrong_shape = b->program(slot0, other_shape);
   REQUIRE_FALSE(wrong_shape.is_ok());
   CHECK(wrong_shape.error().code == Errc::incompatible);
-  CHECK(wrong_shape.error().message == "opencl backend: image other@1 fits slots of shape '" + shape + "0', but slot 0 of device " +
-                                           cpu + " has shape '" + shape + "'");
+  CHECK(wrong_shape.error().message == "opencl backend: image other@1 fits slots of shape '" + shape +
+                                           "0', but slot 0 of device " + cpu + " has shape '" + shape + "'");
   // Refusals change nothing: the slot keeps its image, the device holds none.
   CHECK(*b->loaded(slot0) == partial.sha256);
   CHECK(b->loaded(cpu)->empty());
@@ -476,13 +485,16 @@ TEST_CASE("opencl: a bad slots value is refused naming the key", "[opencl][slots
   if (!device) return;
   const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus >= 64) return;
-  CHECK(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", std::to_string(cus + 1)}}) ==
-        "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') has " +
-            std::to_string(cus) + " compute units, too few for " + std::to_string(cus + 1) + " slots");
+  CHECK(
+      message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", std::to_string(cus + 1)}}) ==
+      "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') has " +
+          std::to_string(cus) + " compute units, too few for " + std::to_string(cus + 1) + " slots");
 }
 
-TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a partial image goes to a slot of its shape only",
-          "[opencl][pocl][slots]") {
+TEST_CASE(
+    "opencl: slots of given compute-unit counts have those shapes, and a partial image goes to a slot of its shape "
+    "only",
+    "[opencl][pocl][slots]") {
   // PoCL's CPU device offers as many compute units as it is told (PoCL 3.1: POCL_MAX_PTHREAD_COUNT, threads it may
   // start; later releases: POCL_CPU_MAX_CU_NUM), read when PoCL starts in this process, which ctest makes the
   // start of this test case.
@@ -493,9 +505,11 @@ TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a p
   const std::string cpu = device->local_id;
   const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus < 4)
-    ACCELPOOL_SKIP("the CPU device has " << cus << " compute units, fewer than slots [2, 1, 1] take (PoCL started "
-                   "before the variables were set, or reads neither)");
-  auto b = OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "[2, 1, 1]"}});
+    ACCELPOOL_SKIP("the CPU device has " << cus
+                                         << " compute units, fewer than slots [2, 1, 1] take (PoCL started "
+                                            "before the variables were set, or reads neither)");
+  auto b =
+      OpenClBackend::create({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "[2, 1, 1]"}});
   REQUIRE(b.is_ok());
   const DeviceInfo* with_slots = nullptr;
   const auto devices = listed(**b);
@@ -545,9 +559,11 @@ TEST_CASE("opencl: slots of given compute-unit counts have those shapes, and a p
   }
 }
 
-TEST_CASE("opencl: bad slot counts are refused naming the key, and the device that cannot hold them", "[opencl][slots][errors]") {
-  CHECK(message({{"slots", "[]"}}) == "backend opencl: config key 'slots': [] declares no slots: give each slot's compute "
-                                     "units, e.g. [2, 1, 1], or a number of equal slots");
+TEST_CASE("opencl: bad slot counts are refused naming the key, and the device that cannot hold them",
+          "[opencl][slots][errors]") {
+  CHECK(message({{"slots", "[]"}}) ==
+        "backend opencl: config key 'slots': [] declares no slots: give each slot's compute "
+        "units, e.g. [2, 1, 1], or a number of equal slots");
   CHECK(message({{"slots", "[2, 0, 1]"}}) ==
         "backend opencl: config key 'slots': count 2 of [2, 0, 1] is 0: a slot takes at least one compute unit");
   CHECK(message({{"slots", "[1, -2]"}}) ==
@@ -560,14 +576,16 @@ TEST_CASE("opencl: bad slot counts are refused naming the key, and the device th
   std::string many = "[1";
   for (int i = 1; i < 65; ++i) many += ", 1";
   many += "]";
-  CHECK(message({{"slots", many}}) == "backend opencl: config key 'slots': " + many + " declares 65 slots, more than 64");
+  CHECK(message({{"slots", many}}) ==
+        "backend opencl: config key 'slots': " + many + " declares 65 slots, more than 64");
 
   // Counts the first CPU device cannot hold: more compute units than it has, more sub-devices than it allows.
   auto device = whole_cpu();
   if (!device) return;
   const int cus = std::stoi(device->attributes.at("compute_units"));
   if (cus >= 64) return;
-  const std::string named = "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') ";
+  const std::string named =
+      "backend opencl: config key 'slots': device " + device->local_id + " ('" + device->model + "') ";
   const std::string too_wide = "[" + std::to_string(cus) + ", 1]";
   CHECK(message({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", too_wide}}) ==
         named + "has " + std::to_string(cus) + " compute units, fewer than the " + std::to_string(cus + 1) +
@@ -590,19 +608,19 @@ TEST_CASE("opencl: slots on a device that cannot be partitioned are refused nami
   if (b.is_ok()) {
     std::string models;
     for (const auto& d : listed(**b)) models += " '" + d.model + "'";
-    ACCELPOOL_SKIP("PoCL offers no unpartitionable CPU device here (it started before POCL_DEVICES was set, or has no "
-                   "'basic' device; devices:" << models << ")");
+    ACCELPOOL_SKIP(
+        "PoCL offers no unpartitionable CPU device here (it started before POCL_DEVICES was set, or has no "
+        "'basic' device; devices:"
+        << models << ")");
   }
   CHECK(b.error().code == Errc::invalid_argument);
   CHECK_THAT(b.error().message,
-             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") &&
-                 Catch::Contains("('basic-") &&
+             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") && Catch::Contains("('basic-") &&
                  Catch::EndsWith("cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
                                  "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only"));
   // Slots of given counts need partitioning by counts, which it lacks as well.
   CHECK_THAT(refusal({{"cache_dir", ACCELPOOL_POCL_CACHE_DIR}, {"device_type", "cpu"}, {"slots", "[1]"}}).message,
-             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") &&
-                 Catch::Contains("('basic-") &&
+             Catch::StartsWith("backend opencl: config key 'slots': device opencl:") && Catch::Contains("('basic-") &&
                  Catch::EndsWith("cannot be partitioned by counts (CL_DEVICE_PARTITION_PROPERTIES lacks "
                                  "CL_DEVICE_PARTITION_BY_COUNTS): slots [1] cannot be made on it"));
 }

@@ -210,7 +210,8 @@ TEST_CASE("remote opencl: serving settings that do not fit together are refused 
   CHECK_THAT(refused({{"remote_advertise", "hv:7090"}}), Catch::Contains("'remote_advertise'"));
   CHECK_THAT(refused({{"remote_listen", "127.0.0.1:0"}, {"remote_tls_cert", "/x.pem"}}),
              Catch::Contains("'remote_tls_key'"));
-  CHECK_THAT(refused({{"remote_listen", "127.0.0.1:0"}, {"remote_tls_cert", "/nonexistent/c.pem"},
+  CHECK_THAT(refused({{"remote_listen", "127.0.0.1:0"},
+                      {"remote_tls_cert", "/nonexistent/c.pem"},
                       {"remote_tls_key", "/nonexistent/c.key"}},
                      accelpool::Errc::invalid_config),
              Catch::Contains("remote_tls_cert") && Catch::Contains("/nonexistent/c.pem"));

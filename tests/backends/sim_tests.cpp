@@ -93,7 +93,8 @@ TEST_CASE("sim: bad config is refused with the key named", "[sim][errors]") {
 
 TEST_CASE("sim: programming takes base + size / rate and tracks the loaded image", "[sim]") {
   RecordingSleeper rec;
-  auto sim = make_sim({{"devices", "fpga:" + kU250 + ":2"}, {"program_mib_per_s", "16"}, {"program_base_ms", "100"}}, rec);
+  auto sim =
+      make_sim({{"devices", "fpga:" + kU250 + ":2"}, {"program_mib_per_s", "16"}, {"program_base_ms", "100"}}, rec);
   Image image = image_of_size(64ull * 1024 * 1024);
   CHECK(sim->programming_time(image) == 100ms + 4s);
   CHECK(sim->loaded("sim:1")->empty());
@@ -122,8 +123,11 @@ TEST_CASE("sim: programming takes base + size / rate and tracks the loaded image
 
 TEST_CASE("sim: slots take partial images side by side, and a full image empties them", "[sim][slots]") {
   RecordingSleeper rec;
-  auto sim = make_sim({{"devices", "fpga:" + kU250 + ":2"}, {"slots", "2"}, {"program_mib_per_s", "16"},
-                       {"program_base_ms", "100"}, {"partial_program_base_ms", "30"}},
+  auto sim = make_sim({{"devices", "fpga:" + kU250 + ":2"},
+                       {"slots", "2"},
+                       {"program_mib_per_s", "16"},
+                       {"program_base_ms", "100"},
+                       {"partial_program_base_ms", "30"}},
                       rec);
   auto devices = sim->enumerate();
   REQUIRE(devices.is_ok());
@@ -202,7 +206,7 @@ TEST_CASE("sim: registry images program by compatibility", "[sim]") {
   CHECK(wrong.error().code == Errc::incompatible);
   CHECK_THAT(wrong.error().message, Catch::Contains("sim:0") && Catch::Contains(kU250));
   CHECK(*sim->loaded("sim:0") == vadd_u250->manifest.sha256);  // unchanged
-  CHECK(rec.waits.size() == 1);                                  // no time spent on the refused image
+  CHECK(rec.waits.size() == 1);                                // no time spent on the refused image
 
   REQUIRE(sim->program("sim:1", make_image(*reg.get("vadd"))).is_ok());  // OpenCL sample fits "sim-*"
 }
@@ -251,8 +255,9 @@ TEST_CASE("sim: injected failures", "[sim][failures]") {
   SECTION("a device that fails while programming ends without an image") {
     std::unique_ptr<SimBackend> slow;
     // The device fails during the programming wait itself (the sleeper runs outside the backend's lock).
-    auto created = SimBackend::create({{"devices", "fpga:" + kU250 + ":1"}, {"program_base_ms", "200"}},
-                                      [&](std::chrono::nanoseconds) { (void)slow->fail_device("sim:0", "power loss"); });
+    auto created =
+        SimBackend::create({{"devices", "fpga:" + kU250 + ":1"}, {"program_base_ms", "200"}},
+                           [&](std::chrono::nanoseconds) { (void)slow->fail_device("sim:0", "power loss"); });
     REQUIRE(created.is_ok());
     slow = std::move(*created);
     auto st = slow->program("sim:0", image);

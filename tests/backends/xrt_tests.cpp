@@ -32,12 +32,11 @@ std::set<std::string> xocl_functions() {
 
 }  // namespace
 
-TEST_CASE("xrt: create points XILINX_XRT at its runtime root, and enumeration lists exactly the xocl cards",
-          "[xrt]") {
+TEST_CASE("xrt: create points XILINX_XRT at its runtime root, and enumeration lists exactly the xocl cards", "[xrt]") {
   ScratchDir root("xrt-root");
   ::unsetenv("XILINX_XRT");  // as in a daemon started without it: create() must set it up
-  auto b = XrtBackend::create({{"runtime_root", (root.path() / "rt").string()},
-                               {"xrt_lib_dir", "/usr/lib/x86_64-linux-gnu"}});
+  auto b = XrtBackend::create(
+      {{"runtime_root", (root.path() / "rt").string()}, {"xrt_lib_dir", "/usr/lib/x86_64-linux-gnu"}});
   REQUIRE(b.is_ok());
   const char* env = std::getenv("XILINX_XRT");
   REQUIRE(env != nullptr);
@@ -101,12 +100,15 @@ namespace {
 accelpool::Result<accelpool::bitstreams::XclbinInfo> built_xclbin(const ScratchDir& dir, const std::string& name,
                                                                   const std::string& mode) {
   const auto spec = dir.path() / (name + ".spec.toml");
-  std::ofstream(spec) << "name = \"" << name << "\"\nversion = \"1\"\nplatform = \"xilinx_u250_gen3x16_xdma_4_1_202210_1\"\n"
-                      << "mode = \"" << mode << "\"\n[[kernels]]\nname = \"vadd\"\nargs = [\"a:int*\", \"n:unsigned int\"]\n";
-  const std::string command = std::string(ACCELPOOL_MKXCLBIN) + " " + spec.string() + " " + dir.path().string() + " 2>" +
-                              (dir.path() / (name + ".err")).string();
+  std::ofstream(spec) << "name = \"" << name
+                      << "\"\nversion = \"1\"\nplatform = \"xilinx_u250_gen3x16_xdma_4_1_202210_1\"\n"
+                      << "mode = \"" << mode
+                      << "\"\n[[kernels]]\nname = \"vadd\"\nargs = [\"a:int*\", \"n:unsigned int\"]\n";
+  const std::string command = std::string(ACCELPOOL_MKXCLBIN) + " " + spec.string() + " " + dir.path().string() +
+                              " 2>" + (dir.path() / (name + ".err")).string();
   if (const int status = std::system(command.c_str()); status != 0)
-    return accelpool::make_error(Errc::invalid_argument, "accelpool-mkxclbin exited with status " + std::to_string(status));
+    return accelpool::make_error(Errc::invalid_argument,
+                                 "accelpool-mkxclbin exited with status " + std::to_string(status));
   return accelpool::bitstreams::read_xclbin(dir.path() / (name + ".xclbin"));
 }
 
@@ -127,13 +129,15 @@ TEST_CASE("xrt: a card's shell is offered whole, and the report says whether it 
   const auto flat_shell = xrt_shell_slots(flat->platform, flat->mode);
   CHECK_FALSE(flat_shell.partial_reconfiguration);
   CHECK(flat_shell.slots == 0);
-  CHECK(flat_shell.report == "shell 'xilinx_u250_gen3x16_xdma_4_1_202210_1' is flat (XCLBIN_FLAT): an xclbin replaces "
-                             "the whole device, so the card is offered whole (no slots)");
+  CHECK(flat_shell.report ==
+        "shell 'xilinx_u250_gen3x16_xdma_4_1_202210_1' is flat (XCLBIN_FLAT): an xclbin replaces "
+        "the whole device, so the card is offered whole (no slots)");
   const auto pr_shell = xrt_shell_slots(pr->platform, pr->mode);
   CHECK(pr_shell.partial_reconfiguration);
   CHECK(pr_shell.slots == 0);
-  CHECK(pr_shell.report == "shell 'xilinx_u250_gen3x16_xdma_4_1_202210_1' reconfigures one user region (XCLBIN_PR): an "
-                           "xclbin fills all of it and XRT loads one per card, so the card is offered whole (no slots)");
+  CHECK(pr_shell.report ==
+        "shell 'xilinx_u250_gen3x16_xdma_4_1_202210_1' reconfigures one user region (XCLBIN_PR): an "
+        "xclbin fills all of it and XRT loads one per card, so the card is offered whole (no slots)");
   // The sample images the build writes are for flat shells.
   auto sample = accelpool::bitstreams::read_xclbin(build_samples / "vadd_u250.xclbin");
   REQUIRE(sample.is_ok());

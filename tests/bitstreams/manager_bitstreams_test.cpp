@@ -107,7 +107,8 @@ std::string manifest_toml(const std::string& name, const std::string& version, c
 // Every file of a folder with its size and hash: "nothing changed" means this stays equal.
 std::map<std::string, std::string> snapshot(const fs::path& dir) {
   std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename().string()] = *bitstreams::sha256_file(e.path());
+  for (const auto& e : fs::directory_iterator(dir))
+    out[e.path().filename().string()] = *bitstreams::sha256_file(e.path());
   return out;
 }
 
@@ -178,7 +179,8 @@ TEST_CASE("an uploaded OpenCL bitstream is granted on a split PoCL sub-device, p
     y[i] = 1.0f;
   }
   std::vector<backends::KernelArg> args{backends::KernelArg::scalar<float>(2.0f), backends::KernelArg::in<float>(x),
-                                        backends::KernelArg::inout<float>(y), backends::KernelArg::scalar<std::uint32_t>(n)};
+                                        backends::KernelArg::inout<float>(y),
+                                        backends::KernelArg::scalar<std::uint32_t>(n)};
   REQUIRE((*cl)->run_kernel(local_id, "saxpy", args, {n}).is_ok());
   auto out = args[2].as<float>();
   for (std::uint32_t i = 0; i < n; i += 97) CHECK(out[i] == Approx(2.0f * static_cast<float>(i) + 1.0f));
@@ -198,7 +200,8 @@ TEST_CASE("a manager warns at start when its bitstream registry is empty, not wh
   }));
   Manager seeded(base_config(sim_u250_host()));
   // "serving" is logged after the registry is read: once it is out, a warning about the registry would be too.
-  REQUIRE(accelpool::testing::eventually([&] { return seeded.daemon.output().find(" serving ") != std::string::npos; }));
+  REQUIRE(
+      accelpool::testing::eventually([&] { return seeded.daemon.output().find(" serving ") != std::string::npos; }));
   CHECK_THAT(seeded.daemon.output(), !Catch::Contains("bitstream registry empty"));
   CHECK(seeded.get("/v1/bitstreams").json().at("bitstreams").as_array().size() > 0);
 }
@@ -206,7 +209,8 @@ TEST_CASE("a manager warns at start when its bitstream registry is empty, not wh
 TEST_CASE("a new version of a bitstream needs a new image file name", "[integration][bitstreams]") {
   Manager m(base_config(sim_u250_host()));
   const std::string compatible = "\"pthread-*\"", kernels = "\"saxpy\"";
-  REQUIRE(m.upload(manifest_toml("saxpy", "1.0.0", "cpu", "saxpy.cl", kSaxpy, compatible, kernels), kSaxpy).status == 201);
+  REQUIRE(m.upload(manifest_toml("saxpy", "1.0.0", "cpu", "saxpy.cl", kSaxpy, compatible, kernels), kSaxpy).status ==
+          201);
   // Version 2.0.0 naming the image file of 1.0.0 is refused and changes nothing.
   auto before = m.get("/v1/bitstreams").body;
   auto same_file = m.upload(manifest_toml("saxpy", "2.0.0", "cpu", "saxpy.cl", kSaxpy, compatible, kernels), kSaxpy);
@@ -215,7 +219,8 @@ TEST_CASE("a new version of a bitstream needs a new image file name", "[integrat
   CHECK_THAT(error_message(same_file), Catch::Contains("field 'file'") && Catch::Contains("saxpy.cl"));
   CHECK(m.get("/v1/bitstreams").body == before);
   // Under a file name of its own it is registered, and becomes the version acquires get.
-  auto own_file = m.upload(manifest_toml("saxpy", "2.0.0", "cpu", "saxpy-2.0.0.cl", kSaxpy, compatible, kernels), kSaxpy);
+  auto own_file =
+      m.upload(manifest_toml("saxpy", "2.0.0", "cpu", "saxpy-2.0.0.cl", kSaxpy, compatible, kernels), kSaxpy);
   CHECK(own_file.status == 201);
   CHECK(m.get("/v1/bitstreams/saxpy").json().at("version").as_string() == "2.0.0");
   CHECK(m.get("/v1/bitstreams/saxpy/1.0.0").status == 200);
@@ -271,26 +276,27 @@ TEST_CASE("corrupt and invalid uploads are refused and change nothing, a file co
   // The bytes do not hash to the manifest's sha256.
   std::string other = xclbin;
   other[other.size() / 2] ^= 0x5a;
-  auto mismatch = m.upload(manifest_toml("vadd_x", "1.0.0", "fpga", "vadd_x.xclbin", xclbin, std::string("\"") + kU250 + "\"",
-                                         "\"vadd\""),
-                           other);
+  auto mismatch = m.upload(
+      manifest_toml("vadd_x", "1.0.0", "fpga", "vadd_x.xclbin", xclbin, std::string("\"") + kU250 + "\"", "\"vadd\""),
+      other);
   CHECK(mismatch.status == 422);
   CHECK(error_code(mismatch) == "checksum_mismatch");
   // A truncated xclbin whose checksum is right: XRT's container checks refuse it.
   std::string cut = xclbin.substr(0, xclbin.size() / 2);
-  auto corrupt = m.upload(manifest_toml("vadd_cut", "1.0.0", "fpga", "vadd_cut.xclbin", cut, std::string("\"") + kU250 + "\"",
-                                        "\"vadd\""),
-                          cut);
+  auto corrupt = m.upload(
+      manifest_toml("vadd_cut", "1.0.0", "fpga", "vadd_cut.xclbin", cut, std::string("\"") + kU250 + "\"", "\"vadd\""),
+      cut);
   CHECK(corrupt.status == 422);
   CHECK(error_code(corrupt) == "corrupt_image");
   CHECK_THAT(error_message(corrupt), Catch::Contains("vadd_cut.xclbin"));
   // An xclbin for a platform the manifest does not list.
-  auto wrong_platform = m.upload(manifest_toml("vadd_w", "1.0.0", "fpga", "vadd_w.xclbin", xclbin, "\"xilinx_u280_*\"", "\"vadd\""),
-                                 xclbin);
+  auto wrong_platform = m.upload(
+      manifest_toml("vadd_w", "1.0.0", "fpga", "vadd_w.xclbin", xclbin, "\"xilinx_u280_*\"", "\"vadd\""), xclbin);
   CHECK(wrong_platform.status == 422);
   CHECK(error_code(wrong_platform) == "incompatible");
   // Bad manifests, bad base64, a name@version that exists.
-  auto unknown_key = m.upload(manifest_toml("k", "1.0.0", "cpu", "k.cl", kSaxpy, "\"pthread-*\"", "\"saxpy\"", "colour = \"red\"\n"), kSaxpy);
+  auto unknown_key = m.upload(
+      manifest_toml("k", "1.0.0", "cpu", "k.cl", kSaxpy, "\"pthread-*\"", "\"saxpy\"", "colour = \"red\"\n"), kSaxpy);
   CHECK(unknown_key.status == 400);
   CHECK(error_code(unknown_key) == "invalid_manifest");
   CHECK_THAT(error_message(unknown_key), Catch::Contains("colour"));
@@ -320,9 +326,7 @@ TEST_CASE("corrupt and invalid uploads are refused and change nothing, a file co
   auto waiting_reply = g.call("acquire", {{"kind", "fpga"}, {"bitstream", "vadd_u250"}});
   REQUIRE(lease_state(waiting_reply) == "queued");
   auto waiting = lease_id(waiting_reply);
-  {
-    std::ofstream(m.registry_dir() / "vadd_u250.xclbin", std::ios::binary | std::ios::app) << "garbage";
-  }
+  { std::ofstream(m.registry_dir() / "vadd_u250.xclbin", std::ios::binary | std::ios::app) << "garbage"; }
   CHECK(lease_state(g.call("release", {{"lease", holder}})) == "released");
   auto ended = g.wait_notification("lease.ended", waiting);
   REQUIRE(ended);
@@ -444,9 +448,10 @@ TEST_CASE("a host agent creates its missing cache folder, fetches the manager's 
   // An image of several pieces of the link (agent::kImageChunk, 512 KiB): it streams in bounded pieces.
   std::string big(3 * 512 * 1024 + 1000, '\0');
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
-  REQUIRE(m.upload(manifest_toml("big_u250", "1.0.0", "fpga", "big_u250.bin", big, std::string("\"") + kU250 + "\"", ""),
-                   big)
-              .status == 201);
+  REQUIRE(
+      m.upload(manifest_toml("big_u250", "1.0.0", "fpga", "big_u250.bin", big, std::string("\"") + kU250 + "\"", ""),
+               big)
+          .status == 201);
 
   // The host's registry folder does not exist yet: the agent creates it and fetches what the manager names over
   // its agent connection.

@@ -124,9 +124,10 @@ TEST_CASE("sha256 matches the FIPS 180-2 test vector", "[sha256]") {
 }
 
 TEST_CASE("a partial image names its slot shape and bandwidth demand", "[manifest][slots]") {
-  auto m = parse_manifest(with("kernels = [\"vadd\"]",
-                               "kernels = [\"vadd\"]\nimage = \"partial\"\nslot_shape = \"quarter\"\nbandwidth_demand = 0.2"),
-                          "vadd.toml");
+  auto m = parse_manifest(
+      with("kernels = [\"vadd\"]",
+           "kernels = [\"vadd\"]\nimage = \"partial\"\nslot_shape = \"quarter\"\nbandwidth_demand = 0.2"),
+      "vadd.toml");
   REQUIRE(m.is_ok());
   CHECK(m->partial);
   CHECK(m->slot_shape == "quarter");

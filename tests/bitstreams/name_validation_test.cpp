@@ -90,7 +90,7 @@ TEST_CASE("hidden and temporary image names are refused, plain ones are taken", 
   ScratchDir src("names-hidden-src");
   Registry r = open_registry(dir.path());
   for (const std::string& file : {std::string(".hidden"), std::string(".tmp-k.bin"), std::string(".upload-1"),
-                                 std::string("K.TOML"), std::string(256, 'a')}) {
+                                  std::string("K.TOML"), std::string(256, 'a')}) {
     auto m = opaque_manifest("k", "1.0", file, src.path() / "img", "image bytes\n");
     auto added = r.add(m, src.path() / "img");
     REQUIRE_FALSE(added.is_ok());
@@ -104,9 +104,8 @@ TEST_CASE("hidden and temporary image names are refused, plain ones are taken", 
 }
 
 TEST_CASE("uploaded and on-disk manifests follow the same rule", "[registry][names]") {
-  std::string text =
-      "name = \"k\"\nversion = \"1.0\"\nkind = \"fpga\"\nfile = \"k-1.0.toml\"\nsha256 = \"" + std::string(64, 'a') +
-      "\"\nprogramming_seconds = 0\ncompatible = [\"*\"]\n";
+  std::string text = "name = \"k\"\nversion = \"1.0\"\nkind = \"fpga\"\nfile = \"k-1.0.toml\"\nsha256 = \"" +
+                     std::string(64, 'a') + "\"\nprogramming_seconds = 0\ncompatible = [\"*\"]\n";
   auto parsed = parse_manifest(text, "(uploaded)");
   REQUIRE_FALSE(parsed.is_ok());
   CHECK(parsed.error().code == Errc::invalid_manifest);

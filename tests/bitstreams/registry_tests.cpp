@@ -24,7 +24,8 @@ void copy_opencl_samples(const fs::path& to) {
 
 std::set<std::string> folder_listing(const fs::path& dir) {
   std::set<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string() + ":" + std::to_string(e.file_size()));
+  for (const auto& e : fs::directory_iterator(dir))
+    out.insert(e.path().filename().string() + ":" + std::to_string(e.file_size()));
   return out;
 }
 

@@ -16,8 +16,8 @@
 using namespace accelpool::bitstreams;
 using accelpool::Errc;
 using namespace accelpool::bitstreams::test;
-using accelpool::Result;
 using accelpool::make_error;
+using accelpool::Result;
 
 TEST_CASE("base64 round-trips every length and refuses bad text", "[bitstreams][base64]") {
   std::string bytes;
@@ -92,7 +92,8 @@ TEST_CASE("an add copies and hashes without the registry's lock, and of two raci
   // While an add has staged and verified its image, lookups and another add go through: the lock is free.
   // (Were it held, the calls below would wait for the hook, which waits for them: the test would hang.)
   std::promise<void> staged, go_on;
-  Result<Bitstream> first = make_error(Errc::internal, "not set yet");  // checked after the join (Catch2 asserts on one thread)
+  Result<Bitstream> first =
+      make_error(Errc::internal, "not set yet");  // checked after the join (Catch2 asserts on one thread)
   std::thread adding([&] {
     first = reg->add(sim_image_manifest("one", "one.bin", "first image"), dir.path() / "one.bin", [&] {
       staged.set_value();
@@ -129,7 +130,8 @@ TEST_CASE("an add copies and hashes without the registry's lock, and of two raci
   REQUIRE(same.is_ok());
   CHECK(read_file(same->file_path) == (ra.is_ok() ? "image a" : "image b"));
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "reg")) files.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "reg"))
+    files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   CHECK(files == std::vector<std::string>{ra.is_ok() ? "a.bin" : "b.bin", "one-1.toml", "one.bin", "same-1.toml",
                                           "two-1.toml", "two.bin"});

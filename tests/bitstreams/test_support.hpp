@@ -30,7 +30,8 @@ inline void write_file(const std::filesystem::path& p, const std::string& text) 
 }
 
 inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
+  for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
+    s.replace(pos, from.size(), to);
   return s;
 }
 

@@ -20,19 +20,22 @@ namespace {
 
 std::map<std::string, std::string> folder_hashes(const fs::path& dir) {
   std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename().string()] = *bitstreams::sha256_file(e.path());
+  for (const auto& e : fs::directory_iterator(dir))
+    out[e.path().filename().string()] = *bitstreams::sha256_file(e.path());
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("an upload whose image would be named like a manifest is refused and never registered, even after a "
-          "restart",
-          "[integration][bitstreams][names]") {
+TEST_CASE(
+    "an upload whose image would be named like a manifest is refused and never registered, even after a "
+    "restart",
+    "[integration][bitstreams][names]") {
   accelpool::testing::ScratchDir dir("upload-names");
-  DaemonProcess daemon(dir.path(),
-                       "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-                       "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 1\n");
+  DaemonProcess daemon(
+      dir.path(),
+      "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+      "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 1\n");
   daemon.start();
   std::string admin = daemon.token("admin token");
   fs::path registry = dir.path() / "bitstreams";
@@ -42,8 +45,9 @@ TEST_CASE("an upload whose image would be named like a manifest is refused and n
   std::string bytes = "name = \"ghost\"\nversion = \"1.0\"\nkind = \"fpga\"\nfile = \"img.bin\"\nsha256 = \"" +
                       std::string(64, '0') + "\"\nprogramming_seconds = 0\ncompatible = [\"*\"]\n";
   for (const char* file : {"k-1.0.toml", "ghost-1.0.toml", "k.bin\\u0000.toml"}) {
-    std::string manifest = "name = \"k\"\nversion = \"1.0\"\nkind = \"fpga\"\nfile = \"" + std::string(file) + "\"\nsha256 = \"" +
-                           bitstreams::sha256_bytes(bytes) + "\"\nprogramming_seconds = 0\ncompatible = [\"*\"]\n";
+    std::string manifest = "name = \"k\"\nversion = \"1.0\"\nkind = \"fpga\"\nfile = \"" + std::string(file) +
+                           "\"\nsha256 = \"" + bitstreams::sha256_bytes(bytes) +
+                           "\"\nprogramming_seconds = 0\ncompatible = [\"*\"]\n";
     json::object body{{"manifest", manifest}, {"content_base64", bitstreams::base64_encode(bytes)}};
     auto r = http(daemon.endpoints().admin_port, "POST", "/v1/bitstreams", admin, json::serialize(body));
     CHECK(r.status == 400);

@@ -6,9 +6,9 @@
 
 #include "skip.hpp"
 
+#include <cctype>
 #include <cstring>
 #include <optional>
-#include <cctype>
 
 #include "test_support.hpp"
 

@@ -91,8 +91,12 @@ TEST_CASE("HTTP statuses are the admin API's (docs/api/openapi.yaml)", "[common]
   CHECK(http_status(Errc::io_error) == 500);
   // The document's example of each response carries the code whose status the response has.
   const std::string doc = read_doc("docs/api/openapi.yaml");
-  for (const auto& [status, code] : {std::pair{400, "invalid_argument"}, {401, "unauthorized"}, {403, "forbidden"},
-                                     {404, "not_found"}, {409, "conflict"}, {413, "too_large"},
+  for (const auto& [status, code] : {std::pair{400, "invalid_argument"},
+                                     {401, "unauthorized"},
+                                     {403, "forbidden"},
+                                     {404, "not_found"},
+                                     {409, "conflict"},
+                                     {413, "too_large"},
                                      {422, "checksum_mismatch"}}) {
     INFO(code);
     CHECK(doc.find("code: " + std::string(code)) != std::string::npos);
@@ -119,5 +123,6 @@ TEST_CASE("JSON-RPC codes are those of the protocol documents' error tables", "[
   CHECK(accelpool::errc_from_rpc(-32001) == Errc::unauthorized);
   CHECK(accelpool::errc_from_rpc(-32000) == Errc::internal);
   CHECK(accelpool::errc_from_rpc(-1) == Errc::internal);
-  for (const auto& row : accelpool::kErrcTable) CHECK(accelpool::rpc_code(accelpool::errc_from_rpc(row.rpc_code)) == row.rpc_code);
+  for (const auto& row : accelpool::kErrcTable)
+    CHECK(accelpool::rpc_code(accelpool::errc_from_rpc(row.rpc_code)) == row.rpc_code);
 }

@@ -17,21 +17,28 @@ namespace lg = accelpool::log;
 
 TEST_CASE("a text log line is readable and quotes values that are not one plain word", "[log]") {
   auto line = lg::format_line(lg::Format::text, "accelpool-manager", lg::Level::info, "lease granted",
-                               {{"lease", 7}, {"tenant", "team a"}, {"bitstream", ""}, {"wait_s", 0.25}, {"ok", true},
-                                {"reason", "said \"no\"\nthen left"}},
-                               "2026-01-02T03:04:05.006Z");
+                              {{"lease", 7},
+                               {"tenant", "team a"},
+                               {"bitstream", ""},
+                               {"wait_s", 0.25},
+                               {"ok", true},
+                               {"reason", "said \"no\"\nthen left"}},
+                              "2026-01-02T03:04:05.006Z");
   CHECK(line ==
         "2026-01-02T03:04:05.006Z info accelpool-manager: lease granted lease=7 tenant=\"team a\" bitstream=\"\" "
         "wait_s=0.25 ok=true reason=\"said \\\"no\\\"\\nthen left\"\n");
 }
 
 TEST_CASE("a JSON log line is one valid JSON object with typed fields, whatever the text holds", "[log]") {
-  const std::string nasty = std::string("quote\" backslash\\ newline\n tab\t bell\x07 nul") + std::string(1, '\0') +
-                            " utf8 \xc3\xa9 end";
+  const std::string nasty =
+      std::string("quote\" backslash\\ newline\n tab\t bell\x07 nul") + std::string(1, '\0') + " utf8 \xc3\xa9 end";
   auto line = lg::format_line(lg::Format::json, "accelpool-agent", lg::Level::warn, "device \"x\" failed",
-                               {{"lease", std::uint64_t{18446744073709551615ull}}, {"detail", nasty}, {"wait_s", 1e-9},
-                                {"nan", std::numeric_limits<double>::quiet_NaN()}, {"ok", false}},
-                               "2026-01-02T03:04:05.006Z");
+                              {{"lease", std::uint64_t{18446744073709551615ull}},
+                               {"detail", nasty},
+                               {"wait_s", 1e-9},
+                               {"nan", std::numeric_limits<double>::quiet_NaN()},
+                               {"ok", false}},
+                              "2026-01-02T03:04:05.006Z");
   REQUIRE(line.back() == '\n');
   REQUIRE(line.find('\n') == line.size() - 1);  // one line, whatever the values held
   auto v = boost::json::parse(line.substr(0, line.size() - 1)).as_object();

@@ -12,15 +12,15 @@
 
 #include <catch2/catch.hpp>
 
-#include "skip.hpp"
 #include <nlohmann/json.hpp>
+#include "skip.hpp"
 
-#include <csignal>
-#include <cstdio>
-#include <exception>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
+#include <cstdio>
+#include <exception>
 
 #include <algorithm>
 #include <chrono>
@@ -40,9 +40,9 @@ using namespace accelpool;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using shim::test::eventually;
 using shim::test::ManagerOptions;
 using shim::test::ManagerProcess;
-using shim::test::eventually;
 using shim::test::read_file;
 
 namespace {
@@ -72,19 +72,21 @@ std::optional<std::string> unavailable(const fs::path& dir, hypervisor::testing:
 // The first console line holding `needle`, waiting up to `timeout`.
 std::optional<std::string> console_line(const fs::path& log, const std::string& needle, std::chrono::seconds timeout) {
   std::optional<std::string> found;
-  eventually([&] {
-    // Complete lines only: the console is read while QEMU writes it, and a line's end may not be there yet.
-    std::string text = read_file(log);
-    text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line))
-      if (line.find(needle) != std::string::npos) {
-        found = line;
-        return true;
-      }
-    return false;
-  }, timeout);
+  eventually(
+      [&] {
+        // Complete lines only: the console is read while QEMU writes it, and a line's end may not be there yet.
+        std::string text = read_file(log);
+        text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+        std::istringstream in(text);
+        std::string line;
+        while (std::getline(in, line))
+          if (line.find(needle) != std::string::npos) {
+            found = line;
+            return true;
+          }
+        return false;
+      },
+      timeout);
   return found;
 }
 
@@ -171,7 +173,8 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
     fs::path dir;
     ~Logs() {
       if (std::uncaught_exceptions() == 0 && std::getenv("ACCELPOOL_E2E_VERBOSE") == nullptr) return;
-      for (const auto& f : {"manager.log", "agent.log", "agent2.log"}) std::fprintf(stderr, "---- %s\n%s\n", f, read_file(dir / f).c_str());
+      for (const auto& f : {"manager.log", "agent.log", "agent2.log"})
+        std::fprintf(stderr, "---- %s\n%s\n", f, read_file(dir / f).c_str());
       for (const auto& e : fs::directory_iterator(dir))
         if (e.path().extension() == ".console")
           std::fprintf(stderr, "---- %s\n%s\n", e.path().filename().c_str(), read_file(e.path()).c_str());
@@ -187,10 +190,12 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
                            << "[relay]\nmanager = \"" << guest_port << "\"\nscan_interval_ms = 250\n";
   auto agent = std::make_unique<AgentProcess>(agent_cfg, tmp / "agent.log");
   const std::string device = std::string(kHost) + "/sim:0";
-  REQUIRE(eventually([&] {
-    std::string body;
-    return m.admin_request("GET", "/v1/devices/" + device, "", body) == 200;
-  }, 20s));
+  REQUIRE(eventually(
+      [&] {
+        std::string body;
+        return m.admin_request("GET", "/v1/devices/" + device, "", body) == 200;
+      },
+      20s));
 
   // Two guests, booted together, each holding the device kHoldS once granted: whichever asks second (the machine
   // decides which boots faster) waits in the queue while the other holds it.
@@ -259,27 +264,29 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
 
   // The device's history in the admin API: exactly these two leases, one after the other.
   json leases;
-  REQUIRE(eventually([&] {
-    leases = admin_get(m, "/v1/leases?all=true&device=" + device)["leases"];
-    std::size_t ended = 0;
-    for (const auto& l : leases)
-      if (l["state"] == "released") ++ended;
-    return ended >= 2;
-  }, 10s));
+  REQUIRE(eventually(
+      [&] {
+        leases = admin_get(m, "/v1/leases?all=true&device=" + device)["leases"];
+        std::size_t ended = 0;
+        for (const auto& l : leases)
+          if (l["state"] == "released") ++ended;
+        return ended >= 2;
+      },
+      10s));
   std::vector<json> history;
   for (const auto& l : leases) {
     const auto& devs = l["devices"];
     CHECK(std::find(devs.begin(), devs.end(), device) != devs.end());  // the server's device filter
     history.push_back(l);
   }
-  std::sort(history.begin(), history.end(), [](const json& a, const json& b) {
-    return a["granted_at"].get<double>() < b["granted_at"].get<double>();
-  });
+  std::sort(history.begin(), history.end(),
+            [](const json& a, const json& b) { return a["granted_at"].get<double>() < b["granted_at"].get<double>(); });
   INFO("history of " << device << ": " << json(history).dump());
   REQUIRE(history.size() == 2);
   const json& l1 = history[0];  // the first granted, whichever guest that was
   const json& l2 = history[1];
-  CHECK(std::set<std::string>{l1["guest"].get<std::string>(), l2["guest"].get<std::string>()} == std::set<std::string>{g1, g2});
+  CHECK(std::set<std::string>{l1["guest"].get<std::string>(), l2["guest"].get<std::string>()} ==
+        std::set<std::string>{g1, g2});
   CHECK(l1["guest_host"] == kHost);  // pinned by the relay
   CHECK(l2["guest_host"] == kHost);
   CHECK(l1["state"] == "released");
@@ -310,7 +317,9 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   agent.reset();
   CHECK(eventually([&] { return console_count(c1, away) == 1 && console_count(c2, away) == 1; }, 15s));
   // While no agent runs, guestd finds the port's host side unconnected and waits.
-  CHECK(eventually([&] { return console_count(c1, "host side of serial://" + std::string(kPortName) + " is not connected") == 1; }, 10s));
+  CHECK(eventually(
+      [&] { return console_count(c1, "host side of serial://" + std::string(kPortName) + " is not connected") == 1; },
+      10s));
   agent = std::make_unique<AgentProcess>(agent_cfg, tmp / "agent2.log");
   CHECK(eventually([&] { return console_count(c1, up) == 2 && console_count(c2, up) == 2; }, 30s));
   // Programs reach the pool again through the same guestd (each guest acquires the manager's asic every second).
@@ -318,8 +327,8 @@ TEST_CASE("two real VMs share one pool FPGA through guestd, the agent's relay an
   CHECK(eventually([&] { return console_count(c1, "probe ok") > ok1 && console_count(c2, "probe ok") > ok2; }, 20s));
 
   const double whole = std::chrono::duration<double>(Clock::now() - t0).count();
-  WARN("timings: first " << l1["guest"].get<std::string>() << ", JCT " << jct[l1["guest"].get<std::string>()] << " s (admin "
-       << admin_jct1 << " s), then " << l2["guest"].get<std::string>() << ", JCT " << jct[l2["guest"].get<std::string>()]
-       << " s (admin " << admin_jct2 << " s, waited " << wait2
-       << " s); whole test " << whole << " s");
+  WARN("timings: first " << l1["guest"].get<std::string>() << ", JCT " << jct[l1["guest"].get<std::string>()]
+                         << " s (admin " << admin_jct1 << " s), then " << l2["guest"].get<std::string>() << ", JCT "
+                         << jct[l2["guest"].get<std::string>()] << " s (admin " << admin_jct2 << " s, waited " << wait2
+                         << " s); whole test " << whole << " s");
 }

@@ -48,9 +48,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kPortName = "org.accelpool.guest.0";
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 fs::path image_dir() {
   const char* env = std::getenv("ACCELPOOL_GUEST_IMAGE_DIR");
@@ -216,9 +214,8 @@ struct RemovedEvents {
 
   bool wait_for(const std::string& alias, std::chrono::seconds timeout) {
     std::unique_lock lock(mutex);
-    return changed.wait_for(lock, timeout, [&] {
-      return std::find(aliases.begin(), aliases.end(), alias) != aliases.end();
-    });
+    return changed.wait_for(lock, timeout,
+                            [&] { return std::find(aliases.begin(), aliases.end(), alias) != aliases.end(); });
   }
 };
 
@@ -247,7 +244,8 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
   if (daemon == nullptr) return;
 
   TempDir tmp;
-  const auto vm = guest_vm("ap-guest", dir, tmp.path, std::string("console=ttyS0 quiet panic=-1 accelpool.echo=") + kPortName);
+  const auto vm =
+      guest_vm("ap-guest", dir, tmp.path, std::string("console=ttyS0 quiet panic=-1 accelpool.echo=") + kPortName);
   Console console(vm.console_log);
 
   const auto boot_start = Clock::now();
@@ -348,9 +346,9 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
     virDomainPtr dom = virDomainLookupByName(conn, vm.name.c_str());
     REQUIRE(dom != nullptr);
     RemovedEvents events;
-    const int callback = virConnectDomainEventRegisterAny(conn, dom, VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
-                                                          VIR_DOMAIN_EVENT_CALLBACK(RemovedEvents::on_removed),
-                                                          &events, nullptr);
+    const int callback =
+        virConnectDomainEventRegisterAny(conn, dom, VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+                                         VIR_DOMAIN_EVENT_CALLBACK(RemovedEvents::on_removed), &events, nullptr);
     CHECK(callback >= 0);
     const std::string alias = "ua-guest-test-shmem";
     const std::string xml = "<shmem name='" + shmem_name(daemon->unique_device_id("guest-raw")) +
@@ -378,13 +376,12 @@ TEST_CASE("the guest image boots, sees hot-plugged devices, acknowledges their r
       "guest VM timings (%s boot, TCG): ready %.2f s after create; echo round trip %.3f s; hot-plug seen in guest "
       "%.2f s / %.2f s / %.2f s; detach completed %.2f s / %.2f s / %.2f s (attacher, attacher, "
       "virDomainDetachDeviceFlags); whole test %.1f s\n",
-      vm.kernel.filename() == "vmlinux" ? "vmlinux PVH" : "bzImage", ready_s, echo_s, plug_s[0], plug_s[1], raw_plug_s, detach_s[0], detach_s[1],
-      raw_detach_s, total_s);
+      vm.kernel.filename() == "vmlinux" ? "vmlinux PVH" : "bzImage", ready_s, echo_s, plug_s[0], plug_s[1], raw_plug_s,
+      detach_s[0], detach_s[1], raw_detach_s, total_s);
   std::fflush(stdout);
 }
 
-TEST_CASE("a program added to the image runs as /etc/accelpool/run and its end powers the guest off",
-          "[vm][guest]") {
+TEST_CASE("a program added to the image runs as /etc/accelpool/run and its end powers the guest off", "[vm][guest]") {
   const auto test_start = Clock::now();
   const fs::path base = image_dir();
   auto* daemon = vm_prerequisites(base);
@@ -423,7 +420,8 @@ TEST_CASE("a program added to the image runs as /etc/accelpool/run and its end p
     CHECK(read_file(initramfs) == bytes);
   }
 
-  const auto vm = guest_vm("ap-guest-run", tmp.path / "image", tmp.path, "console=ttyS0 quiet panic=-1 accelpool.poweroff");
+  const auto vm =
+      guest_vm("ap-guest-run", tmp.path / "image", tmp.path, "console=ttyS0 quiet panic=-1 accelpool.poweroff");
   Console console(vm.console_log);
   const auto boot_start = Clock::now();
   auto uuid = daemon->create_vm(vm);
@@ -449,8 +447,9 @@ TEST_CASE("a program added to the image runs as /etc/accelpool/run and its end p
   }
   CHECK(gone);
   if (!gone) CHECK(daemon->destroy_vm(vm.name).is_ok());
-  std::printf("guest with /etc/accelpool/run: image built in %.1f s; program ended %.2f s after create; whole test %.1f s\n",
-              build_s, run_s, seconds_since(test_start));
+  std::printf(
+      "guest with /etc/accelpool/run: image built in %.1f s; program ended %.2f s after create; whole test %.1f s\n",
+      build_s, run_s, seconds_since(test_start));
   std::fflush(stdout);
 }
 
@@ -469,8 +468,9 @@ TEST_CASE("build-guest.sh --soft records why the kernel cannot be had instead of
   CHECK(why->find("could not be built") != std::string::npos);
 
   // Without --soft the same problem is an error.
-  auto [rc_hard, text_hard] = run_command("ACCELPOOL_GUEST_KERNEL_PACKAGE=linux-image-0.0.0-no-such-kernel-amd64 " +
-                                          std::string(ACCELPOOL_GUEST_BUILD_SCRIPT) + " " + (tmp.path / "hard").string());
+  auto [rc_hard, text_hard] =
+      run_command("ACCELPOOL_GUEST_KERNEL_PACKAGE=linux-image-0.0.0-no-such-kernel-amd64 " +
+                  std::string(ACCELPOOL_GUEST_BUILD_SCRIPT) + " " + (tmp.path / "hard").string());
   CHECK(rc_hard != 0);
   CHECK(text_hard.find("build-guest: error: apt-get download linux-image-0.0.0-no-such-kernel-amd64 failed") !=
         std::string::npos);

@@ -172,9 +172,9 @@ struct ScratchRegistry {
 // Wall time far enough ahead that every file in the scratch registry counts as settled (not written within the
 // last second), so a verified stamp is remembered.
 std::int64_t settled_wall_clock() {
-  return static_cast<std::int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count()) +
+  return static_cast<std::int64_t>(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                 .count()) +
          10'000'000'000;
 }
 
@@ -197,11 +197,14 @@ TEST_CASE("operations on one device run in the order they were asked", "[host]")
     std::lock_guard lock(mu);
     done.push_back(std::move(what));
   };
-  m.runtime->prepare(program("sim:0", "a"), [&](Status s, PrepareResult r) { note(message_of(s) + "prepare->" + r.loaded); });
+  m.runtime->prepare(program("sim:0", "a"),
+                     [&](Status s, PrepareResult r) { note(message_of(s) + "prepare->" + r.loaded); });
   REQUIRE(eventually([&] { return gate.inside() == 1; }));
-  m.runtime->prepare(program("sim:0", "b"), [&](Status s, PrepareResult r) { note(message_of(s) + "prepare->" + r.loaded); });
+  m.runtime->prepare(program("sim:0", "b"),
+                     [&](Status s, PrepareResult r) { note(message_of(s) + "prepare->" + r.loaded); });
   m.runtime->reset("sim:0", [&](Status s, std::string loaded) { note(message_of(s) + "reset->" + loaded); });
-  m.runtime->prepare(program("sim:0", "b"), [&](Status s, PrepareResult r) { note(message_of(s) + "prepare->" + r.loaded); });
+  m.runtime->prepare(program("sim:0", "b"),
+                     [&](Status s, PrepareResult r) { note(message_of(s) + "prepare->" + r.loaded); });
   m.runtime->release("sim:0", [&](Status s, ReleaseResult r) { note(message_of(s) + "release->" + r.loaded); });
   gate.open();
   REQUIRE(eventually([&] {
@@ -546,7 +549,9 @@ TEST_CASE("a prepare with a VM hot-plugs the device, and an unacknowledged relea
   CHECK(listed == vm);
 
   auto released = std::make_shared<std::promise<std::pair<Status, ReleaseResult>>>();
-  m.runtime->release(device, [released](Status s, ReleaseResult r) { released->set_value({std::move(s), std::move(r)}); });
+  m.runtime->release(device, [released](Status s, ReleaseResult r) {
+    released->set_value({std::move(s), std::move(r)});
+  });
   auto rf = released->get_future();
   auto [rs, rr] = wait(rf);
   REQUIRE_FALSE(rs.is_ok());

@@ -270,8 +270,8 @@ Status LibvirtDaemon::spawn() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return make_error(Errc::unavailable, "libvirtd did not answer at " + uri_ + " within " +
-                                       std::to_string(options_.start_timeout.count()) + " s (" + last + "); log:\n" +
-                                       log_tail());
+                                           std::to_string(options_.start_timeout.count()) + " s (" + last +
+                                           "); log:\n" + log_tail());
 }
 
 LibvirtDaemon::~LibvirtDaemon() { stop(); }
@@ -356,7 +356,7 @@ Result<std::string> LibvirtDaemon::create_vm(const VmOptions& options) {
   virDomainPtr d = virDomainCreateXML(conn_, xml->c_str(), 0);
   if (d == nullptr) {
     return make_error(Errc::hypervisor, "creating VM '" + options.name + "': " + libvirt_message() + "\nQEMU log:\n" +
-                                        read_tail(dir_ / "log" / "qemu" / (options.name + ".log"), 2000));
+                                            read_tail(dir_ / "log" / "qemu" / (options.name + ".log"), 2000));
   }
   char uuid[VIR_UUID_STRING_BUFLEN] = {};
   virDomainGetUUIDString(d, uuid);

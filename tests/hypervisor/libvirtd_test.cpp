@@ -48,7 +48,8 @@ std::string start_vm(hypervisor::testing::LibvirtDaemon& d, const std::string& n
   return *uuid;
 }
 
-std::unique_ptr<Attacher> attacher_for(hypervisor::testing::LibvirtDaemon& d, std::chrono::milliseconds detach_timeout) {
+std::unique_ptr<Attacher> attacher_for(hypervisor::testing::LibvirtDaemon& d,
+                                       std::chrono::milliseconds detach_timeout) {
   LibvirtOptions o;
   o.uri = d.uri();
   o.detach_timeout = detach_timeout;

@@ -29,13 +29,14 @@ class Agent {
  public:
   // `extra_config`: more tables for its config file (e.g. "[log]\n...").
   Agent(std::filesystem::path dir, std::string host, const std::string& manager, const std::string& devices,
-        const std::string& token = kAgentToken, const std::string& agent_keys = "", const std::string& extra_config = "")
+        const std::string& token = kAgentToken, const std::string& agent_keys = "",
+        const std::string& extra_config = "")
       : host_(std::move(host)), config_(dir / (host_ + ".toml")), log_(dir / (host_ + ".log")) {
     const std::string managers = manager.rfind('[', 0) == 0 ? manager : "\"" + manager + "\"";
-    std::ofstream(config_) << "[agent]\nmanager = " << managers << "\ntoken = \"" << token << "\"\nhost = \""
-                           << host_ << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 200\n"
-                           << agent_keys
-                           << "[backends.sim]\ndevices = \"" << devices << "\"\nprogram_base_ms = 5\nattach = \"network\"\n"
+    std::ofstream(config_) << "[agent]\nmanager = " << managers << "\ntoken = \"" << token << "\"\nhost = \"" << host_
+                           << "\"\nheartbeat_interval_ms = 100\nreconnect_min_ms = 50\nreconnect_max_ms = 200\n"
+                           << agent_keys << "[backends.sim]\ndevices = \"" << devices
+                           << "\"\nprogram_base_ms = 5\nattach = \"network\"\n"
                            << extra_config;
     start();
   }

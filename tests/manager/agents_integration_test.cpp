@@ -38,9 +38,9 @@ struct Pool : ScratchDaemon {
   std::string admin, token;
   explicit Pool(const std::string& agents_keys = "")
       : ScratchDaemon("apm-agents-",
-                      agent_manager_config(kAgentToken, "revoke_grace_s = 5\n",
-                                           "heartbeat_timeout_ms = " + std::to_string(kHeartbeatTimeoutMs) + "\n" +
-                                               agents_keys)) {
+                      agent_manager_config(
+                          kAgentToken, "revoke_grace_s = 5\n",
+                          "heartbeat_timeout_ms = " + std::to_string(kHeartbeatTimeoutMs) + "\n" + agents_keys)) {
     daemon.start();
     admin = daemon.token("admin token");
     token = daemon.token("guest token for tenant t");
@@ -71,7 +71,8 @@ struct Pool : ScratchDaemon {
 };
 
 // Polls `cond` every 20 ms for up to `timeout`; returns how long it took, or nullopt.
-std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& cond,
+                                                  std::chrono::milliseconds timeout) {
   auto start = SteadyClock::now();
   while (SteadyClock::now() - start < timeout) {
     if (cond()) return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
@@ -176,8 +177,7 @@ TEST_CASE("remote agents join, a SIGKILLed agent's devices become unavailable an
   // An agent that hangs (SIGSTOP: its connection stays open, no heartbeats) is lost after the heartbeat timeout.
   auto stopped_at = SteadyClock::now();
   b.signal(SIGSTOP);
-  auto silent = wait_for([&] { return p.devices().at("host-b/sim:0").first == "unavailable"; },
-                         kHungAfter);
+  auto silent = wait_for([&] { return p.devices().at("host-b/sim:0").first == "unavailable"; }, kHungAfter);
   REQUIRE(silent);
   auto lost_after = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - stopped_at);
   WARN("agent SIGSTOP -> devices unavailable in " << lost_after.count() << " ms (heartbeat timeout "
@@ -191,9 +191,10 @@ TEST_CASE("remote agents join, a SIGKILLed agent's devices become unavailable an
 #endif
 }
 
-TEST_CASE("three agents pool their devices: a gang spans hosts, a drained host serves no one new, a killed one "
-          "reconciles on restart",
-          "[integration][agents][drain]") {
+TEST_CASE(
+    "three agents pool their devices: a gang spans hosts, a drained host serves no one new, a killed one "
+    "reconciles on restart",
+    "[integration][agents][drain]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
@@ -244,8 +245,7 @@ TEST_CASE("three agents pool their devices: a gang spans hosts, a drained host s
 
   // SIGKILL host-b: its device becomes unavailable and g2's gang goes back to the queue; host-c stays drained.
   b.stop(SIGKILL);
-  REQUIRE(wait_for([&] { return p.devices().at("host-b/sim:0").first == "unavailable"; },
-                   kHungAfter));
+  REQUIRE(wait_for([&] { return p.devices().at("host-b/sim:0").first == "unavailable"; }, kHungAfter));
   CHECK(g2.wait_notification("lease.requeued", l2));
   CHECK(p.devices().at("host-c/sim:0").first == "draining");
   CHECK(p.devices().at("host-c/sim:0").second == 0);
@@ -270,9 +270,10 @@ TEST_CASE("three agents pool their devices: a gang spans hosts, a drained host s
 #endif
 }
 
-TEST_CASE("agents over mutual TLS: a certified agent registers and serves a lease, one without a certificate of the "
-          "pool's CA is refused at the handshake and the manager serves on",
-          "[integration][agents][tls]") {
+TEST_CASE(
+    "agents over mutual TLS: a certified agent registers and serves a lease, one without a certificate of the "
+    "pool's CA is refused at the handshake and the manager serves on",
+    "[integration][agents][tls]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
@@ -308,9 +309,11 @@ TEST_CASE("agents over mutual TLS: a certified agent registers and serves a leas
     for (auto* refused : {&bare, &foreign}) {
       CHECK(wait_for([&] { return refused->log().find("tls_error=") != std::string::npos; }, kHungAfter));
     }
-    CHECK(wait_for([&] { return plain.log().find("connection to the manager lost") != std::string::npos; }, kHungAfter));
-    CHECK(wait_for([&] { return p.daemon.output().find("agent connection refused at the TLS handshake") != std::string::npos; },
-                   kHungAfter));
+    CHECK(
+        wait_for([&] { return plain.log().find("connection to the manager lost") != std::string::npos; }, kHungAfter));
+    CHECK(wait_for(
+        [&] { return p.daemon.output().find("agent connection refused at the TLS handshake") != std::string::npos; },
+        kHungAfter));
     auto d = p.devices();
     CHECK(d.size() == 2);
     CHECK(d.count("host-n/sim:0") + d.count("host-x/sim:0") + d.count("host-p/sim:0") == 0);
@@ -335,9 +338,8 @@ TEST_CASE("no token appears in the logs of the manager and its agents over a who
   const std::string first_start = m.daemon.output();
   const int admin_port = m.daemon.endpoints().admin_port;
   const std::string admin = m.daemon.token("admin token");
-  std::map<std::string, std::string> tokens = {{"agent", kAgentToken},
-                                               {"first admin", admin},
-                                               {"first guest", m.daemon.token("guest token for tenant t")}};
+  std::map<std::string, std::string> tokens = {
+      {"agent", kAgentToken}, {"first admin", admin}, {"first guest", m.daemon.token("guest token for tenant t")}};
   const std::string debug_log = "[log]\nlevel = \"debug\"\n";
   Agent agent(m.dir, "hv-logs", m.daemon.endpoints().agents, "fpga:sim-u250:2", kAgentToken, "", debug_log);
   auto devices_of_agent = [&] {
@@ -416,13 +418,14 @@ TEST_CASE("no token appears in the logs of the manager and its agents over a who
     }
   }
   // The logs did record the life cycle at debug level (so the check above looked at something).
-  for (const char* event : {"\"host joined\"", "\"admin request\"", "\"admin token created\"", "\"admin token rotated\"",
-                            "\"admin token revoked\"", "\"tenant token rotated\"", "\"guest hello refused\"",
-                            "\"guest hello\"", "\"lease acquired\"", "\"lease granted\"", "\"device reprogrammed\"",
-                            "\"lease ended\"", "\"host lost\"", "\"shutting down\""}) {
+  for (const char* event : {"\"host joined\"", "\"admin request\"", "\"admin token created\"",
+                            "\"admin token rotated\"", "\"admin token revoked\"", "\"tenant token rotated\"",
+                            "\"guest hello refused\"", "\"guest hello\"", "\"lease acquired\"", "\"lease granted\"",
+                            "\"device reprogrammed\"", "\"lease ended\"", "\"host lost\"", "\"shutting down\""}) {
     CHECK_THAT(manager_log, Catch::Contains(event));
   }
-  for (const char* event : {"registered with the manager", "device prepared", "device released", "registration refused"}) {
+  for (const char* event :
+       {"registered with the manager", "device prepared", "device released", "registration refused"}) {
     CHECK_THAT(agent_log, Catch::Contains(event));
   }
 #endif

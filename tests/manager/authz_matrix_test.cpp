@@ -19,8 +19,8 @@ namespace {
 const std::string kAgentToken = "matrix-agent-token-0123456789";
 
 struct Operation {
-  std::string method;  // GET, POST, ...
-  std::string path;    // /v1/leases/{id}
+  std::string method;      // GET, POST, ...
+  std::string path;        // /v1/leases/{id}
   bool is_public = false;  // `security: []`
 };
 
@@ -53,10 +53,14 @@ std::vector<Operation> operations(const std::string& yaml) {
 
 // A concrete target for a templated path.
 std::string concrete(std::string path) {
-  static const std::map<std::string, std::string> values = {
-      {"{host}", "local"},  {"{local_id}", "fpga0"}, {"{id}", "1"},     {"{bitstream}", "vadd"},
-      {"{version}", "1.0"}, {"{name}", "a"},         {"{sha256}", std::string(64, '0')},
-      {"{file}", "app.js"}};
+  static const std::map<std::string, std::string> values = {{"{host}", "local"},
+                                                            {"{local_id}", "fpga0"},
+                                                            {"{id}", "1"},
+                                                            {"{bitstream}", "vadd"},
+                                                            {"{version}", "1.0"},
+                                                            {"{name}", "a"},
+                                                            {"{sha256}", std::string(64, '0')},
+                                                            {"{file}", "app.js"}};
   for (const auto& [k, v] : values) {
     for (auto p = path.find(k); p != std::string::npos; p = path.find(k)) path.replace(p, k.size(), v);
   }
@@ -65,13 +69,18 @@ std::string concrete(std::string path) {
 
 }  // namespace
 
-TEST_CASE("every admin API operation answers each credential as the authorization matrix says", "[integration][authz]") {
+TEST_CASE("every admin API operation answers each credential as the authorization matrix says",
+          "[integration][authz]") {
   const accelpool::testing::ScratchDir scratch("authz");
   const auto& dir = scratch.path();
-  DaemonProcess d(dir, "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-                       "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" + kAgentToken + "\"\n"
-                       "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 2\n"
-                       "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
+  DaemonProcess d(
+      dir,
+      "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+      "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" +
+          kAgentToken +
+          "\"\n"
+          "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 2\n"
+          "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
   d.start();
   const int port = d.endpoints().admin_port;
   const std::string admin = d.token("admin token");

@@ -114,8 +114,9 @@ TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat 
   CHECK(none.agents.listen.empty());
   CHECK(none.agents.heartbeat_timeout_ms == 15000);
 
-  Config c = loaded(dir, "[agents]\nlisten = [\"127.0.0.1:0\", \"unix:/tmp/a.sock\"]\ntoken = \"0123456789abcdef\"\n"
-                          "heartbeat_timeout_ms = 700\n");
+  Config c = loaded(dir,
+                    "[agents]\nlisten = [\"127.0.0.1:0\", \"unix:/tmp/a.sock\"]\ntoken = \"0123456789abcdef\"\n"
+                    "heartbeat_timeout_ms = 700\n");
   CHECK(c.agents.listen == std::vector<std::string>{"127.0.0.1:0", "unix:/tmp/a.sock"});
   CHECK(c.agents.token == "0123456789abcdef");
   CHECK(c.agents.heartbeat_timeout_ms == 700);
@@ -127,12 +128,15 @@ TEST_CASE("the [agents] table: listen addresses, token or token file, heartbeat 
   CHECK(required_refusal(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\n").find("agents.token") != std::string::npos);
   auto short_token = load_text(dir, "[agents]\nlisten = [\"127.0.0.1:7071\"]\ntoken = \"short\"\n");
   CHECK_FALSE(short_token.is_ok());
-  const std::string bad_addr = required_refusal(dir, "[agents]\nlisten = [\"nowhere\"]\ntoken = \"0123456789abcdef\"\n");
+  const std::string bad_addr =
+      required_refusal(dir, "[agents]\nlisten = [\"nowhere\"]\ntoken = \"0123456789abcdef\"\n");
   CHECK(bad_addr.find("m.toml:2") != std::string::npos);
   CHECK(bad_addr.find("agents.listen") != std::string::npos);
-  const std::string not_list = required_refusal(dir, "[agents]\nlisten = \"127.0.0.1:7071\"\ntoken = \"0123456789abcdef\"\n");
+  const std::string not_list =
+      required_refusal(dir, "[agents]\nlisten = \"127.0.0.1:7071\"\ntoken = \"0123456789abcdef\"\n");
   CHECK(not_list.find("array") != std::string::npos);
-  const std::string missing_file = required_refusal(dir, "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken_file = \"nope\"\n");
+  const std::string missing_file =
+      required_refusal(dir, "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken_file = \"nope\"\n");
   CHECK(missing_file.find("cannot read") != std::string::npos);
   const std::string zero = required_refusal(dir, "[agents]\nheartbeat_timeout_ms = 0\n");
   CHECK(zero.find("heartbeat_timeout_ms") != std::string::npos);
@@ -166,11 +170,13 @@ TEST_CASE("a static host's device group may name each slot's shape, one per slot
   CHECK(loaded(dir, host + "slots = 2\n").hosts.at(0).devices[0].slot_shapes.empty());  // none declared
 
   CHECK_THAT(refusal(dir, host + "slots = 3\nslot_shapes = [\"cu2\", \"cu1\"]\n"),
-             Catch::Contains("m.toml:7") && Catch::Contains("hosts.devices.slot_shapes lists 2 shapes for devices of 3 slots"));
+             Catch::Contains("m.toml:7") &&
+                 Catch::Contains("hosts.devices.slot_shapes lists 2 shapes for devices of 3 slots"));
   CHECK_THAT(refusal(dir, host + "slot_shapes = [\"cu2\"]\n"),
              Catch::Contains("lists 1 shapes for devices of 0 slots"));
-  CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = [\"cu 2\"]\n"),
-             Catch::Contains("m.toml:7") && Catch::Contains("slot_shapes entries must be \"\" (no shape) or 1-64 characters"));
+  CHECK_THAT(
+      refusal(dir, host + "slots = 1\nslot_shapes = [\"cu 2\"]\n"),
+      Catch::Contains("m.toml:7") && Catch::Contains("slot_shapes entries must be \"\" (no shape) or 1-64 characters"));
   CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = [2]\n"), Catch::Contains("slot_shapes entries must be"));
   CHECK_THAT(refusal(dir, host + "slots = 1\nslot_shapes = \"cu2\"\n"),
              Catch::Contains("hosts.devices.slot_shapes must be an array of strings"));
@@ -180,8 +186,9 @@ TEST_CASE("a static host's device group may name each slot's shape, one per slot
 
 TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[config][hosts]") {
   TempDir dir;
-  Config c = loaded(dir, "[[hosts]]\nname = \"local\"\nbackend = \"sim+opencl\"\n"
-                          "[hosts.settings]\n\"opencl.subdevices\" = 2\n\"sim.devices\" = \"fpga:m:2\"\n");
+  Config c = loaded(dir,
+                    "[[hosts]]\nname = \"local\"\nbackend = \"sim+opencl\"\n"
+                    "[hosts.settings]\n\"opencl.subdevices\" = 2\n\"sim.devices\" = \"fpga:m:2\"\n");
   auto b = host_backends(c.hosts.at(0));
   REQUIRE(b.is_ok());
   REQUIRE(b->size() == 2);
@@ -193,7 +200,8 @@ TEST_CASE("a host with several backends takes '<backend>.<key>' settings", "[con
   CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"sim+opencl\"\n[hosts.settings]\nsubdevices = 2\n"),
              Catch::Contains("'subdevices'") && Catch::Contains("m.toml:1"));
   // An array of integers reaches the backend spelt as a list (the opencl backend's slot counts).
-  Config counts = loaded(dir, "[[hosts]]\nname = \"local\"\nbackend = \"opencl\"\n[hosts.settings]\nslots = [2, 1, 1]\n");
+  Config counts =
+      loaded(dir, "[[hosts]]\nname = \"local\"\nbackend = \"opencl\"\n[hosts.settings]\nslots = [2, 1, 1]\n");
   CHECK(counts.hosts.at(0).settings == std::map<std::string, std::string>{{"slots", "[2, 1, 1]"}});
   CHECK_THAT(refusal(dir, "[[hosts]]\nname = \"h\"\nbackend = \"opencl\"\n[hosts.settings]\nslots = [\"2\"]\n"),
              Catch::Contains("hosts.settings.slots must be a string, number, boolean or array of integers"));
@@ -236,28 +244,33 @@ max_connections = 10
 
   CHECK(refusal(dir, "[guest]\nmax_silent = 0\n").find("guest.max_silent must be >= 1") != std::string::npos);
   CHECK(refusal(dir, "[guest]\nhello_timeout_s = 0\n").find("guest.hello_timeout_s must be > 0") != std::string::npos);
-  CHECK(refusal(dir, "[admin]\nheader_timeout_s = -1\n").find("admin.header_timeout_s must be > 0") != std::string::npos);
-  CHECK(refusal(dir, "[admin]\nmax_connections_per_source = 0\n").find("admin.max_connections_per_source must be >= 1") !=
+  CHECK(refusal(dir, "[admin]\nheader_timeout_s = -1\n").find("admin.header_timeout_s must be > 0") !=
         std::string::npos);
-  CHECK(refusal(dir, "[agents]\nmax_connections = 0\n").find("agents.max_connections must be >= 1") != std::string::npos);
+  CHECK(
+      refusal(dir, "[admin]\nmax_connections_per_source = 0\n").find("admin.max_connections_per_source must be >= 1") !=
+      std::string::npos);
+  CHECK(refusal(dir, "[agents]\nmax_connections = 0\n").find("agents.max_connections must be >= 1") !=
+        std::string::npos);
   for (const char* bad : {"0", "5001"}) {
-    CHECK(refusal(dir, std::string("[leases]\nmax_per_guest = ") + bad + "\n").find("leases.max_per_guest must be in [1, 5000]") !=
-          std::string::npos);
+    CHECK(refusal(dir, std::string("[leases]\nmax_per_guest = ") + bad + "\n")
+              .find("leases.max_per_guest must be in [1, 5000]") != std::string::npos);
   }
 }
 
 TEST_CASE("the PostgreSQL store and [ha]: a URL, this manager's name, the leader's timeout", "[config][ha]") {
   TempDir dir;
-  Config c = loaded(dir, "[store]\nurl = \"postgresql:///pool?host=/run/postgresql\"\n"
-                          "[ha]\nname = \"m1\"\nleader_timeout_s = 3\nstandby_poll_s = 0.25\n");
+  Config c = loaded(dir,
+                    "[store]\nurl = \"postgresql:///pool?host=/run/postgresql\"\n"
+                    "[ha]\nname = \"m1\"\nleader_timeout_s = 3\nstandby_poll_s = 0.25\n");
   CHECK(c.store_url == "postgresql:///pool?host=/run/postgresql");
   CHECK(c.ha.name == "m1");
   CHECK(c.ha.leader_timeout_s == 3);
   CHECK(c.ha.standby_poll_s == 0.25);
   CHECK(default_config().store_url.empty());  // SQLite stays the default
 
-  CHECK(required_refusal(dir, "[store]\nurl = \"mysql://x\"\n").find("m.toml:2:7: store.url must be a PostgreSQL URL") !=
-        std::string::npos);
+  CHECK(
+      required_refusal(dir, "[store]\nurl = \"mysql://x\"\n").find("m.toml:2:7: store.url must be a PostgreSQL URL") !=
+      std::string::npos);
   CHECK(required_refusal(dir, "[store]\nurl = \"postgresql://h/db\"\nfile = \"x.db\"\n")
             .find("store.file is for the SQLite store; it cannot go with store.url") != std::string::npos);
   CHECK(required_refusal(dir, "[ha]\nname = \"m1\"\n").find("[ha] needs the PostgreSQL store ([store] url)") !=

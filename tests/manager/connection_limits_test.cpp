@@ -1,7 +1,7 @@
 // Connection limits of the real accelpool-manager on loopback: file descriptors, connections that never say
 // hello, pipelined calls, slow admin clients (docs/operations.md "Connection limits").
-#include "test_client.hpp"
 #include "hung_after.hpp"
+#include "test_client.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -30,9 +30,9 @@ constexpr auto kPatience = 60s;
 std::string config(const std::string& guest, const std::string& admin, const std::string& extra) {
   std::ostringstream o;
   o << "[leases]\nttl_s = 600\n"
-    << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n" << guest
-    << "[admin]\nlisten = \"127.0.0.1:0\"\n" << admin
-    << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
+    << "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n"
+    << guest << "[admin]\nlisten = \"127.0.0.1:0\"\n"
+    << admin << "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n"
     << "[[hosts.devices]]\nkind = \"fpga\"\ncount = 4\n"
     << "[[tenants]]\nname = \"a\"\n"
     << extra;
@@ -90,7 +90,8 @@ bool output_shows(const DaemonProcess& d, const std::string& text) {
 
 std::size_t open_fds(int pid) {
   std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    ++n;
   return n;
 }
 
@@ -181,9 +182,9 @@ TEST_CASE("out of file descriptors, every listener backs off, says why, and acce
 TEST_CASE("connections that never say hello cannot lock real guests out", "[connections][hello]") {
   const bool network_thread = GENERATE(false, true);
   CAPTURE(network_thread);
-  Daemon d(config(std::string("max_silent = 8\nhello_timeout_s = 600\n") +
-                      (network_thread ? "network_thread = true\n" : ""),
-                  "", "[limits]\nmax_connections = 64\nrequest_timeout_s = 600\n"));
+  Daemon d(
+      config(std::string("max_silent = 8\nhello_timeout_s = 600\n") + (network_thread ? "network_thread = true\n" : ""),
+             "", "[limits]\nmax_connections = 64\nrequest_timeout_s = 600\n"));
   d.start();
   // More silent connections than there are connection slots at all.
   std::vector<int> flood;
@@ -209,9 +210,11 @@ TEST_CASE("guests that connect all at once are not closed while their hellos wai
   std::vector<GuestClient> guests;
   for (int i = 0; i < 300; ++i) {
     guests.push_back(GuestClient::tcp(d.guest_port()));
-    guests.back().send_line(json::serialize(json::object{
-        {"jsonrpc", "2.0"}, {"id", 1}, {"method", "hello"},
-        {"params", {{"protocol", 1}, {"token", d.token}, {"guest", "vm" + std::to_string(i)}}}}));
+    guests.back().send_line(json::serialize(
+        json::object{{"jsonrpc", "2.0"},
+                     {"id", 1},
+                     {"method", "hello"},
+                     {"params", {{"protocol", 1}, {"token", d.token}, {"guest", "vm" + std::to_string(i)}}}}));
   }
   int welcomed = 0;
   for (auto& g : guests) {
@@ -249,7 +252,8 @@ TEST_CASE("a pipelined burst of calls is answered in full, however much the repl
     std::thread writer([&] {
       std::string burst;
       for (std::size_t i = 0; i < params.size(); ++i) {
-        burst += json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", i + 1}, {"method", method}, {"params", params[i]}});
+        burst +=
+            json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", i + 1}, {"method", method}, {"params", params[i]}});
         burst += "\n";
       }
       std::size_t cut = burst.find('\n', burst.size() / 2);  // two writes: the second while replies are in flight

@@ -1,7 +1,7 @@
+#include <accelpool/manager/auth.hpp>
 #include <algorithm>
 #include <set>
 #include "test_support.hpp"
-#include <accelpool/manager/auth.hpp>
 
 using namespace accelpool::manager;
 using accelpool::Errc;
@@ -162,13 +162,13 @@ TEST_CASE("quotas and bad input are refused without changing anything", "[core]"
 
   auto before = pool.core->list({}).size();
   std::vector<AcquireParams> bad = {
-      {"b", "vm", "", "fpga", "", 0, std::nullopt},            // count 0
-      {"b", "", "", "fpga", "", 1, std::nullopt},              // no guest
-      {"b", "vm", "", "gpu", "", 1, std::nullopt},             // no such kind
-      {"b", "vm", "", "fpga", "bad name", 1, std::nullopt},    // bitstream charset
-      {"b", "vm", "", "fpga", "", 1, -1.0},                    // negative estimate
-      {"b", "vm", "", "fpga", "", 1, std::nullopt, "a b"},     // label charset
-      {"nobody", "vm", "", "fpga", "", 1, std::nullopt},       // unknown tenant
+      {"b", "vm", "", "fpga", "", 0, std::nullopt},          // count 0
+      {"b", "", "", "fpga", "", 1, std::nullopt},            // no guest
+      {"b", "vm", "", "gpu", "", 1, std::nullopt},           // no such kind
+      {"b", "vm", "", "fpga", "bad name", 1, std::nullopt},  // bitstream charset
+      {"b", "vm", "", "fpga", "", 1, -1.0},                  // negative estimate
+      {"b", "vm", "", "fpga", "", 1, std::nullopt, "a b"},   // label charset
+      {"nobody", "vm", "", "fpga", "", 1, std::nullopt},     // unknown tenant
   };
   for (const auto& b : bad) {
     auto r = pool.core->acquire(b);
@@ -352,7 +352,8 @@ TEST_CASE("named admin tokens: issued, rotated and revoked, across a restart", "
   CHECK_FALSE(pool.core->check_admin(*second));
 }
 
-TEST_CASE("the admin token of a store from before named tokens reads as the token named admin", "[core][store][tokens]") {
+TEST_CASE("the admin token of a store from before named tokens reads as the token named admin",
+          "[core][store][tokens]") {
   Pool pool;
   const std::string token = "legacy-admin-token-0123456789";
   Batch legacy;
@@ -463,9 +464,10 @@ struct RecordingHost : HostDriver {
 TEST_CASE("a lost host's devices become unavailable, its leases wait again, and it comes back", "[core][hosts]") {
   Pool pool(make_devices("gpu", 1));
   std::vector<std::string> calls;
-  REQUIRE(pool.core->attach_host(
-                      std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls))
-              .is_ok());
+  REQUIRE(
+      pool.core
+          ->attach_host(std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls))
+          .is_ok());
   Lease a = pool.acquire("a", "vm1", 2);
   REQUIRE(a.state == LeaseState::granted);
   pool.posts.drain();
@@ -490,7 +492,7 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   CHECK(pool.core->device("remote/fpga1")->state == "unavailable");
   CHECK(pool.get(a.id).state == LeaseState::queued);
   CHECK(pool.log.count(a.id, LeaseEvent::requeued) == 1);
-  CHECK(calls.empty());  // nothing is sent to a lost host
+  CHECK(calls.empty());                                  // nothing is sent to a lost host
   CHECK(pool.get(g1->id).state == LeaseState::granted);  // other hosts and the queue are untouched
   CHECK(pool.get(g2->id).state == LeaseState::queued);
   // Health reports for a lost host's device do not make it available.
@@ -501,10 +503,11 @@ TEST_CASE("a lost host's devices become unavailable, its leases wait again, and 
   PoolCore::HostReport report;
   report.unusable.insert("fpga1");
   report.serving["fpga0"] = "vm-stale";
-  REQUIRE(pool.core->attach_host(
-                      std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls),
-                      report)
-              .is_ok());
+  REQUIRE(
+      pool.core
+          ->attach_host(std::make_unique<RecordingHost>("remote", make_devices("fpga", 2), pool.posts.poster(), &calls),
+                        report)
+          .is_ok());
   CHECK(pool.core->host_live("remote"));
   CHECK(pool.core->device("remote/fpga1")->state == "unavailable");
   CHECK(std::find(calls.begin(), calls.end(), "remote release fpga0") != calls.end());
@@ -532,9 +535,10 @@ TEST_CASE("a stopped VM ends only the leases of that VM on its host, not a same-
           "[core][hosts]") {
   Pool pool(make_devices("gpu", 1));
   std::vector<std::string> calls;
-  REQUIRE(pool.core->attach_host(
-                      std::make_unique<RecordingHost>("remote", make_devices("gpu", 1), pool.posts.poster(), &calls))
-              .is_ok());
+  REQUIRE(
+      pool.core
+          ->attach_host(std::make_unique<RecordingHost>("remote", make_devices("gpu", 1), pool.posts.poster(), &calls))
+          .is_ok());
   AcquireParams p = acquire_params("a", "web-1", "gpu");
   p.guest_host = "local";
   auto on_local = pool.core->acquire(p);
@@ -633,8 +637,9 @@ TEST_CASE("a grant keeps what each device's host did: a restart keeps it, a requ
 TEST_CASE("a gang of passthrough devices lands on the guest's own host, never split across hosts", "[core][hosts]") {
   Pool pool(make_devices("fpga", 4, /*passthrough=*/true));
   std::vector<std::string> calls;
-  REQUIRE(pool.core->attach_host(std::make_unique<RecordingHost>("remote", make_devices("fpga", 4, true),
-                                                                 pool.posts.poster(), &calls))
+  REQUIRE(pool.core
+              ->attach_host(
+                  std::make_unique<RecordingHost>("remote", make_devices("fpga", 4, true), pool.posts.poster(), &calls))
               .is_ok());
   auto on_host = [](const Lease& l, const std::string& host) {
     return std::all_of(l.devices.begin(), l.devices.end(),
@@ -675,7 +680,8 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
     if (bitstream == "for-u9") return std::vector<std::string>{"u9"};
     return std::nullopt;  // not in the registry: any model
   };
-  Pool pool({{"fpga0", "fpga", "u250", false, ""}, {"fpga1", "fpga", "u250", false, ""},
+  Pool pool({{"fpga0", "fpga", "u250", false, ""},
+             {"fpga1", "fpga", "u250", false, ""},
              {"fpga2", "fpga", "u280", false, ""}},
             opts);
   Lease first = pool.acquire("a", "vm1", 1, "for-u280");
@@ -715,9 +721,9 @@ TEST_CASE("a lease goes only to devices of a model its bitstream fits, and waits
   // A lease waits for u280; a host joins whose device is of a new model the bitstream also fits: it goes there.
   Lease third = pool.acquire("a", "vm5", 1, "for-u280");
   CHECK(third.state == LeaseState::queued);
-  REQUIRE(pool.core->attach_host(make_static_host("remote", {{"fpga0", "fpga", "u280-b", false, ""}},
-                                                  pool.posts.poster()))
-              .is_ok());
+  REQUIRE(
+      pool.core->attach_host(make_static_host("remote", {{"fpga0", "fpga", "u280-b", false, ""}}, pool.posts.poster()))
+          .is_ok());
   pool.posts.drain();
   CHECK(pool.get(third.id).state == LeaseState::granted);
   CHECK(pool.get(third.id).devices == std::vector<std::string>{"remote/fpga0"});

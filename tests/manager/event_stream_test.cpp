@@ -105,10 +105,10 @@ TEST_CASE("deltas from what commits touched keep a page equal to a fresh read of
   pool.core->track_touched(true);
   Lease before = pool.acquire("b", "vm0");  // live before anyone watches: found through its device
   pool.posts.drain();
-  (void)pool.core->take_touched();          // what the daemon drops while nobody watches
+  (void)pool.core->take_touched();  // what the daemon drops while nobody watches
   EventStream events(*pool.core, pool.clock);
   events.start();
-  CHECK(catch_up(events, 1) > 4);           // one host page, then a device per slice
+  CHECK(catch_up(events, 1) > 4);  // one host page, then a device per slice
   const Viewer admin, tenant_a{"a"};
   Page page(event_data(*events.snapshot(admin), "snapshot"));
   Page page_a(event_data(*events.snapshot(tenant_a), "snapshot"));

@@ -217,8 +217,7 @@ TEST_CASE("rotating a tenant token ends the sessions opened with the old one, sa
   CHECK(lease_state(fresh.call("release", lease_param(lease_id(lease)))) == "released");
 }
 
-TEST_CASE("a queued request is granted with the expiry of its guest's last heartbeat, not a fresh TTL",
-          "[guestsec]") {
+TEST_CASE("a queued request is granted with the expiry of its guest's last heartbeat, not a fresh TTL", "[guestsec]") {
   Manager m(1);
   auto holder = m.direct(m.token_a, "vm1");
   auto held = holder.call("acquire", {{"kind", "fpga"}});

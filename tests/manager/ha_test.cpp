@@ -62,7 +62,8 @@ struct Ports {
 // ha_config on fixed ports `p`, taking host agents, leases of `ttl_s`.
 std::string fixed_config(const std::string& url, const std::string& name, const Ports& p, int ttl_s) {
   std::ostringstream o;
-  o << "[store]\nurl = \"" << url << "\"\n[ha]\nname = \"" << name << "\"\nleader_timeout_s = 5\nstandby_poll_s = 0.02\n"
+  o << "[store]\nurl = \"" << url << "\"\n[ha]\nname = \"" << name
+    << "\"\nleader_timeout_s = 5\nstandby_poll_s = 0.02\n"
     << "[leases]\nttl_s = " << ttl_s << "\n[guest]\ntcp = \"127.0.0.1:" << p.guest << "\"\nunix = \"\"\n"
     << "[admin]\nlisten = \"127.0.0.1:" << p.admin << "\"\n[agents]\nlisten = [\"" << p.agents_address()
     << "\"]\ntoken = \"" << kAgentToken << "\"\nheartbeat_timeout_ms = 2000\n"
@@ -151,7 +152,8 @@ struct FixedPair {
 
 // The store's row of lease `id`: "state|devices", "" when there is none.
 std::string stored(const std::string& db, std::uint64_t id) {
-  return PostgresCluster::shared().sql(db, "SELECT state || '|' || devices FROM leases WHERE id = " + std::to_string(id));
+  return PostgresCluster::shared().sql(db,
+                                       "SELECT state || '|' || devices FROM leases WHERE id = " + std::to_string(id));
 }
 
 // Every device held by a live lease of the store, each once: fails when a device is in two live leases.
@@ -171,9 +173,10 @@ void check_no_device_held_twice(const std::string& db) {
 
 }  // namespace
 
-TEST_CASE("ten times the leader is killed and the standby takes over: every acknowledged grant and release is in "
-          "the store, no device is held twice",
-          "[ha][postgres]") {
+TEST_CASE(
+    "ten times the leader is killed and the standby takes over: every acknowledged grant and release is in "
+    "the store, no device is held twice",
+    "[ha][postgres]") {
   Pair pair("failover", 5);
   const std::string& db = pair.db;
   DaemonProcess &a = pair.a, &b = pair.b;
@@ -217,7 +220,8 @@ TEST_CASE("ten times the leader is killed and the standby takes over: every ackn
       record(method, params, g.call(method, params));
     }
     auto [method, params] = next_call();
-    g.send_line(json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", 1000}, {"method", method}, {"params", params}}));
+    g.send_line(
+        json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", 1000}, {"method", method}, {"params", params}}));
     leader->stop(SIGKILL);
     // A reply that got out before the kill is an acknowledgement like any other; none is fine too.
     bool answered = false;
@@ -329,9 +333,10 @@ TEST_CASE("a leader paused past its timeout is fenced: once resumed it writes no
   CHECK_FALSE(b.exited());
 }
 
-TEST_CASE("clients given every manager follow the leader: a standby names it, and after the leader is killed the "
-          "guest keeps its lease and the agent's devices come back under the new leader",
-          "[ha][postgres]") {
+TEST_CASE(
+    "clients given every manager follow the leader: a standby names it, and after the leader is killed the "
+    "guest keeps its lease and the agent's devices come back under the new leader",
+    "[ha][postgres]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built");
 #elif !defined(ACCELPOOL_RUN_BIN)
@@ -402,9 +407,9 @@ TEST_CASE("clients given every manager follow the leader: a standby names it, an
   // (The agent's log is written by a thread of its own, in batches: the line may come a little later.)
   CHECK(eventually([&] { return agent.log().find("the manager is a standby") != std::string::npos; }));
   const auto started = root.path / "started", go = root.path / "go", rc = root.path / "rc", log = root.path / "run.log";
-  const std::string run = std::string(ACCELPOOL_RUN_BIN) + " --pool " + pb.guest_uri() + "," + pa.guest_uri() + " --token " +
-                          token + " --guest g1 --kind fpga -- sh -c 'echo $ACCELPOOL_LEASE > " + started.string() +
-                          "; while [ ! -e " + go.string() + " ]; do sleep 0.05; done'";
+  const std::string run = std::string(ACCELPOOL_RUN_BIN) + " --pool " + pb.guest_uri() + "," + pa.guest_uri() +
+                          " --token " + token + " --guest g1 --kind fpga -- sh -c 'echo $ACCELPOOL_LEASE > " +
+                          started.string() + "; while [ ! -e " + go.string() + " ]; do sleep 0.05; done'";
   REQUIRE(std::system(("(" + run + " > " + log.string() + " 2>&1; echo $? > " + rc.string() + ") &").c_str()) == 0);
   REQUIRE(eventually([&] { return !file_text(started).empty(); }));
   const auto lease = std::stoull(file_text(started));
@@ -416,7 +421,9 @@ TEST_CASE("clients given every manager follow the leader: a standby names it, an
   INFO(b.output());
   auto expires = [&] {
     auto r = http(pb.admin, "GET", "/v1/leases/" + std::to_string(lease), admin);
-    return r.status == 200 && r.json().at("state").as_string() == "granted" ? r.json().at("expires_at").to_number<double>() : 0.0;
+    return r.status == 200 && r.json().at("state").as_string() == "granted"
+               ? r.json().at("expires_at").to_number<double>()
+               : 0.0;
   };
   const double restored = expires();
   REQUIRE(restored > 0);
@@ -435,9 +442,10 @@ TEST_CASE("clients given every manager follow the leader: a standby names it, an
 #endif
 }
 
-TEST_CASE("a leader that loses its database connection steps down (exit status 3) and writes nothing; the standby "
-          "leads",
-          "[ha][postgres]") {
+TEST_CASE(
+    "a leader that loses its database connection steps down (exit status 3) and writes nothing; the standby "
+    "leads",
+    "[ha][postgres]") {
   auto& cluster = PostgresCluster::shared();
   Pair pair("lost_db", 3);
   const std::string& db = pair.db;
@@ -465,9 +473,10 @@ TEST_CASE("a leader that loses its database connection steps down (exit status 3
   CHECK(b.running());
 }
 
-TEST_CASE("a VM's port relayed by an agent given every manager follows the leader: through the standby's answer "
-          "its guest gets a lease, and after the leader is killed the port is relayed to the new leader",
-          "[ha][postgres][relay]") {
+TEST_CASE(
+    "a VM's port relayed by an agent given every manager follows the leader: through the standby's answer "
+    "its guest gets a lease, and after the leader is killed the port is relayed to the new leader",
+    "[ha][postgres][relay]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built");
 #elif !defined(ACCELPOOL_AGENT_HAS_LIBVIRT)

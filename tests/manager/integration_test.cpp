@@ -76,10 +76,11 @@ struct Running : ScratchDaemon {
 
 TEST_CASE("a grant tells the guest what each device of the in-process sim host is, and the admin API too",
           "[integration]") {
-  Running m("[leases]\nttl_s = 30\nrevoke_grace_s = 1\n[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
-            "[admin]\nlisten = \"127.0.0.1:0\"\n[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n"
-            "[hosts.settings]\ndevices = \"fpga:sim-u250:2\"\nprogram_base_ms = 1\n"
-            "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
+  Running m(
+      "[leases]\nttl_s = 30\nrevoke_grace_s = 1\n[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
+      "[admin]\nlisten = \"127.0.0.1:0\"\n[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n"
+      "[hosts.settings]\ndevices = \"fpga:sim-u250:2\"\nprogram_base_ms = 1\n"
+      "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
   auto g = m.guest(m.token_a, "vm1");
   auto id = lease_id(g.call("acquire", {{"kind", "fpga"}, {"count", 2}}));
   auto granted = g.wait_notification("lease.granted", id);
@@ -310,8 +311,7 @@ TEST_CASE("the queue is listed in pages in the policy's order", "[integration]")
   CHECK(ids(m.get("/v1/queue?limit=2").json()) == std::vector<std::uint64_t>{mid, slow});
 }
 
-TEST_CASE("a tenant's token pages its own queue entries at their positions in the whole queue",
-          "[integration]") {
+TEST_CASE("a tenant's token pages its own queue entries at their positions in the whole queue", "[integration]") {
   Running m(config(1, 30, 1));
   auto port = m.daemon.endpoints().admin_port;
   auto ga = m.guest(m.token_a, "vm1");
@@ -404,7 +404,8 @@ TEST_CASE("bad input gets a clear error, changes nothing, and the daemon keeps s
   // A body over the limit is refused from its Content-Length, before it is read.
   CHECK(http_raw(port, "POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + m.admin +
                            "\r\nContent-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{\"name\":") == 413);
-  CHECK(http_raw(port, "GET /v1/leases HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 * 1024, 'h') + "\r\n\r\n") == 431);
+  CHECK(http_raw(port, "GET /v1/leases HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 * 1024, 'h') + "\r\n\r\n") ==
+        431);
   CHECK(http_raw(port, "GARBAGE\r\n\r\n") == 400);
   // A guest line over the limit ends that connection with an error; others are unaffected.
   {
@@ -436,19 +437,21 @@ TEST_CASE("every route in docs/api/openapi.yaml answers as documented", "[integr
   while (std::getline(in, line)) {
     if (line == "paths:") in_paths = true;
     if (!in_paths) continue;
-    if (std::regex_match(line, sm, path_re)) path = sm[1], method.clear();
-    else if (std::regex_match(line, sm, method_re)) method = sm[1];
-    else if (!method.empty() && std::regex_search(line, sm, code_re)) routes[{path, method}].insert(std::stoi(sm[1]));
+    if (std::regex_match(line, sm, path_re))
+      path = sm[1], method.clear();
+    else if (std::regex_match(line, sm, method_re))
+      method = sm[1];
+    else if (!method.empty() && std::regex_search(line, sm, code_re))
+      routes[{path, method}].insert(std::stoi(sm[1]));
   }
   REQUIRE(routes.size() >= 20);
-  const std::map<std::string, std::string> params = {
-      {"{host}", "local"}, {"{local_id}", "fpga0"}, {"{id}", std::to_string(id)}, {"{name}", "a"},
-      {"{bitstream}", "vadd"}, {"{version}", "1.0.0"}};
-  const std::map<std::string, std::string> bodies = {
-      {"post /v1/tenants", R"({"name":"t2","weight":2})"},
-      {"patch /v1/tenants/{name}", R"({"max_devices":3})"},
-      {"put /v1/policy", R"({"policy":"fifo+first-fit"})"},
-      {"post /v1/leases/{id}/revoke", R"({"reason":"openapi test"})"}};
+  const std::map<std::string, std::string> params = {{"{host}", "local"},          {"{local_id}", "fpga0"},
+                                                     {"{id}", std::to_string(id)}, {"{name}", "a"},
+                                                     {"{bitstream}", "vadd"},      {"{version}", "1.0.0"}};
+  const std::map<std::string, std::string> bodies = {{"post /v1/tenants", R"({"name":"t2","weight":2})"},
+                                                     {"patch /v1/tenants/{name}", R"({"max_devices":3})"},
+                                                     {"put /v1/policy", R"({"policy":"fifo+first-fit"})"},
+                                                     {"post /v1/leases/{id}/revoke", R"({"reason":"openapi test"})"}};
   for (const auto& [route, codes] : routes) {
     std::string target = route.first;
     for (const auto& [k, v] : params) {
@@ -603,9 +606,12 @@ TEST_CASE("SIGKILL at random moments under load loses no lease and grants none t
       INFO("lease " << id << " acknowledged as " << state);
       REQUIRE(found.count(id) == 1);
       std::string now(found[id].at("state").as_string());
-      if (state == "released" || state == "cancelled") CHECK(now == state);
-      else if (release_sent.count(id)) CHECK((now == "queued" || now == "granted" || now == "released" || now == "cancelled"));
-      else CHECK((now == "queued" || now == "granted"));
+      if (state == "released" || state == "cancelled")
+        CHECK(now == state);
+      else if (release_sent.count(id))
+        CHECK((now == "queued" || now == "granted" || now == "released" || now == "cancelled"));
+      else
+        CHECK((now == "queued" || now == "granted"));
     }
     auto devs = m.get("/v1/devices").json().at("devices").as_array();
     for (const auto& d : devs) {
@@ -671,7 +677,8 @@ TEST_CASE("a connection that never says hello is closed after the request timeou
   CHECK(http_raw(m.daemon.endpoints().admin_port, "GET /healthz HTTP/1.1\r\nHost: x\r\n") == 0);
 }
 
-TEST_CASE("with a network thread, guests on TCP and the Unix socket are served concurrently", "[integration][robustness]") {
+TEST_CASE("with a network thread, guests on TCP and the Unix socket are served concurrently",
+          "[integration][robustness]") {
   std::string cfg = config(4, 30, 1, "[limits]\nrequest_timeout_s = 0.3\n");
   const std::string unix_line = "unix = \"guest.sock\"\n";
   cfg.replace(cfg.find(unix_line), unix_line.size(), unix_line + "network_thread = true\n");
@@ -717,7 +724,8 @@ TEST_CASE("with a network thread, guests on TCP and the Unix socket are served c
 namespace {
 // Runs accelpoolctl with `args`; returns its exit code and stdout+stderr.
 std::pair<int, std::string> ctl(const std::string& url, const std::string& token, const std::string& args) {
-  return run_command(std::string("ACCELPOOL_URL=") + url + " ACCELPOOL_TOKEN=" + token + " " + ACCELPOOLCTL_BIN + " " + args);
+  return run_command(std::string("ACCELPOOL_URL=") + url + " ACCELPOOL_TOKEN=" + token + " " + ACCELPOOLCTL_BIN + " " +
+                     args);
 }
 }  // namespace
 
@@ -830,15 +838,17 @@ TEST_CASE("the admin API lists and finds ended leases long gone from memory, pag
 }
 
 TEST_CASE("a device the in-process host finds failed is never granted", "[integration][host]") {
-  Running m("[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-            "[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n[hosts.settings]\ndevices = \"fpga:sim-u250:3\"\n"
-            "failed_devices = \"sim:1\"\n[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
+  Running m(
+      "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"guest.sock\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+      "[[hosts]]\nname = \"local\"\nbackend = \"sim\"\n[hosts.settings]\ndevices = \"fpga:sim-u250:3\"\n"
+      "failed_devices = \"sim:1\"\n[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n");
   auto g1 = m.guest(m.token_a, "vm1");
   auto g2 = m.guest(m.token_b, "vm2");
   auto two = g1.call("acquire", {{"kind", "fpga"}, {"count", 2}});
   REQUIRE(lease_state(two) == "granted");
   std::set<std::string> granted;
-  for (const auto& d : two.at("result").at("lease").at("devices").as_array()) granted.insert(std::string(d.as_string()));
+  for (const auto& d : two.at("result").at("lease").at("devices").as_array())
+    granted.insert(std::string(d.as_string()));
   CHECK(granted == std::set<std::string>{"local/sim:0", "local/sim:2"});
   // The only device left is the failed one: the next request waits instead of getting it.
   auto one = g2.call("acquire", {{"kind", "fpga"}});
@@ -855,8 +865,8 @@ TEST_CASE("the admin API lists devices and hosts in filtered pages, and accelpoo
   // hv-a has more devices than one page of accelpoolctl holds.
   std::string hosts;
   for (auto [h, n] : {std::pair{"hv-a", 1100}, {"hv-b", 5}, {"hv-c", 5}}) {
-    hosts += std::string("[[hosts]]\nname = \"") + h + "\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = " +
-             std::to_string(n) + "\n";
+    hosts += std::string("[[hosts]]\nname = \"") + h +
+             "\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = " + std::to_string(n) + "\n";
   }
   hosts += "[[hosts.devices]]\nkind = \"gpu\"\ncount = 2\n";  // hv-c has gpus too
   std::string cfg = config(2, 30, 1);
@@ -922,9 +932,9 @@ TEST_CASE("the admin API lists devices and hosts in filtered pages, and accelpoo
   CHECK(m.get("/v1/hosts/nowhere").status == 404);
 
   // Bad paging and filter input is refused with the parameter named.
-  for (const std::string bad : {"/v1/devices?limit=0", "/v1/devices?limit=10001", "/v1/devices?cursor=",
-                                "/v1/devices?state=busy", "/v1/devices?colour=red", "/v1/hosts?limit=x",
-                                "/v1/hosts?connected=maybe", "/v1/hosts?kind=fpga"}) {
+  for (const std::string bad :
+       {"/v1/devices?limit=0", "/v1/devices?limit=10001", "/v1/devices?cursor=", "/v1/devices?state=busy",
+        "/v1/devices?colour=red", "/v1/hosts?limit=x", "/v1/hosts?connected=maybe", "/v1/hosts?kind=fpga"}) {
     auto r = m.get(bad);
     INFO(bad << ": " << r.body);
     CHECK(r.status == 400);

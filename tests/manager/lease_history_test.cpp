@@ -266,7 +266,8 @@ TEST_CASE("a guest's heartbeat, listing and limits cover its own live leases, th
       f.owner = c;
       CHECK(ids(pool.core->list(f)) == expected);
       for (bool newest_first : {false, true}) {
-        auto paged = ids(all_pages(*pool.core, f, LeasePageSpec{.after = {}, .limit = 1, .newest_first = newest_first}));
+        auto paged =
+            ids(all_pages(*pool.core, f, LeasePageSpec{.after = {}, .limit = 1, .newest_first = newest_first}));
         if (newest_first) std::reverse(paged.begin(), paged.end());
         CHECK(paged == expected);
       }
@@ -297,7 +298,8 @@ TEST_CASE("a guest's heartbeat, listing and limits cover its own live leases, th
   // Every other lease keeps heartbeating, vm1's last granted one does not: it expires and leaves vm1's view.
   for (int i = 0; i < 3; ++i) {
     pool.clock.advance(pool.options.lease_ttl_s / 2 + 1);
-    for (const Caller& c : {relayed_vm1, Caller::direct("a", "vm2"), Caller::direct("a", "vm3"), Caller::direct("b", "vm1")}) {
+    for (const Caller& c :
+         {relayed_vm1, Caller::direct("a", "vm2"), Caller::direct("a", "vm3"), Caller::direct("b", "vm1")}) {
       REQUIRE(pool.core->heartbeat(c, std::nullopt).is_ok());
     }
     pool.core->tick();

@@ -49,7 +49,7 @@ TEST_CASE("a relayed VM's lease belongs to that VM on that host, through restart
   const Caller port{"a", "web-1", "local", true};
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);
-    CHECK(pool.core->get(Caller::direct("a", "web-1"), l.id).error().code == Errc::not_found);          // direct, same name
+    CHECK(pool.core->get(Caller::direct("a", "web-1"), l.id).error().code == Errc::not_found);  // direct, same name
     CHECK(pool.core->get(Caller{"a", "web-1", "hv-02", true}, l.id).error().code == Errc::not_found);  // other host
     CHECK(pool.core->get(Caller{"a", "web-2", "local", true}, l.id).error().code == Errc::not_found);  // other VM
     CHECK(pool.core->get(port, l.id).is_ok());
@@ -58,7 +58,8 @@ TEST_CASE("a relayed VM's lease belongs to that VM on that host, through restart
   CHECK(pool.core->release(port, l.id).is_ok());
 }
 
-TEST_CASE("a grant keeps the expiry of the guest's last heartbeat, and an expired request is not granted", "[core][ttl]") {
+TEST_CASE("a grant keeps the expiry of the guest's last heartbeat, and an expired request is not granted",
+          "[core][ttl]") {
   CoreOptions opts;
   opts.lease_ttl_s = 10;
   Pool pool(make_devices("fpga", 1), opts);

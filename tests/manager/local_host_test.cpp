@@ -171,7 +171,9 @@ TEST_CASE("the local host programs registry images, and never a file that no lon
   CHECK(catalog->check("gpu", "nope").is_ok());  // no device of that kind takes registry images
 
   std::vector<std::string> results;
-  auto record = [&](Status s, host::PrepareResult r) { results.push_back(s ? r.loaded : "error:" + std::string(to_string(s.error().code))); };
+  auto record = [&](Status s, host::PrepareResult r) {
+    results.push_back(s ? r.loaded : "error:" + std::string(to_string(s.error().code)));
+  };
   (*host)->prepare(request("d0", "img", false), record);
   (*host)->prepare(request("d0", "nope", false), record);
   posts.settle(2);
@@ -307,7 +309,8 @@ struct DeferringApi {
   std::shared_ptr<std::optional<ApiResponse>> handle(const std::string& method, const std::string& target,
                                                      const std::string& body = "") {
     auto answer = std::make_shared<std::optional<ApiResponse>>();
-    api->handle(ApiRequest{method, target, "Bearer " + admin, body}, [answer](ApiResponse r) { *answer = std::move(r); });
+    api->handle(ApiRequest{method, target, "Bearer " + admin, body},
+                [answer](ApiResponse r) { *answer = std::move(r); });
     return answer;
   }
 };
@@ -333,8 +336,8 @@ TEST_CASE("an admin upload is parsed, written and verified on the catalog's work
   m.compatible = {"mem"};
   auto upload = [&](const std::string& content_base64) {
     return d.handle("POST", "/v1/bitstreams",
-                    boost::json::serialize(boost::json::object{{"manifest", bitstreams::to_toml(m)},
-                                                               {"content_base64", content_base64}}));
+                    boost::json::serialize(
+                        boost::json::object{{"manifest", bitstreams::to_toml(m)}, {"content_base64", content_base64}}));
   };
 
   auto answer = upload(bitstreams::base64_encode("uploaded image"));

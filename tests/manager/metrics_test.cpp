@@ -26,8 +26,8 @@ struct Sample {
 std::vector<Sample> parse_exposition(const std::filesystem::path& dir, const std::string& text) {
   const auto file = dir / "metrics.txt";
   std::ofstream(file) << text;
-  auto [rc, out] = run_command(std::string(ACCELPOOL_DEBIAN_PYTHON) + " " + ACCELPOOL_PARSE_METRICS + " < " + file.string() +
-                               " 2>&1");
+  auto [rc, out] = run_command(std::string(ACCELPOOL_DEBIAN_PYTHON) + " " + ACCELPOOL_PARSE_METRICS + " < " +
+                               file.string() + " 2>&1");
   INFO(out);
   REQUIRE(rc == 0);
   std::vector<Sample> samples;
@@ -52,7 +52,8 @@ std::optional<double> value_of(const std::vector<Sample>& samples, const std::st
 
 // Every series of histogram `family`: its buckets never decrease with `le`, its +Inf bucket equals its count.
 // Returns the label sets (without `le`) of its series.
-std::set<std::map<std::string, std::string>> check_histogram(const std::vector<Sample>& samples, const std::string& family) {
+std::set<std::map<std::string, std::string>> check_histogram(const std::vector<Sample>& samples,
+                                                             const std::string& family) {
   std::set<std::map<std::string, std::string>> series;
   for (const auto& s : samples) {
     if (s.name == family + "_count") series.insert(s.labels);
@@ -79,7 +80,8 @@ std::set<std::map<std::string, std::string>> check_histogram(const std::vector<S
 std::string metrics_config(const std::string& metrics_table) {
   return "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
          "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 2\n"
-         "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n[[tenants]]\nname = \"c\"\n" + metrics_table;
+         "[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"b\"\n[[tenants]]\nname = \"c\"\n" +
+         metrics_table;
 }
 
 }  // namespace
@@ -122,7 +124,8 @@ TEST_CASE("wait and JCT histograms are labelled by tenant and bitstream, the fir
   auto commit_series = check_histogram(samples, "accelpool_store_commit_seconds");
   REQUIRE(commit_series.count({{"written_on", "owner"}}) == 1);
   double commits = 0;
-  for (const auto& labels : commit_series) commits += *value_of(samples, "accelpool_store_commit_seconds_count", labels);
+  for (const auto& labels : commit_series)
+    commits += *value_of(samples, "accelpool_store_commit_seconds_count", labels);
   CHECK(commits >= 8);  // at least an acquire and a release each, for four leases
 }
 

@@ -29,11 +29,13 @@ const accelpool::backends::BackendConfig kSlotSettings{
 void seed_image(const fs::path& dir, const std::string& name, const std::string& slot_shape) {
   const std::string source = "__kernel void " + name + "(__global uint* x) { x[get_global_id(0)] += 1u; }\n";
   std::ofstream(dir / (name + ".cl")) << source;
-  std::ofstream(dir / (name + ".toml"))
-      << "name = \"" << name << "\"\nversion = \"1\"\nkind = \"cpu\"\nfile = \"" << name << ".cl\"\nsha256 = \""
-      << accelpool::bitstreams::sha256_bytes(source) << "\"\nprogramming_seconds = 0.05\ncompatible = [\"pthread-*\"]\n"
-      << "kernels = [\"" << name << "\"]\n"
-      << (slot_shape.empty() ? "" : "image = \"partial\"\nslot_shape = \"" + slot_shape + "\"\nbandwidth_demand = 0.6\n");
+  std::ofstream(dir / (name + ".toml")) << "name = \"" << name << "\"\nversion = \"1\"\nkind = \"cpu\"\nfile = \""
+                                        << name << ".cl\"\nsha256 = \"" << accelpool::bitstreams::sha256_bytes(source)
+                                        << "\"\nprogramming_seconds = 0.05\ncompatible = [\"pthread-*\"]\n"
+                                        << "kernels = [\"" << name << "\"]\n"
+                                        << (slot_shape.empty() ? ""
+                                                               : "image = \"partial\"\nslot_shape = \"" + slot_shape +
+                                                                     "\"\nbandwidth_demand = 0.6\n");
 }
 
 // The one device a granted lease holds, once its host has prepared it (the lease.granted notification).
@@ -73,8 +75,11 @@ TEST_CASE("two guests run partial OpenCL images in the two slots of PoCL's CPU d
   for (const auto& [key, value] : kSlotSettings) settings += key + " = \"" + value + "\"\n";
   ScratchDaemon m("apm-opencl-slots-",
                   "[leases]\nttl_s = 60\nrevoke_grace_s = 1\n[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
-                  "[admin]\nlisten = \"127.0.0.1:0\"\n[bitstreams]\nseed = \"" + seed.string() + "\"\n"
-                  "[[hosts]]\nname = \"local\"\nbackend = \"opencl\"\n" + settings + "[[tenants]]\nname = \"a\"\n");
+                  "[admin]\nlisten = \"127.0.0.1:0\"\n[bitstreams]\nseed = \"" +
+                      seed.string() +
+                      "\"\n"
+                      "[[hosts]]\nname = \"local\"\nbackend = \"opencl\"\n" +
+                      settings + "[[tenants]]\nname = \"a\"\n");
   m.daemon.start();
   fs::remove_all(seed);
   const std::string admin = m.daemon.token("admin token"), token = m.daemon.token("guest token for tenant a");

@@ -1,8 +1,8 @@
 // What only the PostgreSQL store does: its schema versions, and leadership among managers sharing one database
 // (one leader, fenced writes, takeover). In the test process's private cluster (tests/support/postgres_cluster.hpp).
-#include "test_support.hpp"
 #include "hung_after.hpp"
 #include "postgres_cluster.hpp"
+#include "test_support.hpp"
 
 using namespace accelpool::manager;
 using accelpool::Errc;
@@ -63,8 +63,9 @@ TEST_CASE("a PostgreSQL database gets the current schema once, and a newer one i
   CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "3");
   CHECK(cluster.sql(db, "SELECT count(*) FROM leader") == "1");
   // Device rows keyed by their scheduler id (version 3), no second index by name.
-  const std::string device_indexes = "SELECT string_agg(indexdef, ' | ' ORDER BY indexname) FROM pg_indexes WHERE "
-                                     "tablename = 'devices'";
+  const std::string device_indexes =
+      "SELECT string_agg(indexdef, ' | ' ORDER BY indexname) FROM pg_indexes WHERE "
+      "tablename = 'devices'";
   CHECK(cluster.sql(db, device_indexes) == "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
   // Versions 1 and 2 kept device rows by name, with the scheduler id unique beside it.
   const std::string devices_by_name =
@@ -77,8 +78,9 @@ TEST_CASE("a PostgreSQL database gets the current schema once, and a newer one i
   cluster.sql(db, "UPDATE accelpool_schema SET version = 1");
   open_shared(db).reset();
   CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "3");
-  CHECK(cluster.sql(db, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'leases' AND "
-                        "column_name = 'label'") == "1");
+  CHECK(cluster.sql(db,
+                    "SELECT count(*) FROM information_schema.columns WHERE table_name = 'leases' AND "
+                    "column_name = 'label'") == "1");
   CHECK(cluster.sql(db, device_indexes) == "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
   CHECK(cluster.sql(db, "SELECT name || ' ' || sched_id FROM devices") == "h/d0 7");
   // A version 2 database is upgraded in place: its device rows stay, and a later write of one updates it.
@@ -88,7 +90,8 @@ TEST_CASE("a PostgreSQL database gets the current schema once, and a newer one i
   {
     auto store = open_shared(db);
     CHECK(cluster.sql(db, "SELECT version FROM accelpool_schema") == "3");
-    CHECK(cluster.sql(db, device_indexes) == "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
+    CHECK(cluster.sql(db, device_indexes) ==
+          "CREATE UNIQUE INDEX devices_pkey ON public.devices USING btree (sched_id)");
     auto snap = store->load(10);
     REQUIRE(snap.is_ok());
     REQUIRE(snap->devices.size() == 1);
@@ -195,9 +198,10 @@ TEST_CASE("a leader's batch that fails halfway leaves nothing, and the leader ke
   CHECK(stored_leases(*a) == 1);
 }
 
-TEST_CASE("a leader whose database session is ended finds its connection gone, not a failed store, and wrote "
-          "nothing",
-          "[store][postgres]") {
+TEST_CASE(
+    "a leader whose database session is ended finds its connection gone, not a failed store, and wrote "
+    "nothing",
+    "[store][postgres]") {
   auto [db, a] = fresh_leader();
   REQUIRE(a->apply(one_lease(1)).is_ok());
   // The server ends the leader's session, as a database restart or a broken connection would.
@@ -216,9 +220,10 @@ TEST_CASE("a leader whose database session is ended finds its connection gone, n
   CHECK(stored_leases(*b) == 1);
 }
 
-TEST_CASE("a batch of 1,000 leases is written whole, and a row that comes twice in a batch is written as it was "
-          "last",
-          "[store][postgres]") {
+TEST_CASE(
+    "a batch of 1,000 leases is written whole, and a row that comes twice in a batch is written as it was "
+    "last",
+    "[store][postgres]") {
   auto [db, a] = fresh_leader();
   Batch big;
   for (LeaseId id = 1; id <= 1000; ++id) big.leases.push_back(one_lease(id).leases.front());

@@ -1,8 +1,8 @@
 // Agent registration end to end: the real accelpool-manager with its agent listener on loopback, agents played
 // by a plain JSON-lines client. A registration the pool refuses gets an error reply and changes nothing: the
 // host that holds the name keeps its devices and leases, before and after the refused agent disconnects.
-#include "test_client.hpp"
 #include "hung_after.hpp"
+#include "test_client.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -61,19 +61,22 @@ json::object register_params(const std::string& host, const std::string& device_
   return {{"token", kAgentToken},
           {"host", host},
           {"protocol", 1},
-          {"devices", json::array{json::object{
-                          {"id", device_id}, {"kind", kind}, {"model", "m"}, {"passthrough", false}}}}};
+          {"devices",
+           json::array{json::object{{"id", device_id}, {"kind", kind}, {"model", "m"}, {"passthrough", false}}}}};
 }
 
-std::string error_message(const json::object& reply) { return std::string(reply.at("error").at("message").as_string()); }
+std::string error_message(const json::object& reply) {
+  return std::string(reply.at("error").at("message").as_string());
+}
 
 #endif
 
 }  // namespace
 
-TEST_CASE("an agent registering under the name of the manager's own host is refused: that host keeps its devices "
-          "and leases",
-          "[integration][agents][registration]") {
+TEST_CASE(
+    "an agent registering under the name of the manager's own host is refused: that host keeps its devices "
+    "and leases",
+    "[integration][agents][registration]") {
 #ifndef ACCELPOOL_AGENT_BIN
   ACCELPOOL_SKIP("accelpool-agent is not built in this configuration (device backends off)");
 #else
@@ -213,7 +216,8 @@ TEST_CASE("an agent may give its slots' shapes: a list of another length is refu
   auto too_many = a.call("agent.register", params);
   REQUIRE(too_many.contains("error"));
   CHECK(error_word(too_many) == "invalid_argument");
-  CHECK_THAT(error_message(too_many), Catch::Contains("host hv-shapes reports 3 slot shapes for device 'd0', which has 2 slots"));
+  CHECK_THAT(error_message(too_many),
+             Catch::Contains("host hv-shapes reports 3 slot shapes for device 'd0', which has 2 slots"));
   device["slot_shapes"] = json::array{"cu2", "cu1"};
   REQUIRE(a.call("agent.register", params).contains("result"));
   CHECK(m.device("hv-shapes/d0").at("slots").as_array().size() == 2);

@@ -14,7 +14,8 @@ std::vector<HostDevice> device_with_slots(std::uint32_t slots) {
   return devices;
 }
 
-accelpool::Result<Lease> try_acquire(Pool& pool, const std::string& guest, const std::string& kind, const std::string& bitstream) {
+accelpool::Result<Lease> try_acquire(Pool& pool, const std::string& guest, const std::string& kind,
+                                     const std::string& bitstream) {
   AcquireParams p = acquire_params("a", guest, kind);
   p.bitstream = bitstream;
   return pool.core->acquire(p);
@@ -226,7 +227,8 @@ TEST_CASE("slot shapes of the wrong number are refused naming the host and the d
   auto r = pool.core->attach_host(make_static_host("h2", devices, pool.posts.poster()));
   REQUIRE_FALSE(r);
   CHECK(r.error().code == Errc::invalid_argument);
-  CHECK(r.error().message == "host h2 reports 2 slot shapes for device 'gpu0', which has 3 slots: give one shape per slot");
+  CHECK(r.error().message ==
+        "host h2 reports 2 slot shapes for device 'gpu0', which has 3 slots: give one shape per slot");
   CHECK_FALSE(pool.core->host_known("h2"));
   devices[0].slot_shapes = {"cu2", "c u1", "cu1"};
   auto bad = pool.core->attach_host(make_static_host("h2", devices, pool.posts.poster()));
@@ -246,7 +248,8 @@ TEST_CASE("a device model holding a NUL character is refused naming the host and
   CHECK_FALSE(pool.core->host_known("h2"));
 }
 
-TEST_CASE("slot shapes outlive a restart, and a host that reports new shapes changes where images go", "[core][slots]") {
+TEST_CASE("slot shapes outlive a restart, and a host that reports new shapes changes where images go",
+          "[core][slots]") {
   Pool pool(device_with_shapes({"cu2", "cu1", "cu1"}), shaped_images());
   Lease big = acquire_kind(pool, "vm1", "fpga", "big-a");
   Lease second_big = acquire_kind(pool, "vm2", "fpga", "big-b");
@@ -262,7 +265,9 @@ TEST_CASE("slot shapes outlive a restart, and a host that reports new shapes cha
   REQUIRE(pool.core->release(Pool::owner(big), big.id).is_ok());
   CHECK(pool.get(second_big.id).devices != std::vector<std::string>{"local/fpga0:slot1"});
   CHECK(pool.get(second_big.id).devices != std::vector<std::string>{"local/fpga0:slot2"});
-  REQUIRE(pool.core->attach_host(make_static_host("local", device_with_shapes({"cu2", "cu1", "cu1"}), pool.posts.poster())).is_ok());
+  REQUIRE(
+      pool.core->attach_host(make_static_host("local", device_with_shapes({"cu2", "cu1", "cu1"}), pool.posts.poster()))
+          .is_ok());
   CHECK(pool.get(second_big.id).devices == std::vector<std::string>{"local/fpga0:slot0"});
   Lease third_big = acquire_kind(pool, "vm3", "fpga", "big-c");
   CHECK(third_big.state == LeaseState::queued);

@@ -1,7 +1,7 @@
 // The store's promise under a fault of the disk: nothing is acknowledged that is not durable, and a manager that
 // cannot write stops rather than serve on from memory. The real daemon on loopback, SQLite on disk.
-#include "test_client.hpp"
 #include "hung_after.hpp"
+#include "test_client.hpp"
 
 #include "../support/scratch_dir.hpp"
 
@@ -28,10 +28,11 @@ TEST_CASE("a full disk stops the manager before it acknowledges what it cannot s
           "[integration][store][faults]") {
   const accelpool::testing::ScratchDir scratch("faults");
   const auto& dir = scratch.path();
-  DaemonProcess d(dir, "[leases]\nttl_s = 600\n[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
-                       "[admin]\nlisten = \"127.0.0.1:0\"\n"
-                       "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 2\n"
-                       "[[tenants]]\nname = \"a\"\n");
+  DaemonProcess d(dir,
+                  "[leases]\nttl_s = 600\n[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n"
+                  "[admin]\nlisten = \"127.0.0.1:0\"\n"
+                  "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\ncount = 2\n"
+                  "[[tenants]]\nname = \"a\"\n");
   d.start();  // the first start writes the schema, the tokens and the sample bitstreams
   const std::string token = d.token("guest token for tenant a");
   const std::string admin = d.token("admin token");

@@ -1,8 +1,8 @@
 // The store of a data folder that held a pool, lost: the real accelpool-manager refuses to start on a missing or
 // empty pool.db (or one whose schema went with its write-ahead log) instead of starting a brand-new pool, until
 // the operator asks for one with --new-store. A first start in a new folder just works.
-#include "test_client.hpp"
 #include "hung_after.hpp"
+#include "test_client.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -170,9 +170,10 @@ TEST_CASE("a first start in a new data folder creates the store and its marker",
   fs::remove_all(dir.parent_path(), ec);
 }
 
-TEST_CASE("a damaged write-ahead log: the commits from the damage on are dropped without an error, a log lost "
-          "whole leaves no pool and is refused",
-          "[integration][store]") {
+TEST_CASE(
+    "a damaged write-ahead log: the commits from the damage on are dropped without an error, a log lost "
+    "whole leaves no pool and is refused",
+    "[integration][store]") {
   UsedFolder f(SIGKILL, 3);  // killed: the three acquires are in pool.db-wal, nothing checkpointed yet
   fs::path wal = f.dir / "pool.db-wal";
   REQUIRE(fs::file_size(wal) > 0);

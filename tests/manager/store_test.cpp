@@ -1,8 +1,8 @@
-#include "test_support.hpp"
 #include "hung_after.hpp"
 #include "postgres_cluster.hpp"
 #include "store_rows.hpp"
 #include "store_writer.hpp"
+#include "test_support.hpp"
 
 #include <sqlite3.h>
 
@@ -10,9 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -105,14 +105,14 @@ void write_leases(StoreKind& kind, const std::string& name, std::vector<Lease> l
 
 // A test case run on each store: "<title> (SQLite)" tagged [store], and "<title> (PostgreSQL)" tagged
 // [store][postgres], in the test process's private cluster (ctest runs those under the label postgres).
-#define STORE_TEST_CASE(title, body)                                 \
-  TEST_CASE(title " (SQLite)", "[store]") {                          \
-    SqliteStores kind;                                               \
-    body(kind);                                                      \
-  }                                                                  \
-  TEST_CASE(title " (PostgreSQL)", "[store][postgres]") {            \
-    PostgresStores kind;                                             \
-    body(kind);                                                      \
+#define STORE_TEST_CASE(title, body)                      \
+  TEST_CASE(title " (SQLite)", "[store]") {               \
+    SqliteStores kind;                                    \
+    body(kind);                                           \
+  }                                                       \
+  TEST_CASE(title " (PostgreSQL)", "[store][postgres]") { \
+    PostgresStores kind;                                  \
+    body(kind);                                           \
   }
 
 namespace {
@@ -247,7 +247,15 @@ TEST_CASE("the store writer writes quick transactions on the caller's thread, be
 }
 
 TEST_CASE("a histogram's numbers read back exactly as they were written", "[store]") {
-  const std::vector<double> values{0.0, -0.0, 0.1, 1.0 / 3.0, 1e-300, 5e-324, 1.7976931348623157e308, -2.5, 600.125,
+  const std::vector<double> values{0.0,
+                                   -0.0,
+                                   0.1,
+                                   1.0 / 3.0,
+                                   1e-300,
+                                   5e-324,
+                                   1.7976931348623157e308,
+                                   -2.5,
+                                   600.125,
                                    std::numeric_limits<double>::infinity()};
   const std::string text = accelpool::manager::store_rows::format_numbers(values);
   CHECK(text.starts_with("0 -0 0.1 0.3333333333333333 1e-300 5e-324 1.7976931348623157e+308 -2.5 600.125 inf"));
@@ -333,7 +341,8 @@ TEST_CASE("under a steady stream of commits the WAL is checkpointed and stays bo
   const int commits = 50000;
   for (int i = 1; i <= commits; ++i) {
     Batch b;
-    b.leases.push_back(stored_lease(static_cast<LeaseId>(i), i % 2 ? LeaseState::granted : LeaseState::released, i % 2 ? 0 : i));
+    b.leases.push_back(
+        stored_lease(static_cast<LeaseId>(i), i % 2 ? LeaseState::granted : LeaseState::released, i % 2 ? 0 : i));
     REQUIRE(store.apply(b).is_ok());
   }
   // Checkpoints run on the store's own thread, and a WAL starts over at the first commit after one completed:
@@ -406,10 +415,11 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   // Version 1 had the same tables with full indexes, no `relayed`, `grants` or `label` column, and device rows
   // keyed by name: make one from a store of today, with two leases and a device in it.
   write_leases(kind, "v1", {stored_lease(5, LeaseState::granted, 0), stored_lease(6, LeaseState::released, 3)});
-  run_sql(file, "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
-                "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
-                "ALTER TABLE leases DROP COLUMN grants; ALTER TABLE leases DROP COLUMN label; DROP TABLE estimates; " +
-                    std::string(kDevicesByName) + "PRAGMA user_version=1;");
+  run_sql(file,
+          "DROP INDEX leases_live_by_id; DROP INDEX leases_ended_by_time; CREATE INDEX leases_live ON leases(state); "
+          "CREATE INDEX leases_ended ON leases(ended_at); ALTER TABLE leases DROP COLUMN relayed; "
+          "ALTER TABLE leases DROP COLUMN grants; ALTER TABLE leases DROP COLUMN label; DROP TABLE estimates; " +
+              std::string(kDevicesByName) + "PRAGMA user_version=1;");
   {
     auto snap = open_store(file, false)->load(10);
     REQUIRE(snap.is_ok());
@@ -430,9 +440,11 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
   std::vector<std::string> indexes;
   sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='leases' ORDER BY name",
+  REQUIRE(sqlite3_prepare_v2(db,
+                             "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='leases' ORDER BY name",
                              -1, &st, nullptr) == SQLITE_OK);
-  while (sqlite3_step(st) == SQLITE_ROW) indexes.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+  while (sqlite3_step(st) == SQLITE_ROW)
+    indexes.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
   sqlite3_finalize(st);
   int version = 0;
   REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) == SQLITE_OK);
@@ -444,8 +456,7 @@ TEST_CASE("a database of schema version 1 is upgraded in place", "[store]") {
   CHECK(device_table_shape(file) == "indexes=0 rowid_is_sched_id=1");
 }
 
-TEST_CASE("a store of schema version 6 keys its device rows by scheduler id after the upgrade, rows kept",
-          "[store]") {
+TEST_CASE("a store of schema version 6 keys its device rows by scheduler id after the upgrade, rows kept", "[store]") {
   SqliteStores kind;
   auto file = kind.dir.path / "v6.db";
   write_leases(kind, "v6", {stored_lease(5, LeaseState::granted, 0)});

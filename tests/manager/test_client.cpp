@@ -109,11 +109,11 @@ ScratchDaemon::~ScratchDaemon() {
   std::filesystem::remove_all(dir, ec);
 }
 
-std::string agent_manager_config(const std::string& agent_token, const std::string& leases,
-                                 const std::string& agents) {
+std::string agent_manager_config(const std::string& agent_token, const std::string& leases, const std::string& agents) {
   return "[leases]\nttl_s = 60\n" + leases +
          "[guest]\ntcp = \"127.0.0.1:0\"\nunix = \"\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-         "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" + agent_token + "\"\n" + agents +
+         "[agents]\nlisten = [\"127.0.0.1:0\"]\ntoken = \"" +
+         agent_token + "\"\n" + agents +
          "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"asic\"\ncount = 1\n"
          "[[tenants]]\nname = \"t\"\n";
 }
@@ -316,7 +316,8 @@ bool GuestClient::wait_closed(std::chrono::milliseconds timeout) {
 
 json::object GuestClient::call(const std::string& method, json::object params) {
   std::uint64_t id = next_id_++;
-  send_line(json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}}));
+  send_line(
+      json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}}));
   for (;;) {
     auto line = read_line();
     if (!line) throw std::runtime_error("no reply to " + method);

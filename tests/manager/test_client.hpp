@@ -33,14 +33,14 @@ class DaemonProcess {
   // `config` runs the embedded default with free ports.
   DaemonProcess(std::filesystem::path data_dir, std::string config);
   ~DaemonProcess();
-  void start();                 // returns once endpoints.json of this process exists
+  void start();  // returns once endpoints.json of this process exists
   // start() in two steps: launch() starts the process and returns at once (a standby, which writes endpoints.json
   // only when it leads); wait_started() waits for its endpoints.json.
   void launch();
   void wait_started();
   // Whether the process has exited (reaped now if so; exit_code() then tells how).
   bool exited();
-  void stop(int signal);        // SIGTERM for a graceful stop, SIGKILL for a crash; waits for the exit
+  void stop(int signal);  // SIGTERM for a graceful stop, SIGKILL for a crash; waits for the exit
   // The file descriptor limit (RLIMIT_NOFILE) the process starts with from the next start() on.
   void set_fd_limit(std::uint64_t soft, std::uint64_t hard) { fd_limit_ = {soft, hard}; }
   // The largest file the process may write (RLIMIT_FSIZE; writes past it fail with EFBIG, as on a full disk)
@@ -49,7 +49,7 @@ class DaemonProcess {
   int pid() const { return pid_; }
   int exit_code() const { return exit_code_; }
   bool running() const { return pid_ > 0; }
-  std::string output() const;   // stdout and stderr so far
+  std::string output() const;  // stdout and stderr so far
   const Endpoints& endpoints() const { return ep_; }
   const std::filesystem::path& data_dir() const { return dir_; }
   // Token lines from the first start: "guest token for tenant NAME", "admin token".

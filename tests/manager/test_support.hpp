@@ -17,7 +17,8 @@ struct TempDir {
   std::filesystem::path path;
   TempDir() {
     std::random_device rd;
-    path = std::filesystem::temp_directory_path() / ("accelpool-mgr-test-" + std::to_string(rd()) + std::to_string(rd()));
+    path =
+        std::filesystem::temp_directory_path() / ("accelpool-mgr-test-" + std::to_string(rd()) + std::to_string(rd()));
     std::filesystem::create_directories(path);
   }
   ~TempDir() {
@@ -53,8 +54,8 @@ struct EventLog : CoreListener {
 
 // "fpga:4" -> four fpga devices named fpga0.. on the host.
 // An acquire by guest `guest` of tenant `tenant` for `count` devices of `kind`; a test sets the other fields.
-inline AcquireParams acquire_params(const std::string& tenant, const std::string& guest, const std::string& kind = "fpga",
-                                    std::uint32_t count = 1) {
+inline AcquireParams acquire_params(const std::string& tenant, const std::string& guest,
+                                    const std::string& kind = "fpga", std::uint32_t count = 1) {
   return AcquireParams{tenant, guest, /*guest_host=*/"", kind, /*bitstream=*/"", count, /*estimate_s=*/std::nullopt};
 }
 
@@ -110,7 +111,7 @@ struct Pool {
   std::unique_ptr<CountingStore> store;
   std::unique_ptr<PoolCore> core;
   CoreOptions options;
-  std::string token;  // tenant "a"
+  std::string token;    // tenant "a"
   std::string token_b;  // tenant "b"
 
   explicit Pool(std::vector<HostDevice> devices = make_devices("fpga", 2), CoreOptions opts = {}) : options(opts) {

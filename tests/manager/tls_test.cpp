@@ -92,7 +92,8 @@ TEST_CASE("The admin API over HTTPS: accelpoolctl and curl verify the CA and the
   CHECK(page.second.find("<html") != std::string::npos);
 }
 
-TEST_CASE("A TLS guest session: accelpool-run acquires and releases over tls://, verifying the pool", "[integration][tls]") {
+TEST_CASE("A TLS guest session: accelpool-run acquires and releases over tls://, verifying the pool",
+          "[integration][tls]") {
   Pki pki;
   ScratchDaemon m("apm-tls-guest-", tls_config(pki.server, false, true));
   m.daemon.start();
@@ -104,7 +105,8 @@ TEST_CASE("A TLS guest session: accelpool-run acquires and releases over tls://,
   const std::string pool = "--pool tls://127.0.0.1:" + std::to_string(guest_port) + " ";
 
   // The command runs with the device, and the lease ends when it is done.
-  auto granted = run_command(run + pool + "--ca-file " + quoted(pki.ca.cert()) + " -- sh -c 'echo lease=$ACCELPOOL_LEASE'");
+  auto granted =
+      run_command(run + pool + "--ca-file " + quoted(pki.ca.cert()) + " -- sh -c 'echo lease=$ACCELPOOL_LEASE'");
   INFO(granted.second);
   REQUIRE(granted.first == 0);
   auto at = granted.second.find("lease=");

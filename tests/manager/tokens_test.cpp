@@ -74,7 +74,8 @@ int status(const DaemonProcess& d, const std::string& method, const std::string&
 
 }  // namespace
 
-TEST_CASE("A start that fails on a busy admin port creates no token, and the next start prints them", "[integration][tokens]") {
+TEST_CASE("A start that fails on a busy admin port creates no token, and the next start prints them",
+          "[integration][tokens]") {
   ScratchDaemon m("apm-tok-", "");
   {
     BusyPort busy;

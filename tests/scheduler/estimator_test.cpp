@@ -156,7 +156,7 @@ TEST_CASE("sjf goes by the learned run time when a request brings none", "[sched
   Request quick = req(11, 500);
   quick.tenant = 2;
   submit(*s, quick, 500);
-  release(*s, 11, 510);  // tenant 2: 10 s
+  release(*s, 11, 510);          // tenant 2: 10 s
   submit(*s, req(1, 510), 510);  // occupies the device
   Request a = req(2, 511);
   a.tenant = 1;

@@ -147,8 +147,8 @@ TEST_CASE("every placement grants only devices of the models the request fits", 
   // Devices 0 and 2 are model 0, 1 and 3 model 1; the lowest ids and the loaded image point at model 0.
   for (const char* policy : {"fifo+first-fit", "fifo+pack", "fifo+affinity"}) {
     INFO(policy);
-    auto s = with_devices(policy, {of_model(dev(0, 0, 5), 0), of_model(dev(1, 1), 1), of_model(dev(2, 0), 0),
-                                   of_model(dev(3, 1), 1)});
+    auto s = with_devices(
+        policy, {of_model(dev(0, 0, 5), 0), of_model(dev(1, 1), 1), of_model(dev(2, 0), 0), of_model(dev(3, 1), 1)});
     auto d = submit(*s, for_models(with_bitstream(req(1, 0, 2), 5), kModel1), 0);
     REQUIRE(d.grants.size() == 1);
     CHECK(sorted_devices(d.grants[0]) == std::vector<DeviceId>{1, 3});

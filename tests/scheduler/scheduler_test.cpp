@@ -134,7 +134,7 @@ TEST_CASE("las counts attained service in device-seconds: wide gangs age faster"
 
 TEST_CASE("djsf fills free devices with the densest requests", "[scheduler][djsf]") {
   auto s = make_scheduler("djsf", "fpga:4");
-  submit(*s, req(9, 0, 4, 1), 0);  // holds all devices
+  submit(*s, req(9, 0, 4, 1), 0);   // holds all devices
   submit(*s, req(1, 1, 4, 10), 1);  // work 40
   submit(*s, req(2, 2, 1, 30), 2);  // work 30
   submit(*s, req(3, 3, 2, 10), 3);  // work 20
@@ -188,7 +188,7 @@ TEST_CASE("the tail guard serves a request that waited too long, and reserves de
   CHECK(granted(release(*s, 1, 10)) == V{4});
   submit(*s, req(5, 20, 1, 80), 20);
   Decisions out;
-  s->tick(51, out);  // request 3 has now waited 50 s
+  s->tick(51, out);    // request 3 has now waited 50 s
   CHECK(out.empty());  // nothing free yet
   CHECK(s->queue_order(51).front() == 3);
   // One device frees: it is kept for the aged gang (reserved for 110), not given to request 5, which would
@@ -228,7 +228,8 @@ TEST_CASE("removing a held device revokes the lease and forgets the device", "[s
   CHECK(s->remove_device(0, 3, out));  // gone already
 }
 
-TEST_CASE("the counts of devices by state follow every change, and a removed device leaves them", "[scheduler][devices]") {
+TEST_CASE("the counts of devices by state follow every change, and a removed device leaves them",
+          "[scheduler][devices]") {
   auto s = make_scheduler("fifo", "fpga:4");
   auto counts = [&] {
     return std::array<std::size_t, 4>{s->count_in_state(DeviceState::free), s->count_in_state(DeviceState::leased),
@@ -309,7 +310,8 @@ TEST_CASE("policy specs parse and reject clearly", "[scheduler][policy]") {
   CHECK_FALSE(PolicySpec::parse("sjf:3", &error));
 }
 
-TEST_CASE("policy spec: +NAME takes the option's default, +NAME=VALUE a positive value", "[scheduler][policy][hold][reuse][age]") {
+TEST_CASE("policy spec: +NAME takes the option's default, +NAME=VALUE a positive value",
+          "[scheduler][policy][hold][reuse][age]") {
   struct Option {
     std::string name;
     std::optional<double> PolicySpec::*field;
@@ -400,7 +402,7 @@ TEST_CASE("devices freed by preemption go to the request they were freed for", "
   submit(*s, req(1, 0, 1, 100), 0);
   submit(*s, req(2, 0, 1, 90), 0);
   auto d = submit(*s, req(3, 1, 2, 5), 1);
-  CHECK(preempted(d) == V{1, 2});  // the most remaining time first
+  CHECK(preempted(d) == V{1, 2});   // the most remaining time first
   submit(*s, req(4, 1, 1, 50), 1);  // narrow and shorter than the victims: would fit a single freed device
   Decisions out;
   REQUIRE_FALSE(s->requeue(2, 1, out));
@@ -414,10 +416,10 @@ TEST_CASE("devices freed by preemption go to the request they were freed for", "
 TEST_CASE("behind an aged gang, only jobs that end before its reservation start (EASY backfilling)",
           "[scheduler][guard]") {
   auto s = make_scheduler("sjf+first-fit+guard=50", "fpga:2");
-  submit(*s, req(1, 0, 1, 100), 0);   // device until 100
-  submit(*s, req(2, 0, 1, 30), 0);    // device until 30
-  submit(*s, req(3, 1, 2, 50), 1);    // the gang
-  release(*s, 2, 30);                 // the gang has waited 29 s: not aged, and one device is not enough
+  submit(*s, req(1, 0, 1, 100), 0);  // device until 100
+  submit(*s, req(2, 0, 1, 30), 0);   // device until 30
+  submit(*s, req(3, 1, 2, 50), 1);   // the gang
+  release(*s, 2, 30);                // the gang has waited 29 s: not aged, and one device is not enough
   CHECK(granted(submit(*s, req(4, 40, 1, 20), 40)) == V{4});  // not aged yet: ordinary sjf
   submit(*s, req(5, 45, 1, 5), 45);
   CHECK_FALSE(s->expected_start(3, 50));  // not aged yet: no reservation, no estimate
@@ -440,16 +442,16 @@ TEST_CASE("behind a reservation, any waiting request that ends in time starts, n
   auto s = make_scheduler("fifo+first-fit+guard=50", "fpga:3");
   CHECK(granted(submit(*s, req(1, 0, 2, 1000), 0)) == V{1});  // devices 0 and 1 until 1000
   CHECK(granted(submit(*s, req(2, 0, 1, 100), 0)) == V{2});   // device 2 until 100
-  submit(*s, req(3, 0, 3, 50), 0);     // a gang of the whole pool
-  submit(*s, req(4, 60, 1, 5000), 60);  // one device for 5,000 s
-  submit(*s, req(5, 70, 1, 10), 70);    // one device for 10 s, same bucket as request 4, behind it
+  submit(*s, req(3, 0, 3, 50), 0);                            // a gang of the whole pool
+  submit(*s, req(4, 60, 1, 5000), 60);                        // one device for 5,000 s
+  submit(*s, req(5, 70, 1, 10), 70);  // one device for 10 s, same bucket as request 4, behind it
   // At 100 device 2 frees. The gang (waited 100 s) is aged and does not fit: its reservation starts at 1000,
   // when request 1 ends, and leaves no spare device. Request 4 would end at 5100: it may not start. Request
   // 5 ends at 110 <= 1000: it starts although request 4, first in its bucket, may not.
   CHECK(granted(release(*s, 2, 100)) == V{5});
   CHECK(s->phase(4) == RequestPhase::waiting);
-  CHECK(granted(release(*s, 5, 110)).empty());    // device 2 is kept for the gang: request 4 would overrun
-  CHECK(granted(release(*s, 1, 1000)) == V{3});   // the reservation is kept
+  CHECK(granted(release(*s, 5, 110)).empty());   // device 2 is kept for the gang: request 4 would overrun
+  CHECK(granted(release(*s, 1, 1000)) == V{3});  // the reservation is kept
   CHECK(granted(release(*s, 3, 1050)) == V{4});
 }
 
@@ -458,9 +460,9 @@ TEST_CASE("behind a reservation, a request that takes only devices the reservati
   auto s = make_scheduler("fifo+first-fit+guard=50", "fpga:4");
   CHECK(granted(submit(*s, req(1, 0, 3, 1000), 0)) == V{1});  // devices 0-2 until 1000
   CHECK(granted(submit(*s, req(2, 0, 1, 100), 0)) == V{2});   // device 3 until 100
-  submit(*s, req(3, 0, 2, 50), 0);        // the gang: needs 2 of the 4 at 1000, leaving 2 spare
-  submit(*s, req(4, 60, 2, 5000), 60);    // would overrun the reservation and takes 2 devices: not spare now
-  submit(*s, req(5, 70, 1, 5000), 70);    // overruns too, but one device fits in the spare ones
+  submit(*s, req(3, 0, 2, 50), 0);                            // the gang: needs 2 of the 4 at 1000, leaving 2 spare
+  submit(*s, req(4, 60, 2, 5000), 60);  // would overrun the reservation and takes 2 devices: not spare now
+  submit(*s, req(5, 70, 1, 5000), 70);  // overruns too, but one device fits in the spare ones
   // At 100 one device is free and the gang needs two: reservation at 1000 with 4 - 2 = 2 spare devices.
   CHECK(granted(release(*s, 2, 100)) == V{5});
   CHECK(s->phase(4) == RequestPhase::waiting);
@@ -488,14 +490,13 @@ TEST_CASE("releasing several requests at once decides once over all the devices 
   CHECK(s->phase(3) == RequestPhase::running);
 }
 
-TEST_CASE("slowdown aging serves a short job that waited many times its length before a long one",
-          "[scheduler][age]") {
+TEST_CASE("slowdown aging serves a short job that waited many times its length before a long one", "[scheduler][age]") {
   for (const bool aging : {false, true}) {
     auto s = make_scheduler(aging ? "fifo+first-fit+age=2" : "fifo", "fpga:1");
     CHECK(granted(submit(*s, req(1, 0, 1, 100), 0)) == V{1});  // the device until 100
-    submit(*s, req(2, 1, 1, 1000), 1);   // ages at 1 + 2 x 1000 = 2001
-    submit(*s, req(3, 2, 1, 10), 2);     // ages at 2 + 2 x 10 = 22
-    submit(*s, req(4, 3), 3);            // no estimate: never ages by slowdown
+    submit(*s, req(2, 1, 1, 1000), 1);                         // ages at 1 + 2 x 1000 = 2001
+    submit(*s, req(3, 2, 1, 10), 2);                           // ages at 2 + 2 x 10 = 22
+    submit(*s, req(4, 3), 3);                                  // no estimate: never ages by slowdown
     if (aging) {
       REQUIRE(s->next_wakeup());
       CHECK(*s->next_wakeup() == Approx(22));
@@ -527,7 +528,7 @@ TEST_CASE("slowdown aging counts the service a request already received", "[sche
   CHECK(s->queue_order(105) == V{3, 1});    // neither aged at 105: sjf order
   CHECK(s->queue_order(150) == V{3, 1});    // request 3 aged
   CHECK(s->queue_order(200) == V{3, 1});    // both aged, in the order they aged
-  CHECK(s->queue_order(150, 1) == V{3});     // the head only: the aged request
+  CHECK(s->queue_order(150, 1) == V{3});    // the head only: the aged request
   CHECK(s->queue_order(105, 1) == V{3});
   CHECK(granted(release(*s, 2, 105)) == V{3});
   CHECK(granted(release(*s, 3, 112)) == V{1});
@@ -540,7 +541,7 @@ TEST_CASE("an aged request behind leases that outlived their estimates reserves 
   auto s = make_scheduler("fifo+first-fit+guard=50", "fpga:2");
   CHECK(granted(submit(*s, req(1, 0, 1, 10), 0)) == V{1});
   CHECK(granted(submit(*s, req(2, 0, 1, 1000), 0)) == V{2});
-  submit(*s, req(3, 0, 2, 50), 0);     // the gang, aged at 50
+  submit(*s, req(3, 0, 2, 50), 0);  // the gang, aged at 50
   submit(*s, req(4, 60, 1, 5000), 60);
   CHECK(granted(release(*s, 2, 70)) == V{4});
   // Now the gang waits for request 1 (past its estimate) and request 4, estimated to end at 5,070: the later.
@@ -580,8 +581,9 @@ TEST_CASE("the queue's order is the order the policy grants in, whole or by its 
     submit(*s, req(1, 0, 1, 10), 0);  // holds the one device
     // 60 waiting requests of three tenants with assorted estimates (some none).
     for (RequestId id = 2; id <= 61; ++id) {
-      Request r = req(id, static_cast<Time>(id), 1,
-                      id % 5 == 0 ? std::optional<double>{} : std::optional<double>{static_cast<double>((id * 37) % 23 + 1)});
+      Request r =
+          req(id, static_cast<Time>(id), 1,
+              id % 5 == 0 ? std::optional<double>{} : std::optional<double>{static_cast<double>((id * 37) % 23 + 1)});
       r.tenant = static_cast<TenantId>(id % 3);
       submit(*s, r, static_cast<Time>(id));
     }
@@ -592,7 +594,8 @@ TEST_CASE("the queue's order is the order the policy grants in, whole or by its 
       REQUIRE(order.size() == static_cast<std::size_t>(60 - step));
       for (std::size_t k : {std::size_t{1}, std::size_t{7}, order.size()}) {
         const auto head = s->queue_order(t, k);
-        CHECK(head == std::vector<RequestId>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(std::min(k, order.size()))));
+        CHECK(head == std::vector<RequestId>(order.begin(),
+                                             order.begin() + static_cast<std::ptrdiff_t>(std::min(k, order.size()))));
       }
       auto next = granted(release(*s, running, t));
       REQUIRE(next.size() == 1);

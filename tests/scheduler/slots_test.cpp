@@ -122,12 +122,13 @@ TEST_CASE("add_slot rejects a missing device and a slot of a slot", "[slots]") {
   CHECK(s->slots_of(0) == std::vector<DeviceId>{1, 2});
 }
 
-TEST_CASE("interference: a demand takes only the slot shapes whose share admits it, and slowdown is bounded", "[slots]") {
+TEST_CASE("interference: a demand takes only the slot shapes whose share admits it, and slowdown is bounded",
+          "[slots]") {
   // Shapes: 0 = a quarter of the device's bandwidth, 1 = half of it. Capacity 16 GB/s.
   const std::vector<double> shares{0.25, 0.5};
-  CHECK(shapes_admitting(shares, 16, 3) == 0b11);   // 3 <= 4 and 3 <= 8
-  CHECK(shapes_admitting(shares, 16, 6) == 0b10);   // 6 > 4, 6 <= 8
-  CHECK(shapes_admitting(shares, 16, 9) == 0b00);   // fits no slot
+  CHECK(shapes_admitting(shares, 16, 3) == 0b11);  // 3 <= 4 and 3 <= 8
+  CHECK(shapes_admitting(shares, 16, 6) == 0b10);  // 6 > 4, 6 <= 8
+  CHECK(shapes_admitting(shares, 16, 9) == 0b00);  // fits no slot
   CHECK(shapes_admitting(shares, 16, 0) == 0b11);
   // Four half-share slots: at most 2 x capacity demanded together, so at most twice as slow.
   const std::vector<double> four_halves{0.5, 0.5, 0.5, 0.5};
@@ -257,8 +258,7 @@ TEST_CASE("hold rule: a request defers, at most hold_s, to a device of its image
   }
 }
 
-TEST_CASE("slot placement keeps each device's demand within its bandwidth, then prefers the loaded image",
-          "[slots]") {
+TEST_CASE("slot placement keeps each device's demand within its bandwidth, then prefers the loaded image", "[slots]") {
   auto s = two_sliced_devices();  // device 0: slots 1, 2; device 3: slots 4, 5
   auto with_demand = [](RequestId id, double demand, BitstreamId b = kNoBitstream) {
     Request r = of_kind(req(id, 0), kSlot, b);

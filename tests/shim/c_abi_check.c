@@ -7,14 +7,14 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (cond) {                                                                         \
-      printf("ok   %s\n", #cond);                                                       \
-    } else {                                                                            \
+#define CHECK(cond)                                                                           \
+  do {                                                                                        \
+    if (cond) {                                                                               \
+      printf("ok   %s\n", #cond);                                                             \
+    } else {                                                                                  \
       printf("FAIL %s (line %d; last error: %s)\n", #cond, __LINE__, accelpool_last_error()); \
-      ++failures;                                                                       \
-    }                                                                                   \
+      ++failures;                                                                             \
+    }                                                                                         \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   CHECK(accelpool_connect(argv[1], "apt_wrong", argv[3], &client) == ACCELPOOL_ERR_UNAUTHORIZED);
   CHECK(strlen(accelpool_last_error()) > 0);
   CHECK(accelpool_connect("bogus://x", argv[2], argv[3], &client) == ACCELPOOL_ERR_INVALID_ARGUMENT);
-  CHECK(accelpool_connect("unix:///nonexistent/accelpool.sock", argv[2], argv[3], &client) == ACCELPOOL_ERR_UNREACHABLE);
+  CHECK(accelpool_connect("unix:///nonexistent/accelpool.sock", argv[2], argv[3], &client) ==
+        ACCELPOOL_ERR_UNREACHABLE);
   CHECK(strcmp(accelpool_status_name(ACCELPOOL_ERR_INFEASIBLE), "infeasible") == 0);
 
   if (accelpool_connect(argv[1], argv[2], argv[3], &client) != ACCELPOOL_OK) {

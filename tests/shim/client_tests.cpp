@@ -7,23 +7,23 @@
 
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <cerrno>
 #include <fcntl.h>
-#include <filesystem>
-#include <fstream>
 #include <poll.h>
 #include <termios.h>
 #include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 using namespace accelpool::shim;
 using accelpool::Errc;
+using accelpool::shim::test::eventually;
 using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerProcess;
-using accelpool::shim::test::eventually;
 using Clock = std::chrono::steady_clock;
 using accelpool::shim::test::renewed_past_ttl;
 
@@ -105,7 +105,8 @@ TEST_CASE("a Lease is released when it goes out of scope", "[integration][shim]"
   CHECK(s->state == LeaseState::released);
 }
 
-TEST_CASE("a request waits in the queue while the pool is full and is granted when a device frees", "[integration][shim]") {
+TEST_CASE("a request waits in the queue while the pool is full and is granted when a device frees",
+          "[integration][shim]") {
   ManagerProcess m(fpga_pool(2, /*ttl_s=*/1.0));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-q");
@@ -135,7 +136,8 @@ TEST_CASE("a request waits in the queue while the pool is full and is granted wh
   CHECK(eventually([&] { return callbacks.load() == 1; }));
 }
 
-TEST_CASE("an acquire that is not granted in time fails with timeout and its request is cancelled", "[integration][shim]") {
+TEST_CASE("an acquire that is not granted in time fails with timeout and its request is cancelled",
+          "[integration][shim]") {
   ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
   auto c = connect(m, "vm-t");
@@ -149,7 +151,10 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   CHECK(took >= 0.45);  // not before its timeout
   std::uint64_t id = pending.lease_id();
   REQUIRE(id != 0);
-  CHECK(eventually([&] { auto s = c->get(id); return s && s->state == LeaseState::cancelled; }));
+  CHECK(eventually([&] {
+    auto s = c->get(id);
+    return s && s->state == LeaseState::cancelled;
+  }));
 
   // Blocking form, and cancel of an asynchronous one.
   auto r2 = c->acquire(fpga(0.2));
@@ -162,7 +167,10 @@ TEST_CASE("an acquire that is not granted in time fails with timeout and its req
   REQUIRE_FALSE(r3);
   CHECK(r3.error().code == Errc::cancelled);
   std::uint64_t id3 = p3.lease_id();
-  CHECK(eventually([&] { auto s = c->get(id3); return s && s->state == LeaseState::cancelled; }));
+  CHECK(eventually([&] {
+    auto s = c->get(id3);
+    return s && s->state == LeaseState::cancelled;
+  }));
   // The held lease was untouched.
   CHECK(c->get(held.id())->state == LeaseState::granted);
 }
@@ -294,7 +302,10 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
                              R"({"reason":"maintenance"})", body);
   INFO(body);
   REQUIRE(code == 200);
-  REQUIRE(eventually([&] { std::lock_guard<std::mutex> lk(mu); return !revoking.empty(); }));
+  REQUIRE(eventually([&] {
+    std::lock_guard<std::mutex> lk(mu);
+    return !revoking.empty();
+  }));
   {
     std::lock_guard<std::mutex> lk(mu);
     CHECK(revoking[0].id == lease->id());
@@ -304,7 +315,10 @@ TEST_CASE("a revoked lease runs the revocation callback with its deadline, then 
   }
   CHECK(lease->revoking());
   // Not released within the grace period: the pool ends it and on_ended says so.
-  REQUIRE(eventually([&] { std::lock_guard<std::mutex> lk(mu); return !ended.empty(); }));
+  REQUIRE(eventually([&] {
+    std::lock_guard<std::mutex> lk(mu);
+    return !ended.empty();
+  }));
   {
     std::lock_guard<std::mutex> lk(mu);
     CHECK(ended[0].state == LeaseState::revoked);
@@ -377,8 +391,10 @@ TEST_CASE("serial:// finds the port by its name and speaks the protocol over it"
           int to = i == 0 ? up->fd : master;
           for (ssize_t off = 0; off < n;) {
             ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
-            if (w > 0) off += w;
-            else if (errno != EAGAIN) break;
+            if (w > 0)
+              off += w;
+            else if (errno != EAGAIN)
+              break;
           }
         }
       }

@@ -11,14 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <thread>
-#include <unistd.h>
 
 using namespace accelpool::shim;
 using accelpool::Errc;
@@ -173,9 +173,12 @@ class LineServer {
         std::string reply;
         if (req["method"] == "hello") {
           ++hellos_;
-          reply = json{{"jsonrpc", "2.0"}, {"id", req["id"]},
-                       {"result", {{"protocol", 1}, {"server", "test"}, {"tenant", "t"}, {"guest", "g"}, {"leases", json::array()}}}}
-                      .dump();
+          reply =
+              json{{"jsonrpc", "2.0"},
+                   {"id", req["id"]},
+                   {"result",
+                    {{"protocol", 1}, {"server", "test"}, {"tenant", "t"}, {"guest", "g"}, {"leases", json::array()}}}}
+                  .dump();
         } else {
           reply = on_request_(req);
           if (reply == "DROP") return;
@@ -208,7 +211,8 @@ TEST_CASE("a stream that drops during a call fails that call as disconnected, th
     if (req["method"] == "list") {
       return json{{"jsonrpc", "2.0"}, {"id", req["id"]}, {"result", {{"leases", json::array()}}}}.dump();
     }
-    return json{{"jsonrpc", "2.0"}, {"id", req["id"]},
+    return json{{"jsonrpc", "2.0"},
+                {"id", req["id"]},
                 {"error", {{"code", -32022}, {"message", "no such kind"}, {"data", {{"code", "infeasible"}}}}}}
         .dump();
   });

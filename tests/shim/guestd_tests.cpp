@@ -7,30 +7,30 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
-#include <atomic>
-#include <cerrno>
-#include <csignal>
-#include <cstring>
 #include <fcntl.h>
-#include <mutex>
 #include <netinet/in.h>
-#include <set>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <vector>
 
 using json = nlohmann::json;
+using accelpool::shim::test::Child;
 using accelpool::shim::test::eventually;
 using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerOptions;
 using accelpool::shim::test::ManagerProcess;
 using accelpool::shim::test::read_file;
-using accelpool::shim::test::Child;
 using accelpool::shim::test::spawn;
 using Clock = std::chrono::steady_clock;
 
@@ -260,7 +260,8 @@ std::string unix_path(const ManagerProcess& m) { return m.unix_uri().substr(7); 
 
 }  // namespace
 
-TEST_CASE("guestd multiplexes two programs over one stream and routes each reply and notification", "[integration][guestd]") {
+TEST_CASE("guestd multiplexes two programs over one stream and routes each reply and notification",
+          "[integration][guestd]") {
   ManagerProcess m(fpga_pool(1));
   REQUIRE_MANAGER(m);
   Guestd g(m.unix_uri(), m.dir());

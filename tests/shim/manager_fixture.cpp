@@ -3,18 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 namespace accelpool::shim::test {
 
@@ -178,8 +178,9 @@ int ManagerProcess::admin_request(const std::string& method, const std::string& 
     ::close(fd);
     return -1;
   }
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " +
-                    admin_token_ + "\r\n";
+  std::string req = method + " " + path +
+                    " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " + admin_token_ +
+                    "\r\n";
   if (!json_body.empty()) {
     req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(json_body.size()) + "\r\n";
   }
@@ -200,7 +201,9 @@ int ManagerProcess::admin_request(const std::string& method, const std::string& 
   return std::atoi(resp.c_str() + sp + 1);
 }
 
-bool Child::wait() { return eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }); }
+bool Child::wait() {
+  return eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; });
+}
 
 void Child::kill_group() {
   ::kill(-pid, SIGKILL);
@@ -209,7 +212,8 @@ void Child::kill_group() {
 
 int Child::exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const std::string& out) {
+Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+            const std::string& out) {
   Child c;
   c.out = out;
   c.pid = fork();
@@ -219,8 +223,10 @@ Child spawn(const std::vector<std::string>& args, const std::map<std::string, st
     dup2(fd, 1);
     dup2(fd, 2);
     for (const auto& [k, v] : env) {
-      if (v.empty()) unsetenv(k.c_str());
-      else setenv(k.c_str(), v.c_str(), 1);
+      if (v.empty())
+        unsetenv(k.c_str());
+      else
+        setenv(k.c_str(), v.c_str(), 1);
     }
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));

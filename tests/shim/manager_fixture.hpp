@@ -4,24 +4,24 @@
 #include "hung_after.hpp"
 #include "skip.hpp"
 
+#include <sys/types.h>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
-#include <sys/types.h>
 
 namespace accelpool::shim::test {
 
 struct ManagerOptions {
-  int fpgas = 2;            // static host "local" with this many network-attached fpga devices
-  double ttl_s = 30;        // [leases] ttl_s
+  int fpgas = 2;              // static host "local" with this many network-attached fpga devices
+  double ttl_s = 30;          // [leases] ttl_s
   double revoke_grace_s = 2;  // [leases] revoke_grace_s
   // Non-empty: the host uses this device backend (e.g. "opencl") instead of static fpga devices.
   std::string backend;
-  std::string pocl_cache_dir;  // opencl: the backend's cache_dir
-  std::string agent_token;     // non-empty: [agents] token, and an agent listener on 127.0.0.1 (agents())
+  std::string pocl_cache_dir;       // opencl: the backend's cache_dir
+  std::string agent_token;          // non-empty: [agents] token, and an agent listener on 127.0.0.1 (agents())
   std::string local_kind = "fpga";  // kind of the static host's devices
 };
 
@@ -74,8 +74,8 @@ class ManagerProcess {
 };
 
 // In a test case: skips it when this build has no manager, else starts `m` or fails.
-#define REQUIRE_MANAGER(m)                                                                                \
-  if (::accelpool::shim::test::ManagerProcess::binary().empty())                                         \
+#define REQUIRE_MANAGER(m)                                                                             \
+  if (::accelpool::shim::test::ManagerProcess::binary().empty())                                       \
     ACCELPOOL_SKIP("this build has no accelpool-manager target, so there is no pool to test against"); \
   if (!(m).start()) FAIL("accelpool-manager did not start: " << (m).error())
 
@@ -103,7 +103,8 @@ struct Child {
 
 // Starts `args` (args[0] a path) in its own process group with stdout and stderr in the file `out` and `env` set
 // on top of this process's environment; an empty value removes that variable.
-Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, const std::string& out);
+Child spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+            const std::string& out);
 
 using ::accelpool::testing::eventually;
 

@@ -8,17 +8,17 @@
 
 #include "skip.hpp"
 
-#include <csignal>
 #include <fcntl.h>
-#include <set>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
+#include <set>
 
 using namespace accelpool::shim;
 using accelpool::Errc;
+using accelpool::shim::test::Child;
 using accelpool::shim::test::ManagerOptions;
 using accelpool::shim::test::ManagerProcess;
-using accelpool::shim::test::Child;
 using accelpool::shim::test::spawn;
 
 #ifdef SHIM_OPENCL_EXAMPLE_BIN
@@ -37,7 +37,8 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
     a.timeout = accelpool::testing::kHungAfter;
     auto l = (*c)->acquire(a);
     if (!l && l.error().code == Errc::infeasible) {
-      ACCELPOOL_SKIP("the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " + l.error().message);
+      ACCELPOOL_SKIP("the manager's OpenCL backend found no CPU device (is pocl-opencl-icd installed?): " +
+                     l.error().message);
     }
     REQUIRE(l);
   }
@@ -69,12 +70,13 @@ TEST_CASE("concurrent accelpool-run jobs run the vadd sample on PoCL through the
   auto start = [&](const std::string& name, const std::vector<std::string>& args) {
     const std::map<std::string, std::string> env = {
         {"ACCELPOOL_LEASE", ""},  // removed
-        {"ACCELPOOL_POOL", m.tcp_uri()},   {"ACCELPOOL_TOKEN", m.guest_token()},       {"ACCELPOOL_GUEST", name},
-        {"ACCELPOOL_KIND", "cpu"},         {"POCL_CACHE_DIR", o.pocl_cache_dir}};
+        {"ACCELPOOL_POOL", m.tcp_uri()}, {"ACCELPOOL_TOKEN", m.guest_token()}, {"ACCELPOOL_GUEST", name},
+        {"ACCELPOOL_KIND", "cpu"},       {"POCL_CACHE_DIR", o.pocl_cache_dir}};
     return spawn(args, env, m.dir() + "/" + name + ".out");
   };
   Child cpp = start("cpp", {SHIM_OPENCL_EXAMPLE_BIN, SHIM_VADD_SOURCE, "65536"});
-  Child c = start("c", {SHIM_OPENCL_C_EXAMPLE_BIN, m.unix_uri(), m.guest_token(), "vm-c", "cpu", SHIM_VADD_SOURCE, "65536"});
+  Child c =
+      start("c", {SHIM_OPENCL_C_EXAMPLE_BIN, m.unix_uri(), m.guest_token(), "vm-c", "cpu", SHIM_VADD_SOURCE, "65536"});
   for (auto [child, name] : {std::pair{&cpp, "cpp"}, std::pair{&c, "c"}}) {
     REQUIRE(child->wait());
     const std::string out = child->output();

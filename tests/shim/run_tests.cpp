@@ -10,26 +10,26 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 using namespace accelpool::shim;
+using accelpool::shim::test::eventually;
 using accelpool::shim::test::fpga_pool;
 using accelpool::shim::test::ManagerProcess;
-using accelpool::shim::test::eventually;
 using accelpool::shim::test::renewed_past_ttl;
 using Clock = std::chrono::steady_clock;
-using accelpool::shim::test::read_file;
 using accelpool::shim::test::Child;
+using accelpool::shim::test::read_file;
 using accelpool::shim::test::spawn;
 
 namespace {
@@ -224,8 +224,8 @@ TEST_CASE("a PoCL command under accelpool-run sees only the granted PoCL driver,
   auto env = pool_env(m, "vm-clinfo");
   env.insert(user_env.begin(), user_env.end());
   auto wrapped = spawn({run_bin(), "--kind", "cpu", "--timeout", "60", "--", "/bin/sh", "-c",
-                    list + "; env | grep -E '^(POCL_DEVICES|ACCELPOOL_OPENCL_DEVICES|ACCELPOOL_DEVICE_0_MODEL)='"},
-                   env, scratch + "/run.out");
+                        list + "; env | grep -E '^(POCL_DEVICES|ACCELPOOL_OPENCL_DEVICES|ACCELPOOL_DEVICE_0_MODEL)='"},
+                       env, scratch + "/run.out");
   REQUIRE(wrapped.wait());
   const std::string out = wrapped.output();
   INFO("under accelpool-run:\n" << out);
@@ -242,7 +242,8 @@ TEST_CASE("a PoCL command under accelpool-run sees only the granted PoCL driver,
   test::remove_tree(scratch);
 }
 
-TEST_CASE("accelpool-run exports the grant, exits with the command's status and releases the lease", "[integration][shim][run]") {
+TEST_CASE("accelpool-run exports the grant, exits with the command's status and releases the lease",
+          "[integration][shim][run]") {
   ManagerProcess m;
   REQUIRE_MANAGER(m);
   std::string envfile = m.dir() + "/env.txt";
@@ -402,7 +403,8 @@ Revoked run_and_revoke(const ManagerProcess& m, const std::string& guest, const 
   r.lease = std::stoull(read_file(idfile));
   std::string body;
   r.at = Clock::now();
-  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(r.lease) + "/revoke", R"({"reason":"test"})", body) == 200);
+  REQUIRE(m.admin_request("POST", "/v1/leases/" + std::to_string(r.lease) + "/revoke", R"({"reason":"test"})", body) ==
+          200);
   return r;
 }
 
@@ -441,7 +443,7 @@ TEST_CASE("accelpool-run forwards SIGTERM and SIGHUP to the command and still re
     auto c = spawn({run_bin(), "--", "/bin/sh", "-c", "echo $ACCELPOOL_LEASE > " + idfile + "; exec sleep 30"},
                    pool_env(m, "vm-sig"), m.dir() + "/s.out");
     REQUIRE(eventually([&] { return !read_file(idfile).empty(); }));  // the command runs
-    ::kill(c.pid, sig);  // to accelpool-run alone, as a supervisor would
+    ::kill(c.pid, sig);                                               // to accelpool-run alone, as a supervisor would
     bool ended = c.wait();
     if (!ended) c.kill_group();
     REQUIRE(ended);
@@ -464,7 +466,10 @@ TEST_CASE("a crashed client's lease is reclaimed after its TTL", "[integration][
   REQUIRE(renewed_past_ttl(*obs, id, 1.0));  // heartbeats keep it past one TTL
   CHECK(obs->get(id)->state == LeaseState::granted);
   c.kill_group();  // accelpool-run and its command die without releasing
-  REQUIRE(eventually([&] { auto l = obs->get(id); return l && l->state == LeaseState::expired; }));
+  REQUIRE(eventually([&] {
+    auto l = obs->get(id);
+    return l && l->state == LeaseState::expired;
+  }));
   // The device serves the next request.
   AcquireOptions a;
   a.kind = "fpga";

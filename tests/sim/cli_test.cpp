@@ -67,9 +67,8 @@ TEST_CASE("cli: same seed gives byte-identical JSON", "[sim][cli]") {
   CHECK(slurp(dir.file("a.csv")) == slurp(dir.file("b.csv")));
   CHECK(ja.find("\"wall_s\": 0.0") != std::string::npos);
   for (const char* key : {"policy", "jobs", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "max_jct_s",
-                          "avg_wait_s", "p99_wait_s", "avg_slowdown", "p99_slowdown", "utilization",
-                          "reconfigurations", "preemptions", "makespan_s", "lower_bound_avg_jct_s", "wall_s",
-                          "events"}) {
+                          "avg_wait_s", "p99_wait_s", "avg_slowdown", "p99_slowdown", "utilization", "reconfigurations",
+                          "preemptions", "makespan_s", "lower_bound_avg_jct_s", "wall_s", "events"}) {
     CHECK(ja.find("\"" + std::string(key) + "\":") != std::string::npos);
   }
   auto c = run_sim(args + " --seed 8 --json " + dir.file("c.json"));
@@ -156,9 +155,10 @@ TEST_CASE("cli: the Philly sample replays at a given load", "[sim][cli]") {
 
 TEST_CASE("cli: slots, partial images and the hold rule", "[sim][cli][slots]") {
   // Every image partial, 4 slots per device: the run succeeds and programs slots (partial images).
-  auto r = run_sim("--synthetic 300 --devices 4 --slots 4 --slot-share 0.5 --partial-reconfig-s 0.5 "
-                   "--partial-fraction 1 --demand 0.1:0.4 --bitstreams 4 --load 2 --policy fifo+affinity+hold=30 "
-                   "--self-check --quiet");
+  auto r = run_sim(
+      "--synthetic 300 --devices 4 --slots 4 --slot-share 0.5 --partial-reconfig-s 0.5 "
+      "--partial-fraction 1 --demand 0.1:0.4 --bitstreams 4 --load 2 --policy fifo+affinity+hold=30 "
+      "--self-check --quiet");
   INFO(r.text);
   CHECK(r.code == 0);
   CHECK(r.text.find("fifo+affinity+hold=30") != std::string::npos);

@@ -73,7 +73,8 @@ TEST_CASE("generator: lognormal keeps the mean, bounded Pareto stays in its boun
   CHECK(hi <= 1000);
   // Mean of the bounded Pareto: L^a/(1-(L/H)^a) * a/(a-1) * (L^(1-a) - H^(1-a)).
   const double a = 1.5, L = 10, H = 1000;
-  const double expected = std::pow(L, a) / (1 - std::pow(L / H, a)) * a / (a - 1) * (std::pow(L, 1 - a) - std::pow(H, 1 - a));
+  const double expected =
+      std::pow(L, a) / (1 - std::pow(L / H, a)) * a / (a - 1) * (std::pow(L, 1 - a) - std::pow(H, 1 - a));
   CHECK(mean_runtime(*t) == Approx(expected).epsilon(0.03));
 }
 

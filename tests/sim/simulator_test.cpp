@@ -175,7 +175,8 @@ TEST_CASE("sim: invariants hold for every ordering x placement on random traces"
     "hosts": [
       {"name": "h", "repeat": 2, "devices": [{"model": "slow", "attach": "passthrough", "count": 3}]},
       {"name": "net", "devices": [{"model": "fast", "count": 6}]}
-    ]})", "pool");
+    ]})",
+                              "pool");
   REQUIRE(pool.is_ok());
   GeneratorSpec g;
   g.jobs = 400;
@@ -315,7 +316,8 @@ TEST_CASE("sim: impossible jobs and bad input are errors, not runs", "[sim][engi
 
   // Passthrough devices serve only guests on their host.
   auto pool = parse_pool_json(R"({"hosts":[{"name":"a","devices":[{"attach":"passthrough","count":2}]},
-                                          {"name":"b","devices":[{"attach":"passthrough","count":1}]}]})", "p");
+                                          {"name":"b","devices":[{"attach":"passthrough","count":1}]}]})",
+                              "p");
   REQUIRE(pool.is_ok());
   t.jobs = {make_job(0, 0, 1, 2)};
   t.jobs[0].host = "b";
@@ -333,7 +335,8 @@ TEST_CASE("pool file: valid description", "[sim][pool]") {
     "hosts": [
       {"name": "fpga", "repeat": 3, "devices": [{"kind": "fpga", "model": "u250", "attach": "passthrough", "count": 4}]},
       {"devices": [{"kind": "gpu", "model": "a100"}]}
-    ]})", "pool.json");
+    ]})",
+                           "pool.json");
   REQUIRE(p.is_ok());
   REQUIRE(p->hosts.size() == 4);
   CHECK(p->hosts[0].name == "fpga0");
@@ -362,8 +365,9 @@ TEST_CASE("pool file: errors name the file and the place", "[sim][pool]") {
         "pool.json: hosts[0].devices[0].count: expected an integer from 1 to 10000000");
   CHECK(err(R"({"hosts": [{"devices": [{"attach": "usb"}]}]})") ==
         "pool.json: hosts[0].devices[0].attach: expected \"network\" or \"passthrough\"");
-  CHECK(err(R"({"hosts": [{"devices": [{"colour": "red"}]}]})") ==
-        "pool.json: hosts[0].devices[0]: unknown key \"colour\" (known: kind, model, attach, count, slots, slot_share)");
+  CHECK(
+      err(R"({"hosts": [{"devices": [{"colour": "red"}]}]})") ==
+      "pool.json: hosts[0].devices[0]: unknown key \"colour\" (known: kind, model, attach, count, slots, slot_share)");
   CHECK(err(R"({"hosts": [{"name": "a", "devices": [{}]}, {"name": "a", "devices": [{}]}]})") ==
         "pool.json: hosts[1].name: host \"a\" declared twice");
   CHECK(err(R"({"models": {"m": {"reconfig_s": -1}}, "hosts": [{"devices": [{}]}]})") ==

@@ -51,12 +51,12 @@ TEST_CASE("native CSV: required columns and defaults", "[sim][trace]") {
 }
 
 TEST_CASE("native CSV: optional columns in any order, blanks take defaults", "[sim][trace]") {
-  const std::vector<Job> jobs = jobs_of(native(
-      "# a comment\n"
-      "kind,estimate_s,runtime_s,tenant,devices,bitstream,arrival_s,host,label\n"
-      "gpu,12,10,alice,4,aes,1,h1,train.py\n"
-      "\n"
-      ",,20,,,,2,,\r\n"));
+  const std::vector<Job> jobs =
+      jobs_of(native("# a comment\n"
+                     "kind,estimate_s,runtime_s,tenant,devices,bitstream,arrival_s,host,label\n"
+                     "gpu,12,10,alice,4,aes,1,h1,train.py\n"
+                     "\n"
+                     ",,20,,,,2,,\r\n"));
   REQUIRE(jobs.size() == 2);
   const Job& a = jobs[0];
   CHECK(a.kind == "gpu");
@@ -79,8 +79,7 @@ TEST_CASE("native CSV: optional columns in any order, blanks take defaults", "[s
 TEST_CASE("native CSV: malformed input names file, line and column", "[sim][trace]") {
   CHECK(error_of(native("arrival_s,runtime_s\n0,1\n1,abc\n")) ==
         "t.csv:3:2: runtime_s: expected a number >= 0, got \"abc\"");
-  CHECK(error_of(native("arrival_s,runtime_s\n-1,1\n")) ==
-        "t.csv:2:1: arrival_s: expected a number >= 0, got \"-1\"");
+  CHECK(error_of(native("arrival_s,runtime_s\n-1,1\n")) == "t.csv:2:1: arrival_s: expected a number >= 0, got \"-1\"");
   CHECK(error_of(native("arrival_s,runtime_s,devices\n0,1,0\n")) ==
         "t.csv:2:3: devices: expected an integer >= 1, got \"0\"");
   CHECK(error_of(native("arrival_s,runtime_s,devices\n0,1,2.5\n")) ==
@@ -105,12 +104,12 @@ TEST_CASE("native CSV: integer-valued floats are accepted as device counts", "[s
 }
 
 TEST_CASE("philly CSV: timestamps become seconds after the first job, sorted by arrival", "[sim][trace]") {
-  const std::vector<Job> jobs = jobs_of(philly(
-      "timestamp,duration,num_gpus,gpu_time,cluster\n"
-      "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
-      "2017-10-09 06:13:03,2951.0,2,5902.0,6214e9\n"
-      "2017-10-10 06:13:03,10,8,80,6214e9\n"
-      "2016-02-29 00:00:00,5,1,5,leap\n"));
+  const std::vector<Job> jobs =
+      jobs_of(philly("timestamp,duration,num_gpus,gpu_time,cluster\n"
+                     "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
+                     "2017-10-09 06:13:03,2951.0,2,5902.0,6214e9\n"
+                     "2017-10-10 06:13:03,10,8,80,6214e9\n"
+                     "2016-02-29 00:00:00,5,1,5,leap\n"));
   REQUIRE(jobs.size() == 4);
   // 2016-02-29 is first; ids follow arrival order.
   CHECK(jobs[0].tenant == "leap");
@@ -150,7 +149,8 @@ TEST_CASE("load_trace: a missing file is an error naming it", "[sim][trace]") {
 }
 
 TEST_CASE("the bundled Philly trace parses completely", "[sim][trace]") {
-  const std::vector<Job> jobs = jobs_of(load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/philly.csv", TraceFormat::philly));
+  const std::vector<Job> jobs =
+      jobs_of(load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/philly.csv", TraceFormat::philly));
   CHECK(jobs.size() == 82247);
   double work = 0;
   std::size_t single = 0;
@@ -164,7 +164,8 @@ TEST_CASE("the bundled Philly trace parses completely", "[sim][trace]") {
 }
 
 TEST_CASE("the bundled Alibaba GPU 2023 trace parses completely", "[sim][trace]") {
-  const std::vector<Job> jobs = jobs_of(load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/alibaba-gpu-2023.csv", TraceFormat::native));
+  const std::vector<Job> jobs =
+      jobs_of(load_trace(std::string(ACCELPOOL_SIM_TRACES) + "/alibaba-gpu-2023.csv", TraceFormat::native));
   CHECK(jobs.size() == 6178);
   double work = 0;
   std::size_t single = 0, labelled = 0;

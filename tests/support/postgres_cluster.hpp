@@ -97,9 +97,10 @@ class PostgresCluster {
         best = bin;
     }
     if (best.empty()) {
-      throw std::runtime_error("PostgreSQL's server programs (initdb, pg_ctl) are not installed: no "
-                               "/usr/lib/postgresql/<version>/bin; install the Debian package postgresql "
-                               "(scripts/setup.sh) or set ACCELPOOL_TEST_PG_BIN");
+      throw std::runtime_error(
+          "PostgreSQL's server programs (initdb, pg_ctl) are not installed: no "
+          "/usr/lib/postgresql/<version>/bin; install the Debian package postgresql "
+          "(scripts/setup.sh) or set ACCELPOOL_TEST_PG_BIN");
     }
     return best;
   }

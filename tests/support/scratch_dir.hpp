@@ -2,11 +2,11 @@
 // object goes away. Shared by the test folders that define ACCELPOOL_TEST_TMP_DIR.
 #pragma once
 
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <string>
 #include <system_error>
-#include <unistd.h>
 
 namespace accelpool::testing {
 

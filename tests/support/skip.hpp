@@ -15,10 +15,10 @@ void skip(const std::string& why);
 }  // namespace accelpool::testing
 
 // In a test case: skips it, saying why (anything `<<` can print), and returns.
-#define ACCELPOOL_SKIP(why)                            \
-  do {                                                 \
-    std::ostringstream accelpool_skip_why;             \
-    accelpool_skip_why << why;                         \
+#define ACCELPOOL_SKIP(why)                               \
+  do {                                                    \
+    std::ostringstream accelpool_skip_why;                \
+    accelpool_skip_why << why;                            \
     ::accelpool::testing::skip(accelpool_skip_why.str()); \
-    return;                                            \
+    return;                                               \
   } while (false)

@@ -47,8 +47,8 @@ class TestCa {
     std::ofstream(ext) << extensions;
     openssl("req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj '/CN=" + (cn.empty() ? file_name : cn) +
             "' -keyout '" + f.key.string() + "' -out '" + csr.string() + "'");
-    openssl("x509 -req -days 1 -in '" + csr.string() + "' -CA '" + ca_.cert.string() + "' -CAkey '" +
-            ca_.key.string() + "' -CAcreateserial -extfile '" + ext.string() + "' -out '" + f.cert.string() + "'");
+    openssl("x509 -req -days 1 -in '" + csr.string() + "' -CA '" + ca_.cert.string() + "' -CAkey '" + ca_.key.string() +
+            "' -CAcreateserial -extfile '" + ext.string() + "' -out '" + f.cert.string() + "'");
     return f;
   }
 

@@ -37,7 +37,6 @@ void write(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-
 // tests/sweep/small.toml: 2 policies x 2 loads x 3 seeds of a small synthetic workload with noisy estimates
 // (seeds matter). The Slurm test runs it too.
 const std::string kStudy = slurp(ACCELPOOL_SWEEP_TEST_DIR "/small.toml");
@@ -122,7 +121,8 @@ mean_runtime = 600
 }
 
 TEST_CASE("sweep: a bad study is refused with file, place and key", "[sweep]") {
-  CHECK(parse_error(kStudy + "colour = 1\n").find("study.toml:14:10: traces[0].colour: unknown key") != std::string::npos);
+  CHECK(parse_error(kStudy + "colour = 1\n").find("study.toml:14:10: traces[0].colour: unknown key") !=
+        std::string::npos);
   CHECK(parse_error("colour = 1\n" + kStudy).find("study.toml:1:10: colour: unknown key") != std::string::npos);
   auto bad_policy = kStudy;
   bad_policy.replace(bad_policy.find("\"sjf\""), 5, "\"sjff\"");
@@ -130,12 +130,15 @@ TEST_CASE("sweep: a bad study is refused with file, place and key", "[sweep]") {
   auto bad_load = kStudy;
   bad_load.replace(bad_load.find("0.9]"), 3, "-1");
   CHECK(parse_error(bad_load).find("loads[1]: expected a number > 0") != std::string::npos);
-  CHECK(parse_error("policies = [\"fifo\"]\ndevices = [4]\n").find("give at least one [[traces]] table") != std::string::npos);
-  CHECK(parse_error(kStudy + "[[traces]]\nname = \"syn\"\nsynthetic = 5\n").find("\"syn\" names two traces") != std::string::npos);
+  CHECK(parse_error("policies = [\"fifo\"]\ndevices = [4]\n").find("give at least one [[traces]] table") !=
+        std::string::npos);
+  CHECK(parse_error(kStudy + "[[traces]]\nname = \"syn\"\nsynthetic = 5\n").find("\"syn\" names two traces") !=
+        std::string::npos);
   auto repeated = kStudy;
   repeated.replace(repeated.find("[0.6, 0.9]"), 10, "[0.6, 0.6]");
   CHECK(parse_error(repeated).find("same parameters") != std::string::npos);
-  CHECK(parse_error("devices = [1]\n[[traces]]\nfile = \"a.csv\"\nsynthetic = 3\n").find("study.toml:2:1: traces[0]: give exactly one of") != std::string::npos);
+  CHECK(parse_error("devices = [1]\n[[traces]]\nfile = \"a.csv\"\nsynthetic = 3\n")
+            .find("study.toml:2:1: traces[0]: give exactly one of") != std::string::npos);
   CHECK(parse_error("x = [").find("study.toml:1:") != std::string::npos);
 }
 
@@ -157,7 +160,8 @@ TEST_CASE("sweep: a local run equals accelpool-sim cell by cell, and the merge's
   for (const auto& c : parsed->cells) {
     const std::string policy = c.policy.substr(0, c.policy.find('+'));
     const fs::path sim_json = dir.path() / (c.id + ".sim.json");
-    auto s = run_command(kSim + " " + sim_args(policy, c.load, static_cast<int>(c.seed)) + " --json " + sim_json.string() + " 2>&1");
+    auto s = run_command(kSim + " " + sim_args(policy, c.load, static_cast<int>(c.seed)) + " --json " +
+                         sim_json.string() + " 2>&1");
     INFO(s.text);
     REQUIRE(s.code == 0);
     json expected = json::parse(slurp(sim_json));
@@ -218,7 +222,8 @@ TEST_CASE("sweep: a local run equals accelpool-sim cell by cell, and the merge's
   write(last, cell.dump());
   auto bad = run_command(kSweep + " merge" + common + " 2>&1");
   CHECK(bad.code == 1);
-  CHECK(bad.text.find(last.string() + ": its metrics differ from those of cell " + parsed->cells.front().id) != std::string::npos);
+  CHECK(bad.text.find(last.string() + ": its metrics differ from those of cell " + parsed->cells.front().id) !=
+        std::string::npos);
   write(last, "{\"cell\": \"0\"}");
   bad = run_command(kSweep + " merge" + common + " 2>&1");
   CHECK(bad.text.find(last.string() + ": not a result of cell " + parsed->cells.back().id) != std::string::npos);
@@ -295,8 +300,8 @@ file = "jobs.csv"
   auto parsed = accelpool::sweep::load_study(study);
   REQUIRE(parsed);
   REQUIRE(parsed->cells.size() == 1);
-  const std::string cell = " run-cell --study " + study.string() + " --out " + out.string() + " --cell " +
-                           parsed->cells[0].id;
+  const std::string cell =
+      " run-cell --study " + study.string() + " --out " + out.string() + " --cell " + parsed->cells[0].id;
   auto orphan = run_command(kSweep + cell + " --parent 1 2>&1");
   INFO(orphan.text);
   CHECK(orphan.code == 1);
@@ -321,8 +326,8 @@ TEST_CASE("sweep: slurm writes an array script over the unfinished slices", "[sw
   std::string script = slurp(out / "slurm" / "array.sh");
   CHECK(script.find("#SBATCH --array=0,1,2,3,4\n") != std::string::npos);
   CHECK(script.find("#SBATCH --time=10\n#SBATCH --hold\n") != std::string::npos);
-  CHECK(script.find("run-task --study '" + study.string() + "' --out '" + out.string() + "' --tasks 5 --task \"$SLURM_ARRAY_TASK_ID\"") !=
-        std::string::npos);
+  CHECK(script.find("run-task --study '" + study.string() + "' --out '" + out.string() +
+                    "' --tasks 5 --task \"$SLURM_ARRAY_TASK_ID\"") != std::string::npos);
   // Slices 1 and 3 done by hand (run-task, what an array task runs): only 0, 2 and 4 are left.
   for (int task : {1, 3}) {
     auto t = run_command(kSweep + " run-task --tasks 5 --task " + std::to_string(task) + common + " 2>&1");

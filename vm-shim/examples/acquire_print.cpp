@@ -22,9 +22,10 @@ int main(int argc, char** argv) {
   AcquireOptions aopts;
   aopts.kind = "fpga";
   double hold_s = 0, timeout_s = 60;
-  CLI::App app{"accelpool-example-acquire: acquire devices from an accelpool pool, print what was granted, hold them "
-               "for --hold seconds, then give them back (RAII).\nDefaults come from ACCELPOOL_POOL, ACCELPOOL_TOKEN "
-               "and ACCELPOOL_GUEST."};
+  CLI::App app{
+      "accelpool-example-acquire: acquire devices from an accelpool pool, print what was granted, hold them "
+      "for --hold seconds, then give them back (RAII).\nDefaults come from ACCELPOOL_POOL, ACCELPOOL_TOKEN "
+      "and ACCELPOOL_GUEST."};
   accelpool::common::init_cli(app, "accelpool-example-acquire");
   app.add_option("--pool", copts.uri, "tcp://HOST:PORT, unix:///PATH or serial://NAME")->type_name("URI");
   app.add_option("--token", copts.token, "tenant token");
@@ -32,8 +33,11 @@ int main(int argc, char** argv) {
   app.add_option("--kind", aopts.kind, "device kind")->capture_default_str();
   app.add_option("--bitstream", aopts.bitstream, "bitstream the devices must hold");
   app.add_option("--count", aopts.count, "number of devices")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--timeout", timeout_s, "give up if not granted within this")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--hold", hold_s, "seconds to hold the devices before giving them back")->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", timeout_s, "give up if not granted within this")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--hold", hold_s, "seconds to hold the devices before giving them back")
+      ->check(CLI::NonNegativeNumber);
   if (auto rc = accelpool::common::parse_cli(app, argc, argv)) return *rc;
   aopts.timeout = Seconds(timeout_s);
   auto client = Client::connect(copts);

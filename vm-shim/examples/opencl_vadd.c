@@ -79,9 +79,12 @@ static int run_vadd(int platform, int device, const char* source, cl_uint n) {
   for (cl_uint i = 0; i < n; ++i) {
     if (fabsf(out[i] - (a[i] + b[i])) > 1e-3f) ++bad;
   }
-  if (err != CL_SUCCESS) fprintf(stderr, "vadd: run failed (%d)\n", err);
-  else if (bad) fprintf(stderr, "vadd: %u of %u results wrong\n", bad, n);
-  else printf("vadd: %u elements verified\n", n);
+  if (err != CL_SUCCESS)
+    fprintf(stderr, "vadd: run failed (%d)\n", err);
+  else if (bad)
+    fprintf(stderr, "vadd: %u of %u results wrong\n", bad, n);
+  else
+    printf("vadd: %u elements verified\n", n);
   clReleaseMemObject(ba);
   clReleaseMemObject(bb);
   clReleaseMemObject(bo);

@@ -83,7 +83,8 @@ std::string run_vadd(int platform, int device, const std::string& source, cl_uin
     clSetKernelArg(k, 3, sizeof n, &n);
     size_t global = n;
     err = clEnqueueNDRangeKernel(q, k, 1, nullptr, &global, nullptr, 0, nullptr, nullptr);
-    if (err == CL_SUCCESS) err = clEnqueueReadBuffer(q, bo, CL_TRUE, 0, n * sizeof(float), out.data(), 0, nullptr, nullptr);
+    if (err == CL_SUCCESS)
+      err = clEnqueueReadBuffer(q, bo, CL_TRUE, 0, n * sizeof(float), out.data(), 0, nullptr, nullptr);
     if (err != CL_SUCCESS) {
       result = "kernel run failed: " + std::to_string(err);
     } else {
@@ -91,8 +92,10 @@ std::string run_vadd(int platform, int device, const std::string& source, cl_uin
       for (cl_uint i = 0; i < n; ++i) {
         if (std::fabs(out[i] - (a[i] + b[i])) > 1e-3f) ++bad;
       }
-      if (bad) result = std::to_string(bad) + " of " + std::to_string(n) + " results wrong";
-      else std::printf("vadd: %u elements verified\n", n);
+      if (bad)
+        result = std::to_string(bad) + " of " + std::to_string(n) + " results wrong";
+      else
+        std::printf("vadd: %u elements verified\n", n);
     }
     clReleaseMemObject(ba);
     clReleaseMemObject(bb);
@@ -120,10 +123,12 @@ int main(int argc, char** argv) {
   int platform = -1, device = -1;
   if (!env("ACCELPOOL_LEASE").empty()) {
     // Under accelpool-run: the grant is in the environment.
-    if (env("ACCELPOOL_OPENCL_PLATFORM").empty()) return fail("the granted device is not an OpenCL device (" + env("ACCELPOOL_DEVICES") + ")");
+    if (env("ACCELPOOL_OPENCL_PLATFORM").empty())
+      return fail("the granted device is not an OpenCL device (" + env("ACCELPOOL_DEVICES") + ")");
     platform = std::atoi(env("ACCELPOOL_OPENCL_PLATFORM").c_str());
     device = std::atoi(env("ACCELPOOL_OPENCL_DEVICE").c_str());
-    std::printf("lease %s (from accelpool-run): %s\n", env("ACCELPOOL_LEASE").c_str(), env("ACCELPOOL_DEVICES").c_str());
+    std::printf("lease %s (from accelpool-run): %s\n", env("ACCELPOOL_LEASE").c_str(),
+                env("ACCELPOOL_DEVICES").c_str());
   } else {
     ClientOptions o;
     o.uri = default_pool_uri();
@@ -140,7 +145,8 @@ int main(int argc, char** argv) {
     lease = std::move(*l);
     auto info = lease->info();
     const DeviceInfo& d = info.devices.at(0);
-    if (!d.opencl_platform || !d.opencl_device) return fail("the granted device " + d.name + " is not an OpenCL device");
+    if (!d.opencl_platform || !d.opencl_device)
+      return fail("the granted device " + d.name + " is not an OpenCL device");
     platform = *d.opencl_platform;
     device = *d.opencl_device;
     std::printf("lease %llu: %s\n", static_cast<unsigned long long>(info.id), d.name.c_str());

@@ -44,7 +44,7 @@ cl_icd_dispatch dispatch_table;
 // The program's live buffers: a kernel argument that holds one of them is a buffer, anything else a value.
 std::mutex live_mu;
 std::map<const void*, std::uint64_t> live_mems;
-}
+}  // namespace
 
 // Every object starts with the dispatch table, as the ICD loader requires.
 struct _cl_platform_id {
@@ -205,20 +205,28 @@ cl_int CL_API_CALL get_platform_info(cl_platform_id platform, cl_platform_info p
                                      std::size_t* size_ret) {
   if (platform != nullptr && platform != &the_platform) return CL_INVALID_PLATFORM;
   switch (param) {
-    case CL_PLATFORM_PROFILE: return give_string("FULL_PROFILE", size, value, size_ret);
-    case CL_PLATFORM_VERSION: return give_string("OpenCL 1.2 accelpool", size, value, size_ret);
-    case CL_PLATFORM_NAME: return give_string("accelpool", size, value, size_ret);
-    case CL_PLATFORM_VENDOR: return give_string("accelpool", size, value, size_ret);
-    case CL_PLATFORM_EXTENSIONS: return give_string("cl_khr_icd", size, value, size_ret);
-    case CL_PLATFORM_ICD_SUFFIX_KHR: return give_string("accelpool", size, value, size_ret);
-    default: return CL_INVALID_VALUE;
+    case CL_PLATFORM_PROFILE:
+      return give_string("FULL_PROFILE", size, value, size_ret);
+    case CL_PLATFORM_VERSION:
+      return give_string("OpenCL 1.2 accelpool", size, value, size_ret);
+    case CL_PLATFORM_NAME:
+      return give_string("accelpool", size, value, size_ret);
+    case CL_PLATFORM_VENDOR:
+      return give_string("accelpool", size, value, size_ret);
+    case CL_PLATFORM_EXTENSIONS:
+      return give_string("cl_khr_icd", size, value, size_ret);
+    case CL_PLATFORM_ICD_SUFFIX_KHR:
+      return give_string("accelpool", size, value, size_ret);
+    default:
+      return CL_INVALID_VALUE;
   }
 }
 
 cl_int CL_API_CALL get_device_ids(cl_platform_id platform, cl_device_type type, cl_uint num_entries,
                                   cl_device_id* devices, cl_uint* num_devices) {
   if (platform != nullptr && platform != &the_platform) return CL_INVALID_PLATFORM;
-  if ((devices == nullptr && num_devices == nullptr) || (devices != nullptr && num_entries == 0)) return CL_INVALID_VALUE;
+  if ((devices == nullptr && num_devices == nullptr) || (devices != nullptr && num_entries == 0))
+    return CL_INVALID_VALUE;
   cl_int status = CL_SUCCESS;
   auto g = granted(status);
   if (!g) return status;
@@ -249,22 +257,30 @@ cl_int CL_API_CALL get_device_info(cl_device_id device, cl_device_info param, st
   auto g = granted(status);
   if (!g) return status;
   switch (param) {
-    case CL_DEVICE_PLATFORM: return give_value(static_cast<cl_platform_id>(&the_platform), size, value, size_ret);
+    case CL_DEVICE_PLATFORM:
+      return give_value(static_cast<cl_platform_id>(&the_platform), size, value, size_ret);
     case CL_DEVICE_VERSION: {
       std::string remote;
       status = forward_info(*g->link, Info::device, 0, param, 0, 0, nullptr, nullptr, &remote);
       return status != CL_SUCCESS ? status : give_string(capped_version(remote), size, value, size_ret);
     }
     case CL_DEVICE_IMAGE_SUPPORT:
-    case CL_DEVICE_HOST_UNIFIED_MEMORY: return give_value(static_cast<cl_bool>(CL_FALSE), size, value, size_ret);
-    case CL_DEVICE_PARENT_DEVICE: return give_value(static_cast<cl_device_id>(nullptr), size, value, size_ret);
-    case CL_DEVICE_PARTITION_MAX_SUB_DEVICES: return give_value(static_cast<cl_uint>(0), size, value, size_ret);
+    case CL_DEVICE_HOST_UNIFIED_MEMORY:
+      return give_value(static_cast<cl_bool>(CL_FALSE), size, value, size_ret);
+    case CL_DEVICE_PARENT_DEVICE:
+      return give_value(static_cast<cl_device_id>(nullptr), size, value, size_ret);
+    case CL_DEVICE_PARTITION_MAX_SUB_DEVICES:
+      return give_value(static_cast<cl_uint>(0), size, value, size_ret);
     case CL_DEVICE_PARTITION_PROPERTIES:
       return give_value(static_cast<cl_device_partition_property>(0), size, value, size_ret);
-    case CL_DEVICE_PARTITION_TYPE: return give(nullptr, 0, size, value, size_ret);
-    case CL_DEVICE_REFERENCE_COUNT: return give_value(static_cast<cl_uint>(1), size, value, size_ret);
-    case CL_DEVICE_SVM_CAPABILITIES: return give_value(static_cast<cl_device_svm_capabilities>(0), size, value, size_ret);
-    default: return forward_info(*g->link, Info::device, 0, param, 0, size, value, size_ret);
+    case CL_DEVICE_PARTITION_TYPE:
+      return give(nullptr, 0, size, value, size_ret);
+    case CL_DEVICE_REFERENCE_COUNT:
+      return give_value(static_cast<cl_uint>(1), size, value, size_ret);
+    case CL_DEVICE_SVM_CAPABILITIES:
+      return give_value(static_cast<cl_device_svm_capabilities>(0), size, value, size_ret);
+    default:
+      return forward_info(*g->link, Info::device, 0, param, 0, size, value, size_ret);
   }
 }
 
@@ -288,8 +304,9 @@ cl_context new_context(cl_int* errcode_ret) {
 }
 
 cl_context CL_API_CALL create_context(const cl_context_properties* properties, cl_uint num_devices,
-                                      const cl_device_id* devices, void(CL_CALLBACK*)(const char*, const void*, std::size_t, void*),
-                                      void*, cl_int* errcode_ret) {
+                                      const cl_device_id* devices,
+                                      void(CL_CALLBACK*)(const char*, const void*, std::size_t, void*), void*,
+                                      cl_int* errcode_ret) {
   (void)properties;
   if (num_devices == 0 || devices == nullptr) {
     set_error(errcode_ret, CL_INVALID_VALUE);
@@ -332,11 +349,16 @@ cl_int CL_API_CALL get_context_info(cl_context c, cl_context_info param, std::si
                                     std::size_t* size_ret) {
   if (c == nullptr) return CL_INVALID_CONTEXT;
   switch (param) {
-    case CL_CONTEXT_REFERENCE_COUNT: return give_value(c->refs.load(), size, value, size_ret);
-    case CL_CONTEXT_NUM_DEVICES: return give_value(static_cast<cl_uint>(1), size, value, size_ret);
-    case CL_CONTEXT_DEVICES: return give_value(static_cast<cl_device_id>(&the_device), size, value, size_ret);
-    case CL_CONTEXT_PROPERTIES: return give(nullptr, 0, size, value, size_ret);
-    default: return forward_info(*c->link, Info::context, c->id, param, 0, size, value, size_ret);
+    case CL_CONTEXT_REFERENCE_COUNT:
+      return give_value(c->refs.load(), size, value, size_ret);
+    case CL_CONTEXT_NUM_DEVICES:
+      return give_value(static_cast<cl_uint>(1), size, value, size_ret);
+    case CL_CONTEXT_DEVICES:
+      return give_value(static_cast<cl_device_id>(&the_device), size, value, size_ret);
+    case CL_CONTEXT_PROPERTIES:
+      return give(nullptr, 0, size, value, size_ret);
+    default:
+      return forward_info(*c->link, Info::context, c->id, param, 0, size, value, size_ret);
   }
 }
 
@@ -387,11 +409,16 @@ cl_int CL_API_CALL get_queue_info(cl_command_queue q, cl_command_queue_info para
                                   std::size_t* size_ret) {
   if (q == nullptr) return CL_INVALID_COMMAND_QUEUE;
   switch (param) {
-    case CL_QUEUE_CONTEXT: return give_value(q->context, size, value, size_ret);
-    case CL_QUEUE_DEVICE: return give_value(static_cast<cl_device_id>(&the_device), size, value, size_ret);
-    case CL_QUEUE_REFERENCE_COUNT: return give_value(q->refs.load(), size, value, size_ret);
-    case CL_QUEUE_PROPERTIES: return give_value(q->properties, size, value, size_ret);
-    default: return forward_info(*q->link, Info::queue, q->id, param, 0, size, value, size_ret);
+    case CL_QUEUE_CONTEXT:
+      return give_value(q->context, size, value, size_ret);
+    case CL_QUEUE_DEVICE:
+      return give_value(static_cast<cl_device_id>(&the_device), size, value, size_ret);
+    case CL_QUEUE_REFERENCE_COUNT:
+      return give_value(q->refs.load(), size, value, size_ret);
+    case CL_QUEUE_PROPERTIES:
+      return give_value(q->properties, size, value, size_ret);
+    default:
+      return forward_info(*q->link, Info::queue, q->id, param, 0, size, value, size_ret);
   }
 }
 
@@ -457,14 +484,20 @@ cl_int CL_API_CALL release_event(cl_event e) {
   return drop(e, CL_INVALID_EVENT, Object::event, &_cl_event::queue, release_queue);
 }
 
-cl_int CL_API_CALL get_event_info(cl_event e, cl_event_info param, std::size_t size, void* value, std::size_t* size_ret) {
+cl_int CL_API_CALL get_event_info(cl_event e, cl_event_info param, std::size_t size, void* value,
+                                  std::size_t* size_ret) {
   if (e == nullptr) return CL_INVALID_EVENT;
   switch (param) {
-    case CL_EVENT_COMMAND_QUEUE: return give_value(e->queue, size, value, size_ret);
-    case CL_EVENT_CONTEXT: return give_value(e->context, size, value, size_ret);
-    case CL_EVENT_COMMAND_TYPE: return give_value(e->type, size, value, size_ret);
-    case CL_EVENT_REFERENCE_COUNT: return give_value(e->refs.load(), size, value, size_ret);
-    default: return forward_info(*e->link, Info::event, e->id, param, 0, size, value, size_ret);
+    case CL_EVENT_COMMAND_QUEUE:
+      return give_value(e->queue, size, value, size_ret);
+    case CL_EVENT_CONTEXT:
+      return give_value(e->context, size, value, size_ret);
+    case CL_EVENT_COMMAND_TYPE:
+      return give_value(e->type, size, value, size_ret);
+    case CL_EVENT_REFERENCE_COUNT:
+      return give_value(e->refs.load(), size, value, size_ret);
+    default:
+      return forward_info(*e->link, Info::event, e->id, param, 0, size, value, size_ret);
   }
 }
 
@@ -476,7 +509,8 @@ cl_int CL_API_CALL get_event_profiling_info(cl_event e, cl_profiling_info param,
 
 // --- buffers ----------------------------------------------------------------------------------------------------
 
-cl_mem CL_API_CALL create_buffer(cl_context c, cl_mem_flags flags, std::size_t size, void* host_ptr, cl_int* errcode_ret) {
+cl_mem CL_API_CALL create_buffer(cl_context c, cl_mem_flags flags, std::size_t size, void* host_ptr,
+                                 cl_int* errcode_ret) {
   if (c == nullptr) {
     set_error(errcode_ret, CL_INVALID_CONTEXT);
     return nullptr;
@@ -517,16 +551,26 @@ cl_int CL_API_CALL release_mem(cl_mem m) {
 cl_int CL_API_CALL get_mem_info(cl_mem m, cl_mem_info param, std::size_t size, void* value, std::size_t* size_ret) {
   if (m == nullptr) return CL_INVALID_MEM_OBJECT;
   switch (param) {
-    case CL_MEM_TYPE: return give_value(static_cast<cl_mem_object_type>(CL_MEM_OBJECT_BUFFER), size, value, size_ret);
-    case CL_MEM_FLAGS: return give_value(m->flags, size, value, size_ret);
-    case CL_MEM_SIZE: return give_value(m->size, size, value, size_ret);
-    case CL_MEM_HOST_PTR: return give_value(m->host_ptr, size, value, size_ret);
-    case CL_MEM_MAP_COUNT: return give_value(m->maps.load(), size, value, size_ret);
-    case CL_MEM_REFERENCE_COUNT: return give_value(m->refs.load(), size, value, size_ret);
-    case CL_MEM_CONTEXT: return give_value(m->context, size, value, size_ret);
-    case CL_MEM_ASSOCIATED_MEMOBJECT: return give_value(static_cast<cl_mem>(nullptr), size, value, size_ret);
-    case CL_MEM_OFFSET: return give_value(static_cast<std::size_t>(0), size, value, size_ret);
-    default: return forward_info(*m->link, Info::mem, m->id, param, 0, size, value, size_ret);
+    case CL_MEM_TYPE:
+      return give_value(static_cast<cl_mem_object_type>(CL_MEM_OBJECT_BUFFER), size, value, size_ret);
+    case CL_MEM_FLAGS:
+      return give_value(m->flags, size, value, size_ret);
+    case CL_MEM_SIZE:
+      return give_value(m->size, size, value, size_ret);
+    case CL_MEM_HOST_PTR:
+      return give_value(m->host_ptr, size, value, size_ret);
+    case CL_MEM_MAP_COUNT:
+      return give_value(m->maps.load(), size, value, size_ret);
+    case CL_MEM_REFERENCE_COUNT:
+      return give_value(m->refs.load(), size, value, size_ret);
+    case CL_MEM_CONTEXT:
+      return give_value(m->context, size, value, size_ret);
+    case CL_MEM_ASSOCIATED_MEMOBJECT:
+      return give_value(static_cast<cl_mem>(nullptr), size, value, size_ret);
+    case CL_MEM_OFFSET:
+      return give_value(static_cast<std::size_t>(0), size, value, size_ret);
+    default:
+      return forward_info(*m->link, Info::mem, m->id, param, 0, size, value, size_ret);
   }
 }
 
@@ -614,7 +658,9 @@ void* CL_API_CALL enqueue_map_buffer(cl_command_queue q, cl_mem m, cl_bool, cl_m
                                      std::size_t size, cl_uint num_waits, const cl_event* waits, cl_event* event,
                                      cl_int* errcode_ret) {
   if (q == nullptr || !same_link(q, m) || size == 0 || offset + size > m->size) {
-    set_error(errcode_ret, q == nullptr ? CL_INVALID_COMMAND_QUEUE : !same_link(q, m) ? CL_INVALID_MEM_OBJECT : CL_INVALID_VALUE);
+    set_error(errcode_ret, q == nullptr       ? CL_INVALID_COMMAND_QUEUE
+                           : !same_link(q, m) ? CL_INVALID_MEM_OBJECT
+                                              : CL_INVALID_VALUE);
     return nullptr;
   }
   const bool owned = m->host_ptr == nullptr;
@@ -743,11 +789,16 @@ cl_int CL_API_CALL get_program_info(cl_program p, cl_program_info param, std::si
                                     std::size_t* size_ret) {
   if (p == nullptr) return CL_INVALID_PROGRAM;
   switch (param) {
-    case CL_PROGRAM_REFERENCE_COUNT: return give_value(p->refs.load(), size, value, size_ret);
-    case CL_PROGRAM_CONTEXT: return give_value(p->context, size, value, size_ret);
-    case CL_PROGRAM_NUM_DEVICES: return give_value(static_cast<cl_uint>(1), size, value, size_ret);
-    case CL_PROGRAM_DEVICES: return give_value(static_cast<cl_device_id>(&the_device), size, value, size_ret);
-    case CL_PROGRAM_SOURCE: return give_string(p->source, size, value, size_ret);
+    case CL_PROGRAM_REFERENCE_COUNT:
+      return give_value(p->refs.load(), size, value, size_ret);
+    case CL_PROGRAM_CONTEXT:
+      return give_value(p->context, size, value, size_ret);
+    case CL_PROGRAM_NUM_DEVICES:
+      return give_value(static_cast<cl_uint>(1), size, value, size_ret);
+    case CL_PROGRAM_DEVICES:
+      return give_value(static_cast<cl_device_id>(&the_device), size, value, size_ret);
+    case CL_PROGRAM_SOURCE:
+      return give_string(p->source, size, value, size_ret);
     case CL_PROGRAM_BINARIES: {
       if (value == nullptr) return give(nullptr, sizeof(unsigned char*), size, value, size_ret);
       if (size < sizeof(unsigned char*)) return CL_INVALID_VALUE;
@@ -763,7 +814,8 @@ cl_int CL_API_CALL get_program_info(cl_program p, cl_program_info param, std::si
       if (size_ret != nullptr) *size_ret = sizeof(unsigned char*);
       return CL_SUCCESS;
     }
-    default: return forward_info(*p->link, Info::program, p->id, param, 0, size, value, size_ret);
+    default:
+      return forward_info(*p->link, Info::program, p->id, param, 0, size, value, size_ret);
   }
 }
 
@@ -845,13 +897,18 @@ cl_int CL_API_CALL set_kernel_arg(cl_kernel k, cl_uint index, std::size_t size, 
   return tell(*k->link, w);
 }
 
-cl_int CL_API_CALL get_kernel_info(cl_kernel k, cl_kernel_info param, std::size_t size, void* value, std::size_t* size_ret) {
+cl_int CL_API_CALL get_kernel_info(cl_kernel k, cl_kernel_info param, std::size_t size, void* value,
+                                   std::size_t* size_ret) {
   if (k == nullptr) return CL_INVALID_KERNEL;
   switch (param) {
-    case CL_KERNEL_REFERENCE_COUNT: return give_value(k->refs.load(), size, value, size_ret);
-    case CL_KERNEL_CONTEXT: return give_value(k->context, size, value, size_ret);
-    case CL_KERNEL_PROGRAM: return give_value(k->program, size, value, size_ret);
-    default: return forward_info(*k->link, Info::kernel, k->id, param, 0, size, value, size_ret);
+    case CL_KERNEL_REFERENCE_COUNT:
+      return give_value(k->refs.load(), size, value, size_ret);
+    case CL_KERNEL_CONTEXT:
+      return give_value(k->context, size, value, size_ret);
+    case CL_KERNEL_PROGRAM:
+      return give_value(k->program, size, value, size_ret);
+    default:
+      return forward_info(*k->link, Info::kernel, k->id, param, 0, size, value, size_ret);
   }
 }
 
@@ -884,7 +941,8 @@ cl_int CL_API_CALL enqueue_ndrange(cl_command_queue q, cl_kernel k, cl_uint dims
   return enqueue(q, w, num_waits, waits, event, CL_COMMAND_NDRANGE_KERNEL, false);
 }
 
-cl_int CL_API_CALL enqueue_task(cl_command_queue q, cl_kernel k, cl_uint num_waits, const cl_event* waits, cl_event* event) {
+cl_int CL_API_CALL enqueue_task(cl_command_queue q, cl_kernel k, cl_uint num_waits, const cl_event* waits,
+                                cl_event* event) {
   const std::size_t one = 1;
   return enqueue_ndrange(q, k, 1, nullptr, &one, &one, num_waits, waits, event);
 }
@@ -896,16 +954,20 @@ cl_int marker_or_barrier(Op op, cl_command_queue q, cl_uint num_waits, const cl_
   return enqueue(q, w, num_waits, waits, event, op == Op::marker ? CL_COMMAND_MARKER : CL_COMMAND_BARRIER, false);
 }
 
-cl_int CL_API_CALL enqueue_marker_with_wait_list(cl_command_queue q, cl_uint n, const cl_event* waits, cl_event* event) {
+cl_int CL_API_CALL enqueue_marker_with_wait_list(cl_command_queue q, cl_uint n, const cl_event* waits,
+                                                 cl_event* event) {
   return marker_or_barrier(Op::marker, q, n, waits, event);
 }
-cl_int CL_API_CALL enqueue_barrier_with_wait_list(cl_command_queue q, cl_uint n, const cl_event* waits, cl_event* event) {
+cl_int CL_API_CALL enqueue_barrier_with_wait_list(cl_command_queue q, cl_uint n, const cl_event* waits,
+                                                  cl_event* event) {
   return marker_or_barrier(Op::barrier, q, n, waits, event);
 }
 cl_int CL_API_CALL enqueue_marker(cl_command_queue q, cl_event* event) {
   return marker_or_barrier(Op::marker, q, 0, nullptr, event);
 }
-cl_int CL_API_CALL enqueue_barrier(cl_command_queue q) { return marker_or_barrier(Op::barrier, q, 0, nullptr, nullptr); }
+cl_int CL_API_CALL enqueue_barrier(cl_command_queue q) {
+  return marker_or_barrier(Op::barrier, q, 0, nullptr, nullptr);
+}
 cl_int CL_API_CALL enqueue_wait_for_events(cl_command_queue q, cl_uint n, const cl_event* waits) {
   if (n == 0) return CL_INVALID_VALUE;
   return marker_or_barrier(Op::barrier, q, n, waits, nullptr);
@@ -947,6 +1009,8 @@ void refuse(F& entry) {
 struct Table {
   Table() {
     cl_icd_dispatch& d = dispatch_table;
+    // A table of every entry of the dispatch table, in its order, laid out by hand:
+    // clang-format off
 #define ACCELPOOL_REFUSE(name) refuse(d.name);
     ACCELPOOL_REFUSE(clGetPlatformIDs) ACCELPOOL_REFUSE(clGetPlatformInfo) ACCELPOOL_REFUSE(clGetDeviceIDs)
     ACCELPOOL_REFUSE(clGetDeviceInfo) ACCELPOOL_REFUSE(clCreateContext) ACCELPOOL_REFUSE(clCreateContextFromType)
@@ -1007,7 +1071,8 @@ struct Table {
     ACCELPOOL_REFUSE(clCreateBufferWithProperties) ACCELPOOL_REFUSE(clCreateImageWithProperties)
     ACCELPOOL_REFUSE(clSetContextDestructorCallback)
 #undef ACCELPOOL_REFUSE
-    d.clGetPlatformIDs = get_platform_ids;
+        // clang-format on
+        d.clGetPlatformIDs = get_platform_ids;
     d.clGetPlatformInfo = get_platform_info;
     d.clGetDeviceIDs = get_device_ids;
     d.clGetDeviceInfo = get_device_info;
@@ -1072,7 +1137,7 @@ Table table;
 }  // namespace
 
 ACCELPOOL_EXPORT cl_int CL_API_CALL clIcdGetPlatformIDsKHR(cl_uint num_entries, cl_platform_id* platforms,
-                                                            cl_uint* num_platforms) {
+                                                           cl_uint* num_platforms) {
   return get_platform_ids(num_entries, platforms, num_platforms);
 }
 

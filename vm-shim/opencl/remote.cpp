@@ -24,7 +24,6 @@
 namespace accelpool::clicd {
 namespace {
 
-
 bool read_all(const shim::Stream& s, char* p, std::size_t n) {
   return clwire::move_all([&s](char* at, std::size_t left) { return shim::stream_read(s, at, left); }, p, n);
 }
@@ -76,8 +75,9 @@ std::shared_ptr<Link> Link::connect(const std::string& endpoint, const std::stri
   std::string reply;
   const std::int32_t status = link->call(hello, reply);
   if (status != 0) {
-    error = status == kLinkLost ? "the device's host closed the connection"
-                                : "the device's host refused the lease's capability (OpenCL status " + std::to_string(status) + ")";
+    error = status == kLinkLost
+                ? "the device's host closed the connection"
+                : "the device's host refused the lease's capability (OpenCL status " + std::to_string(status) + ")";
     return nullptr;
   }
   return link;
@@ -265,8 +265,10 @@ std::shared_ptr<Granted> Pool::device(std::string& error) {
     if (served == nullptr && clwire::parse_endpoint(d.endpoint, e)) served = &d;
   }
   if (served == nullptr)
-    return fail("lease " + std::to_string(info.id) + " (" + a.kind + ") was granted a device no host serves over the "
-                "network (attach '" + (info.devices.empty() ? std::string() : info.devices[0].attach) +
+    return fail("lease " + std::to_string(info.id) + " (" + a.kind +
+                ") was granted a device no host serves over the "
+                "network (attach '" +
+                (info.devices.empty() ? std::string() : info.devices[0].attach) +
                 "'): use accelpool-run for hot-plugged devices");
   std::string why;
   const std::string ca = cfg.get("ACCELPOOL_OPENCL_CA", "opencl_ca", cfg.get("ACCELPOOL_POOL_CA", "pool_ca", ""));

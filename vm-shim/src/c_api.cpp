@@ -32,20 +32,34 @@ thread_local std::string t_last_error;
 accelpool_status status_of(Errc code) {
   switch (code) {
     case Errc::invalid_argument:
-    case Errc::unsupported_version: return ACCELPOOL_ERR_INVALID_ARGUMENT;
-    case Errc::unreachable: return ACCELPOOL_ERR_UNREACHABLE;
-    case Errc::unauthorized: return ACCELPOOL_ERR_UNAUTHORIZED;
-    case Errc::infeasible: return ACCELPOOL_ERR_INFEASIBLE;
-    case Errc::timeout: return ACCELPOOL_ERR_TIMEOUT;
-    case Errc::cancelled: return ACCELPOOL_ERR_CANCELLED;
-    case Errc::not_found: return ACCELPOOL_ERR_NOT_FOUND;
-    case Errc::invalid_state: return ACCELPOOL_ERR_INVALID_STATE;
-    case Errc::quota_exceeded: return ACCELPOOL_ERR_QUOTA_EXCEEDED;
-    case Errc::disconnected: return ACCELPOOL_ERR_DISCONNECTED;
-    case Errc::ended: return ACCELPOOL_ERR_ENDED;
-    case Errc::protocol: return ACCELPOOL_ERR_PROTOCOL;
-    case Errc::closed: return ACCELPOOL_ERR_CLOSED;
-    default: return ACCELPOOL_ERR_INTERNAL;
+    case Errc::unsupported_version:
+      return ACCELPOOL_ERR_INVALID_ARGUMENT;
+    case Errc::unreachable:
+      return ACCELPOOL_ERR_UNREACHABLE;
+    case Errc::unauthorized:
+      return ACCELPOOL_ERR_UNAUTHORIZED;
+    case Errc::infeasible:
+      return ACCELPOOL_ERR_INFEASIBLE;
+    case Errc::timeout:
+      return ACCELPOOL_ERR_TIMEOUT;
+    case Errc::cancelled:
+      return ACCELPOOL_ERR_CANCELLED;
+    case Errc::not_found:
+      return ACCELPOOL_ERR_NOT_FOUND;
+    case Errc::invalid_state:
+      return ACCELPOOL_ERR_INVALID_STATE;
+    case Errc::quota_exceeded:
+      return ACCELPOOL_ERR_QUOTA_EXCEEDED;
+    case Errc::disconnected:
+      return ACCELPOOL_ERR_DISCONNECTED;
+    case Errc::ended:
+      return ACCELPOOL_ERR_ENDED;
+    case Errc::protocol:
+      return ACCELPOOL_ERR_PROTOCOL;
+    case Errc::closed:
+      return ACCELPOOL_ERR_CLOSED;
+    default:
+      return ACCELPOOL_ERR_INTERNAL;
   }
 }
 
@@ -121,21 +135,36 @@ const char* accelpool_last_error(void) { return t_last_error.c_str(); }
 
 const char* accelpool_status_name(accelpool_status s) {
   switch (s) {
-    case ACCELPOOL_OK: return "ok";
-    case ACCELPOOL_ERR_INVALID_ARGUMENT: return "invalid_argument";
-    case ACCELPOOL_ERR_UNREACHABLE: return "unreachable";
-    case ACCELPOOL_ERR_UNAUTHORIZED: return "unauthorized";
-    case ACCELPOOL_ERR_INFEASIBLE: return "infeasible";
-    case ACCELPOOL_ERR_TIMEOUT: return "timeout";
-    case ACCELPOOL_ERR_CANCELLED: return "cancelled";
-    case ACCELPOOL_ERR_NOT_FOUND: return "not_found";
-    case ACCELPOOL_ERR_INVALID_STATE: return "invalid_state";
-    case ACCELPOOL_ERR_QUOTA_EXCEEDED: return "quota_exceeded";
-    case ACCELPOOL_ERR_DISCONNECTED: return "disconnected";
-    case ACCELPOOL_ERR_ENDED: return "ended";
-    case ACCELPOOL_ERR_PROTOCOL: return "protocol";
-    case ACCELPOOL_ERR_CLOSED: return "closed";
-    case ACCELPOOL_ERR_INTERNAL: return "internal";
+    case ACCELPOOL_OK:
+      return "ok";
+    case ACCELPOOL_ERR_INVALID_ARGUMENT:
+      return "invalid_argument";
+    case ACCELPOOL_ERR_UNREACHABLE:
+      return "unreachable";
+    case ACCELPOOL_ERR_UNAUTHORIZED:
+      return "unauthorized";
+    case ACCELPOOL_ERR_INFEASIBLE:
+      return "infeasible";
+    case ACCELPOOL_ERR_TIMEOUT:
+      return "timeout";
+    case ACCELPOOL_ERR_CANCELLED:
+      return "cancelled";
+    case ACCELPOOL_ERR_NOT_FOUND:
+      return "not_found";
+    case ACCELPOOL_ERR_INVALID_STATE:
+      return "invalid_state";
+    case ACCELPOOL_ERR_QUOTA_EXCEEDED:
+      return "quota_exceeded";
+    case ACCELPOOL_ERR_DISCONNECTED:
+      return "disconnected";
+    case ACCELPOOL_ERR_ENDED:
+      return "ended";
+    case ACCELPOOL_ERR_PROTOCOL:
+      return "protocol";
+    case ACCELPOOL_ERR_CLOSED:
+      return "closed";
+    case ACCELPOOL_ERR_INTERNAL:
+      return "internal";
   }
   return "unknown";
 }
@@ -276,7 +305,8 @@ void accelpool_lease_on_revoking(accelpool_lease* lease, accelpool_revoke_fn fn,
       lease->lease.on_revoking({});
       return;
     }
-    lease->lease.on_revoking([fn, user](const LeaseInfo& info) { fn(info.id, info.revoke_deadline.value_or(0), user); });
+    lease->lease.on_revoking(
+        [fn, user](const LeaseInfo& info) { fn(info.id, info.revoke_deadline.value_or(0), user); });
   } catch (...) {
   }
 }

@@ -8,20 +8,20 @@
 
 #include "lease_json.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
-#include <fcntl.h>
 #include <future>
 #include <map>
 #include <mutex>
-#include <poll.h>
-#include <sys/socket.h>
 #include <thread>
-#include <unistd.h>
 
 namespace accelpool::shim {
 
@@ -307,8 +307,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
         complete(a, std::nullopt);
       } else if (is_terminal(info.state)) {
         complete(a, make_error(Errc::ended, "lease " + std::to_string(info.id) + " ended (" + to_string(info.state) +
-                                            (info.end_reason.empty() ? "" : ": " + info.end_reason) +
-                                            ") before it was granted"));
+                                                (info.end_reason.empty() ? "" : ": " + info.end_reason) +
+                                                ") before it was granted"));
       }
     }
     cv.notify_all();
@@ -387,8 +387,10 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     std::vector<PoolUri> order;
     for (std::size_t i = 0; i < uris.size(); ++i) {
       const PoolUri& u = uris[i];
-      if (u.text == uri.text) order.insert(order.begin(), u);
-      else order.push_back(u);
+      if (u.text == uri.text)
+        order.insert(order.begin(), u);
+      else
+        order.push_back(u);
     }
     std::vector<std::string> tried;
     std::string reasons;
@@ -414,15 +416,15 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       }
     }
     if (tried.size() == 1) return *first;
-    return make_error(only_standbys ? Errc::not_leader : Errc::unreachable, "no leading manager among " +
-                                                                        std::to_string(tried.size()) + " tried: " + reasons);
+    return make_error(only_standbys ? Errc::not_leader : Errc::unreachable,
+                      "no leading manager among " + std::to_string(tried.size()) + " tried: " + reasons);
   }
 
   // Opens the stream to `target` and says hello. Returns the hello result; a standby's refusal sets `leader` to
   // the leader's address it names. Touches only `s`, `buf` and `leader`.
   Result<json> open_and_hello(const PoolUri& target, Stream& s, common::LineBuffer& buf, std::string& leader) const {
-    auto st = open_stream(target, to_ms(options.connect_timeout), SerialDirs{options.serial_sys_dir, options.serial_dev_dir},
-                          TlsOptions{options.tls_ca_file});
+    auto st = open_stream(target, to_ms(options.connect_timeout),
+                          SerialDirs{options.serial_sys_dir, options.serial_dev_dir}, TlsOptions{options.tls_ca_file});
     if (!st) return st.error();
     s = *st;
     buf.reset();
@@ -444,7 +446,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       json j = json::parse(reply, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
         close_stream(s);
-        return make_error(Errc::protocol, "pool " + target.text + ": the answer to hello is not a JSON object: " + reply.substr(0, 200));
+        return make_error(Errc::protocol, "pool " + target.text +
+                                              ": the answer to hello is not a JSON object: " + reply.substr(0, 200));
       }
       auto id = j.find("id");
       if (id == j.end() || !id->is_number_integer() || id->get<long long>() != 0) continue;  // not our answer
@@ -494,7 +497,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     }
     for (std::size_t i = 0; i < failed.size(); ++i) {
       failed[i](make_error(Errc::disconnected, methods[i] + ": the stream to pool " + uri.text + " dropped (" + why +
-                                               ") before the answer came; its outcome is unknown"));
+                                                   ") before the answer came; its outcome is unknown"));
     }
   }
 
@@ -576,10 +579,10 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       std::lock_guard<std::mutex> lk(mu);
       for (auto it = calls.begin(); it != calls.end();) {
         if (it->second.deadline <= now) {
-          Error e = connected ? make_error(Errc::timeout, it->second.method + ": no answer from pool " + uri.text + " within " +
-                                                          seconds_text(options.call_timeout) + " s")
+          Error e = connected ? make_error(Errc::timeout, it->second.method + ": no answer from pool " + uri.text +
+                                                              " within " + seconds_text(options.call_timeout) + " s")
                               : make_error(Errc::unreachable, it->second.method + ": pool " + uri.text +
-                                                              " is unreachable (" + last_error + ")");
+                                                                  " is unreachable (" + last_error + ")");
           expired.emplace_back(std::move(it->second.done), e);
           it = calls.erase(it);
         } else {
@@ -589,11 +592,11 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
       for (auto& a : std::vector<std::shared_ptr<AcquireSlot>>(acquires)) {
         if (a->done || !a->deadline || *a->deadline > now) continue;
         a->abandoned = true;
-        complete(a, make_error(Errc::timeout, "acquire " + a->options.kind +
-                                              (a->options.bitstream.empty() ? "" : " with " + a->options.bitstream) +
-                                              ": not granted within " +
-                                              seconds_text(a->options.timeout.value_or(Seconds(0))) +
-                                              " s; the request was given up"));
+        complete(a, make_error(Errc::timeout,
+                               "acquire " + a->options.kind +
+                                   (a->options.bitstream.empty() ? "" : " with " + a->options.bitstream) +
+                                   ": not granted within " + seconds_text(a->options.timeout.value_or(Seconds(0))) +
+                                   " s; the request was given up"));
         if (a->lease) to_give_back.push_back(a->lease);
       }
       if (connected) {
@@ -635,7 +638,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
           give_up = !options.reconnect || fatal.has_value();
           if (!options.reconnect && !fatal) {
             fatal = make_error(Errc::disconnected, "the stream to pool " + uri.text + " dropped (" + last_error +
-                                                   ") and reconnecting is disabled");
+                                                       ") and reconnecting is disabled");
           }
         }
         if (!give_up) {
@@ -651,7 +654,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
           }
           std::lock_guard<std::mutex> lk(mu);
           last_error = hello.error().message;
-          if (hello.error().code == Errc::unauthorized || hello.error().code == Errc::unsupported_version) fatal = hello.error();
+          if (hello.error().code == Errc::unauthorized || hello.error().code == Errc::unsupported_version)
+            fatal = hello.error();
         }
         run_timers();
         fail_all_if_fatal();
@@ -840,15 +844,16 @@ Status Lease::wait_ready(std::optional<Seconds> timeout) {
   };
   if (timeout) {
     if (!core_->cv.wait_for(lk, to_ms(*timeout), ready)) {
-      return make_error(Errc::timeout, "lease " + std::to_string(slot_->id) + " not ready within " +
-                                       seconds_text(*timeout) + " s");
+      return make_error(Errc::timeout,
+                        "lease " + std::to_string(slot_->id) + " not ready within " + seconds_text(*timeout) + " s");
     }
   } else {
     core_->cv.wait(lk, ready);
   }
   if (core_->closed) return make_error(Errc::closed, "the client was closed");
   if (is_terminal(slot_->info.state)) {
-    return make_error(Errc::ended, "lease " + std::to_string(slot_->id) + " ended (" + to_string(slot_->info.state) + ")");
+    return make_error(Errc::ended,
+                      "lease " + std::to_string(slot_->id) + " ended (" + to_string(slot_->info.state) + ")");
   }
   return Status::ok();
 }
@@ -918,8 +923,8 @@ Result<Lease> PendingAcquire::wait(std::optional<Seconds> timeout) {
   std::unique_lock<std::mutex> lk(core_->mu);
   if (timeout) {
     if (!core_->cv.wait_for(lk, to_ms(*timeout), [&] { return slot_->done; })) {
-      return make_error(Errc::timeout, "acquire " + slot_->options.kind + " still pending after " +
-                                       seconds_text(*timeout) + " s");
+      return make_error(Errc::timeout,
+                        "acquire " + slot_->options.kind + " still pending after " + seconds_text(*timeout) + " s");
     }
   } else {
     core_->cv.wait(lk, [&] { return slot_->done; });
@@ -972,7 +977,8 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   core->uris = *uris;
   core->uri = core->uris.front();
   int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return make_error(Errc::internal, std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+    return make_error(Errc::internal, std::string("pipe: ") + std::strerror(errno));
   core->wake_rd = p[0];
   core->wake_wr = p[1];
   Stream s;
@@ -998,7 +1004,8 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
   std::optional<Error> bad;
   if (options.kind.empty()) bad = make_error(Errc::invalid_argument, "acquire: 'kind' is required");
   if (options.count == 0) bad = make_error(Errc::invalid_argument, "acquire: 'count' must be at least 1");
-  if (options.timeout && options.timeout->count() < 0) bad = make_error(Errc::invalid_argument, "acquire: 'timeout' must be >= 0");
+  if (options.timeout && options.timeout->count() < 0)
+    bad = make_error(Errc::invalid_argument, "acquire: 'timeout' must be >= 0");
   {
     std::lock_guard<std::mutex> lk(core_->mu);
     core_->acquires.push_back(slot);
@@ -1019,7 +1026,9 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
       core->complete(slot, r.error());
       return;
     }
-    auto info = r->contains("lease") ? lease_from_json((*r)["lease"]) : Result<LeaseInfo>(make_error(Errc::protocol, "acquire answered without a lease"));
+    auto info = r->contains("lease")
+                    ? lease_from_json((*r)["lease"])
+                    : Result<LeaseInfo>(make_error(Errc::protocol, "acquire answered without a lease"));
     if (!info) {
       std::lock_guard<std::mutex> lk(core->mu);
       core->complete(slot, info.error());
@@ -1033,7 +1042,8 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
     bool abandoned;
     {
       std::lock_guard<std::mutex> lk(core->mu);
-      if (info->expires_at > info->created_at && info->created_at > 0) core->ttl_s = info->expires_at - info->created_at;
+      if (info->expires_at > info->created_at && info->created_at > 0)
+        core->ttl_s = info->expires_at - info->created_at;
       ls->next_heartbeat = Clock::now() + std::chrono::duration_cast<Clock::duration>(core->heartbeat_interval());
       slot->lease = ls;
       abandoned = slot->abandoned;
@@ -1043,7 +1053,7 @@ PendingAcquire Client::acquire_async(const AcquireOptions& options,
           core->complete(slot, std::nullopt);
         } else if (is_terminal(info->state)) {
           core->complete(slot, make_error(Errc::ended, "lease " + std::to_string(info->id) + " ended at once (" +
-                                                       to_string(info->state) + ")"));
+                                                           to_string(info->state) + ")"));
         }
       }
     }

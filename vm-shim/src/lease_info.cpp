@@ -7,14 +7,22 @@ namespace accelpool::shim {
 
 const char* to_string(LeaseState s) {
   switch (s) {
-    case LeaseState::queued: return "queued";
-    case LeaseState::granted: return "granted";
-    case LeaseState::revoking: return "revoking";
-    case LeaseState::released: return "released";
-    case LeaseState::cancelled: return "cancelled";
-    case LeaseState::expired: return "expired";
-    case LeaseState::revoked: return "revoked";
-    case LeaseState::unknown: return "unknown";
+    case LeaseState::queued:
+      return "queued";
+    case LeaseState::granted:
+      return "granted";
+    case LeaseState::revoking:
+      return "revoking";
+    case LeaseState::released:
+      return "released";
+    case LeaseState::cancelled:
+      return "cancelled";
+    case LeaseState::expired:
+      return "expired";
+    case LeaseState::revoked:
+      return "revoked";
+    case LeaseState::unknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -100,7 +108,8 @@ DeviceInfo describe_device(const std::string& name) {
 Result<LeaseInfo> lease_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return make_error(Errc::protocol, "a lease must be a JSON object, got: " + j.dump());
   auto id = j.find("id");
-  if (id == j.end() || !id->is_number_unsigned()) return make_error(Errc::protocol, "lease without an integer 'id': " + j.dump());
+  if (id == j.end() || !id->is_number_unsigned())
+    return make_error(Errc::protocol, "lease without an integer 'id': " + j.dump());
   auto st = j.find("state");
   if (st == j.end() || !st->is_string()) return make_error(Errc::protocol, "lease without a 'state': " + j.dump());
   LeaseInfo l;

@@ -6,13 +6,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
-#include <fstream>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +18,11 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <vector>
 
 namespace accelpool::shim {
@@ -30,8 +30,9 @@ namespace accelpool::shim {
 namespace {
 
 Error bad_uri(const std::string& uri, const std::string& why) {
-  return make_error(Errc::invalid_argument,
-                    "pool URI '" + uri + "': " + why + " (expected tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME)");
+  return make_error(
+      Errc::invalid_argument,
+      "pool URI '" + uri + "': " + why + " (expected tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME)");
 }
 
 bool all_digits(const std::string& s) {
@@ -49,7 +50,9 @@ Result<Stream> connect_tcp(const PoolUri& uri, std::chrono::milliseconds timeout
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   int rc = getaddrinfo(uri.host.c_str(), uri.port.c_str(), &hints, &res);
-  if (rc != 0) return make_error(Errc::unreachable, "pool " + uri.text + ": cannot resolve '" + uri.host + "': " + gai_strerror(rc));
+  if (rc != 0)
+    return make_error(Errc::unreachable,
+                      "pool " + uri.text + ": cannot resolve '" + uri.host + "': " + gai_strerror(rc));
   std::string last = "no address";
   for (addrinfo* a = res; a; a = a->ai_next) {
     int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -122,7 +125,8 @@ class NoSigpipe {
 // Waits until `fd` is ready for `events`, at most until `deadline`. False on timeout.
 bool wait_ready(int fd, short events, std::chrono::steady_clock::time_point deadline) {
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) return false;
     pollfd p{fd, events, 0};
     int pr = poll(&p, 1, static_cast<int>(left));
@@ -170,12 +174,12 @@ Result<Stream> start_tls(const PoolUri& uri, Stream tcp, std::chrono::millisecon
     std::string why;
     if (wait == 0) {
       long verify = SSL_get_verify_result(tcp.tls);
-      why = verify != X509_V_OK ? std::string("the pool's certificate is not trusted: ") +
-                                      X509_verify_cert_error_string(verify) +
-                                      (files.ca.empty() ? " (set the CA file, e.g. ACCELPOOL_POOL_CA)" : "")
-                                : common::tls::last_error(err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
-                                                              ? "the pool closed the connection (is it TLS?)"
-                                                              : "handshake failed");
+      why = verify != X509_V_OK
+                ? std::string("the pool's certificate is not trusted: ") + X509_verify_cert_error_string(verify) +
+                      (files.ca.empty() ? " (set the CA file, e.g. ACCELPOOL_POOL_CA)" : "")
+                : common::tls::last_error(err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
+                                              ? "the pool closed the connection (is it TLS?)"
+                                              : "handshake failed");
     } else if (!wait_ready(tcp.fd, wait, deadline)) {
       why = "no answer in time";
     } else {
@@ -191,7 +195,7 @@ Result<Stream> connect_unix(const PoolUri& uri) {
   addr.sun_family = AF_UNIX;
   if (uri.path.size() >= sizeof addr.sun_path) {
     return make_error(Errc::invalid_argument, "pool " + uri.text + ": socket path longer than " +
-                                              std::to_string(sizeof addr.sun_path - 1) + " bytes");
+                                                  std::to_string(sizeof addr.sun_path - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, uri.path.c_str(), uri.path.size() + 1);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -210,7 +214,8 @@ Result<Stream> open_serial(const PoolUri& uri, const SerialDirs& dirs) {
   auto dev = find_virtio_port(uri.name, dirs.sys_dir, dirs.dev_dir);
   if (!dev) return dev.error();
   int fd = ::open(dev->c_str(), O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return make_error(Errc::unreachable, "pool " + uri.text + ": cannot open " + *dev + ": " + std::strerror(errno));
+  if (fd < 0)
+    return make_error(Errc::unreachable, "pool " + uri.text + ": cannot open " + *dev + ": " + std::strerror(errno));
   return Stream{fd, false};
 }
 
@@ -273,8 +278,9 @@ Result<std::vector<PoolUri>> parse_pool_uris(const std::string& list) {
     entry.erase(0, entry.find_first_not_of(" \t"));
     entry.erase(entry.find_last_not_of(" \t") + 1);
     if (entry.empty()) {
-      return make_error(Errc::invalid_argument, "pool URI list '" + list + "': entry " + std::to_string(uris.size() + 1) +
-                                                " is empty (expected URIs separated by commas)");
+      return make_error(Errc::invalid_argument, "pool URI list '" + list + "': entry " +
+                                                    std::to_string(uris.size() + 1) +
+                                                    " is empty (expected URIs separated by commas)");
     }
     auto uri = parse_pool_uri(entry);
     if (!uri) return uri.error();
@@ -288,7 +294,7 @@ Result<std::string> find_virtio_port(const std::string& name, const std::string&
   DIR* d = opendir(sys_dir.c_str());
   if (!d) {
     return make_error(Errc::unreachable, "no virtio-serial port named '" + name + "': cannot read " + sys_dir + ": " +
-                                         std::strerror(errno));
+                                             std::strerror(errno));
   }
   std::vector<std::string> seen;
   std::string found;
@@ -310,7 +316,7 @@ Result<std::string> find_virtio_port(const std::string& name, const std::string&
     std::string list;
     for (const auto& s : seen) list += (list.empty() ? "" : ", ") + s;
     return make_error(Errc::unreachable, "no virtio-serial port named '" + name + "' under " + sys_dir +
-                                         (list.empty() ? " (no named ports)" : " (ports: " + list + ")"));
+                                             (list.empty() ? " (no named ports)" : " (ports: " + list + ")"));
   }
   return dev_dir + "/" + found;
 }
@@ -329,11 +335,18 @@ ssize_t stream_read(const Stream& s, char* buf, std::size_t size) {
   int n = SSL_read(s.tls, buf, static_cast<int>(std::min<std::size_t>(size, 1 << 30)));
   if (n > 0) return n;
   switch (SSL_get_error(s.tls, n)) {
-    case SSL_ERROR_ZERO_RETURN: return 0;
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;
     case SSL_ERROR_WANT_READ:
-    case SSL_ERROR_WANT_WRITE: errno = EAGAIN; return -1;
-    case SSL_ERROR_SYSCALL: if (errno == 0) return 0; return -1;  // EOF without close_notify, or the system's error
-    default: errno = EPROTO; return -1;
+    case SSL_ERROR_WANT_WRITE:
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_SYSCALL:
+      if (errno == 0) return 0;
+      return -1;  // EOF without close_notify, or the system's error
+    default:
+      errno = EPROTO;
+      return -1;
   }
 }
 
@@ -346,9 +359,15 @@ ssize_t stream_write(const Stream& s, const char* data, std::size_t size) {
   if (n > 0) return n;
   switch (SSL_get_error(s.tls, n)) {
     case SSL_ERROR_WANT_READ:
-    case SSL_ERROR_WANT_WRITE: errno = EAGAIN; return -1;
-    case SSL_ERROR_SYSCALL: if (errno == 0) errno = EPIPE; return -1;
-    default: errno = EPROTO; return -1;
+    case SSL_ERROR_WANT_WRITE:
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_SYSCALL:
+      if (errno == 0) errno = EPIPE;
+      return -1;
+    default:
+      errno = EPROTO;
+      return -1;
   }
 }
 
@@ -368,14 +387,17 @@ void close_stream(Stream& s) {
 Result<Stream> open_stream(const PoolUri& uri, std::chrono::milliseconds timeout, const SerialDirs& serial,
                            const TlsOptions& tls) {
   switch (uri.kind) {
-    case PoolUri::Kind::tcp: return connect_tcp(uri, timeout);
+    case PoolUri::Kind::tcp:
+      return connect_tcp(uri, timeout);
     case PoolUri::Kind::tls: {
       auto tcp = connect_tcp(uri, timeout);
       if (!tcp) return tcp;
       return start_tls(uri, *tcp, timeout, tls);
     }
-    case PoolUri::Kind::unix_socket: return connect_unix(uri);
-    case PoolUri::Kind::serial: return open_serial(uri, serial);
+    case PoolUri::Kind::unix_socket:
+      return connect_unix(uri);
+    case PoolUri::Kind::serial:
+      return open_serial(uri, serial);
   }
   return make_error(Errc::internal, "unknown URI kind");
 }

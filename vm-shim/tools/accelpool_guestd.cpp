@@ -7,13 +7,18 @@
 // programs that said hello when nobody owns it). When the port's host side goes away, calls in flight fail with
 // `disconnected`; when it comes back, each program's last hello is sent again, so its session (and the
 // notifications of its leases) resume without the program noticing more than the failed calls.
+#include <accelpool/common/cli.hpp>
 #include <accelpool/common/errors.hpp>
 #include <accelpool/common/json_lines.hpp>
-#include <accelpool/common/cli.hpp>
 #include <accelpool/shim/transport.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -25,11 +30,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <poll.h>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -47,9 +47,9 @@ guest's programs on a Unix socket, multiplexing their calls over the one stream.
 ACCELPOOL_POOL=unix:///run/accelpool/guest.sock (the default of accelpool-run and the library when that
 socket exists). Stops on SIGTERM or SIGINT.)";
 
-constexpr std::size_t kMaxLine = 64 * 1024;                  // as the guest protocol
-constexpr std::size_t kMaxClientQueue = 4 * 1024 * 1024;     // a program that does not read is disconnected
-constexpr std::size_t kMaxWaitingLines = 1024;               // calls held while the port is down, per program
+constexpr std::size_t kMaxLine = 64 * 1024;               // as the guest protocol
+constexpr std::size_t kMaxClientQueue = 4 * 1024 * 1024;  // a program that does not read is disconnected
+constexpr std::size_t kMaxWaitingLines = 1024;            // calls held while the port is down, per program
 constexpr std::chrono::milliseconds kRetryMin{100}, kRetryMax{1000};
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -98,10 +98,10 @@ struct Program {
   int fd = -1;
   LineBuffer in{kMaxLine};
   std::string out;
-  std::optional<json> hello;         // the last hello it sent (id removed): sent again when the port comes back
+  std::optional<json> hello;             // the last hello it sent (id removed): sent again when the port comes back
   std::optional<json> hello_unanswered;  // the id of its hello that a standby refused: answered after the next one
-  std::deque<std::string> waiting;   // lines held while the port is down (ids already rewritten)
-  bool closing = false;              // close once `out` is written
+  std::deque<std::string> waiting;       // lines held while the port is down (ids already rewritten)
+  bool closing = false;                  // close once `out` is written
 };
 
 // What a request on the port was.
@@ -209,8 +209,10 @@ class Daemon {
     // meanwhile.
     for (auto& [id, p] : programs_) {
       if (!p.hello) continue;
-      if (p.hello_unanswered) send_port(id, *p.hello_unanswered, "hello", *p.hello);
-      else send_port(0, json(nullptr), "hello", *p.hello);
+      if (p.hello_unanswered)
+        send_port(id, *p.hello_unanswered, "hello", *p.hello);
+      else
+        send_port(0, json(nullptr), "hello", *p.hello);
       p.hello_unanswered.reset();
     }
     for (auto& [id, p] : programs_) {
@@ -220,7 +222,8 @@ class Daemon {
   }
 
   void retry_later(const std::string& why) {
-    if (why != last_retry_reason_) std::fprintf(stderr, "accelpool-guestd: waiting for the pool stream: %s\n", why.c_str());
+    if (why != last_retry_reason_)
+      std::fprintf(stderr, "accelpool-guestd: waiting for the pool stream: %s\n", why.c_str());
     last_retry_reason_ = why;
     next_open_ = Clock::now() + retry_;
     retry_ = std::min(retry_ * 2, kRetryMax);
@@ -238,8 +241,9 @@ class Daemon {
       auto it = programs_.find(c.program);
       if (it == programs_.end()) continue;
       it->second.out += error_line(c.id, Errc::disconnected,
-                                   c.method + ": the host side of the pool stream went away while the call was in "
-                                              "flight; its outcome is unknown");
+                                   c.method +
+                                       ": the host side of the pool stream went away while the call was in "
+                                       "flight; its outcome is unknown");
     }
     calls_.clear();
     retry_ = kRetryMin;
@@ -312,7 +316,8 @@ class Daemon {
       std::optional<std::uint64_t> lease_id;
       if (auto p = j.find("params"); p != j.end() && p->is_object()) {
         if (auto l = p->find("lease"); l != p->end() && l->is_object()) {
-          if (auto lid = l->find("id"); lid != l->end() && lid->is_number_unsigned()) lease_id = lid->get<std::uint64_t>();
+          if (auto lid = l->find("id"); lid != l->end() && lid->is_number_unsigned())
+            lease_id = lid->get<std::uint64_t>();
         }
       }
       auto owner = lease_id ? owners_.find(*lease_id) : owners_.end();
@@ -328,7 +333,8 @@ class Daemon {
   // The program a call returned a lease to owns it (acquire, get, release); lists give unowned leases only.
   void own_leases(std::uint64_t program, const json& result) {
     if (auto l = result.find("lease"); l != result.end() && l->is_object()) {
-      if (auto id = l->find("id"); id != l->end() && id->is_number_unsigned()) owners_[id->get<std::uint64_t>()] = program;
+      if (auto id = l->find("id"); id != l->end() && id->is_number_unsigned())
+        owners_[id->get<std::uint64_t>()] = program;
     }
     if (auto ls = result.find("leases"); ls != result.end() && ls->is_array()) {
       for (const auto& l : *ls) {
@@ -383,7 +389,8 @@ class Daemon {
     }
     json id = *idit;
     if (!(id.is_null() || id.is_number_integer() || (id.is_string() && id.get<std::string>().size() <= 128))) {
-      p.out += error_line(nullptr, Errc::invalid_request, "'id' must be an integer or a string of at most 128 characters");
+      p.out +=
+          error_line(nullptr, Errc::invalid_request, "'id' must be an integer or a string of at most 128 characters");
       return;
     }
     if (method == "hello") {
@@ -420,8 +427,10 @@ class Daemon {
         gone.push_back(id);
         continue;
       }
-      if (!p.out.empty() && !write_available(p.fd, true, p.out)) gone.push_back(id);
-      else if (p.closing && p.out.empty()) gone.push_back(id);
+      if (!p.out.empty() && !write_available(p.fd, true, p.out))
+        gone.push_back(id);
+      else if (p.closing && p.out.empty())
+        gone.push_back(id);
     }
     for (auto id : gone) close_program(id);
   }
@@ -442,14 +451,15 @@ class Daemon {
     if (e == reply.end() || !e->is_object()) return std::nullopt;
     auto d = e->find("data");
     if (d == e->end() || !d->is_object()) return std::nullopt;
-    if (auto c = d->find("code"); c == d->end() || !c->is_string() || c->get<std::string>() != "not_leader") return std::nullopt;
+    if (auto c = d->find("code"); c == d->end() || !c->is_string() || c->get<std::string>() != "not_leader")
+      return std::nullopt;
     auto l = d->find("leader");
     return l != d->end() && l->is_string() ? l->get<std::string>() : std::string();
   }
 
   std::vector<PoolUri> ports_;
-  std::size_t at_ = 0;           // the manager of ports_ in use or tried next
-  bool leader_named_ = false;    // a standby named the one at_ points to: the next loss does not move on
+  std::size_t at_ = 0;         // the manager of ports_ in use or tried next
+  bool leader_named_ = false;  // a standby named the one at_ points to: the next loss does not move on
   std::string listen_path_;
   bool verbose_;
   int listen_fd_ = -1;
@@ -489,8 +499,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (std::any_of(uris->begin(), uris->end(), [](const PoolUri& u) { return u.kind == PoolUri::Kind::tls; })) {
-    std::fprintf(stderr, "accelpool-guestd: --port: tls:// is for programs that reach the pool over a network "
-                         "themselves; the guest daemon's stream is the VM's serial port (or a local socket)\n");
+    std::fprintf(stderr,
+                 "accelpool-guestd: --port: tls:// is for programs that reach the pool over a network "
+                 "themselves; the guest daemon's stream is the VM's serial port (or a local socket)\n");
     return 2;
   }
   if (listen_path.empty() || listen_path[0] != '/') {

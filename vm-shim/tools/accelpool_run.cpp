@@ -5,6 +5,9 @@
 #include <accelpool/shim/client.hpp>
 #include <accelpool/shim/transport.hpp>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -14,11 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fcntl.h>
 #include <optional>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 extern char** environ;
@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription};
   accelpool::common::init_cli(app, "accelpool-run");
   app.add_option("--pool", copts.uri,
-                 "tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME (env ACCELPOOL_POOL; default: the guest daemon's "
+                 "tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial://NAME (env ACCELPOOL_POOL; default: the "
+                 "guest daemon's "
                  "unix:///run/accelpool/guest.sock when it exists, else tcp://127.0.0.1:7070)")
       ->type_name("URI");
   app.add_option("--token", copts.token, "tenant token (env ACCELPOOL_TOKEN)");
@@ -108,10 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--bitstream", aopts.bitstream, "bitstream the devices must hold")->type_name("B");
   app.add_option("--count", count, "number of devices, all or nothing (default 1)")->type_name("N");
   app.add_option("--estimate", estimate, "expected run time (helps shortest-job policies)")->type_name("SECONDS");
-  auto* label_option = app.add_option(
-      "--label", label,
-      "the job's name: the pool learns run times per label (default: the command's file name when it is 1-64 "
-      "characters of [A-Za-z0-9._:-]; --label '' sends none)")->type_name("NAME");
+  auto* label_option =
+      app.add_option(
+             "--label", label,
+             "the job's name: the pool learns run times per label (default: the command's file name when it is 1-64 "
+             "characters of [A-Za-z0-9._:-]; --label '' sends none)")
+          ->type_name("NAME");
   app.add_option("--timeout", timeout, "give up if not granted within this (default: wait)")->type_name("SECONDS");
   app.add_flag("-v,--verbose", verbose,
                "say what was granted and released, and why a vendor variable was not set, on stderr");
@@ -198,7 +201,8 @@ int main(int argc, char** argv) {
   if (verbose) {
     std::string devs;
     for (const auto& d : info.devices) devs += " " + d.name;
-    std::fprintf(stderr, "accelpool-run: lease %llu granted:%s\n", static_cast<unsigned long long>(info.id), devs.c_str());
+    std::fprintf(stderr, "accelpool-run: lease %llu granted:%s\n", static_cast<unsigned long long>(info.id),
+                 devs.c_str());
   }
 
   // The command's environment: ours plus the grant's, prepared before fork (the child only execs).
@@ -212,7 +216,8 @@ int main(int argc, char** argv) {
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
     std::string k = kv.substr(0, kv.find('='));
-    bool replaced = std::any_of(vars.begin(), vars.end(), [&](const std::string& v) { return v.compare(0, k.size() + 1, k + "=") == 0; });
+    bool replaced = std::any_of(vars.begin(), vars.end(),
+                                [&](const std::string& v) { return v.compare(0, k.size() + 1, k + "=") == 0; });
     if (!replaced) merged.push_back(kv);
   }
   merged.insert(merged.end(), vars.begin(), vars.end());
@@ -261,7 +266,8 @@ int main(int argc, char** argv) {
     // outlives it would use devices that are no longer its own.
     if (g_revoking && !kill_sent && g_deadline > 0 && wall_clock() >= g_deadline) {
       kill_sent = true;
-      std::fprintf(stderr, "accelpool-run: lease %llu reached its revocation deadline; sending SIGKILL to the command\n",
+      std::fprintf(stderr,
+                   "accelpool-run: lease %llu reached its revocation deadline; sending SIGKILL to the command\n",
                    static_cast<unsigned long long>(info.id));
       kill(child, SIGKILL);
     }
@@ -277,8 +283,11 @@ int main(int argc, char** argv) {
     }
   }
   auto released = lease->release();
-  if (!released) std::fprintf(stderr, "accelpool-run: releasing lease %llu: %s\n", static_cast<unsigned long long>(info.id), released.error().message.c_str());
-  else if (verbose) std::fprintf(stderr, "accelpool-run: lease %llu released\n", static_cast<unsigned long long>(info.id));
+  if (!released)
+    std::fprintf(stderr, "accelpool-run: releasing lease %llu: %s\n", static_cast<unsigned long long>(info.id),
+                 released.error().message.c_str());
+  else if (verbose)
+    std::fprintf(stderr, "accelpool-run: lease %llu released\n", static_cast<unsigned long long>(info.id));
   lease.reset();
   client->reset();
   if (WIFEXITED(status)) return WEXITSTATUS(status);

@@ -111,8 +111,10 @@ class AgentImpl final : public Agent {
   // The connection to the manager ended (`how`: "lost" or "broken"), with TLS's reason when TLS ended it.
   void log_link_ended(std::string_view how, const std::string& tls_error) const {
     const std::string event = "connection to the manager " + std::string(how);
-    if (tls_error.empty()) log::warn(event, {{"host", cfg_.host}, {"manager", manager_}});
-    else log::warn(event, {{"host", cfg_.host}, {"manager", manager_}, {"tls_error", tls_error}});
+    if (tls_error.empty())
+      log::warn(event, {{"host", cfg_.host}, {"manager", manager_}});
+    else
+      log::warn(event, {{"host", cfg_.host}, {"manager", manager_}, {"tls_error", tls_error}});
   }
 
   int run(const std::atomic<bool>& stop) override {
@@ -127,8 +129,11 @@ class AgentImpl final : public Agent {
       auto fd = connect_to(manager_);
       int rc = -1;
       if (fd) {
-        if (auto io = link_stream(*fd)) rc = serve(**io, *fd, stop, backoff);
-        else log::warn("TLS to the manager failed", {{"host", cfg_.host}, {"manager", manager_}, {"error", io.error().message}});
+        if (auto io = link_stream(*fd))
+          rc = serve(**io, *fd, stop, backoff);
+        else
+          log::warn("TLS to the manager failed",
+                    {{"host", cfg_.host}, {"manager", manager_}, {"error", io.error().message}});
         ::close(*fd);  // after the stream: TLS says close_notify first
         std::lock_guard lock(mu_);
         registered_ = false;
@@ -136,7 +141,8 @@ class AgentImpl final : public Agent {
         ++gen_;
         answer_all(make_error(Errc::unavailable, "the connection to the manager at " + manager_ + " ended"));
       } else {
-        log::warn("cannot connect to the manager", {{"host", cfg_.host}, {"manager", manager_}, {"error", fd.error().message}});
+        log::warn("cannot connect to the manager",
+                  {{"host", cfg_.host}, {"manager", manager_}, {"error", fd.error().message}});
       }
       if (rc == 2) return 2;
       if (stop) break;
@@ -237,7 +243,10 @@ class AgentImpl final : public Agent {
       }
       if (m->error) {
         log::error(is_register ? "registration refused" : "heartbeat refused",
-                   {{"host", cfg_.host}, {"manager", manager_}, {"code", std::string(to_string(m->error->code))}, {"error", m->error->message}});
+                   {{"host", cfg_.host},
+                    {"manager", manager_},
+                    {"code", std::string(to_string(m->error->code))},
+                    {"error", m->error->message}});
         if (is_register && (m->error->code == Errc::unauthorized || m->error->code == Errc::unsupported_version ||
                             m->error->code == Errc::invalid_argument || m->error->code == Errc::conflict))
           return 2;
@@ -269,13 +278,19 @@ class AgentImpl final : public Agent {
         reply(gen, *m, request.error());
         return 0;
       }
-      runtime_->prepare(*request, [this, gen, msg = std::move(*m), request = *request](Status s, host::PrepareResult r) {
-        log::write(s ? log::Level::info : log::Level::warn, s ? "device prepared" : "device not prepared",
-                   {{"host", cfg_.host}, {"device", request.device}, {"lease", request.lease}, {"vm", request.vm},
-                    {"bitstream", request.bitstream}, {"reprogram", request.reprogram}, {"loaded", r.loaded},
-                    {"error", s ? std::string() : s.error().message}});
-        reply(gen, msg, std::move(s), prepare_result_json(r));
-      });
+      runtime_->prepare(
+          *request, [this, gen, msg = std::move(*m), request = *request](Status s, host::PrepareResult r) {
+            log::write(s ? log::Level::info : log::Level::warn, s ? "device prepared" : "device not prepared",
+                       {{"host", cfg_.host},
+                        {"device", request.device},
+                        {"lease", request.lease},
+                        {"vm", request.vm},
+                        {"bitstream", request.bitstream},
+                        {"reprogram", request.reprogram},
+                        {"loaded", r.loaded},
+                        {"error", s ? std::string() : s.error().message}});
+            reply(gen, msg, std::move(s), prepare_result_json(r));
+          });
       return 0;
     }
     if (method == "device.release" || method == "device.reset") {
@@ -287,14 +302,20 @@ class AgentImpl final : public Agent {
       if (method == "device.reset") {
         runtime_->reset(*id, [this, gen, msg = std::move(*m), device = *id](Status s, std::string loaded) {
           log::write(s ? log::Level::info : log::Level::warn, "device reset",
-                     {{"host", cfg_.host}, {"device", device}, {"loaded", loaded}, {"error", s ? std::string() : s.error().message}});
+                     {{"host", cfg_.host},
+                      {"device", device},
+                      {"loaded", loaded},
+                      {"error", s ? std::string() : s.error().message}});
           reply(gen, msg, std::move(s), json::object{{"loaded", loaded}});
         });
         return 0;
       }
       runtime_->release(*id, [this, gen, msg = std::move(*m), device = *id](Status s, host::ReleaseResult r) {
         log::write(s ? log::Level::info : log::Level::warn, "device released",
-                   {{"host", cfg_.host}, {"device", device}, {"loaded", r.loaded}, {"error", s ? std::string() : s.error().message}});
+                   {{"host", cfg_.host},
+                    {"device", device},
+                    {"loaded", r.loaded},
+                    {"error", s ? std::string() : s.error().message}});
         json::object result{{"loaded", r.loaded}};
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
         if (r.detach) {
@@ -372,7 +393,7 @@ class AgentImpl final : public Agent {
     bool came = answered_.wait_for(lock, kAnswerTimeout, [&] { return asked.answer.has_value(); });
     if (!came)
       return make_error(Errc::unavailable, method + ": no answer from the manager within " +
-                                           std::to_string(kAnswerTimeout.count()) + " s");
+                                               std::to_string(kAnswerTimeout.count()) + " s");
     return std::move(*asked.answer);
   }
 
@@ -501,13 +522,14 @@ class AgentImpl final : public Agent {
       return window_open() && agent_.registered_;
     }
     Error window_error(const std::string& method) const {
-      return make_error(Errc::unavailable, method + ": the manager answered none of this agent's image requests within " +
+      return make_error(Errc::unavailable, method +
+                                               ": the manager answered none of this agent's image requests within " +
                                                std::to_string(kAnswerTimeout.count()) + " s");
     }
 
     AgentImpl& agent_;
-    std::vector<std::shared_ptr<Asked>> outstanding_;    // image requests sent; mu_
-    std::map<std::thread::id, Ahead> ahead_;             // mu_
+    std::vector<std::shared_ptr<Asked>> outstanding_;  // image requests sent; mu_
+    std::map<std::thread::id, Ahead> ahead_;           // mu_
   };
 
   // The {"device"} params of device.release and device.reset. Errors: "invalid_argument" naming the field.
@@ -522,14 +544,9 @@ class AgentImpl final : public Agent {
     beats_ = 0;
     for (const auto& d : runtime_->devices()) {
       heartbeat_told_[d.info.local_id] = d.health + "\n" + d.detail;
-      json::object o{{"id", d.info.local_id},
-                     {"kind", d.info.kind},
-                     {"model", d.info.model},
-                     {"passthrough", d.info.passthrough},
-                     {"pci", d.info.pci_bdf},
-                     {"loaded", d.loaded},
-                     {"health", d.health},
-                     {"detail", d.detail}};
+      json::object o{
+          {"id", d.info.local_id}, {"kind", d.info.kind}, {"model", d.info.model}, {"passthrough", d.info.passthrough},
+          {"pci", d.info.pci_bdf}, {"loaded", d.loaded},  {"health", d.health},    {"detail", d.detail}};
       if (!d.vm.empty()) {
         o["vm"] = d.vm;
         o["lease"] = d.lease;
@@ -575,10 +592,10 @@ class AgentImpl final : public Agent {
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
     if (relay_) relay_->rescan();
 #endif
-    note(notification_line("vm.stopped", json::object{{"vm_name", vm.vm_name},
-                                                      {"vm_uuid", vm.vm_uuid},
-                                                      {"reason", vm.reason},
-                                                      {"devices", std::move(ids)}}));
+    note(notification_line(
+        "vm.stopped",
+        json::object{
+            {"vm_name", vm.vm_name}, {"vm_uuid", vm.vm_uuid}, {"reason", vm.reason}, {"devices", std::move(ids)}}));
   }
 
 #ifdef ACCELPOOL_AGENT_HAVE_LIBVIRT
@@ -602,13 +619,17 @@ class AgentImpl final : public Agent {
       for (auto& c : *found) out.push_back({c.vm, c.socket});
       return out;
     };
-    auto r = Relay::start(std::move(o), targets, [this](const std::string& m) { log::info("relay", {{"host", cfg_.host}, {"detail", m}}); });
+    auto r = Relay::start(std::move(o), targets, [this](const std::string& m) {
+      log::info("relay", {{"host", cfg_.host}, { "detail", m }});
+    });
     if (!r) return r.error();
     relay_ = std::move(*r);
     std::string managers;
     for (const auto& m : cfg_.relay_managers) managers += (managers.empty() ? "" : ",") + m;
-    log::info("relaying the VMs' guest channel",
-              {{"host", cfg_.host}, {"channel", cfg_.relay_channel}, {"manager", managers}});
+    log::info("relaying the VMs' guest channel", {{"host", cfg_.host},
+                                                  {"channel", cfg_.relay_channel},
+                                                  { "manager",
+                                                    managers }});
     return Status::ok();
   }
 
@@ -626,10 +647,10 @@ class AgentImpl final : public Agent {
   std::unique_ptr<host::HostRuntime> runtime_;  // the devices; destroyed first (its completions reply)
   int wake_fd_ = -1;
 
-  std::mutex mu_;  // the connection state below
+  std::mutex mu_;          // the connection state below
   std::uint64_t gen_ = 0;  // connection generation: replies to an old connection are dropped
   bool registered_ = false;
-  std::int64_t next_id_ = kRegisterId + 1;  // of the agent's own requests (heartbeats, ask())
+  std::int64_t next_id_ = kRegisterId + 1;                // of the agent's own requests (heartbeats, ask())
   std::map<std::int64_t, std::shared_ptr<Asked>> asked_;  // ask()'s requests waiting for an answer
   std::condition_variable answered_;
   std::map<std::string, std::string> heartbeat_told_;  // device -> "health\ndetail" last sent to the manager

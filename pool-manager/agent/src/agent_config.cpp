@@ -71,7 +71,8 @@ struct Reader {
       return fallback;
     }
     auto v = n->as_integer()->get();
-    if (v < min || v > max) fail(prefix + key, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+    if (v < min || v > max)
+      fail(prefix + key, "must be between " + std::to_string(min) + " and " + std::to_string(max));
     return v;
   }
 };
@@ -101,8 +102,9 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
           "bitstreams", "state_file", "images_url", "tls_ca", "tls_cert", "tls_key"});
   // Retired: images come over the agent link now (docs/agent-protocol.md, "Images").
   if (agent->contains("images_url"))
-    r.fail("agent.images_url", "is no longer supported: the agent fetches the images its agent.bitstreams folder lacks "
-                               "from the manager over its agent connection (agent.manager); remove the key");
+    r.fail("agent.images_url",
+           "is no longer supported: the agent fetches the images its agent.bitstreams folder lacks "
+           "from the manager over its agent connection (agent.manager); remove the key");
   c.managers = r.strs(*agent, "agent.", "manager");
   const bool unix_manager =
       std::any_of(c.managers.begin(), c.managers.end(), [](const std::string& m) { return m.rfind("unix:", 0) == 0; });
@@ -114,9 +116,12 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
   } else if (!c.tls_ca.empty() && unix_manager) {
     r.fail("agent.tls_ca", "TLS is for TCP manager addresses; agent.manager names a Unix socket (plain)");
   } else if (!c.tls_ca.empty() && !r.error) {
-    auto ctx = common::tls::client_context(common::tls::table_files("agent", c.tls_cert, c.tls_key, c.tls_ca, "tls_ca"));
-    if (ctx) c.tls = *ctx;
-    else if (!r.error) r.error = make_error(Errc::invalid_config, file.string() + ": " + ctx.error().message);
+    auto ctx =
+        common::tls::client_context(common::tls::table_files("agent", c.tls_cert, c.tls_key, c.tls_ca, "tls_ca"));
+    if (ctx)
+      c.tls = *ctx;
+    else if (!r.error)
+      r.error = make_error(Errc::invalid_config, file.string() + ": " + ctx.error().message);
   }
   c.token = r.str(*agent, "agent.", "token", false);
   std::string token_file = r.str(*agent, "agent.", "token_file", false);
@@ -158,13 +163,17 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
     r.only(*lg, "log.", {"level", "format"});
     if (lg->contains("level")) {
       auto level = log::parse_level(r.str(*lg, "log.", "level", false));
-      if (level) c.log_level = *level;
-      else r.fail("log.level", "must be \"debug\", \"info\", \"warn\" or \"error\"");
+      if (level)
+        c.log_level = *level;
+      else
+        r.fail("log.level", "must be \"debug\", \"info\", \"warn\" or \"error\"");
     }
     if (lg->contains("format")) {
       auto format = log::parse_format(r.str(*lg, "log.", "format", false));
-      if (format) c.log_format = *format;
-      else r.fail("log.format", "must be \"text\" or \"json\"");
+      if (format)
+        c.log_format = *format;
+      else
+        r.fail("log.format", "must be \"text\" or \"json\"");
     }
   } else if (root.contains("log")) {
     r.fail("log", "must be a table");
@@ -184,8 +193,10 @@ Result<AgentConfig> load_agent_config(const std::filesystem::path& file) {
       backends::BackendConfig bc;
       for (const auto& [k, v] : *t) {
         std::string key(k.str());
-        if (auto value = backends::backend_config_value(v)) bc[key] = std::move(*value);
-        else r.fail(prefix + key, "must be a string, number, boolean or array of integers");
+        if (auto value = backends::backend_config_value(v))
+          bc[key] = std::move(*value);
+        else
+          r.fail(prefix + key, "must be a string, number, boolean or array of integers");
       }
       c.backends[std::string(name.str())] = std::move(bc);
     }

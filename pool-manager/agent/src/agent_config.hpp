@@ -31,7 +31,7 @@ struct AgentConfig {
   // Registry folder (created when missing): images it lacks are fetched from the manager over the agent link by
   // sha256 and kept there. Empty: bitstreams are names only (simulated pools).
   std::filesystem::path bitstreams;
-  std::filesystem::path state_file;  // VMs this agent attached devices to; empty: not kept
+  std::filesystem::path state_file;                         // VMs this agent attached devices to; empty: not kept
   std::map<std::string, backends::BackendConfig> backends;  // backend name -> its keys
   // libvirt; an empty uri turns attaching off.
   std::string libvirt_uri;

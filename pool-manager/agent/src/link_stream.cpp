@@ -123,7 +123,8 @@ Result<std::unique_ptr<LinkStream>> tls_server_stream(int fd, const common::tls:
   return tls_stream(fd, ctx, true, "");
 }
 
-Result<std::unique_ptr<LinkStream>> tls_client_stream(int fd, const common::tls::Context& ctx, const std::string& host) {
+Result<std::unique_ptr<LinkStream>> tls_client_stream(int fd, const common::tls::Context& ctx,
+                                                      const std::string& host) {
   return tls_stream(fd, ctx, false, host);
 }
 

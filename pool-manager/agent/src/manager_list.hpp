@@ -31,7 +31,7 @@ class ManagerList {
 
  private:
   std::vector<std::string> managers_;
-  std::size_t next_ = 0;     // the manager of the list tried when no leader is named
+  std::size_t next_ = 0;  // the manager of the list tried when no leader is named
   std::string current_;
   bool redirected_ = false;  // current_ is a leader a standby named, not managers_[next_]
 };

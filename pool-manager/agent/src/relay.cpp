@@ -67,7 +67,8 @@ struct Link {
 
 class RelayImpl final : public Relay {
  public:
-  RelayImpl(RelayOptions o, RelayTargets t, RelayLog l) : opt_(std::move(o)), targets_(std::move(t)), log_(std::move(l)) {
+  RelayImpl(RelayOptions o, RelayTargets t, RelayLog l)
+      : opt_(std::move(o)), targets_(std::move(t)), log_(std::move(l)) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
 
@@ -79,7 +80,9 @@ class RelayImpl final : public Relay {
     ::close(wake_fd_);
   }
 
-  void begin() { thread_ = std::thread([this] { loop(); }); }
+  void begin() {
+    thread_ = std::thread([this] { loop(); });
+  }
 
   void rescan() override {
     rescan_ = true;
@@ -103,7 +106,8 @@ class RelayImpl final : public Relay {
       // A side is read while the other side's buffer has room, and written while its own buffer holds bytes.
       auto watch = [&](Link& link, int fd, const std::string& read_into, const std::string& write_from, bool guest) {
         if (fd < 0) return;
-        short ev = static_cast<short>((read_into.size() < kMaxBuffered ? POLLIN : 0) | (write_from.empty() ? 0 : POLLOUT));
+        short ev =
+            static_cast<short>((read_into.size() < kMaxBuffered ? POLLIN : 0) | (write_from.empty() ? 0 : POLLOUT));
         fds.push_back({fd, ev, 0});
         owners.emplace_back(&link, guest);
       };
@@ -258,9 +262,12 @@ class RelayImpl final : public Relay {
       const std::string named = standby_names_leader(line);
       const std::string leader = plain_address(named);
       std::string why = "the manager at " + l.managers.current() + " is a standby; ";
-      if (named.empty()) why += "no manager leads yet";
-      else if (leader.empty()) why += "the leader at " + named + " is not a plain guest listener; trying the list";
-      else why += "the leader is at " + leader;
+      if (named.empty())
+        why += "no manager leads yet";
+      else if (leader.empty())
+        why += "the leader at " + named + " is not a plain guest listener; trying the list";
+      else
+        why += "the leader is at " + leader;
       drop_manager(l, why, leader);
       return false;
     }

@@ -23,10 +23,10 @@ struct RelayOptions {
   // The managers' guest listeners, in the order to try them: "HOST:PORT" (numeric IPv4) or "unix:PATH". Plain
   // connections: a leader named at a `tls://` address is not followed (the list is tried instead).
   std::vector<std::string> managers;
-  std::string token;    // the agent token
-  std::string host;     // this host's name in the pool
-  std::chrono::milliseconds scan_interval{1000};     // how often the VMs are listed again
-  std::chrono::milliseconds reconnect_min{200};      // backoff after a link drops, doubling up to reconnect_max
+  std::string token;                              // the agent token
+  std::string host;                               // this host's name in the pool
+  std::chrono::milliseconds scan_interval{1000};  // how often the VMs are listed again
+  std::chrono::milliseconds reconnect_min{200};   // backoff after a link drops, doubling up to reconnect_max
   std::chrono::milliseconds reconnect_max{10000};
   std::chrono::milliseconds handshake_timeout{5000};  // the manager's answer to `relay`
 };

@@ -112,15 +112,16 @@ Result<Message> parse_message(std::string_view line) {
   return m;
 }
 
-Result<std::string> get_string(const json::object& obj, std::string_view key, std::string_view where,
-                               bool required) {
+Result<std::string> get_string(const json::object& obj, std::string_view key, std::string_view where, bool required) {
   auto* v = obj.if_contains(key);
   if (!v) {
-    if (required) return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is required");
+    if (required)
+      return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is required");
     return std::string();
   }
   if (!v->is_string())
-    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' must be a string");
+    return make_error(Errc::invalid_argument,
+                      std::string(where) + ": field '" + std::string(key) + "' must be a string");
   if (v->get_string().size() > 4096)
     return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is too long");
   return std::string(v->get_string());
@@ -130,7 +131,8 @@ Result<bool> get_bool(const json::object& obj, std::string_view key, std::string
   auto* v = obj.if_contains(key);
   if (!v) return fallback;
   if (!v->is_bool())
-    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' must be a boolean");
+    return make_error(Errc::invalid_argument,
+                      std::string(where) + ": field '" + std::string(key) + "' must be a boolean");
   return v->get_bool();
 }
 
@@ -148,8 +150,8 @@ Result<std::uint64_t> get_uint(const json::object& obj, std::string_view key, st
                       std::string(where) + ": field '" + std::string(key) + "' must be a non-negative integer");
   }
   if (n > max)
-    return make_error(Errc::invalid_argument, std::string(where) + ": field '" + std::string(key) + "' is above " +
-                                              std::to_string(max));
+    return make_error(Errc::invalid_argument,
+                      std::string(where) + ": field '" + std::string(key) + "' is above " + std::to_string(max));
   return n;
 }
 
@@ -179,13 +181,9 @@ Result<host::DeviceDetails> parse_details(const json::value& value, const std::s
   for (const Status& s : {kind.status(), model.status(), vendor.status(), vendor_id.status(), device_id.status(),
                           memory.status(), host_pci.status()})
     if (!s) return s.error();
-  return host::DeviceDetails{*kind,
-                             *model,
-                             *vendor,
-                             static_cast<std::uint32_t>(*vendor_id),
-                             static_cast<std::uint32_t>(*device_id),
-                             *memory,
-                             *host_pci};
+  return host::DeviceDetails{
+      *kind,   *model,   *vendor, static_cast<std::uint32_t>(*vendor_id), static_cast<std::uint32_t>(*device_id),
+      *memory, *host_pci};
 }
 
 }  // namespace
@@ -226,7 +224,8 @@ Status only_fields(const json::object& obj, std::string_view allowed, std::strin
   };
   for (const auto& kv : obj) {
     std::string_view k = kv.key();
-    if (!listed(k)) return make_error(Errc::invalid_argument, std::string(where) + ": unknown field '" + std::string(k) + "'");
+    if (!listed(k))
+      return make_error(Errc::invalid_argument, std::string(where) + ": unknown field '" + std::string(k) + "'");
   }
   return Status::ok();
 }
@@ -256,7 +255,8 @@ Result<Parsed> parse_address(std::string_view address) {
   }
   auto colon = address.rfind(':');
   if (colon == std::string_view::npos)
-    return make_error(Errc::invalid_argument, "address '" + std::string(address) + "': expected HOST:PORT or unix:PATH");
+    return make_error(Errc::invalid_argument,
+                      "address '" + std::string(address) + "': expected HOST:PORT or unix:PATH");
   std::string host(address.substr(0, colon));
   std::string port(address.substr(colon + 1));
   char* end = nullptr;
@@ -267,7 +267,8 @@ Result<Parsed> parse_address(std::string_view address) {
   p.in.sin_port = htons(static_cast<std::uint16_t>(n));
   if (host == "localhost") host = "127.0.0.1";
   if (::inet_pton(AF_INET, host.c_str(), &p.in.sin_addr) != 1)
-    return make_error(Errc::invalid_argument, "address '" + std::string(address) + "': host must be a numeric IPv4 address");
+    return make_error(Errc::invalid_argument,
+                      "address '" + std::string(address) + "': host must be a numeric IPv4 address");
   return p;
 }
 
@@ -361,8 +362,8 @@ Result<host::PrepareRequest> parse_prepare_request(const json::object& params, s
   auto reprogram = get_bool(params, "reprogram", where, false);
   auto vm = get_string(params, "vm", where, false);
   auto lease = get_string(params, "lease", where, false);
-  for (const Status& s : {device.status(), bitstream.status(), sha256.status(), reprogram.status(), vm.status(),
-                          lease.status()})
+  for (const Status& s :
+       {device.status(), bitstream.status(), sha256.status(), reprogram.status(), vm.status(), lease.status()})
     if (!s) return s.error();
   host::PrepareRequest r;
   r.device = *device;

@@ -44,11 +44,21 @@ T device_value(cl_device_id d, cl_device_info what, T fallback = {}) {
 }
 
 // Owning handles (release on destruction).
-struct ContextDel { void operator()(cl_context c) const { clReleaseContext(c); } };
-struct QueueDel { void operator()(cl_command_queue q) const { clReleaseCommandQueue(q); } };
-struct ProgramDel { void operator()(cl_program p) const { clReleaseProgram(p); } };
-struct KernelDel { void operator()(cl_kernel k) const { clReleaseKernel(k); } };
-struct MemDel { void operator()(cl_mem m) const { clReleaseMemObject(m); } };
+struct ContextDel {
+  void operator()(cl_context c) const { clReleaseContext(c); }
+};
+struct QueueDel {
+  void operator()(cl_command_queue q) const { clReleaseCommandQueue(q); }
+};
+struct ProgramDel {
+  void operator()(cl_program p) const { clReleaseProgram(p); }
+};
+struct KernelDel {
+  void operator()(cl_kernel k) const { clReleaseKernel(k); }
+};
+struct MemDel {
+  void operator()(cl_mem m) const { clReleaseMemObject(m); }
+};
 using Context = std::unique_ptr<std::remove_pointer_t<cl_context>, ContextDel>;
 using Queue = std::unique_ptr<std::remove_pointer_t<cl_command_queue>, QueueDel>;
 using Program = std::unique_ptr<std::remove_pointer_t<cl_program>, ProgramDel>;
@@ -135,10 +145,12 @@ struct OpenClBackend::Impl {
     cl_int err = CL_SUCCESS;
     d->context.reset(clCreateContext(nullptr, 1, &id, nullptr, nullptr, &err));
     if (err != CL_SUCCESS)
-      return make_error(Errc::backend_failed, "opencl backend: creating a context for " + d->info.local_id + ": " + cl_error(err));
+      return make_error(Errc::backend_failed,
+                        "opencl backend: creating a context for " + d->info.local_id + ": " + cl_error(err));
     d->queue.reset(clCreateCommandQueue(d->context.get(), id, 0, &err));
     if (err != CL_SUCCESS)
-      return make_error(Errc::backend_failed, "opencl backend: creating a queue for " + d->info.local_id + ": " + cl_error(err));
+      return make_error(Errc::backend_failed,
+                        "opencl backend: creating a queue for " + d->info.local_id + ": " + cl_error(err));
     return d;
   }
 
@@ -228,13 +240,17 @@ struct OpenClBackend::Impl {
   // "invalid_argument" naming config key `key` and the device: it cannot be partitioned equally, has too few
   // compute units, or the split fails.
   static Result<std::vector<cl_device_id>> split_equally(cl_device_id id, const DeviceInfo& info, cl_uint cus,
-                                                         std::uint32_t n, const std::string& key, const std::string& what) {
+                                                         std::uint32_t n, const std::string& key,
+                                                         const std::string& what) {
     if (!can_partition(id, CL_DEVICE_PARTITION_EQUALLY))
-      return refuse_split(key, info, "cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
-                                     "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only");
+      return refuse_split(key, info,
+                          "cannot be partitioned into equal sub-devices (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                          "CL_DEVICE_PARTITION_EQUALLY): it can be offered whole only");
     if (cus < n)
-      return refuse_split(key, info, "has " + std::to_string(cus) + " compute units, too few for " + std::to_string(n) + " " + what);
-    cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY, static_cast<cl_device_partition_property>(cus / n), 0};
+      return refuse_split(
+          key, info, "has " + std::to_string(cus) + " compute units, too few for " + std::to_string(n) + " " + what);
+    cl_device_partition_property props[] = {CL_DEVICE_PARTITION_EQUALLY,
+                                            static_cast<cl_device_partition_property>(cus / n), 0};
     return create_sub_devices(id, info, props, cus, n, key, what);
   }
 
@@ -252,15 +268,19 @@ struct OpenClBackend::Impl {
     }
     spelt = "[" + spelt + "]";
     if (!can_partition(id, CL_DEVICE_PARTITION_BY_COUNTS))
-      return refuse_split("slots", info, "cannot be partitioned by counts (CL_DEVICE_PARTITION_PROPERTIES lacks "
-                                         "CL_DEVICE_PARTITION_BY_COUNTS): slots " + spelt + " cannot be made on it");
+      return refuse_split("slots", info,
+                          "cannot be partitioned by counts (CL_DEVICE_PARTITION_PROPERTIES lacks "
+                          "CL_DEVICE_PARTITION_BY_COUNTS): slots " +
+                              spelt + " cannot be made on it");
     const auto most = device_value<cl_uint>(id, CL_DEVICE_PARTITION_MAX_SUB_DEVICES);
     if (counts.size() > most)
-      return refuse_split("slots", info, "can be split into at most " + std::to_string(most) + " sub-devices, not the " +
-                                         std::to_string(counts.size()) + " slots of " + spelt);
+      return refuse_split("slots", info,
+                          "can be split into at most " + std::to_string(most) + " sub-devices, not the " +
+                              std::to_string(counts.size()) + " slots of " + spelt);
     if (sum > cus)
-      return refuse_split("slots", info, "has " + std::to_string(cus) + " compute units, fewer than the " +
-                                         std::to_string(sum) + " that slots " + spelt + " take");
+      return refuse_split("slots", info,
+                          "has " + std::to_string(cus) + " compute units, fewer than the " + std::to_string(sum) +
+                              " that slots " + spelt + " take");
     std::vector<cl_device_partition_property> props{CL_DEVICE_PARTITION_BY_COUNTS};
     for (std::uint32_t c : counts) props.push_back(static_cast<cl_device_partition_property>(c));
     props.push_back(CL_DEVICE_PARTITION_BY_COUNTS_LIST_END);
@@ -275,14 +295,16 @@ struct OpenClBackend::Impl {
     d.program.reset();
     d.loaded_sha256.clear();
     if (err != CL_SUCCESS)
-      return make_error(Errc::reset_failed, "opencl backend: " + d.info.local_id + ": waiting for queued work: " + cl_error(err));
+      return make_error(Errc::reset_failed,
+                        "opencl backend: " + d.info.local_id + ": waiting for queued work: " + cl_error(err));
     return Status::ok();
   }
 
   Result<Program> build(Device& d, const Image& image) {
     std::ifstream in(image.file, std::ios::binary);
     if (!in)
-      return make_error(Errc::program_failed, "opencl backend: image " + image.name + ": cannot read " + image.file.string());
+      return make_error(Errc::program_failed,
+                        "opencl backend: image " + image.name + ": cannot read " + image.file.string());
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     cl_int err = CL_SUCCESS;
     Program program;
@@ -299,11 +321,12 @@ struct OpenClBackend::Impl {
     }
     if (err != CL_SUCCESS)
       return make_error(Errc::program_failed, "opencl backend: image " + image.name + " on " + d.info.local_id +
-                                              ": creating the program failed: " + cl_error(err));
+                                                  ": creating the program failed: " + cl_error(err));
     err = clBuildProgram(program.get(), 1, &d.id, "", nullptr, nullptr);
     if (err != CL_SUCCESS)
       return make_error(Errc::program_failed, "opencl backend: image " + image.name + " on " + d.info.local_id +
-                                              ": build failed (" + cl_error(err) + "): " + build_log(program.get(), d.id));
+                                                  ": build failed (" + cl_error(err) +
+                                                  "): " + build_log(program.get(), d.id));
     return program;
   }
 };
@@ -319,7 +342,8 @@ Result<OpenClConfig> parse_opencl_config(const BackendConfig& config) {
     if (!counts) return counts.error();
     const std::string& spelt = config.at("slots");
     if (counts->empty())
-      return r.error("slots", "[] declares no slots: give each slot's compute units, e.g. [2, 1, 1], or a number of equal slots");
+      return r.error(
+          "slots", "[] declares no slots: give each slot's compute units, e.g. [2, 1, 1], or a number of equal slots");
     if (counts->size() > kMaxSlotsPerDevice)
       return r.error("slots", spelt + " declares " + std::to_string(counts->size()) + " slots, more than " +
                                   std::to_string(kMaxSlotsPerDevice));
@@ -377,7 +401,8 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
       tls = *context;
     }
     auto server = RemoteServer::start(c->remote_listen, c->remote_advertise, tls, {});
-    if (!server) return make_error(server.error().code, "backend opencl: config key 'remote_listen': " + server.error().message);
+    if (!server)
+      return make_error(server.error().code, "backend opencl: config key 'remote_listen': " + server.error().message);
     impl->remote = std::move(*server);
   }
 
@@ -402,7 +427,8 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
     err = clGetDeviceIDs(platforms[p], type, 0, nullptr, &num_devices);
     if (err == CL_DEVICE_NOT_FOUND || num_devices == 0) continue;
     if (err != CL_SUCCESS)
-      return make_error(Errc::backend_failed, "opencl backend: listing devices of platform '" + pname + "': " + cl_error(err));
+      return make_error(Errc::backend_failed,
+                        "opencl backend: listing devices of platform '" + pname + "': " + cl_error(err));
     std::vector<cl_device_id> ids(num_devices);
     clGetDeviceIDs(platforms[p], type, num_devices, ids.data(), nullptr);
     for (cl_uint i = 0; i < num_devices; ++i) {
@@ -433,13 +459,15 @@ Result<std::unique_ptr<OpenClBackend>> OpenClBackend::create(const BackendConfig
       base.passthrough = !base.pci_bdf.empty();
 
       if (c->subdevices >= 2) {
-        auto subs = Impl::split_equally(dev, base, cus, static_cast<std::uint32_t>(c->subdevices), "subdevices", "sub-devices");
+        auto subs =
+            Impl::split_equally(dev, base, cus, static_cast<std::uint32_t>(c->subdevices), "subdevices", "sub-devices");
         if (!subs) return subs.error();
         for (std::size_t s = 0; s < subs->size(); ++s) {
           DeviceInfo info = base;
           info.local_id = base.local_id + "." + std::to_string(s);
           info.attributes["parent"] = base.local_id;
-          info.attributes["compute_units"] = std::to_string(device_value<cl_uint>((*subs)[s], CL_DEVICE_MAX_COMPUTE_UNITS));
+          info.attributes["compute_units"] =
+              std::to_string(device_value<cl_uint>((*subs)[s], CL_DEVICE_MAX_COMPUTE_UNITS));
           if (auto st = impl->add_device((*subs)[s], true, std::move(info)); !st) {
             for (std::size_t rest = s + 1; rest < subs->size(); ++rest) clReleaseDevice((*subs)[rest]);
             return st.error();
@@ -470,12 +498,13 @@ Status OpenClBackend::program(std::string_view local_id, const Image& image) {
   std::string format = image_format(image);
   if (format != "opencl-source" && format != "opencl-binary")
     return make_error(Errc::incompatible, "opencl backend: image " + image.name + " has format " + format +
-                                          "; OpenCL devices load opencl-source or opencl-binary");
+                                              "; OpenCL devices load opencl-source or opencl-binary");
   if (auto st = check_compatible(image, t.device->info, t.slot); !st) return st;
   if (t.slot && !image.slot_shape.empty() && image.slot_shape != t.region->shape)
-    return make_error(Errc::incompatible, "opencl backend: image " + image.name + "@" + image.version + " fits slots of shape '" +
-                                          image.slot_shape + "', but slot " + std::to_string(*t.slot) + " of device " +
-                                          t.device->info.local_id + " has shape '" + t.region->shape + "'");
+    return make_error(Errc::incompatible, "opencl backend: image " + image.name + "@" + image.version +
+                                              " fits slots of shape '" + image.slot_shape + "', but slot " +
+                                              std::to_string(*t.slot) + " of device " + t.device->info.local_id +
+                                              " has shape '" + t.region->shape + "'");
   auto program = impl_->build(*t.region, image);
   if (!program) return program.error();
   // A full image replaces what the device's slots hold (their queued work finishes first).
@@ -513,23 +542,27 @@ void OpenClBackend::close_remote(std::string_view local_id) {
 Result<std::string> OpenClBackend::program_binary(std::string_view local_id) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  if (!d->program) return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
+  if (!d->program)
+    return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
   std::size_t size = 0;
   cl_int err = clGetProgramInfo(d->program.get(), CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr);
   if (err != CL_SUCCESS || size == 0)
-    return make_error(Errc::run_failed, "opencl backend: device " + d->info.local_id + ": no program binary (" + cl_error(err) + ")");
+    return make_error(Errc::run_failed,
+                      "opencl backend: device " + d->info.local_id + ": no program binary (" + cl_error(err) + ")");
   std::string binary(size, '\0');
   unsigned char* ptr = reinterpret_cast<unsigned char*>(binary.data());
   err = clGetProgramInfo(d->program.get(), CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr);
   if (err != CL_SUCCESS)
-    return make_error(Errc::run_failed, "opencl backend: device " + d->info.local_id + ": reading the binary: " + cl_error(err));
+    return make_error(Errc::run_failed,
+                      "opencl backend: device " + d->info.local_id + ": reading the binary: " + cl_error(err));
   return binary;
 }
 
 Result<std::vector<std::string>> OpenClBackend::kernel_names(std::string_view local_id) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  if (!d->program) return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
+  if (!d->program)
+    return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
   std::size_t size = 0;
   clGetProgramInfo(d->program.get(), CL_PROGRAM_KERNEL_NAMES, 0, nullptr, &size);
   std::string names(size, '\0');
@@ -555,12 +588,14 @@ Status run_on(cl_context context, cl_command_queue queue, cl_program program, co
   cl_int err = CL_SUCCESS;
   Kernel kernel(clCreateKernel(program, kernel_name.c_str(), &err));
   if (err != CL_SUCCESS)
-    return make_error(Errc::not_found, where + ": the loaded program has no kernel '" + kernel_name + "' (" + cl_error(err) + ")");
+    return make_error(Errc::not_found,
+                      where + ": the loaded program has no kernel '" + kernel_name + "' (" + cl_error(err) + ")");
   cl_uint num_args = 0;
   clGetKernelInfo(kernel.get(), CL_KERNEL_NUM_ARGS, sizeof num_args, &num_args, nullptr);
   if (num_args != args.size())
-    return make_error(Errc::invalid_argument, where + ": kernel '" + kernel_name + "' takes " + std::to_string(num_args) +
-                                              " arguments, " + std::to_string(args.size()) + " given");
+    return make_error(Errc::invalid_argument, where + ": kernel '" + kernel_name + "' takes " +
+                                                  std::to_string(num_args) + " arguments, " +
+                                                  std::to_string(args.size()) + " given");
   std::vector<Mem> buffers(args.size());
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto& a = args[i];
@@ -574,37 +609,45 @@ Status run_on(cl_context context, cl_command_queue queue, cl_program program, co
                            : a.kind == KernelArg::Kind::output ? CL_MEM_WRITE_ONLY
                            : shared                            ? CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR
                                                                : CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
-      void* host = shared ? static_cast<void*>(a.memory.data()) : a.kind == KernelArg::Kind::output ? nullptr : a.bytes.data();
+      void* host = shared                              ? static_cast<void*>(a.memory.data())
+                   : a.kind == KernelArg::Kind::output ? nullptr
+                                                       : a.bytes.data();
       buffers[i].reset(clCreateBuffer(context, flags, shared ? a.memory.size() : a.bytes.size(), host, &err));
       if (err != CL_SUCCESS)
-        return make_error(Errc::run_failed, where + ": allocating argument " + std::to_string(i) + ": " + cl_error(err));
+        return make_error(Errc::run_failed,
+                          where + ": allocating argument " + std::to_string(i) + ": " + cl_error(err));
       cl_mem m = buffers[i].get();
       err = clSetKernelArg(kernel.get(), static_cast<cl_uint>(i), sizeof m, &m);
     }
     if (err != CL_SUCCESS)
-      return make_error(Errc::invalid_argument, where + ": setting argument " + std::to_string(i) + " of '" + kernel_name +
-                                                "': " + cl_error(err));
+      return make_error(Errc::invalid_argument, where + ": setting argument " + std::to_string(i) + " of '" +
+                                                    kernel_name + "': " + cl_error(err));
   }
-  err = clEnqueueNDRangeKernel(queue, kernel.get(), static_cast<cl_uint>(global.size()), nullptr, global.data(), nullptr,
-                               0, nullptr, nullptr);
-  if (err != CL_SUCCESS) return make_error(Errc::run_failed, where + ": launching '" + kernel_name + "': " + cl_error(err));
+  err = clEnqueueNDRangeKernel(queue, kernel.get(), static_cast<cl_uint>(global.size()), nullptr, global.data(),
+                               nullptr, 0, nullptr, nullptr);
+  if (err != CL_SUCCESS)
+    return make_error(Errc::run_failed, where + ": launching '" + kernel_name + "': " + cl_error(err));
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto& a = args[i];
     if (a.kind == KernelArg::Kind::output || a.kind == KernelArg::Kind::inout) {
-      err = clEnqueueReadBuffer(queue, buffers[i].get(), CL_TRUE, 0, a.bytes.size(), a.bytes.data(), 0, nullptr, nullptr);
+      err =
+          clEnqueueReadBuffer(queue, buffers[i].get(), CL_TRUE, 0, a.bytes.size(), a.bytes.data(), 0, nullptr, nullptr);
       if (err != CL_SUCCESS)
-        return make_error(Errc::run_failed, where + ": reading back argument " + std::to_string(i) + ": " + cl_error(err));
+        return make_error(Errc::run_failed,
+                          where + ": reading back argument " + std::to_string(i) + ": " + cl_error(err));
     }
     if (a.kind == KernelArg::Kind::shared) {  // mapping makes the caller's memory hold the kernel's writes
       void* mapped = clEnqueueMapBuffer(queue, buffers[i].get(), CL_TRUE, CL_MAP_READ, 0, a.memory.size(), 0, nullptr,
                                         nullptr, &err);
       if (err == CL_SUCCESS) err = clEnqueueUnmapMemObject(queue, buffers[i].get(), mapped, 0, nullptr, nullptr);
       if (err != CL_SUCCESS)
-        return make_error(Errc::run_failed, where + ": synchronising shared argument " + std::to_string(i) + ": " + cl_error(err));
+        return make_error(Errc::run_failed,
+                          where + ": synchronising shared argument " + std::to_string(i) + ": " + cl_error(err));
     }
   }
   err = clFinish(queue);
-  if (err != CL_SUCCESS) return make_error(Errc::run_failed, where + ": finishing '" + kernel_name + "': " + cl_error(err));
+  if (err != CL_SUCCESS)
+    return make_error(Errc::run_failed, where + ": finishing '" + kernel_name + "': " + cl_error(err));
   return Status::ok();
 }
 
@@ -614,9 +657,10 @@ Status OpenClBackend::run_kernel(std::string_view local_id, const std::string& k
                                  const std::vector<std::size_t>& global_size) {
   Impl::Device* d = impl_->find(local_id);
   if (!d) return Impl::no_device(local_id);
-  if (!d->program) return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
-  return run_on(d->context.get(), d->queue.get(), d->program.get(), "opencl backend: device " + d->info.local_id, kernel,
-                args, global_size);
+  if (!d->program)
+    return make_error(Errc::not_programmed, "opencl backend: device " + d->info.local_id + " holds no image");
+  return run_on(d->context.get(), d->queue.get(), d->program.get(), "opencl backend: device " + d->info.local_id,
+                kernel, args, global_size);
 }
 
 HealthReport OpenClBackend::health(std::string_view local_id) {

@@ -20,8 +20,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <list>
 #include <map>
@@ -39,7 +39,6 @@ using clwire::Object;
 using clwire::Op;
 using clwire::Reader;
 using clwire::Writer;
-
 
 // "HOST:PORT" split at its last colon; "[::1]:7" gives "::1".
 bool split_address(const std::string& address, std::string& host, std::string& port) {
@@ -147,7 +146,8 @@ class Session {
   // Runs `op` with the fields `r` holds; results go to `out`. Returns the OpenCL status.
   cl_int run(Op op, Reader& r, Writer& out) {
     switch (op) {
-      case Op::get_info: return get_info(r, out);
+      case Op::get_info:
+        return get_info(r, out);
       case Op::create_context: {
         const auto id = r.u64();
         cl_int err = CL_SUCCESS;
@@ -213,7 +213,8 @@ class Session {
         if (p == nullptr) return CL_INVALID_PROGRAM;
         return clBuildProgram(p, 1, &device_, options.c_str(), nullptr, nullptr);
       }
-      case Op::program_binary: return program_binary(r, out);
+      case Op::program_binary:
+        return program_binary(r, out);
       case Op::create_kernel: {
         const auto id = r.u64();
         auto p = find<cl_program>(r.u64(), Object::program);
@@ -230,15 +231,18 @@ class Session {
         if (p == nullptr) return CL_INVALID_PROGRAM;
         cl_uint n = 0;
         std::vector<cl_kernel> made(ids.size());
-        cl_int err = clCreateKernelsInProgram(p, static_cast<cl_uint>(made.size()), made.empty() ? nullptr : made.data(), &n);
+        cl_int err =
+            clCreateKernelsInProgram(p, static_cast<cl_uint>(made.size()), made.empty() ? nullptr : made.data(), &n);
         if (err == CL_SUCCESS && !ids.empty()) {
           for (cl_uint i = 0; i < n && i < ids.size(); ++i) keep(ids[i], Object::kernel, made[i]);
         }
         out.u32(n);
         return err;
       }
-      case Op::set_kernel_arg: return set_kernel_arg(r);
-      default: return run_queue_op(op, r, out);
+      case Op::set_kernel_arg:
+        return set_kernel_arg(r);
+      default:
+        return run_queue_op(op, r, out);
     }
   }
 
@@ -292,7 +296,8 @@ class Session {
                               : clEnqueueFillBuffer(q, m, pattern.data(), pattern.size(), offset, size, n, w, e);
         });
       }
-      case Op::ndrange: return ndrange(r);
+      case Op::ndrange:
+        return ndrange(r);
       case Op::marker:
       case Op::barrier: {
         auto q = find<cl_command_queue>(r.u64(), Object::queue);
@@ -312,7 +317,8 @@ class Session {
       case Op::wait_events: {
         std::vector<cl_event> list;
         if (!events(r.ids(), list)) return take_kept(CL_INVALID_EVENT);
-        return take_kept(list.empty() ? CL_INVALID_VALUE : clWaitForEvents(static_cast<cl_uint>(list.size()), list.data()));
+        return take_kept(list.empty() ? CL_INVALID_VALUE
+                                      : clWaitForEvents(static_cast<cl_uint>(list.size()), list.data()));
       }
       case Op::release: {
         const auto type = static_cast<Object>(r.u8());
@@ -424,7 +430,8 @@ class Session {
     };
     switch (what) {
       case Info::device:
-        return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetDeviceInfo(device_, param, s, v, n); });
+        return answer(out,
+                      [&](std::size_t s, void* v, std::size_t* n) { return clGetDeviceInfo(device_, param, s, v, n); });
       case Info::context: {
         auto c = find<cl_context>(id, Object::context);
         if (c == nullptr) return missing(CL_INVALID_CONTEXT);
@@ -433,19 +440,22 @@ class Session {
       case Info::queue: {
         auto q = find<cl_command_queue>(id, Object::queue);
         if (q == nullptr) return missing(CL_INVALID_COMMAND_QUEUE);
-        return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetCommandQueueInfo(q, param, s, v, n); });
+        return answer(out,
+                      [&](std::size_t s, void* v, std::size_t* n) { return clGetCommandQueueInfo(q, param, s, v, n); });
       }
       case Info::mem: {
         auto m = find<cl_mem>(id, Object::mem);
         if (m == nullptr) return missing(CL_INVALID_MEM_OBJECT);
-        return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetMemObjectInfo(m, param, s, v, n); });
+        return answer(out,
+                      [&](std::size_t s, void* v, std::size_t* n) { return clGetMemObjectInfo(m, param, s, v, n); });
       }
       case Info::program:
       case Info::program_build: {
         auto p = find<cl_program>(id, Object::program);
         if (p == nullptr) return missing(CL_INVALID_PROGRAM);
         if (what == Info::program)
-          return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetProgramInfo(p, param, s, v, n); });
+          return answer(out,
+                        [&](std::size_t s, void* v, std::size_t* n) { return clGetProgramInfo(p, param, s, v, n); });
         return answer(out, [&](std::size_t s, void* v, std::size_t* n) {
           return clGetProgramBuildInfo(p, device_, param, s, v, n);
         });
@@ -456,7 +466,8 @@ class Session {
         auto k = find<cl_kernel>(id, Object::kernel);
         if (k == nullptr) return missing(CL_INVALID_KERNEL);
         if (what == Info::kernel)
-          return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetKernelInfo(k, param, s, v, n); });
+          return answer(out,
+                        [&](std::size_t s, void* v, std::size_t* n) { return clGetKernelInfo(k, param, s, v, n); });
         if (what == Info::kernel_arg)
           return answer(out, [&](std::size_t s, void* v, std::size_t* n) {
             return clGetKernelArgInfo(k, static_cast<cl_uint>(extra), param, s, v, n);
@@ -471,7 +482,8 @@ class Session {
         if (e == nullptr) return missing(CL_INVALID_EVENT);
         if (what == Info::event)
           return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetEventInfo(e, param, s, v, n); });
-        return answer(out, [&](std::size_t s, void* v, std::size_t* n) { return clGetEventProfilingInfo(e, param, s, v, n); });
+        return answer(
+            out, [&](std::size_t s, void* v, std::size_t* n) { return clGetEventProfilingInfo(e, param, s, v, n); });
       }
     }
     return missing(CL_INVALID_VALUE);
@@ -497,13 +509,26 @@ class Session {
 
   static void release(const Held& h) {
     switch (h.type) {
-      case Object::context: clReleaseContext(static_cast<cl_context>(h.handle)); break;
-      case Object::queue: clReleaseCommandQueue(static_cast<cl_command_queue>(h.handle)); break;
-      case Object::mem: clReleaseMemObject(static_cast<cl_mem>(h.handle)); break;
-      case Object::program: clReleaseProgram(static_cast<cl_program>(h.handle)); break;
-      case Object::kernel: clReleaseKernel(static_cast<cl_kernel>(h.handle)); break;
-      case Object::event: clReleaseEvent(static_cast<cl_event>(h.handle)); break;
-      case Object::device: break;
+      case Object::context:
+        clReleaseContext(static_cast<cl_context>(h.handle));
+        break;
+      case Object::queue:
+        clReleaseCommandQueue(static_cast<cl_command_queue>(h.handle));
+        break;
+      case Object::mem:
+        clReleaseMemObject(static_cast<cl_mem>(h.handle));
+        break;
+      case Object::program:
+        clReleaseProgram(static_cast<cl_program>(h.handle));
+        break;
+      case Object::kernel:
+        clReleaseKernel(static_cast<cl_kernel>(h.handle));
+        break;
+      case Object::event:
+        clReleaseEvent(static_cast<cl_event>(h.handle));
+        break;
+      case Object::device:
+        break;
     }
   }
 
@@ -623,8 +648,8 @@ struct RemoteServer::Impl {
       }
       if (op != Op::hello || r.failed() || version != clwire::kVersion) device = nullptr;
       status = op != Op::hello || r.failed() || version != clwire::kVersion ? CL_INVALID_VALUE
-               : device != nullptr                                         ? CL_SUCCESS
-                                                                           : CL_INVALID_DEVICE;
+               : device != nullptr                                          ? CL_SUCCESS
+                                                                            : CL_INVALID_DEVICE;
     }
     Writer w(Op::reply);
     w.i32(status);

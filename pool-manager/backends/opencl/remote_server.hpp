@@ -33,7 +33,8 @@ class RemoteServer {
   ~RemoteServer();
 
   // Opens `local_id` (OpenCL device `device`, a cl_device_id) for one lease and returns its endpoint
-  // "ocl+tcp://HOST:PORT/CAPABILITY" ("ocl+tls://" with TLS). A device that is open already is closed first (its old capability ends).
+  // "ocl+tcp://HOST:PORT/CAPABILITY" ("ocl+tls://" with TLS). A device that is open already is closed first (its old
+  // capability ends).
   std::string open(const std::string& local_id, void* device);
 
   // Ends `local_id`'s capability, cuts its connections and returns once every object they made is released

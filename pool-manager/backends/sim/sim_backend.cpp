@@ -65,7 +65,8 @@ Result<SimConfig> parse_sim_config(const BackendConfig& config) {
   if (!hang) return hang.error();
   c.hang_duration = std::chrono::milliseconds(*hang);
   c.attach = r.get_string("attach", "shmem");
-  if (c.attach != "shmem" && c.attach != "network") return r.error("attach", "'" + c.attach + "' is not shmem or network");
+  if (c.attach != "shmem" && c.attach != "network")
+    return r.error("attach", "'" + c.attach + "' is not shmem or network");
   auto unload = r.get_bool("reset_unloads", false);
   if (!unload) return unload.error();
   c.reset_unloads = *unload;
@@ -154,7 +155,8 @@ const SimBackend::Device* SimBackend::find(std::string_view local_id) const {
 SimBackend::Target SimBackend::target(std::string_view local_id) {
   if (Device* d = find(local_id)) return {d, &d->whole, std::nullopt};
   if (auto slot = parse_slot_local_id(local_id)) {
-    if (Device* d = find(slot->device); d && slot->index < d->slots.size()) return {d, &d->slots[slot->index], slot->index};
+    if (Device* d = find(slot->device); d && slot->index < d->slots.size())
+      return {d, &d->slots[slot->index], slot->index};
   }
   return {};
 }
@@ -178,7 +180,8 @@ std::chrono::nanoseconds SimBackend::programming_time(const Image& image) const 
     if (!ec) size = s;
   }
   double seconds = static_cast<double>(size) / config_.program_bytes_per_second;
-  return (image.partial ? config_.partial_program_base : config_.program_base) + std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9));
+  return (image.partial ? config_.partial_program_base : config_.program_base) +
+         std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9));
 }
 
 Status SimBackend::program(std::string_view local_id, const Image& image) {
@@ -189,7 +192,8 @@ Status SimBackend::program(std::string_view local_id, const Image& image) {
     Target t = target(local_id);
     if (!t.device) return no_device(local_id);
     if (!t.device->failure.empty())
-      return make_error(Errc::program_failed, "sim backend: device " + t.device->info.local_id + " has failed: " + t.device->failure);
+      return make_error(Errc::program_failed,
+                        "sim backend: device " + t.device->info.local_id + " has failed: " + t.device->failure);
     if (auto st = check_compatible(image, t.device->info, t.slot); !st) return st;
     if (image.sha256.empty())
       return make_error(Errc::invalid_argument, "sim backend: image " + image.name + " has no sha256");
@@ -214,14 +218,15 @@ Status SimBackend::program(std::string_view local_id, const Image& image) {
   Target t = target(local_id);
   const std::string what = std::string(local_id);
   if (hang)
-    return make_error(Errc::program_failed, "sim backend: programming device " + what + " with " + image.name +
-                                            " hung (no answer for " +
-                                            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) +
-                                            " ms)");
+    return make_error(Errc::program_failed,
+                      "sim backend: programming device " + what + " with " + image.name + " hung (no answer for " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) + " ms)");
   if (fail)
-    return make_error(Errc::program_failed, "sim backend: programming device " + what + " with " + image.name + " failed (injected)");
+    return make_error(Errc::program_failed,
+                      "sim backend: programming device " + what + " with " + image.name + " failed (injected)");
   if (!t.device->failure.empty())
-    return make_error(Errc::program_failed, "sim backend: device " + t.device->info.local_id + " failed while programming: " + t.device->failure);
+    return make_error(Errc::program_failed, "sim backend: device " + t.device->info.local_id +
+                                                " failed while programming: " + t.device->failure);
   t.region->loaded_sha256 = image.sha256;
   ++t.region->programs;
   return Status::ok();
@@ -239,7 +244,8 @@ Status SimBackend::reset(std::string_view local_id) {
   Target t = target(local_id);
   if (!t.device) return no_device(local_id);
   if (!t.device->failure.empty())
-    return make_error(Errc::reset_failed, "sim backend: device " + t.device->info.local_id + " has failed: " + t.device->failure);
+    return make_error(Errc::reset_failed,
+                      "sim backend: device " + t.device->info.local_id + " has failed: " + t.device->failure);
   if (config_.reset_unloads) t.region->loaded_sha256.clear();
   return Status::ok();
 }

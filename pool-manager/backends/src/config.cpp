@@ -25,8 +25,7 @@ Result<std::int64_t> ConfigReader::get_int(const std::string& key, std::int64_t 
   const std::string& s = it->second;
   std::int64_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty())
-    return error(key, "'" + s + "' is not an integer");
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return error(key, "'" + s + "' is not an integer");
   if (v < min || v > max)
     return error(key, std::to_string(v) + " is outside " + std::to_string(min) + ".." + std::to_string(max));
   return v;
@@ -69,7 +68,9 @@ Result<std::vector<std::int64_t>> ConfigReader::get_int_list(const std::string& 
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') return refuse();
   const char* p = s.data() + 1;
   const char* const end = s.data() + s.size() - 1;
-  auto skip_spaces = [&] { while (p != end && *p == ' ') ++p; };
+  auto skip_spaces = [&] {
+    while (p != end && *p == ' ') ++p;
+  };
   skip_spaces();
   while (p != end) {
     std::int64_t v = 0;
@@ -99,16 +100,19 @@ Status ConfigReader::finish() const {
 
 Status check_compatible(const Image& image, const DeviceInfo& device, std::optional<std::uint32_t> slot) {
   if (image.partial != slot.has_value()) {
-    const std::string target = slot ? "slot " + std::to_string(*slot) + " of device " + device.local_id : "device " + device.local_id;
+    const std::string target =
+        slot ? "slot " + std::to_string(*slot) + " of device " + device.local_id : "device " + device.local_id;
     return make_error(Errc::incompatible, "image " + image.name + "@" + image.version + " is a " +
-                                          (image.partial ? "partial image (it goes into a slot)" : "full image (it takes a whole device)") +
-                                          ", not for " + target);
+                                              (image.partial ? "partial image (it goes into a slot)"
+                                                             : "full image (it takes a whole device)") +
+                                              ", not for " + target);
   }
   if (image.compatible.empty() || bitstreams::model_matches(image.compatible, device.model)) return Status::ok();
   std::string list;
   for (const auto& c : image.compatible) list += (list.empty() ? "" : ", ") + c;
   return make_error(Errc::incompatible, "image " + image.name + "@" + image.version + " is not for device " +
-                                        device.local_id + " (model '" + device.model + "'; the image fits: " + list + ")");
+                                            device.local_id + " (model '" + device.model +
+                                            "'; the image fits: " + list + ")");
 }
 
 std::string image_format(const Image& image) {

@@ -41,7 +41,8 @@ Result<std::unique_ptr<DeviceBackend>> make_backend(std::string_view name, const
 #endif
   std::string list;
   for (const auto& b : built_backends()) list += (list.empty() ? "" : ", ") + b;
-  return make_error(Errc::not_found, "no device backend '" + std::string(name) + "' in this build (built: " + list + ")");
+  return make_error(Errc::not_found,
+                    "no device backend '" + std::string(name) + "' in this build (built: " + list + ")");
 }
 
 }  // namespace accelpool::backends

@@ -7,11 +7,11 @@
 #include <xrt/xrt_device.h>
 #include <xrt/xrt_uuid.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <exception>
 #include <iterator>
 #include <system_error>
-#include <unistd.h>
 
 namespace accelpool::backends {
 namespace {
@@ -42,22 +42,25 @@ std::string serial_from(const std::string& platform_json) {
 }  // namespace
 
 XrtShellSlots xrt_shell_slots(std::string_view shell, std::uint16_t xclbin_mode) {
-  static constexpr const char* kModes[] = {"XCLBIN_FLAT",   "XCLBIN_PR",     "XCLBIN_TANDEM_STAGE2", "XCLBIN_TANDEM_STAGE2_WITH_PR",
-                                           "XCLBIN_HW_EMU", "XCLBIN_SW_EMU", "XCLBIN_HW_EMU_PR"};
+  static constexpr const char* kModes[] = {
+      "XCLBIN_FLAT",   "XCLBIN_PR",     "XCLBIN_TANDEM_STAGE2", "XCLBIN_TANDEM_STAGE2_WITH_PR",
+      "XCLBIN_HW_EMU", "XCLBIN_SW_EMU", "XCLBIN_HW_EMU_PR"};
   static_assert(std::size(kModes) == XCLBIN_MODE_MAX);
   XrtShellSlots r;
   const std::string name = "shell '" + std::string(shell) + "'";
   if (xclbin_mode >= XCLBIN_MODE_MAX) {
-    r.report = name + ": unknown XCLBIN_MODE " + std::to_string(xclbin_mode) + ", so the card is offered whole (no slots)";
+    r.report =
+        name + ": unknown XCLBIN_MODE " + std::to_string(xclbin_mode) + ", so the card is offered whole (no slots)";
     return r;
   }
   const std::string mode = std::string(" (") + kModes[xclbin_mode] + ")";
   r.partial_reconfiguration =
       xclbin_mode == XCLBIN_PR || xclbin_mode == XCLBIN_TANDEM_STAGE2_WITH_PR || xclbin_mode == XCLBIN_HW_EMU_PR;
-  r.report = r.partial_reconfiguration
-                 ? name + " reconfigures one user region" + mode +
-                       ": an xclbin fills all of it and XRT loads one per card, so the card is offered whole (no slots)"
-                 : name + " is flat" + mode + ": an xclbin replaces the whole device, so the card is offered whole (no slots)";
+  r.report =
+      r.partial_reconfiguration
+          ? name + " reconfigures one user region" + mode +
+                ": an xclbin fills all of it and XRT loads one per card, so the card is offered whole (no slots)"
+          : name + " is flat" + mode + ": an xclbin replaces the whole device, so the card is offered whole (no slots)";
   return r;
 }
 
@@ -69,7 +72,8 @@ Result<XrtConfig> parse_xrt_config(const BackendConfig& config) {
   c.runtime_root = r.get_string("runtime_root", (base / ("accelpool-xrt-" + std::to_string(getuid()))).string());
   c.xrt_lib_dir = r.get_string("xrt_lib_dir", c.xrt_lib_dir.string());
   if (auto st = r.finish(); !st) return st.error();
-  if (!c.runtime_root.is_absolute()) return r.error("runtime_root", "'" + c.runtime_root.string() + "' must be absolute");
+  if (!c.runtime_root.is_absolute())
+    return r.error("runtime_root", "'" + c.runtime_root.string() + "' must be absolute");
   return c;
 }
 
@@ -81,13 +85,14 @@ Result<std::unique_ptr<XrtBackend>> XrtBackend::create(const BackendConfig& conf
     std::error_code ec;
     std::filesystem::create_directories(c->runtime_root, ec);
     if (ec)
-      return make_error(Errc::backend_failed, "xrt backend: cannot create " + c->runtime_root.string() + ": " + ec.message());
+      return make_error(Errc::backend_failed,
+                        "xrt backend: cannot create " + c->runtime_root.string() + ": " + ec.message());
     auto lib = c->runtime_root / "lib";
     if (!std::filesystem::exists(std::filesystem::symlink_status(lib, ec))) {
       std::filesystem::create_directory_symlink(c->xrt_lib_dir, lib, ec);
       if (ec)
-        return make_error(Errc::backend_failed, "xrt backend: cannot link " + lib.string() + " -> " + c->xrt_lib_dir.string() +
-                                                ": " + ec.message());
+        return make_error(Errc::backend_failed, "xrt backend: cannot link " + lib.string() + " -> " +
+                                                    c->xrt_lib_dir.string() + ": " + ec.message());
     }
     setenv("XILINX_XRT", c->runtime_root.c_str(), 1);
   }
@@ -144,7 +149,7 @@ Status XrtBackend::program(std::string_view local_id, const Image& image) {
   if (!index) return index.error();
   if (image_format(image) != "xclbin")
     return make_error(Errc::incompatible, "xrt backend: image " + image.name + " has format " + image_format(image) +
-                                          "; XRT devices load xclbin images");
+                                              "; XRT devices load xclbin images");
   auto info = bitstreams::read_xclbin(image.file);
   if (!info) return info.error();
   return guarded(Errc::program_failed, "programming " + std::string(local_id), [&]() -> Status {
@@ -153,8 +158,9 @@ Status XrtBackend::program(std::string_view local_id, const Image& image) {
     dev.local_id = std::string(local_id);
     dev.model = device.get_info<xrt::info::device::name>();
     if (info->platform != dev.model)
-      return make_error(Errc::incompatible, "xrt backend: image " + image.name + " targets platform '" + info->platform +
-                                            "' but device " + dev.local_id + " runs shell '" + dev.model + "'");
+      return make_error(Errc::incompatible, "xrt backend: image " + image.name + " targets platform '" +
+                                                info->platform + "' but device " + dev.local_id + " runs shell '" +
+                                                dev.model + "'");
     if (auto st = check_compatible(image, dev); !st) return st;
     xrt::uuid uuid = device.load_xclbin(image.file.string());
     sha_by_uuid_[uuid.to_string()] = image.sha256;
@@ -165,13 +171,14 @@ Status XrtBackend::program(std::string_view local_id, const Image& image) {
 Result<std::string> XrtBackend::loaded(std::string_view local_id) {
   auto index = index_of(local_id);
   if (!index) return index.error();
-  return guarded(Errc::backend_failed, "reading the loaded xclbin of " + std::string(local_id), [&]() -> Result<std::string> {
-    xrt::device device(*index);
-    xrt::uuid uuid = device.get_xclbin_uuid();
-    if (!uuid) return std::string();
-    auto it = sha_by_uuid_.find(uuid.to_string());
-    return it == sha_by_uuid_.end() ? std::string() : it->second;
-  });
+  return guarded(Errc::backend_failed, "reading the loaded xclbin of " + std::string(local_id),
+                 [&]() -> Result<std::string> {
+                   xrt::device device(*index);
+                   xrt::uuid uuid = device.get_xclbin_uuid();
+                   if (!uuid) return std::string();
+                   auto it = sha_by_uuid_.find(uuid.to_string());
+                   return it == sha_by_uuid_.end() ? std::string() : it->second;
+                 });
 }
 
 Status XrtBackend::reset(std::string_view local_id) {

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   const int rounds = arg(argc, argv, "--rounds", 5);
   const int threads = arg(argc, argv, "--threads", 0);
   if (devices < 1 || program_ms < 0 || rounds < 1 || threads < 0) {
-    std::fprintf(stderr, "usage: accelpool-gang-bench [--devices N>=1] [--program-ms T>=0] [--rounds R>=1] [--threads K>=0]\n");
+    std::fprintf(stderr,
+                 "usage: accelpool-gang-bench [--devices N>=1] [--program-ms T>=0] [--rounds R>=1] [--threads K>=0]\n");
     return 2;
   }
 

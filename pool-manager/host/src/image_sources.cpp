@@ -20,8 +20,8 @@ Result<bitstreams::Bitstream> find_entry(const AnyRegistry& registry, const std:
   auto b = sha256.empty() ? registry.get(bitstream) : registry.find_by_sha256(sha256);
   if (!b) return make_error(b.error().code, "bitstream '" + bitstream + "': " + b.error().message);
   if (b->manifest.name != bitstream) {
-    return make_error(Errc::invalid_argument, "bitstream '" + bitstream + "': sha256 " + sha256 + " is image '" +
-                                              b->manifest.name + "'");
+    return make_error(Errc::invalid_argument,
+                      "bitstream '" + bitstream + "': sha256 " + sha256 + " is image '" + b->manifest.name + "'");
   }
   return b;
 }
@@ -61,7 +61,7 @@ class FolderImages final : public ImageSource {
       // Not here yet: the manager's copy is fetched, verified and kept in the folder.
       if (!fetcher_) {
         return make_error(Errc::missing_file, "bitstream '" + bitstream + "': no image with sha256 " + sha256 +
-                                              " here, and nothing to fetch it from");
+                                                  " here, and nothing to fetch it from");
       }
       std::lock_guard lock(fetching_);  // one fetch at a time; a second asker of the same image finds it fetched
       auto f = bitstreams::fetch_image(*registry_, sha256, *fetcher_);
@@ -92,8 +92,7 @@ Result<std::unique_ptr<ImageSource>> folder_images(const std::filesystem::path& 
     return make_error(Errc::not_found, "bitstream registry: " + dir.string() + " is not a folder");
   auto registry = bitstreams::SharedRegistry::open(dir);
   if (!registry) return registry.error();
-  return std::unique_ptr<ImageSource>(
-      std::make_unique<FolderImages>(std::move(*registry), std::move(fetcher)));
+  return std::unique_ptr<ImageSource>(std::make_unique<FolderImages>(std::move(*registry), std::move(fetcher)));
 }
 
 }  // namespace accelpool::host

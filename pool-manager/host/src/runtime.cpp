@@ -1,8 +1,8 @@
 #include <accelpool/backends/factory.hpp>
 #include <accelpool/bitstreams/sha256.hpp>
 #include <accelpool/bitstreams/verified_images.hpp>
-#include <accelpool/host/runtime.hpp>
 #include <accelpool/common/slots.hpp>
+#include <accelpool/host/runtime.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -24,9 +24,12 @@ namespace {
 
 std::string health_word(backends::Health h) {
   switch (h) {
-    case backends::Health::ok: return "ok";
-    case backends::Health::degraded: return "degraded";
-    case backends::Health::failed: return "failed";
+    case backends::Health::ok:
+      return "ok";
+    case backends::Health::degraded:
+      return "degraded";
+    case backends::Health::failed:
+      return "failed";
   }
   return "failed";
 }
@@ -183,7 +186,8 @@ class Runtime final : public HostRuntime {
           slot.details = details_of(slot.state.info);
           if (!devices_.emplace(slot.state.info.local_id, std::move(slot)).second) {
             return make_error(Errc::invalid_argument, where + "device id '" + slot_local_id(info.local_id, n) +
-                                                      "' is both a device and a slot of device '" + info.local_id + "'");
+                                                          "' is both a device and a slot of device '" + info.local_id +
+                                                          "'");
           }
         }
       }
@@ -312,7 +316,8 @@ class Runtime final : public HostRuntime {
   Result<Device> lookup(const std::string& id, const std::string& what) const {
     std::lock_guard lock(mu_);
     auto it = devices_.find(id);
-    if (it == devices_.end()) return make_error(Errc::not_found, what + ": host '" + options_.host + "' has no device '" + id + "'");
+    if (it == devices_.end())
+      return make_error(Errc::not_found, what + ": host '" + options_.host + "' has no device '" + id + "'");
     return it->second;
   }
 
@@ -407,7 +412,8 @@ class Runtime final : public HostRuntime {
     out.attach = unattached_mode(d.state.info);
     if (out.attach == AttachMode::network) {
       auto served = serve_remote(d, r);
-      if (!served) return make_error(served.error().code, what + ": serving it over the network: " + served.error().message);
+      if (!served)
+        return make_error(served.error().code, what + ": serving it over the network: " + served.error().message);
       out.endpoint = *served;
     }
     if (r.vm.empty()) return Status::ok();
@@ -425,8 +431,9 @@ class Runtime final : public HostRuntime {
       spec.pci_bdf = pci ? d.state.info.pci_bdf : "";
       auto at = attacher_->attach(r.vm, spec);
       if (!at) {
-        return make_error(Errc::attach_failed, what + ": attaching it to VM '" + r.vm + "' (" + std::string(to_string(at.error().code)) +
-                                               "): " + at.error().message);
+        return make_error(Errc::attach_failed, what + ": attaching it to VM '" + r.vm + "' (" +
+                                                   std::string(to_string(at.error().code)) +
+                                                   "): " + at.error().message);
       }
       std::lock_guard lock(mu_);
       auto& s = devices_.at(r.device).state;
@@ -451,7 +458,11 @@ class Runtime final : public HostRuntime {
   Result<std::string> serve_remote(const Device& d, const PrepareRequest& r) {
     if (!d.state.endpoint.empty() && d.state.lease == r.lease) return d.state.endpoint;
     auto endpoint = call(d.backend, [&](backends::DeviceBackend& b) { return b.open_remote(r.device); });
-    if (endpoint) update(r.device, [&](DeviceState& s) { s.endpoint = *endpoint; s.lease = r.lease; });
+    if (endpoint)
+      update(r.device, [&](DeviceState& s) {
+        s.endpoint = *endpoint;
+        s.lease = r.lease;
+      });
     return endpoint;
   }
 
@@ -489,7 +500,8 @@ class Runtime final : public HostRuntime {
           return make_error(Errc::quarantined, what + " " + why);
         }
       } else if (pending.error().code != Errc::not_attached && pending.error().code != Errc::not_found) {
-        return make_error(Errc::detach_failed, what + ": detaching it from VM '" + d.vm + "': " + pending.error().message);
+        return make_error(Errc::detach_failed,
+                          what + ": detaching it from VM '" + d.vm + "': " + pending.error().message);
       }
     }
     if (d.quarantined) return make_error(Errc::quarantined, what + " is quarantined (" + d.detail + ")");
@@ -671,7 +683,7 @@ class Runtime final : public HostRuntime {
   bitstreams::VerifiedImages verified_;
   std::vector<std::unique_ptr<Backend>> backends_;  // fixed after init
 
-  mutable std::mutex mu_;  // the records below
+  mutable std::mutex mu_;                     // the records below
   std::map<std::string, Device> devices_;     // the set of ids is fixed after init
   std::map<std::string, std::string> names_;  // sha256 -> bitstream name of images this runtime programmed
 
@@ -689,7 +701,8 @@ Result<std::unique_ptr<HostRuntime>> HostRuntime::create(RuntimeOptions options,
                                                          std::unique_ptr<ImageSource> images,
                                                          std::unique_ptr<hypervisor::Attacher> attacher,
                                                          RuntimeEvents events) {
-  auto runtime = std::make_unique<Runtime>(std::move(options), std::move(images), std::move(attacher), std::move(events));
+  auto runtime =
+      std::make_unique<Runtime>(std::move(options), std::move(images), std::move(attacher), std::move(events));
   if (auto s = runtime->init(std::move(backends)); !s) return s.error();
   return std::unique_ptr<HostRuntime>(std::move(runtime));
 }

@@ -271,8 +271,8 @@ class LibvirtAttacher final : public Attacher {
     for (const auto& r : *records) {
       if (r.device_id == spec.device_id) {
         return make_error(Errc::already_attached, "device '" + spec.device_id + "' is already recorded in " + label +
-                                                  " (state " + std::string(to_string(r.state)) + ", lease '" +
-                                                  r.lease_id + "')");
+                                                      " (state " + std::string(to_string(r.state)) + ", lease '" +
+                                                      r.lease_id + "')");
       }
     }
     if (auto other = recorded_elsewhere(uuid, spec.device_id)) {
@@ -419,7 +419,8 @@ class LibvirtAttacher final : public Attacher {
   Status open_connection() {
     virConnectPtr c = virConnectOpen(options_.uri.c_str());
     if (c == nullptr) {
-      return make_error(Errc::unavailable, "cannot connect to libvirt at '" + options_.uri + "': " + last_error_message());
+      return make_error(Errc::unavailable,
+                        "cannot connect to libvirt at '" + options_.uri + "': " + last_error_message());
     }
     virConnSetErrorFunc(c, nullptr, discard_error);
     // A connection without keepalive is fine: 1 from a remote peer without it, "not supported" from a driver in
@@ -768,11 +769,16 @@ class LibvirtAttacher final : public Attacher {
   // The event kind and its words for a libvirt VIR_DOMAIN_EVENT_STOPPED detail.
   static std::pair<EventKind, std::string> stop_kind(int detail) {
     switch (detail) {
-      case VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN: return {EventKind::vm_shutdown, "the VM shut down"};
-      case VIR_DOMAIN_EVENT_STOPPED_DESTROYED: return {EventKind::vm_destroyed, "the VM was destroyed"};
-      case VIR_DOMAIN_EVENT_STOPPED_CRASHED: return {EventKind::vm_crashed, "the VM crashed"};
-      case VIR_DOMAIN_EVENT_STOPPED_FAILED: return {EventKind::vm_crashed, "the hypervisor failed"};
-      default: return {EventKind::vm_stopped, "the VM stopped (libvirt detail " + std::to_string(detail) + ")"};
+      case VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN:
+        return {EventKind::vm_shutdown, "the VM shut down"};
+      case VIR_DOMAIN_EVENT_STOPPED_DESTROYED:
+        return {EventKind::vm_destroyed, "the VM was destroyed"};
+      case VIR_DOMAIN_EVENT_STOPPED_CRASHED:
+        return {EventKind::vm_crashed, "the VM crashed"};
+      case VIR_DOMAIN_EVENT_STOPPED_FAILED:
+        return {EventKind::vm_crashed, "the hypervisor failed"};
+      default:
+        return {EventKind::vm_stopped, "the VM stopped (libvirt detail " + std::to_string(detail) + ")"};
     }
   }
 

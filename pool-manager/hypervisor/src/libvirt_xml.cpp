@@ -91,8 +91,8 @@ Status validate_device_id(std::string_view device_id) {
   if (device_id.empty()) return make_error(Errc::invalid_argument, "device id is empty");
   if (device_id.size() > kMaxDeviceIdLength) {
     return make_error(Errc::invalid_argument, "device id '" + std::string(device_id.substr(0, 20)) +
-                                              "...' is longer than " + std::to_string(kMaxDeviceIdLength) +
-                                              " characters");
+                                                  "...' is longer than " + std::to_string(kMaxDeviceIdLength) +
+                                                  " characters");
   }
   for (char c : device_id) {
     if (c <= ' ' || c > '~') {
@@ -110,7 +110,7 @@ Status validate_spec(const DeviceSpec& spec) {
   }
   if (spec.lease_id.size() > kMaxLeaseIdLength) {
     return make_error(Errc::invalid_argument, "lease id for device '" + spec.device_id + "' is longer than " +
-                                              std::to_string(kMaxLeaseIdLength) + " characters");
+                                                  std::to_string(kMaxLeaseIdLength) + " characters");
   }
   for (char c : spec.lease_id) {
     if (static_cast<unsigned char>(c) < ' ') {
@@ -127,8 +127,8 @@ Status validate_spec(const DeviceSpec& spec) {
 
 Result<std::string> normalize_bdf(std::string_view bdf) {
   auto bad = [&](std::string_view why) {
-    return make_error(Errc::invalid_argument, "PCI address '" + std::string(bdf) + "' is malformed (" + std::string(why) +
-                                              "); expected DDDD:BB:SS.F or BB:SS.F in hex");
+    return make_error(Errc::invalid_argument, "PCI address '" + std::string(bdf) + "' is malformed (" +
+                                                  std::string(why) + "); expected DDDD:BB:SS.F or BB:SS.F in hex");
   };
   std::string_view rest = bdf;
   std::string domain = "0000";
@@ -354,9 +354,9 @@ bool parse_hex(const std::string& text, unsigned limit, unsigned& out) {
   unsigned value = 0;
   for (char ch : digits) {
     int v = std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0'
-            : (ch >= 'a' && ch <= 'f')                    ? ch - 'a' + 10
-            : (ch >= 'A' && ch <= 'F')                    ? ch - 'A' + 10
-                                                          : -1;
+            : (ch >= 'a' && ch <= 'f')                   ? ch - 'a' + 10
+            : (ch >= 'A' && ch <= 'F')                   ? ch - 'A' + 10
+                                                         : -1;
     if (v < 0) return false;
     value = value * 16 + static_cast<unsigned>(v);
   }
@@ -401,7 +401,8 @@ Result<std::string> guest_pci_address(std::string_view domain_xml, std::string_v
   });
   if (!s) return s.error();
   if (!bad) return bad.error();
-  if (!found) return make_error(Errc::not_found, "domain definition: no device with alias '" + std::string(alias) + "'");
+  if (!found)
+    return make_error(Errc::not_found, "domain definition: no device with alias '" + std::string(alias) + "'");
   return address;
 }
 

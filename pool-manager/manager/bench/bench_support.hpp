@@ -65,7 +65,8 @@ inline bool write_random_image(const std::filesystem::path& path, int mib) {
   std::vector<std::uint64_t> block((1 << 20) / sizeof(std::uint64_t));
   for (int i = 0; i < mib; ++i) {
     for (auto& w : block) w = rng();
-    out.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(block.size() * sizeof(std::uint64_t)));
+    out.write(reinterpret_cast<const char*>(block.data()),
+              static_cast<std::streamsize>(block.size() * sizeof(std::uint64_t)));
   }
   return static_cast<bool>(out);
 }
@@ -73,8 +74,8 @@ inline bool write_random_image(const std::filesystem::path& path, int mib) {
 // A registry folder `dir`/registry holding one image "big" (version 1, kind fpga, for the simulated models) of
 // `mib` MiB of pseudo-random bytes; `sha256` receives its sha256. Exits through die(program, ...) on error.
 inline std::shared_ptr<bitstreams::SharedRegistry> registry_with_image(const char* program,
-                                                                      const std::filesystem::path& dir, int mib,
-                                                                      std::string& sha256) {
+                                                                       const std::filesystem::path& dir, int mib,
+                                                                       std::string& sha256) {
   std::filesystem::create_directories(dir / "upload");
   const auto source = dir / "upload" / "big.bin";
   if (!write_random_image(source, mib)) die(program, "cannot write " + source.string());

@@ -58,10 +58,14 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) die("missing value after " + a);
     int v = std::atoi(argv[++i]);
     if (v <= 0) die(a + " needs a positive number");
-    if (a == "--image-mib") o.image_mib = v;
-    else if (a == "--cycles") o.cycles = v;
-    else if (a == "--devices") o.devices = v;
-    else die("unknown option " + a + " (usage: accelpool-image-bench [--image-mib M] [--cycles N] [--devices D])");
+    if (a == "--image-mib")
+      o.image_mib = v;
+    else if (a == "--cycles")
+      o.cycles = v;
+    else if (a == "--devices")
+      o.devices = v;
+    else
+      die("unknown option " + a + " (usage: accelpool-image-bench [--image-mib M] [--cycles N] [--devices D])");
   }
   return o;
 }
@@ -152,8 +156,9 @@ int main(int argc, char** argv) {
       release(id);
     }
     std::printf("%-16s %12.1f %12.1f %12.1f %14.1f %14.1f %14.1f\n",
-                bitstream.empty() ? "no image" : (std::to_string(o.image_mib) + " MiB image").c_str(), pct(call_us, 0.5),
-                pct(call_us, 0.99), pct(call_us, 1.0), pct(grant_us, 0.5), pct(grant_us, 0.99), pct(grant_us, 1.0));
+                bitstream.empty() ? "no image" : (std::to_string(o.image_mib) + " MiB image").c_str(),
+                pct(call_us, 0.5), pct(call_us, 0.99), pct(call_us, 1.0), pct(grant_us, 0.5), pct(grant_us, 0.99),
+                pct(grant_us, 1.0));
   }
   core_r->reset();
   fs::remove_all(dir);

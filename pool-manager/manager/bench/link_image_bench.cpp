@@ -49,8 +49,10 @@ int main(int argc, char** argv) {
   int image_mib = 256;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--image-mib" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) image_mib = std::atoi(argv[++i]);
-    else die("usage: accelpool-link-image-bench [--image-mib M]");
+    if (a == "--image-mib" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
+      image_mib = std::atoi(argv[++i]);
+    else
+      die("usage: accelpool-link-image-bench [--image-mib M]");
   }
   const fs::path dir = fs::temp_directory_path() / ("accelpool-link-image-bench-" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -72,8 +74,8 @@ int main(int argc, char** argv) {
   if (!listener) die(listener.error().message);
 
   const fs::path config = dir / "agent.toml";
-  std::ofstream(config) << "[agent]\nmanager = \"127.0.0.1:" << (*listener)->tcp_port() << "\"\ntoken = \""
-                        << lo.token << "\"\nhost = \"bench\"\nheartbeat_interval_ms = 1000\nbitstreams = \""
+  std::ofstream(config) << "[agent]\nmanager = \"127.0.0.1:" << (*listener)->tcp_port() << "\"\ntoken = \"" << lo.token
+                        << "\"\nhost = \"bench\"\nheartbeat_interval_ms = 1000\nbitstreams = \""
                         << (dir / "agent-images").string()
                         << "\"\n[backends.sim]\ndevices = \"fpga:sim-u250:2\"\nprogram_base_ms = 1\n"
                            "program_mib_per_s = 1000000\n";

@@ -16,8 +16,9 @@
 //
 // Soak: --agent-devices N serves the guests from a real accelpool-agent with N simulated FPGAs instead of an
 // in-process host (with fewer devices than clients, requests queue), and --sample S prints, every S seconds, what
-// must not grow without bound (from the moment every guest has said hello): the manager's and the agent's resident memory, open descriptors and threads, the
-// leases by state (from /metrics), and the store's files. The last line compares the end with the first sample.
+// must not grow without bound (from the moment every guest has said hello): the manager's and the agent's resident
+// memory, open descriptors and threads, the leases by state (from /metrics), and the store's files. The last line
+// compares the end with the first sample.
 // --hold-ms H makes each guest hold its ready lease H ms before releasing it.
 //
 // Scale: --agents N serves the guests from N emulated host agents of --devices-per-agent M devices each
@@ -67,8 +68,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -129,8 +130,8 @@ ProcSample proc_sample(pid_t pid) {
     field("Threads:", out.threads);
   }
   std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir / "fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = std::filesystem::directory_iterator(dir / "fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     ++out.fds;
   }
   return out;
@@ -176,7 +177,8 @@ struct SoakSample {
   std::uintmax_t db_bytes = 0, wal_bytes = 0;
 };
 
-SoakSample soak_sample(double t, long cycles, pid_t manager, pid_t agent, int admin_port, const std::filesystem::path& dir) {
+SoakSample soak_sample(double t, long cycles, pid_t manager, pid_t agent, int admin_port,
+                       const std::filesystem::path& dir) {
   SoakSample s;
   s.t = t;
   s.cycles = cycles;
@@ -194,11 +196,12 @@ SoakSample soak_sample(double t, long cycles, pid_t manager, pid_t agent, int ad
 void print_sample(const SoakSample& s) {
   std::string leases;
   for (const auto& [state, n] : s.leases) leases += " " + state + "=" + std::to_string(n);
-  std::printf("soak t=%5.0fs cycles=%-9ld manager rss=%6.1f MiB fds=%-5ld threads=%-3ld agent rss=%5.1f MiB fds=%-4ld "
-              "threads=%-3ld store=%.1f+%.1f MiB leases:%s\n",
-              s.t, s.cycles, static_cast<double>(s.manager.rss_kb) / 1024, s.manager.fds, s.manager.threads,
-              static_cast<double>(s.agent.rss_kb) / 1024, s.agent.fds, s.agent.threads,
-              static_cast<double>(s.db_bytes) / (1 << 20), static_cast<double>(s.wal_bytes) / (1 << 20), leases.c_str());
+  std::printf(
+      "soak t=%5.0fs cycles=%-9ld manager rss=%6.1f MiB fds=%-5ld threads=%-3ld agent rss=%5.1f MiB fds=%-4ld "
+      "threads=%-3ld store=%.1f+%.1f MiB leases:%s\n",
+      s.t, s.cycles, static_cast<double>(s.manager.rss_kb) / 1024, s.manager.fds, s.manager.threads,
+      static_cast<double>(s.agent.rss_kb) / 1024, s.agent.fds, s.agent.threads,
+      static_cast<double>(s.db_bytes) / (1 << 20), static_cast<double>(s.wal_bytes) / (1 << 20), leases.c_str());
   std::fflush(stdout);
 }
 
@@ -303,8 +306,9 @@ class Prober {
     while (!stop_) {
       if (fd < 0) {  // (re)connect: the manager may be restarting
         fd = connect_tcp(port_);
-        if (fd < 0 || !send_line(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token_ +
-                                           R"(","guest":"prober"}})") ||
+        if (fd < 0 ||
+            !send_line(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token_ +
+                               R"(","guest":"prober"}})") ||
             !read_line(fd, in)) {
           if (fd >= 0) ::close(fd);
           fd = -1;
@@ -317,8 +321,9 @@ class Prober {
         std::lock_guard lock(mu_);
         in_flight_since_ = start;
       }
-      bool ok = send_line(fd, R"({"jsonrpc":"2.0","id":)" + std::to_string(++id) + R"(,"method":"list","params":{}})") &&
-                read_line(fd, in);
+      bool ok =
+          send_line(fd, R"({"jsonrpc":"2.0","id":)" + std::to_string(++id) + R"(,"method":"list","params":{}})") &&
+          read_line(fd, in);
       {
         std::lock_guard lock(mu_);
         in_flight_since_.reset();
@@ -391,10 +396,11 @@ Storm settle(Clock::time_point started, Prober& probe, std::chrono::milliseconds
 
 void report_storm(const char* what, int agents, int devices_per_agent, const Storm& s, const ManagerCpu& cpu,
                   const ProcSample& after) {
-  std::printf("storm     %-8s agents=%d devices/agent=%d  %s in %.3f s  longest guest call %.3f s (%zu calls)  "
-              "manager cpu %.2f s (owner thread %.2f, agent listener %.2f)  rss %.0f MiB\n",
-              what, agents, devices_per_agent, s.settled ? "settled" : "NOT settled", s.seconds, s.longest_guest_s,
-              s.guest_calls, cpu.total, cpu.owner, cpu.listener, static_cast<double>(after.rss_kb) / 1024);
+  std::printf(
+      "storm     %-8s agents=%d devices/agent=%d  %s in %.3f s  longest guest call %.3f s (%zu calls)  "
+      "manager cpu %.2f s (owner thread %.2f, agent listener %.2f)  rss %.0f MiB\n",
+      what, agents, devices_per_agent, s.settled ? "settled" : "NOT settled", s.seconds, s.longest_guest_s,
+      s.guest_calls, cpu.total, cpu.owner, cpu.listener, static_cast<double>(after.rss_kb) / 1024);
   std::fflush(stdout);
 }
 
@@ -407,7 +413,7 @@ struct Client {
   std::string in;
   std::uint64_t next_id = 1;
   std::uint64_t acquire_id = 0;
-  std::uint64_t lease = 0;  // of the acquire in flight, once its reply came
+  std::uint64_t lease = 0;         // of the acquire in flight, once its reply came
   Clock::time_point sent{};        // when the cycle in flight was started (or due, with --rate)
   Clock::time_point next_start{};  // with --rate: when the next cycle is due
   Clock::time_point release_at{};  // with --hold-ms: when the lease held now is released
@@ -421,7 +427,8 @@ struct Client {
     lease = 0;
     phase = Phase::acquiring;
     sent = started;
-    return send(R"({"jsonrpc":"2.0","id":)" + std::to_string(acquire_id) + R"(,"method":"acquire","params":{"kind":"fpga"}})");
+    return send(R"({"jsonrpc":"2.0","id":)" + std::to_string(acquire_id) +
+                R"(,"method":"acquire","params":{"kind":"fpga"}})");
   }
   bool release() {
     phase = Phase::releasing;
@@ -491,7 +498,8 @@ class Waiting {
   Waiting(int port, const std::string& token, int n) {
     auto hello = [&](int fd, const std::string& guest) {
       return !call_line(fd, R"({"jsonrpc":"2.0","id":0,"method":"hello","params":{"protocol":1,"token":")" + token +
-                                 R"(","guest":")" + guest + "\"}}").empty();
+                                R"(","guest":")" + guest + "\"}}")
+                  .empty();
     };
     int holder = connect_tcp(port);
     if (holder < 0 || !hello(holder, "held-holder") ||
@@ -510,7 +518,9 @@ class Waiting {
       const int batch = std::min(1000, n - queued_);
       std::string lines;
       for (int k = 0; k < batch; ++k) {
-        lines += R"({"jsonrpc":"2.0","id":)" + std::to_string(k + 1) + R"(,"method":"acquire","params":{"kind":"held"}})" "\n";
+        lines += R"({"jsonrpc":"2.0","id":)" + std::to_string(k + 1) +
+                 R"(,"method":"acquire","params":{"kind":"held"}})"
+                 "\n";
       }
       if (::send(fd, lines.data(), lines.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(lines.size()) ||
           !read_replies(fd, static_cast<std::size_t>(batch))) {
@@ -637,8 +647,8 @@ Daemon start_daemon(const BenchOptions& o, const std::filesystem::path& dir) {
   Daemon d;
   std::filesystem::remove(dir / "endpoints.json");
   // With emulated agents its log (a line per host joining, leaving, returning) goes to output.log too.
-  d.pid = spawn({o.manager, "--config", (dir / "manager.toml").string(), "--data-dir", dir.string()}, dir / "output.log",
-                o.agents > 0);
+  d.pid = spawn({o.manager, "--config", (dir / "manager.toml").string(), "--data-dir", dir.string()},
+                dir / "output.log", o.agents > 0);
   for (int i = 0; i < 3000 && d.port == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::ifstream in(dir / "endpoints.json");
@@ -681,23 +691,27 @@ double bench_daemon(const BenchOptions& o) {
   std::string agents_config;
   if (o.agent_devices > 0) agents_config = "listen = [\"127.0.0.1:0\"]\n";
   if (o.agents > 0) {
-    agents_config = "listen = [\"127.0.0.1:" + std::to_string(agent_port) + "\"]\nmax_connections = " +
-                    std::to_string(o.agents + 16) + "\n";
+    agents_config = "listen = [\"127.0.0.1:" + std::to_string(agent_port) +
+                    "\"]\nmax_connections = " + std::to_string(o.agents + 16) + "\n";
   }
   // With emulated agents the manager restarts: its guest port stays the same.
   const std::string guest_tcp = "127.0.0.1:" + std::to_string(o.agents > 0 ? free_port() : 0);
-  std::ofstream(dir / "manager.toml") << "[guest]\ntcp = \"" << guest_tcp << "\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "") << "\"\nnetwork_thread = "
-                                      << (network_thread ? "true" : "false") << "\n[admin]\nlisten = \"127.0.0.1:0\"\n"
-                                      << (!agents_config.empty()
-                                              ? "[agents]\n" + agents_config + "token = \"" + kSoakAgentToken + "\"\n" +
-                                                    // the in-process host holds no fpga: the agents serve them all
-                                                    "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"spare\"\ncount = 1\n[[hosts.devices]]\nkind = \"held\"\ncount = 1\n"
-                                              : "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
-                                                "count = " + std::to_string(devices) + "\n[[hosts.devices]]\nkind = \"held\"\ncount = 1\n")
-                                      << (o.store_url.empty() ? "" : "[store]\nurl = \"" + o.store_url + "\"\n");
+  std::ofstream(dir / "manager.toml")
+      << "[guest]\ntcp = \"" << guest_tcp << "\"\nunix = \"" << (use_unix ? (dir / "guest.sock").string() : "")
+      << "\"\nnetwork_thread = " << (network_thread ? "true" : "false") << "\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+      << (!agents_config.empty()
+              ? "[agents]\n" + agents_config + "token = \"" + kSoakAgentToken + "\"\n" +
+                    // the in-process host holds no fpga: the agents serve them all
+                    "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"spare\"\ncount = "
+                    "1\n[[hosts.devices]]\nkind = \"held\"\ncount = 1\n"
+              : "[[hosts]]\nname = \"local\"\nbackend = \"static\"\n[[hosts.devices]]\nkind = \"fpga\"\n"
+                "count = " +
+                    std::to_string(devices) + "\n[[hosts.devices]]\nkind = \"held\"\ncount = 1\n")
+      << (o.store_url.empty() ? "" : "[store]\nurl = \"" + o.store_url + "\"\n");
   std::fflush(stdout);
   Daemon daemon = start_daemon(o, dir);
-  std::filesystem::copy_file(dir / "output.log", dir / "first_output.log", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(dir / "output.log", dir / "first_output.log",
+                             std::filesystem::copy_options::overwrite_existing);
   if (daemon.pid == 0) return 0;
   pid_t pid = daemon.pid;
   const int port = daemon.port;
@@ -706,9 +720,10 @@ double bench_daemon(const BenchOptions& o) {
   const std::string unix_path = (dir / "guest.sock").string();
   pid_t agent = 0;
   if (o.agent_devices > 0) {
-    std::ofstream(dir / "agent.toml") << "[agent]\nmanager = \"" << agents_endpoint << "\"\ntoken = \"" << kSoakAgentToken
-                                      << "\"\nhost = \"soak\"\n[backends.sim]\ndevices = \"fpga:sim-u250:" << o.agent_devices
-                                      << "\"\nprogram_base_ms = 5\nattach = \"network\"\n";
+    std::ofstream(dir / "agent.toml") << "[agent]\nmanager = \"" << agents_endpoint << "\"\ntoken = \""
+                                      << kSoakAgentToken
+                                      << "\"\nhost = \"soak\"\n[backends.sim]\ndevices = \"fpga:sim-u250:"
+                                      << o.agent_devices << "\"\nprogram_base_ms = 5\nattach = \"network\"\n";
     agent = spawn({o.agent, "--config", (dir / "agent.toml").string()}, dir / "agent.log", true);
     // Ready when the manager lists the agent's devices (and the in-process spare and held ones) as free.
     if (!wait_free_devices(admin_port, o.agent_devices + 2, 30.0)) {
@@ -751,7 +766,8 @@ double bench_daemon(const BenchOptions& o) {
       list_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
     std::printf("admin     GET /v1/devices?limit=500 at %ld devices: p50 %.1f ms, max %.1f ms, %zu bytes\n",
-                agent_devices_total + 2, pct(list_ms, 0.5), *std::max_element(list_ms.begin(), list_ms.end()), list_bytes);
+                agent_devices_total + 2, pct(list_ms, 0.5), *std::max_element(list_ms.begin(), list_ms.end()),
+                list_bytes);
   }
   std::unique_ptr<Waiting> waiting;
   if (o.waiting > 0) {
@@ -810,8 +826,9 @@ double bench_daemon(const BenchOptions& o) {
   double next_sample = 0;
   int greeted = 0;  // connections whose hello was answered: soak samples start once all are
   // With --rate, each connection starts a cycle every `interval`, the connections evenly staggered.
-  const auto interval = rate > 0 ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clients / rate))
-                                 : Clock::duration::zero();
+  const auto interval = rate > 0
+                            ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clients / rate))
+                            : Clock::duration::zero();
   // A connection whose call just ended starts its next cycle, or waits for it to be due.
   auto next_cycle = [&](Client& k) {
     if (rate <= 0 && !stopping) return k.acquire(Clock::now());
@@ -889,7 +906,8 @@ double bench_daemon(const BenchOptions& o) {
         }
       }
     }
-    const timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000), static_cast<long>(timeout.count() % 1'000'000'000)};
+    const timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000),
+                      static_cast<long>(timeout.count() % 1'000'000'000)};
     int n = ::epoll_pwait2(ep, events.data(), clients, &ts, nullptr);
     for (int i = 0; i < n && !failed; ++i) {
       Client& k = conns[events[static_cast<std::size_t>(i)].data.u32];
@@ -912,17 +930,19 @@ double bench_daemon(const BenchOptions& o) {
   if (o.sample_s > 0) {
     sample(elapsed, cycles);
     const SoakSample &a = samples.front(), &b = samples.back();
-    std::printf("soak growth over %.0f s: manager rss %+.1f MiB, fds %+ld, threads %+ld; agent rss %+.1f MiB, fds %+ld, "
-                "threads %+ld; store %+.1f MiB\n",
-                b.t - a.t, static_cast<double>(b.manager.rss_kb - a.manager.rss_kb) / 1024, b.manager.fds - a.manager.fds,
-                b.manager.threads - a.manager.threads, static_cast<double>(b.agent.rss_kb - a.agent.rss_kb) / 1024,
-                b.agent.fds - a.agent.fds, b.agent.threads - a.agent.threads,
-                (static_cast<double>(b.db_bytes + b.wal_bytes) - static_cast<double>(a.db_bytes + a.wal_bytes)) / (1 << 20));
+    std::printf(
+        "soak growth over %.0f s: manager rss %+.1f MiB, fds %+ld, threads %+ld; agent rss %+.1f MiB, fds %+ld, "
+        "threads %+ld; store %+.1f MiB\n",
+        b.t - a.t, static_cast<double>(b.manager.rss_kb - a.manager.rss_kb) / 1024, b.manager.fds - a.manager.fds,
+        b.manager.threads - a.manager.threads, static_cast<double>(b.agent.rss_kb - a.agent.rss_kb) / 1024,
+        b.agent.fds - a.agent.fds, b.agent.threads - a.agent.threads,
+        (static_cast<double>(b.db_bytes + b.wal_bytes) - static_cast<double>(a.db_bytes + a.wal_bytes)) / (1 << 20));
   }
   const double guest_cpu_s = proc_cpu_s(pid) - guest_cpu0;
   if (watchers) {
     std::printf("watchers  %zu dashboards on GET /v1/events: %llu events, %.1f MiB received\n", watchers->watching(),
-                static_cast<unsigned long long>(watchers->events()), static_cast<double>(watchers->bytes()) / (1 << 20));
+                static_cast<unsigned long long>(watchers->events()),
+                static_cast<double>(watchers->bytes()) / (1 << 20));
     watchers.reset();
   }
   const ProcSample guest_end = proc_sample(pid);
@@ -957,17 +977,18 @@ double bench_daemon(const BenchOptions& o) {
       return swarm->registered() == o.agents && free_devices(admin_port) == agent_devices_total + 2;
     });
     report_storm("restart", o.agents, o.devices_per_agent, restart, manager_cpu(pid) - cpu0, proc_sample(pid));
-    std::printf("          restart: guest and agent ports listening after %.3f s (manager cpu %.2f s, owner thread "
-                "%.2f s)\n",
-                up_s, cpu0.total, cpu0.owner);
+    std::printf(
+        "          restart: guest and agent ports listening after %.3f s (manager cpu %.2f s, owner thread "
+        "%.2f s)\n",
+        up_s, cpu0.total, cpu0.owner);
   }
   if (swarm) {
-    std::printf("agents    %d x %d devices (%s heartbeats): guest phase manager cpu %.2f s (%.0f%% of one core), rss %.0f MiB, "
-                "%llu agent requests answered, %llu registrations refused\n",
-                o.agents, o.devices_per_agent, o.full_heartbeats ? "full" : "delta", guest_cpu_s,
-                100 * guest_cpu_s / std::max(1e-9, elapsed),
-                static_cast<double>(guest_end.rss_kb) / 1024, static_cast<unsigned long long>(swarm->answered()),
-                static_cast<unsigned long long>(swarm->refused()));
+    std::printf(
+        "agents    %d x %d devices (%s heartbeats): guest phase manager cpu %.2f s (%.0f%% of one core), rss %.0f MiB, "
+        "%llu agent requests answered, %llu registrations refused\n",
+        o.agents, o.devices_per_agent, o.full_heartbeats ? "full" : "delta", guest_cpu_s,
+        100 * guest_cpu_s / std::max(1e-9, elapsed), static_cast<double>(guest_end.rss_kb) / 1024,
+        static_cast<unsigned long long>(swarm->answered()), static_cast<unsigned long long>(swarm->refused()));
     swarm.reset();
   }
   if (agent > 0) {
@@ -980,14 +1001,21 @@ double bench_daemon(const BenchOptions& o) {
   ::wait4(pid, &status, 0, &daemon_use);
   ::getrusage(RUSAGE_SELF, &self_use);
   auto cpu_s = [](const rusage& r) {
-    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
   };
   if (failed) std::printf("the run failed; numbers up to the failure:\n");
-  std::printf("daemon    %s%s clients=%d devices=%ld%s  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  (%zu grants)\n",
-              use_unix ? "unix" : "tcp", network_thread ? " network-thread" : "", clients, o.agents > 0 ? agent_devices_total : o.agent_devices > 0 ? o.agent_devices : devices, rate > 0 ? (" rate=" + std::to_string(static_cast<long>(rate))).c_str() : "", static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99),
-              grant_us.size());
-  std::printf("          grant latency p90=%.0f us p99.9=%.0f us max=%.0f us\n", pct(grant_us, 0.9), pct(grant_us, 0.999),
-              grant_us.empty() ? 0.0 : *std::max_element(grant_us.begin(), grant_us.end()));
+  std::printf(
+      "daemon    %s%s clients=%d devices=%ld%s  %.0f acquire+release cycles/s  grant latency p50=%.0f us p99=%.0f us  "
+      "(%zu grants)\n",
+      use_unix ? "unix" : "tcp", network_thread ? " network-thread" : "", clients,
+      o.agents > 0          ? agent_devices_total
+      : o.agent_devices > 0 ? o.agent_devices
+                            : devices,
+      rate > 0 ? (" rate=" + std::to_string(static_cast<long>(rate))).c_str() : "",
+      static_cast<double>(cycles) / elapsed, pct(grant_us, 0.5), pct(grant_us, 0.99), grant_us.size());
+  std::printf("          grant latency p90=%.0f us p99.9=%.0f us max=%.0f us\n", pct(grant_us, 0.9),
+              pct(grant_us, 0.999), grant_us.empty() ? 0.0 : *std::max_element(grant_us.begin(), grant_us.end()));
   double n = std::max(1.0, static_cast<double>(cycles));
   std::printf("          cpu per cycle: daemon %.0f us, load generator %.0f us\n", 1e6 * cpu_s(daemon_use) / n,
               1e6 * (cpu_s(self_use) - cpu_s(self_start)) / n);
@@ -1037,14 +1065,17 @@ void bench_takeovers(const BenchOptions& o) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
-      const std::string hello = call_line(fd, R"({"jsonrpc":"2.0","id":1,"method":"hello","params":{"protocol":1,"token":")" +
-                                                  token + R"(","guest":"takeover"}})");
-      const std::string reply = hello.find("\"result\"") == std::string::npos
-                                    ? ""
-                                    : call_line(fd, R"({"jsonrpc":"2.0","id":2,"method":"acquire","params":{"kind":"fpga"}})");
+      const std::string hello =
+          call_line(fd, R"({"jsonrpc":"2.0","id":1,"method":"hello","params":{"protocol":1,"token":")" + token +
+                            R"(","guest":"takeover"}})");
+      const std::string reply =
+          hello.find("\"result\"") == std::string::npos
+              ? ""
+              : call_line(fd, R"({"jsonrpc":"2.0","id":2,"method":"acquire","params":{"kind":"fpga"}})");
       if (reply.find("\"granted\"") != std::string::npos) {
         granted = true;
-        takeover_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed).count());
+        takeover_ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed).count());
         auto id = json::parse(reply).at("result").at("lease").at("id").to_number<long>();
         call_line(fd, R"({"jsonrpc":"2.0","id":3,"method":"release","params":{"lease":)" + std::to_string(id) + "}}");
       }
@@ -1057,9 +1088,10 @@ void bench_takeovers(const BenchOptions& o) {
   ::kill(pids[1], SIGKILL);
   ::waitpid(pids[0], nullptr, 0);
   ::waitpid(pids[1], nullptr, 0);
-  std::printf("takeover  %d kills: leader killed -> first grant by the new leader p50=%.0f ms p99=%.0f ms max=%.0f ms\n",
-              o.takeovers, pct(takeover_ms, 0.5), pct(takeover_ms, 0.99),
-              *std::max_element(takeover_ms.begin(), takeover_ms.end()));
+  std::printf(
+      "takeover  %d kills: leader killed -> first grant by the new leader p50=%.0f ms p99=%.0f ms max=%.0f ms\n",
+      o.takeovers, pct(takeover_ms, 0.5), pct(takeover_ms, 0.99),
+      *std::max_element(takeover_ms.begin(), takeover_ms.end()));
   std::filesystem::remove_all(base);
 }
 
@@ -1073,25 +1105,44 @@ int main(int argc, char** argv) {
   o.agent = (bin / "accelpool-agent").string();
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--manager") o.manager = v;
-    else if (a == "--agent") o.agent = v;
-    else if (a == "--clients") o.clients = std::stoi(v);
-    else if (a == "--seconds") o.seconds = std::stod(v);
-    else if (a == "--unix") o.use_unix = v == "1";
-    else if (a == "--rate") o.rate = std::stod(v);
-    else if (a == "--network-thread") o.network_thread = v == "1";
-    else if (a == "--agent-devices") o.agent_devices = std::stoi(v);
-    else if (a == "--sample") o.sample_s = std::stod(v);
-    else if (a == "--hold-ms") o.hold_ms = std::stoi(v);
-    else if (a == "--agents") o.agents = std::stoi(v);
-    else if (a == "--devices-per-agent") o.devices_per_agent = std::stoi(v);
-    else if (a == "--full-heartbeats") o.full_heartbeats = v == "1";
-    else if (a == "--storms") o.storms = v == "1";
-    else if (a == "--watchers") o.watchers = std::stoi(v);
-    else if (a == "--waiting") o.waiting = std::stoi(v);
-    else if (a == "--store-url") o.store_url = v;
-    else if (a == "--takeovers") o.takeovers = std::stoi(v);
-    else if (a == "--rounds") rounds = std::stoi(v);
+    if (a == "--manager")
+      o.manager = v;
+    else if (a == "--agent")
+      o.agent = v;
+    else if (a == "--clients")
+      o.clients = std::stoi(v);
+    else if (a == "--seconds")
+      o.seconds = std::stod(v);
+    else if (a == "--unix")
+      o.use_unix = v == "1";
+    else if (a == "--rate")
+      o.rate = std::stod(v);
+    else if (a == "--network-thread")
+      o.network_thread = v == "1";
+    else if (a == "--agent-devices")
+      o.agent_devices = std::stoi(v);
+    else if (a == "--sample")
+      o.sample_s = std::stod(v);
+    else if (a == "--hold-ms")
+      o.hold_ms = std::stoi(v);
+    else if (a == "--agents")
+      o.agents = std::stoi(v);
+    else if (a == "--devices-per-agent")
+      o.devices_per_agent = std::stoi(v);
+    else if (a == "--full-heartbeats")
+      o.full_heartbeats = v == "1";
+    else if (a == "--storms")
+      o.storms = v == "1";
+    else if (a == "--watchers")
+      o.watchers = std::stoi(v);
+    else if (a == "--waiting")
+      o.waiting = std::stoi(v);
+    else if (a == "--store-url")
+      o.store_url = v;
+    else if (a == "--takeovers")
+      o.takeovers = std::stoi(v);
+    else if (a == "--rounds")
+      rounds = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;

@@ -25,21 +25,22 @@ struct Listening {
 // `keep` holds whatever owns `l` alive while an accept or a back-off is pending.
 template <typename Protocol, typename Keep, typename OnAccept>
 void accept_loop(Listening<Protocol>& l, Keep keep, OnAccept on_accept) {
-  l.acceptor.async_accept([lp = &l, keep, on_accept](boost::system::error_code ec, typename Protocol::socket socket) mutable {
-    auto& l = *lp;
-    if (ec == boost::asio::error::operation_aborted || !l.acceptor.is_open()) return;
-    if (!ec) {
-      l.backoff.accepted();
-      on_accept(std::move(socket));
-    } else if (auto pause = l.backoff.failed(ec.value()); pause.count() > 0) {
-      l.retry.expires_after(pause);
-      l.retry.async_wait([lp, keep, on_accept](boost::system::error_code wec) mutable {
-        if (!wec && lp->acceptor.is_open()) accept_loop(*lp, std::move(keep), std::move(on_accept));
+  l.acceptor.async_accept(
+      [lp = &l, keep, on_accept](boost::system::error_code ec, typename Protocol::socket socket) mutable {
+        auto& l = *lp;
+        if (ec == boost::asio::error::operation_aborted || !l.acceptor.is_open()) return;
+        if (!ec) {
+          l.backoff.accepted();
+          on_accept(std::move(socket));
+        } else if (auto pause = l.backoff.failed(ec.value()); pause.count() > 0) {
+          l.retry.expires_after(pause);
+          l.retry.async_wait([lp, keep, on_accept](boost::system::error_code wec) mutable {
+            if (!wec && lp->acceptor.is_open()) accept_loop(*lp, std::move(keep), std::move(on_accept));
+          });
+          return;
+        }
+        accept_loop(l, std::move(keep), std::move(on_accept));
       });
-      return;
-    }
-    accept_loop(l, std::move(keep), std::move(on_accept));
-  });
 }
 
 }  // namespace accelpool::manager

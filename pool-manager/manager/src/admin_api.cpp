@@ -132,14 +132,17 @@ Status read_page_param(const std::string& key, const std::string& v, PageSpec& s
     return Status::ok();
   }
   if (key == "cursor") {
-    if (v.empty()) return make_error(Errc::invalid_argument, "query 'cursor' is empty (pass the next_cursor of a page)");
+    if (v.empty())
+      return make_error(Errc::invalid_argument, "query 'cursor' is empty (pass the next_cursor of a page)");
     spec.after = v;
     return Status::ok();
   }
   return unknown_query_parameter(key);
 }
 
-json::value cursor_json(const std::optional<std::string>& next) { return next ? json::value(*next) : json::value(nullptr); }
+json::value cursor_json(const std::optional<std::string>& next) {
+  return next ? json::value(*next) : json::value(nullptr);
+}
 
 // A page of a listing by name: {"<key>": [the items], "next_cursor": the name to go on from, or null}.
 template <class Items>
@@ -182,7 +185,7 @@ std::optional<ApiResponse> cross_origin_refusal(const ApiRequest& req) {
   if (req.method == "GET" || req.method == "HEAD" || req.origin.empty()) return std::nullopt;
   if (req.origin == "http://" + req.host || req.origin == "https://" + req.host) return std::nullopt;
   return AdminApi::error(Errc::forbidden, "cross-origin " + req.method + " refused: Origin '" + req.origin +
-                                               "' is not this server ('" + req.host + "')");
+                                              "' is not this server ('" + req.host + "')");
 }
 
 // The bearer token of `req`, or nullopt when it has none.
@@ -200,7 +203,11 @@ ApiResponse AdminApi::error(Errc code, const std::string& message) {
 
 AdminApi::AdminApi(PoolCore& core, Metrics& metrics, std::string openapi, std::function<bool()> ready,
                    std::function<void()> commit)
-    : core_(core), metrics_(metrics), openapi_(std::move(openapi)), ready_(std::move(ready)), commit_(std::move(commit)) {}
+    : core_(core),
+      metrics_(metrics),
+      openapi_(std::move(openapi)),
+      ready_(std::move(ready)),
+      commit_(std::move(commit)) {}
 
 namespace {
 // One debug line per admin request: method, path without the query, status. Never a header or a body (tokens).
@@ -252,7 +259,9 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     if (m != "GET") return method_not_allowed(m, path);
     if (!metrics_token_.empty()) {
       auto bearer = bearer_token(req);
-      if (!bearer) return error(Errc::unauthorized, "missing 'Authorization: Bearer <metrics token>' header ([metrics] token is set)");
+      if (!bearer)
+        return error(Errc::unauthorized,
+                     "missing 'Authorization: Bearer <metrics token>' header ([metrics] token is set)");
       bool allowed = (bearer->size() == metrics_token_.size() && constant_time_equal(*bearer, metrics_token_)) ||
                      core_.check_admin(*bearer);
       if (!allowed) return error(Errc::unauthorized, "wrong metrics token");
@@ -308,7 +317,8 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       PageSpec spec;
       for (const auto& [k, v] : query) {
         if (k == "connected" || k == "draining") {
-          if (v != "true" && v != "false") return error(Errc::invalid_argument, "query '" + k + "' must be true or false");
+          if (v != "true" && v != "false")
+            return error(Errc::invalid_argument, "query '" + k + "' must be true or false");
           (k == "connected" ? f.connected : f.draining) = v == "true";
         } else if (auto s = read_page_param(k, v, spec); !s) {
           return from_error(s.error());
@@ -333,8 +343,10 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       DeviceFilter f;
       PageSpec spec;
       for (const auto& [k, v] : query) {
-        if (k == "host") f.host = v;
-        else if (k == "kind") f.kind = v;
+        if (k == "host")
+          f.host = v;
+        else if (k == "kind")
+          f.kind = v;
         else if (k == "state") {
           if (v != "free" && v != "leased" && v != "draining" && v != "unavailable" && v != "shared" && v != "holding")
             return error(Errc::invalid_argument,
@@ -356,7 +368,8 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
         return ok(to_json(*d));
       }
       const std::string& action = seg[4];
-      if (action != "drain" && action != "undrain" && action != "reset") return error(Errc::not_found, "no route " + path);
+      if (action != "drain" && action != "undrain" && action != "reset")
+        return error(Errc::not_found, "no route " + path);
       if (m != "POST") return method_not_allowed(m, path);
       std::optional<double> deadline;
       if (action != "reset") deadline = in.number("deadline_s", false, 0, kMaxDrainDeadlineS);
@@ -374,9 +387,12 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       LeaseFilter f;
       LeasePageSpec spec;
       for (const auto& [k, v] : query) {
-        if (k == "tenant") f.tenant = v;
-        else if (k == "guest") f.guest = v;
-        else if (k == "device") f.device = v;
+        if (k == "tenant")
+          f.tenant = v;
+        else if (k == "guest")
+          f.guest = v;
+        else if (k == "device")
+          f.device = v;
         else if (k == "state") {
           f.state = parse_lease_state(v);
           if (!f.state) return error(Errc::invalid_argument, "query 'state': unknown lease state '" + v + "'");
@@ -434,7 +450,10 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
       if (auto e = in.finish()) return from_error(*e);
       auto token = core_.create_tenant(*name, weight.value_or(1.0), static_cast<std::uint32_t>(max.value_or(0)));
       if (!token) return from_error(token.error());
-      json::object o{{"name", *name}, {"weight", json_number(weight.value_or(1.0))}, {"max_devices", max.value_or(0)}, {"token", *token}};
+      json::object o{{"name", *name},
+                     {"weight", json_number(weight.value_or(1.0))},
+                     {"max_devices", max.value_or(0)},
+                     {"token", *token}};
       return ok(o, 201);
     }
     if (seg.size() == 3) {
@@ -491,7 +510,8 @@ ApiResponse AdminApi::route(const ApiRequest& req) {
     auto view = leadership_();
     if (!view) return from_error(view.error());
     auto manager = [](const ManagerInfo& i) {
-      return json::object{{"name", i.name}, {"admin_url", i.admin_url}, {"guest_tcp", i.guest_tcp}, {"agents", i.agents}};
+      return json::object{
+          {"name", i.name}, {"admin_url", i.admin_url}, {"guest_tcp", i.guest_tcp}, {"agents", i.agents}};
     };
     json::array standbys;
     for (const auto& s : view->standbys) standbys.emplace_back(manager(s));
@@ -593,7 +613,9 @@ UploadOutcome register_upload(bitstreams::SharedRegistry& registry, const std::s
   auto manifest = bitstreams::parse_manifest(*manifest_text, "(uploaded)");
   if (!manifest) return {std::nullopt, from_error(manifest.error())};
   auto bytes = bitstreams::base64_decode(*content);
-  if (!bytes) return {std::nullopt, AdminApi::error(Errc::invalid_argument, where + ": field 'content_base64': " + bytes.error().message)};
+  if (!bytes)
+    return {std::nullopt,
+            AdminApi::error(Errc::invalid_argument, where + ": field 'content_base64': " + bytes.error().message)};
   auto written = write_upload(registry.dir(), *bytes);
   if (!written) return {std::nullopt, from_error(written.error())};
   auto added = registry.add(*manifest, *written);
@@ -650,7 +672,8 @@ ApiResponse AdminApi::queue(const ApiRequest& req, const std::map<std::string, s
     for (std::size_t i = 0; i < leases.size(); ++i) show(leases[i], first + i + 1);
   } else {
     // A tenant's own entries, wherever they stand in the whole order.
-    auto own = core_.tenant_queue(viewer.tenant, limit, static_cast<std::size_t>(std::min<std::uint64_t>(skip, SIZE_MAX)));
+    auto own =
+        core_.tenant_queue(viewer.tenant, limit, static_cast<std::size_t>(std::min<std::uint64_t>(skip, SIZE_MAX)));
     for (const auto& [lease, position] : own.entries) show(lease, position);
     total = own.total;
   }
@@ -667,8 +690,8 @@ ApiResponse AdminApi::upload(const ApiRequest& req) {
     return ok(bitstream_json(*outcome.added, core_.devices(), core_.list(LeaseFilter{})), 201);
   };
   if (!deferrable_ || !post_) return answer(register_upload(*catalog_->registry(), req.body));
-  catalog_->run_on_worker([answer, catalog = catalog_, post = post_, commit = commit_, body = std::move(deferrable_->body),
-                           respond = std::move(*respond_later_)]() mutable {
+  catalog_->run_on_worker([answer, catalog = catalog_, post = post_, commit = commit_,
+                           body = std::move(deferrable_->body), respond = std::move(*respond_later_)]() mutable {
     auto outcome = register_upload(*catalog->registry(), body);
     body = std::string();  // the image's bytes go now, not when the response is sent
     if (outcome.added) catalog->queue_verification(outcome.added->manifest.name);  // acquires find it verified
@@ -734,8 +757,9 @@ ApiResponse AdminApi::admin_tokens(const ApiRequest& req, const std::vector<std:
     if (auto e = in.finish()) return from_error(*e);
     auto names = core_.admin_token_names();
     if (names.size() == 1 && names.front() == seg[2]) {
-      return error(Errc::conflict, "admin token " + seg[2] + " is the only one: create another first (or use "
-                                    "'accelpool-manager token' on the stopped manager's store)");
+      return error(Errc::conflict, "admin token " + seg[2] +
+                                       " is the only one: create another first (or use "
+                                       "'accelpool-manager token' on the stopped manager's store)");
     }
     if (auto s = core_.revoke_admin_token(seg[2]); !s) return from_error(s.error());
     log::info("admin token revoked", {{"name", seg[2]}});
@@ -776,12 +800,14 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
       for (const auto& l : live) {
         if (l.bitstream == name) leases.emplace_back(l.id);
       }
-      a.emplace_back(json::object{{"name", name}, {"registered", false}, {"loaded_on", std::move(on)}, {"leases", std::move(leases)}});
+      a.emplace_back(json::object{
+          {"name", name}, {"registered", false}, {"loaded_on", std::move(on)}, {"leases", std::move(leases)}});
     }
     json::array rejected;
     if (catalog_) {
       for (const auto& r : catalog_->registry()->rejected()) {
-        rejected.emplace_back(json::object{{"manifest", r.manifest_path.string()}, {"code", to_string(r.error.code)}, {"message", r.error.message}});
+        rejected.emplace_back(json::object{
+            {"manifest", r.manifest_path.string()}, {"code", to_string(r.error.code)}, {"message", r.error.message}});
       }
     }
     return ok(json::object{{"bitstreams", std::move(a)}, {"rejected", std::move(rejected)}});
@@ -801,18 +827,20 @@ ApiResponse AdminApi::bitstreams(const ApiRequest& req, const std::vector<std::s
     }
     if (m == "DELETE") {
       if (seg.size() != 4) {
-        return error(Errc::method_not_allowed, "DELETE is not allowed on " + path + ": it needs a version, "
-                                                "/v1/bitstreams/{name}/{version}");
+        return error(Errc::method_not_allowed, "DELETE is not allowed on " + path +
+                                                   ": it needs a version, "
+                                                   "/v1/bitstreams/{name}/{version}");
       }
       auto b = catalog_->registry()->get(name, version);
       if (!b) return from_error(b.error());
       std::string users;
       for (const auto& l : live) {
-        if (l.bitstream == name) users += (users.empty() ? "" : ", ") + std::to_string(l.id) + " (" + std::string(to_string(l.state)) + ")";
+        if (l.bitstream == name)
+          users += (users.empty() ? "" : ", ") + std::to_string(l.id) + " (" + std::string(to_string(l.state)) + ")";
       }
       if (!users.empty()) {
-        return error(Errc::conflict, "bitstream " + b->id() + " is in use by leases " + users +
-                                          "; delete it when they have ended");
+        return error(Errc::conflict,
+                     "bitstream " + b->id() + " is in use by leases " + users + "; delete it when they have ended");
       }
       if (auto s = catalog_->registry()->remove(name, version); !s) return from_error(s.error());
       return ok(json::object{{"deleted", b->id()}, {"sha256", b->manifest.sha256}});

@@ -111,13 +111,13 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
     const auto start = std::chrono::steady_clock::now();
     const auto& limits = server_->limits;
     lowest().expires_at(start + seconds(std::min(limits.header_timeout_s, limits.request_timeout_s)));
-    http::async_read_header(stream_, buffer_, *parser_, [self = this->shared_from_this(), start](beast::error_code ec, std::size_t) {
-      if (ec) return self->on_read(ec);
-      self->lowest().expires_at(start + seconds(self->server_->limits.request_timeout_s));
-      http::async_read(self->stream_, self->buffer_, *self->parser_, [self](beast::error_code ec, std::size_t) {
-        self->on_read(ec);
-      });
-    });
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = this->shared_from_this(), start](beast::error_code ec, std::size_t) {
+                              if (ec) return self->on_read(ec);
+                              self->lowest().expires_at(start + seconds(self->server_->limits.request_timeout_s));
+                              http::async_read(self->stream_, self->buffer_, *self->parser_,
+                                               [self](beast::error_code ec, std::size_t) { self->on_read(ec); });
+                            });
   }
 
   static std::chrono::steady_clock::duration seconds(double s) {
@@ -130,13 +130,14 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
       return close();
     }
     if (ec) {
-      ApiResponse r = ec == http::error::body_limit
-                          ? AdminApi::error(Errc::too_large, "the body is larger than " +
-                                                                   std::to_string(server_->limits.max_body_bytes) + " bytes")
-                      : ec == http::error::header_limit
-                          ? AdminApi::error(Errc::too_large, "the request headers are larger than " +
-                                                                   std::to_string(server_->limits.max_header_bytes) + " bytes")
-                          : AdminApi::error(Errc::bad_request, "malformed HTTP request: " + ec.message());
+      ApiResponse r =
+          ec == http::error::body_limit
+              ? AdminApi::error(Errc::too_large,
+                                "the body is larger than " + std::to_string(server_->limits.max_body_bytes) + " bytes")
+          : ec == http::error::header_limit
+              ? AdminApi::error(Errc::too_large, "the request headers are larger than " +
+                                                     std::to_string(server_->limits.max_header_bytes) + " bytes")
+              : AdminApi::error(Errc::bad_request, "malformed HTTP request: " + ec.message());
       if (ec == http::error::header_limit) r.status = 431;  // too_large's status is 413, for a body; 431 for headers
       return write(r, 11, false);
     }
@@ -153,10 +154,9 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
       return start_stream(in, req.version());
     }
     // Most answers come at once; an upload's comes later, from the owner thread's queue.
-    server_->api.handle(std::move(in), [self = this->shared_from_this(), version = req.version(),
-                                        keep_alive = req.keep_alive()](ApiResponse out) {
-      self->write(out, version, keep_alive && !self->server_->stopped);
-    });
+    server_->api.handle(std::move(in),
+                        [self = this->shared_from_this(), version = req.version(), keep_alive = req.keep_alive()](
+                            ApiResponse out) { self->write(out, version, keep_alive && !self->server_->stopped); });
   }
 
   void write(const ApiResponse& r, unsigned version, bool keep_alive) {
@@ -170,10 +170,11 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
     res->body() = r.body;
     res->prepare_payload();
     lowest().expires_after(seconds(server_->limits.request_timeout_s));
-    http::async_write(stream_, *res, [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, std::size_t) {
-      if (ec || !keep_alive) return self->close();
-      self->read();
-    });
+    http::async_write(stream_, *res,
+                      [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, std::size_t) {
+                        if (ec || !keep_alive) return self->close();
+                        self->read();
+                      });
   }
 
   beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
@@ -288,11 +289,11 @@ class Session : public Watcher, public std::enable_shared_from_this<Session<Stre
 
   Viewer viewer_;
   std::deque<std::shared_ptr<const std::string>> backlog_;  // events not yet being written
-  std::shared_ptr<const std::string> current_;                // the event being written, from offset_ on
+  std::shared_ptr<const std::string> current_;              // the event being written, from offset_ on
   std::size_t offset_ = 0;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false;
-  bool resync_ = false;  // deltas were dropped: the next write is a snapshot
+  bool resync_ = false;             // deltas were dropped: the next write is a snapshot
   bool awaiting_snapshot_ = false;  // watching, and the first publish (its snapshot) is still to come
   bool snapshot_posted_ = false;    // its first snapshot is queued to go out in a turn of its own
   std::array<char, 256> probe_{};
@@ -330,8 +331,8 @@ AdminServer::AdminServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 AdminServer::~AdminServer() { stop(); }
 
 Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, const std::string& address,
-                                                         unsigned short port, AdminApi& api, HttpLimits limits,
-                                                         EventStream* events, common::tls::Context tls) {
+                                                        unsigned short port, AdminApi& api, HttpLimits limits,
+                                                        EventStream* events, common::tls::Context tls) {
   auto impl = std::make_shared<Impl>(ioc, api, limits, events);
   if (tls) {
     SSL_CTX_up_ref(tls.get());  // the asio context takes a reference of its own
@@ -346,8 +347,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::start(asio::io_context& ioc, c
   if (!ec) impl->listening.acceptor.bind(ep, ec);
   if (!ec) impl->listening.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error(Errc::listen, "admin API on " + address + ":" + std::to_string(port) + ": " + ec.message());
-  impl->listening.backoff =
-      common::AcceptBackoff("admin API " + address + ":" + std::to_string(impl->listening.acceptor.local_endpoint().port()));
+  impl->listening.backoff = common::AcceptBackoff("admin API " + address + ":" +
+                                                  std::to_string(impl->listening.acceptor.local_endpoint().port()));
   impl->accept();
   return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));
 }
@@ -358,7 +359,9 @@ void AdminServer::publish() { impl_->publish(); }
 
 std::size_t AdminServer::watchers() const { return impl_->watchers.size(); }
 
-void AdminServer::on_watch(std::function<void()> publish_request) { impl_->publish_request = std::move(publish_request); }
+void AdminServer::on_watch(std::function<void()> publish_request) {
+  impl_->publish_request = std::move(publish_request);
+}
 
 void AdminServer::stop() {
   if (impl_->stopped) return;

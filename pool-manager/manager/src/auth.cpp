@@ -62,7 +62,8 @@ constexpr const char* kLegacyAdminTokenKey = "admin_token_hash";
 }  // namespace
 
 AdminTokens::AdminTokens(const std::map<std::string, std::string>& meta) {
-  for (auto it = meta.lower_bound(std::string(kAdminTokenKey)); it != meta.end() && it->first.starts_with(kAdminTokenKey); ++it) {
+  for (auto it = meta.lower_bound(std::string(kAdminTokenKey));
+       it != meta.end() && it->first.starts_with(kAdminTokenKey); ++it) {
     if (!it->second.empty()) by_name_[it->first.substr(kAdminTokenKey.size())] = it->second;
   }
   // The token of a store from before named tokens, unless a row of the name "admin" (revoked too) supersedes it.
@@ -86,7 +87,8 @@ void AdminTokens::put(const std::string& name, std::string hash, MetaRows& rows)
 
 Result<std::string> AdminTokens::issue(const std::string& name, bool replace, MetaRows& rows) {
   if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), common::is_name_char)) {
-    return make_error(Errc::invalid_argument, "admin token name '" + name + "' must be 1-64 characters of [A-Za-z0-9._:-]");
+    return make_error(Errc::invalid_argument,
+                      "admin token name '" + name + "' must be 1-64 characters of [A-Za-z0-9._:-]");
   }
   bool exists = by_name_.count(name) > 0;
   if (replace && !exists) return make_error(Errc::not_found, "no admin token named " + name);

@@ -27,7 +27,8 @@ Status check_keys(const std::filesystem::path& file, const toml::table& t, const
                   const std::string& table) {
   for (const auto& [k, v] : t) {
     if (!known.count(std::string(k.str()))) {
-      return make_error(Errc::invalid_config, where(file, v) + ": unknown key '" + std::string(k.str()) + "' in " + table);
+      return make_error(Errc::invalid_config,
+                        where(file, v) + ": unknown key '" + std::string(k.str()) + "' in " + table);
     }
   }
   return Status::ok();
@@ -54,17 +55,27 @@ Result<std::vector<const toml::table*>> tables_in(const std::filesystem::path& f
 }
 
 template <typename T>
-Status read(const std::filesystem::path& file, const toml::table& t, const char* key, T& out, const std::string& table) {
+Status read(const std::filesystem::path& file, const toml::table& t, const char* key, T& out,
+            const std::string& table) {
   const toml::node* n = t.get(key);
   if (!n) return Status::ok();
   if constexpr (std::is_same_v<T, std::string>) {
-    if (auto v = n->value<std::string>()) { out = *v; return Status::ok(); }
+    if (auto v = n->value<std::string>()) {
+      out = *v;
+      return Status::ok();
+    }
     return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be a string");
   } else if constexpr (std::is_same_v<T, bool>) {
-    if (auto v = n->value<bool>(); v && n->is_boolean()) { out = *v; return Status::ok(); }
+    if (auto v = n->value<bool>(); v && n->is_boolean()) {
+      out = *v;
+      return Status::ok();
+    }
     return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be true or false");
   } else if constexpr (std::is_floating_point_v<T>) {
-    if (n->is_number()) { out = *n->value<double>(); return Status::ok(); }
+    if (n->is_number()) {
+      out = *n->value<double>();
+      return Status::ok();
+    }
     return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be a number");
   } else {
     if (n->is_integer()) {
@@ -74,12 +85,13 @@ Status read(const std::filesystem::path& file, const toml::table& t, const char*
         return Status::ok();
       }
     }
-    return make_error(Errc::invalid_config, where(file, *n) + ": " + table + "." + key + " must be a non-negative integer");
+    return make_error(Errc::invalid_config,
+                      where(file, *n) + ": " + table + "." + key + " must be a non-negative integer");
   }
 }
 
-#define ACCELPOOL_TRY(expr)         \
-  do {                              \
+#define ACCELPOOL_TRY(expr)                       \
+  do {                                            \
     if (auto s_ = (expr); !s_) return s_.error(); \
   } while (0)
 
@@ -89,7 +101,9 @@ const toml::table* sub(const toml::table& t, const char* key) { return t.get_as<
 // server would: unreadable files, a key that does not match the certificate and the like are errors here.
 Status read_tls(const std::filesystem::path& file, const toml::table& t, const std::string& table, bool client_ca,
                 TlsConfig& out) {
-  const toml::node* n = t.get("tls_cert") ? t.get("tls_cert") : t.get("tls_key") ? t.get("tls_key") : t.get("tls_client_ca");
+  const toml::node* n = t.get("tls_cert")  ? t.get("tls_cert")
+                        : t.get("tls_key") ? t.get("tls_key")
+                                           : t.get("tls_client_ca");
   if (!n) return Status::ok();
   auto path = [&](const char* key, std::string& v) -> Status {
     ACCELPOOL_TRY(read(file, t, key, v, table));
@@ -110,7 +124,8 @@ Config default_config() { return Config{}; }
 
 Result<common::tls::Context> server_tls(const TlsConfig& tls, const std::string& table) {
   if (tls.cert.empty() && tls.key.empty() && tls.client_ca.empty()) return common::tls::Context{};
-  return common::tls::server_context(common::tls::table_files(table, tls.cert, tls.key, tls.client_ca, "tls_client_ca"));
+  return common::tls::server_context(
+      common::tls::table_files(table, tls.cert, tls.key, tls.client_ca, "tls_client_ca"));
 }
 
 Result<Config> load_config(const std::filesystem::path& file) {
@@ -123,13 +138,17 @@ Result<Config> load_config(const std::filesystem::path& file) {
     return make_error(Errc::invalid_config, o.str());
   }
   Config c;
-  ACCELPOOL_TRY(check_keys(file, root, {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants", "agents", "bitstreams", "ha", "log", "metrics"}, "the top level"));
+  ACCELPOOL_TRY(check_keys(file, root,
+                           {"data_dir", "store", "guest", "admin", "leases", "scheduler", "limits", "hosts", "tenants",
+                            "agents", "bitstreams", "ha", "log", "metrics"},
+                           "the top level"));
   std::string data_dir = c.data_dir.string();
   ACCELPOOL_TRY(read(file, root, "data_dir", data_dir, "top level"));
   c.data_dir = data_dir;
   if (c.data_dir.is_relative()) c.data_dir = file.parent_path() / c.data_dir;
   for (const char* name : {"store", "guest", "admin", "leases", "scheduler", "limits", "agents", "bitstreams", "ha"}) {
-    if (root.get(name) && !sub(root, name)) return make_error(Errc::invalid_config, where(file, *root.get(name)) + ": " + name + " must be a table");
+    if (root.get(name) && !sub(root, name))
+      return make_error(Errc::invalid_config, where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "store")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"file", "full_sync", "url"}, "[store]"));
@@ -138,12 +157,13 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "url", c.store_url, "store"));
     if (const auto* n = t->get("url")) {
       if (c.store_url.rfind("postgresql://", 0) != 0 && c.store_url.rfind("postgres://", 0) != 0) {
-        return make_error(Errc::invalid_config, where(file, *n) + ": store.url must be a PostgreSQL URL (postgresql://...)");
+        return make_error(Errc::invalid_config,
+                          where(file, *n) + ": store.url must be a PostgreSQL URL (postgresql://...)");
       }
       for (const char* sqlite_only : {"file", "full_sync"}) {
         if (t->get(sqlite_only)) {
           return make_error(Errc::invalid_config, where(file, *t->get(sqlite_only)) + ": store." + sqlite_only +
-                                          " is for the SQLite store; it cannot go with store.url");
+                                                      " is for the SQLite store; it cannot go with store.url");
         }
       }
     }
@@ -156,34 +176,42 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "name", c.ha.name, "ha"));
     ACCELPOOL_TRY(read(file, *t, "leader_timeout_s", c.ha.leader_timeout_s, "ha"));
     ACCELPOOL_TRY(read(file, *t, "standby_poll_s", c.ha.standby_poll_s, "ha"));
-    if (!(c.ha.leader_timeout_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": ha.leader_timeout_s must be > 0");
-    if (!(c.ha.standby_poll_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": ha.standby_poll_s must be > 0");
+    if (!(c.ha.leader_timeout_s > 0))
+      return make_error(Errc::invalid_config, where(file, *t) + ": ha.leader_timeout_s must be > 0");
+    if (!(c.ha.standby_poll_s > 0))
+      return make_error(Errc::invalid_config, where(file, *t) + ": ha.standby_poll_s must be > 0");
   }
   if (auto* t = sub(root, "guest")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s", "tls_cert", "tls_key"}, "[guest]"));
+    ACCELPOOL_TRY(check_keys(file, *t,
+                             {"tcp", "unix", "network_thread", "max_silent", "hello_timeout_s", "tls_cert", "tls_key"},
+                             "[guest]"));
     ACCELPOOL_TRY(read_tls(file, *t, "guest", false, c.guest_tls));
     ACCELPOOL_TRY(read(file, *t, "tcp", c.guest_tcp, "guest"));
     ACCELPOOL_TRY(read(file, *t, "unix", c.guest_unix, "guest"));
     ACCELPOOL_TRY(read(file, *t, "network_thread", c.guest_network_thread, "guest"));
     ACCELPOOL_TRY(read(file, *t, "max_silent", c.guest_max_silent, "guest"));
     ACCELPOOL_TRY(read(file, *t, "hello_timeout_s", c.guest_hello_timeout_s, "guest"));
-    if (c.guest_max_silent < 1) return make_error(Errc::invalid_config, where(file, *t) + ": guest.max_silent must be >= 1");
-    if (!(c.guest_hello_timeout_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": guest.hello_timeout_s must be > 0");
+    if (c.guest_max_silent < 1)
+      return make_error(Errc::invalid_config, where(file, *t) + ": guest.max_silent must be >= 1");
+    if (!(c.guest_hello_timeout_s > 0))
+      return make_error(Errc::invalid_config, where(file, *t) + ": guest.hello_timeout_s must be > 0");
   }
   if (auto* t = sub(root, "admin")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "header_timeout_s", "max_connections_per_source", "tls_cert", "tls_key"}, "[admin]"));
+    ACCELPOOL_TRY(check_keys(
+        file, *t, {"listen", "header_timeout_s", "max_connections_per_source", "tls_cert", "tls_key"}, "[admin]"));
     ACCELPOOL_TRY(read_tls(file, *t, "admin", false, c.admin_tls));
     ACCELPOOL_TRY(read(file, *t, "listen", c.admin_listen, "admin"));
     ACCELPOOL_TRY(read(file, *t, "header_timeout_s", c.admin_header_timeout_s, "admin"));
     ACCELPOOL_TRY(read(file, *t, "max_connections_per_source", c.admin_max_connections_per_source, "admin"));
-    if (!(c.admin_header_timeout_s > 0)) return make_error(Errc::invalid_config, where(file, *t) + ": admin.header_timeout_s must be > 0");
+    if (!(c.admin_header_timeout_s > 0))
+      return make_error(Errc::invalid_config, where(file, *t) + ": admin.header_timeout_s must be > 0");
     if (c.admin_max_connections_per_source < 1) {
       return make_error(Errc::invalid_config, where(file, *t) + ": admin.max_connections_per_source must be >= 1");
     }
   }
   if (auto* t = sub(root, "leases")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history", "keep_ended_days", "max_per_guest"},
-                             "[leases]"));
+    ACCELPOOL_TRY(
+        check_keys(file, *t, {"ttl_s", "revoke_grace_s", "history", "keep_ended_days", "max_per_guest"}, "[leases]"));
     ACCELPOOL_TRY(read(file, *t, "ttl_s", c.core.lease_ttl_s, "leases"));
     ACCELPOOL_TRY(read(file, *t, "revoke_grace_s", c.core.revoke_grace_s, "leases"));
     ACCELPOOL_TRY(read(file, *t, "history", c.core.history, "leases"));
@@ -197,8 +225,10 @@ Result<Config> load_config(const std::filesystem::path& file) {
       return make_error(Errc::invalid_config, file.string() + ": leases.keep_ended_days must be in [0, 36500]");
     }
     c.core.keep_ended_s = keep_days * 86400;
-    if (!(c.core.lease_ttl_s > 0)) return make_error(Errc::invalid_config, file.string() + ": leases.ttl_s must be > 0");
-    if (!(c.core.revoke_grace_s >= 0)) return make_error(Errc::invalid_config, file.string() + ": leases.revoke_grace_s must be >= 0");
+    if (!(c.core.lease_ttl_s > 0))
+      return make_error(Errc::invalid_config, file.string() + ": leases.ttl_s must be > 0");
+    if (!(c.core.revoke_grace_s >= 0))
+      return make_error(Errc::invalid_config, file.string() + ": leases.revoke_grace_s must be >= 0");
   }
   if (auto* t = sub(root, "scheduler")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"policy"}, "[scheduler]"));
@@ -215,7 +245,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(check_keys(file, *t, {"dir", "seed"}, "[bitstreams]"));
     std::string dir, seed;
     ACCELPOOL_TRY(read(file, *t, "dir", dir, "bitstreams"));
-    if (t->get("dir") && dir.empty()) return make_error(Errc::invalid_config, where(file, *t->get("dir")) + ": bitstreams.dir must not be empty");
+    if (t->get("dir") && dir.empty())
+      return make_error(Errc::invalid_config, where(file, *t->get("dir")) + ": bitstreams.dir must not be empty");
     if (!dir.empty()) {
       c.bitstreams.dir = dir;
       if (c.bitstreams.dir.is_relative()) c.bitstreams.dir = file.parent_path() / c.bitstreams.dir;
@@ -228,18 +259,24 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   if (auto* t = sub(root, "agents")) {
-    ACCELPOOL_TRY(check_keys(file, *t, {"listen", "token", "token_file", "heartbeat_timeout_ms", "max_connections", "tls_cert", "tls_key", "tls_client_ca"}, "[agents]"));
+    ACCELPOOL_TRY(check_keys(file, *t,
+                             {"listen", "token", "token_file", "heartbeat_timeout_ms", "max_connections", "tls_cert",
+                              "tls_key", "tls_client_ca"},
+                             "[agents]"));
     ACCELPOOL_TRY(read_tls(file, *t, "agents", true, c.agents.tls));
     if (const toml::node* ln = t->get("listen")) {
       const auto* arr = ln->as_array();
-      if (!arr) return make_error(Errc::invalid_config, where(file, *ln) + ": agents.listen must be an array of strings");
+      if (!arr)
+        return make_error(Errc::invalid_config, where(file, *ln) + ": agents.listen must be an array of strings");
       for (const auto& a : *arr) {
         auto v = a.value<std::string>();
         if (!a.is_string() || !v || v->empty()) {
-          return make_error(Errc::invalid_config, where(file, a) + ": agents.listen entries must be \"IP:PORT\" or \"unix:PATH\"");
+          return make_error(Errc::invalid_config,
+                            where(file, a) + ": agents.listen entries must be \"IP:PORT\" or \"unix:PATH\"");
         }
         if (v->rfind("unix:", 0) != 0) {
-          if (auto ep = parse_endpoint(*v); !ep) return make_error(Errc::invalid_config, where(file, a) + ": agents.listen: " + ep.error().message);
+          if (auto ep = parse_endpoint(*v); !ep)
+            return make_error(Errc::invalid_config, where(file, a) + ": agents.listen: " + ep.error().message);
         } else if (v->size() == 5) {
           return make_error(Errc::invalid_config, where(file, a) + ": agents.listen: 'unix:' needs a path");
         }
@@ -251,23 +288,31 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "token_file", token_file, "agents"));
     if (!token_file.empty()) {
       if (!c.agents.token.empty()) {
-        return make_error(Errc::invalid_config, where(file, *t->get("token_file")) + ": agents.token and agents.token_file exclude each other");
+        return make_error(Errc::invalid_config, where(file, *t->get("token_file")) +
+                                                    ": agents.token and agents.token_file exclude each other");
       }
       std::filesystem::path tf = token_file;
       if (tf.is_relative()) tf = file.parent_path() / tf;
       std::ifstream in(tf);
-      if (!in) return make_error(Errc::invalid_config, where(file, *t->get("token_file")) + ": agents.token_file: cannot read " + tf.string());
+      if (!in)
+        return make_error(Errc::invalid_config,
+                          where(file, *t->get("token_file")) + ": agents.token_file: cannot read " + tf.string());
       std::getline(in, c.agents.token);
-      while (!c.agents.token.empty() && (c.agents.token.back() == '\r' || c.agents.token.back() == ' ')) c.agents.token.pop_back();
+      while (!c.agents.token.empty() && (c.agents.token.back() == '\r' || c.agents.token.back() == ' '))
+        c.agents.token.pop_back();
     }
     ACCELPOOL_TRY(read(file, *t, "heartbeat_timeout_ms", c.agents.heartbeat_timeout_ms, "agents"));
     ACCELPOOL_TRY(read(file, *t, "max_connections", c.agents.max_connections, "agents"));
-    if (c.agents.max_connections < 1) return make_error(Errc::invalid_config, where(file, *t) + ": agents.max_connections must be >= 1");
+    if (c.agents.max_connections < 1)
+      return make_error(Errc::invalid_config, where(file, *t) + ": agents.max_connections must be >= 1");
     if (c.agents.heartbeat_timeout_ms < 1 || c.agents.heartbeat_timeout_ms > 3600000) {
       return make_error(Errc::invalid_config, where(file, *t) + ": agents.heartbeat_timeout_ms must be in 1..3600000");
     }
     if (!c.agents.listen.empty() && c.agents.token.size() < 16) {
-      return make_error(Errc::invalid_config, where(file, *t) + ": agents.token (or agents.token_file) must hold at least 16 characters when agents.listen is set");
+      return make_error(
+          Errc::invalid_config,
+          where(file, *t) +
+              ": agents.token (or agents.token_file) must hold at least 16 characters when agents.listen is set");
     }
   }
   if (const toml::node* hn = root.get("hosts")) {
@@ -287,7 +332,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
         }
       }
       if (const toml::node* dn = t->get("devices")) {
-        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices", {"kind", "model", "count", "attach", "slots", "slot_shapes"});
+        auto devices = tables_in(file, *dn, "hosts.devices", "hosts.devices",
+                                 {"kind", "model", "count", "attach", "slots", "slot_shapes"});
         if (!devices) return devices.error();
         for (const toml::table* dt : *devices) {
           StaticDeviceGroup g;
@@ -300,37 +346,44 @@ Result<Config> load_config(const std::filesystem::path& file) {
           ACCELPOOL_TRY(read(file, *dt, "slots", g.slots, "hosts.devices"));
           if (g.slots > kMaxSlotsPerDevice) {
             return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.slots must be in 0.." +
-                                            std::to_string(kMaxSlotsPerDevice));
+                                                        std::to_string(kMaxSlotsPerDevice));
           }
           if (const toml::node* sn = dt->get("slot_shapes")) {
             const auto* arr = sn->as_array();
-            if (!arr) return make_error(Errc::invalid_config, where(file, *sn) + ": hosts.devices.slot_shapes must be an array of strings");
+            if (!arr)
+              return make_error(Errc::invalid_config,
+                                where(file, *sn) + ": hosts.devices.slot_shapes must be an array of strings");
             for (const auto& e : *arr) {
               auto v = e.value<std::string>();
               if (!e.is_string() || !v || (!v->empty() && !valid_slot_shape(*v))) {
                 return make_error(Errc::invalid_config,
-                                  where(file, e) + ": hosts.devices.slot_shapes entries must be \"\" (no shape) or 1-64 "
-                                                   "characters of [A-Za-z0-9._:-]");
+                                  where(file, e) +
+                                      ": hosts.devices.slot_shapes entries must be \"\" (no shape) or 1-64 "
+                                      "characters of [A-Za-z0-9._:-]");
               }
               g.slot_shapes.push_back(*v);
             }
             if (g.slot_shapes.size() != g.slots) {
               return make_error(Errc::invalid_config, where(file, *sn) + ": hosts.devices.slot_shapes lists " +
-                                                          std::to_string(g.slot_shapes.size()) + " shapes for devices of " +
-                                                          std::to_string(g.slots) + " slots: give one shape per slot");
+                                                          std::to_string(g.slot_shapes.size()) +
+                                                          " shapes for devices of " + std::to_string(g.slots) +
+                                                          " slots: give one shape per slot");
             }
           }
           if (attach != "network" && attach != "passthrough") {
-            return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
+            return make_error(Errc::invalid_config,
+                              where(file, *dt) + ": hosts.devices.attach must be \"network\" or \"passthrough\"");
           }
-          if (count < 1 || count > 100000) return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.count must be in 1..100000");
+          if (count < 1 || count > 100000)
+            return make_error(Errc::invalid_config, where(file, *dt) + ": hosts.devices.count must be in 1..100000");
           g.count = static_cast<int>(count);
           g.passthrough = attach == "passthrough";
           hc.devices.push_back(g);
         }
       }
       if (hc.backend != "static") {
-        if (auto b = host_backends(hc); !b) return make_error(Errc::invalid_config, where(file, *t) + ": " + b.error().message);
+        if (auto b = host_backends(hc); !b)
+          return make_error(Errc::invalid_config, where(file, *t) + ": " + b.error().message);
       }
       c.hosts.push_back(std::move(hc));
     }
@@ -348,7 +401,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     }
   }
   for (const char* name : {"log", "metrics"}) {
-    if (root.get(name) && !sub(root, name)) return make_error(Errc::invalid_config, where(file, *root.get(name)) + ": " + name + " must be a table");
+    if (root.get(name) && !sub(root, name))
+      return make_error(Errc::invalid_config, where(file, *root.get(name)) + ": " + name + " must be a table");
   }
   if (auto* t = sub(root, "log")) {
     ACCELPOOL_TRY(check_keys(file, *t, {"level", "format"}, "[log]"));
@@ -357,12 +411,16 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "format", format, "log"));
     if (t->get("level")) {
       auto l = log::parse_level(level);
-      if (!l) return make_error(Errc::invalid_config, where(file, *t->get("level")) + ": log.level must be \"debug\", \"info\", \"warn\" or \"error\"");
+      if (!l)
+        return make_error(Errc::invalid_config, where(file, *t->get("level")) +
+                                                    ": log.level must be \"debug\", \"info\", \"warn\" or \"error\"");
       c.log.level = *l;
     }
     if (t->get("format")) {
       auto f = log::parse_format(format);
-      if (!f) return make_error(Errc::invalid_config, where(file, *t->get("format")) + ": log.format must be \"text\" or \"json\"");
+      if (!f)
+        return make_error(Errc::invalid_config,
+                          where(file, *t->get("format")) + ": log.format must be \"text\" or \"json\"");
       c.log.format = *f;
     }
   }
@@ -371,7 +429,8 @@ Result<Config> load_config(const std::filesystem::path& file) {
     ACCELPOOL_TRY(read(file, *t, "token", c.metrics.token, "metrics"));
     ACCELPOOL_TRY(read(file, *t, "max_label_values", c.metrics.max_label_values, "metrics"));
     if (t->get("token") && c.metrics.token.size() < 16) {
-      return make_error(Errc::invalid_config, where(file, *t->get("token")) + ": metrics.token must be at least 16 characters");
+      return make_error(Errc::invalid_config,
+                        where(file, *t->get("token")) + ": metrics.token must be at least 16 characters");
     }
     if (c.metrics.max_label_values < 1 || c.metrics.max_label_values > 1000) {
       return make_error(Errc::invalid_config, where(file, *t) + ": metrics.max_label_values must be in 1..1000");
@@ -391,13 +450,14 @@ std::uint64_t Config::connection_budget() const {
 std::optional<std::string> Config::fit_default_connections(std::uint64_t fd_limit) {
   if (max_connections_set || connection_budget() + common::kReservedFds <= fd_limit) return std::nullopt;
   const std::uint64_t shares = guest_tcp.empty() && guest_unix.empty() ? 1 : 2;  // admin, and guests if they listen
-  const std::uint64_t others = connection_budget() - shares * max_connections;     // the agents' limit
-  const std::uint64_t room = fd_limit > others + common::kReservedFds ? (fd_limit - others - common::kReservedFds) / shares : 0;
+  const std::uint64_t others = connection_budget() - shares * max_connections;   // the agents' limit
+  const std::uint64_t room =
+      fd_limit > others + common::kReservedFds ? (fd_limit - others - common::kReservedFds) / shares : 0;
   if (room < kMinDefaultConnections) return std::nullopt;  // too few to serve: the budget check refuses to start
   const std::size_t was = max_connections;
   max_connections = static_cast<std::size_t>(room);
-  return "the file descriptor limit (RLIMIT_NOFILE) is " + std::to_string(fd_limit) + ": [limits] max_connections lowered from " +
-         std::to_string(was) + " to " + std::to_string(max_connections) +
+  return "the file descriptor limit (RLIMIT_NOFILE) is " + std::to_string(fd_limit) +
+         ": [limits] max_connections lowered from " + std::to_string(was) + " to " + std::to_string(max_connections) +
          " (set it in the config, or raise the limit with ulimit -n or LimitNOFILE=)";
 }
 
@@ -405,7 +465,9 @@ std::filesystem::path Config::bitstreams_dir() const {
   return bitstreams.dir.empty() ? data_dir / "bitstreams" : bitstreams.dir;
 }
 
-std::filesystem::path Config::bitstreams_seed() const { return bitstreams.seed ? *bitstreams.seed : default_bitstream_seed(); }
+std::filesystem::path Config::bitstreams_seed() const {
+  return bitstreams.seed ? *bitstreams.seed : default_bitstream_seed();
+}
 
 std::filesystem::path default_bitstream_seed() {
   std::error_code ec;
@@ -425,12 +487,14 @@ Result<std::vector<HostBackend>> host_backends(const HostConfig& host) {
     auto plus = rest.find('+');
     std::string name(rest.substr(0, plus));
     if (name.empty() || name == "static") {
-      return make_error(Errc::invalid_config, "host " + host.name + ": backend '" + host.backend +
-                                      "' must be one backend name or several joined with '+' (e.g. \"sim+opencl\"); "
-                                      "\"static\" stands alone");
+      return make_error(Errc::invalid_config,
+                        "host " + host.name + ": backend '" + host.backend +
+                            "' must be one backend name or several joined with '+' (e.g. \"sim+opencl\"); "
+                            "\"static\" stands alone");
     }
     for (const auto& b : out) {
-      if (b.name == name) return make_error(Errc::invalid_config, "host " + host.name + ": backend '" + name + "' is listed twice");
+      if (b.name == name)
+        return make_error(Errc::invalid_config, "host " + host.name + ": backend '" + name + "' is listed twice");
     }
     out.push_back({name, {}});
     if (plus == std::string_view::npos) break;
@@ -452,8 +516,9 @@ Result<std::vector<HostBackend>> host_backends(const HostConfig& host) {
       }
     }
     if (!placed) {
-      return make_error(Errc::invalid_config, "host " + host.name + ": settings key '" + key + "' must be '<backend>.<key>' for one of " +
-                                      host.backend + " (the host has several backends)");
+      return make_error(Errc::invalid_config, "host " + host.name + ": settings key '" + key +
+                                                  "' must be '<backend>.<key>' for one of " + host.backend +
+                                                  " (the host has several backends)");
     }
   }
   return out;

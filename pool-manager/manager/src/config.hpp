@@ -19,7 +19,7 @@ struct StaticDeviceGroup {
   std::string model;  // "" (not declared): leases of any bitstream may use it (no model to check)
   int count = 1;
   bool passthrough = false;
-  std::uint32_t slots = 0;  // partial-reconfiguration slots of each device (HostDevice::slots)
+  std::uint32_t slots = 0;               // partial-reconfiguration slots of each device (HostDevice::slots)
   std::vector<std::string> slot_shapes;  // none, or one per slot in slot order ("" for none; HostDevice::slot_shapes)
 };
 
@@ -38,13 +38,13 @@ struct HostBackend {
 };
 
 // The backends a device-backend host lists, with their settings: with one backend every settings key is its own;
-// with several ("sim+opencl") each key must be "<backend>.<key>" for one of them. Errors: "invalid_config" naming the host
-// and the key.
+// with several ("sim+opencl") each key must be "<backend>.<key>" for one of them. Errors: "invalid_config" naming the
+// host and the key.
 Result<std::vector<HostBackend>> host_backends(const HostConfig& host);
 
 // The manager's bitstream registry ([bitstreams], docs/operations.md).
 struct BitstreamsConfig {
-  std::filesystem::path dir;   // "" : <data_dir>/bitstreams
+  std::filesystem::path dir;  // "" : <data_dir>/bitstreams
   // Folder whose bitstreams are copied in when `dir` does not exist yet. Unset: the sample bitstreams installed
   // or built beside the binary (default_bitstream_seed()); "" disables seeding.
   std::optional<std::filesystem::path> seed;
@@ -71,18 +71,18 @@ Result<common::tls::Context> server_tls(const TlsConfig& tls, const std::string&
 
 // Remote host agents (docs/agent-protocol.md). No address: no agent listener.
 struct AgentsConfig {
-  std::vector<std::string> listen;        // "IP:PORT" (port 0 picks one) or "unix:PATH"
-  std::string token;                      // every agent presents it at registration
+  std::vector<std::string> listen;  // "IP:PORT" (port 0 picks one) or "unix:PATH"
+  std::string token;                // every agent presents it at registration
   std::uint64_t heartbeat_timeout_ms = 15000;
-  std::size_t max_connections = 256;      // agent connections, registered or not
+  std::size_t max_connections = 256;  // agent connections, registered or not
   TlsConfig tls;
 };
 
 // Several managers on one PostgreSQL store, one leading ([ha], docs/ha.md).
 struct HaConfig {
-  std::string name;               // this manager among them; "" : the host name and the admin port
-  double leader_timeout_s = 10;   // a leader that has not renewed for this long may be replaced (fenced)
-  double standby_poll_s = 0.5;    // how often a standby tries to take over
+  std::string name;              // this manager among them; "" : the host name and the admin port
+  double leader_timeout_s = 10;  // a leader that has not renewed for this long may be replaced (fenced)
+  double standby_poll_s = 0.5;   // how often a standby tries to take over
 };
 
 // What the manager logs and how ([log], docs/operations.md "Logs").
@@ -108,20 +108,20 @@ struct Config {
   std::string guest_tcp = "127.0.0.1:7070";
   std::string guest_unix = "guest.sock";  // relative to data_dir; "" disables
   bool guest_network_thread = false;      // guest socket I/O on a thread of its own (GuestServerOptions)
-  std::size_t guest_max_silent = 64;  // guest connections that sent nothing yet (GuestServerOptions)
+  std::size_t guest_max_silent = 64;      // guest connections that sent nothing yet (GuestServerOptions)
   double guest_hello_timeout_s = 2;       // the hello deadline (or request_timeout_s, if shorter)
   std::string admin_listen = "127.0.0.1:7080";
-  TlsConfig admin_tls;                    // HTTPS for the admin API
-  TlsConfig guest_tls;                    // TLS on the guest TCP listener (the Unix socket stays plain)
-  double admin_header_timeout_s = 5;      // HttpLimits::header_timeout_s
+  TlsConfig admin_tls;                // HTTPS for the admin API
+  TlsConfig guest_tls;                // TLS on the guest TCP listener (the Unix socket stays plain)
+  double admin_header_timeout_s = 5;  // HttpLimits::header_timeout_s
   std::size_t admin_max_connections_per_source = 32;
   CoreOptions core;
   std::size_t max_body_bytes = 1 << 20;
-  double request_timeout_s = 10;    // an admin client must send its whole request within this
+  double request_timeout_s = 10;       // an admin client must send its whole request within this
   std::size_t max_connections = 4096;  // guest connections, and admin connections, each
   bool max_connections_set = false;    // the config file sets it (else the default may shrink to fit the fds)
-  std::vector<HostConfig> hosts;    // empty: one "local" host with the sim backend
-  std::vector<TenantConfig> tenants;  // created at start when absent; none at all: a "default" tenant
+  std::vector<HostConfig> hosts;       // empty: one "local" host with the sim backend
+  std::vector<TenantConfig> tenants;   // created at start when absent; none at all: a "default" tenant
   AgentsConfig agents;
   BitstreamsConfig bitstreams;
   LogConfig log;

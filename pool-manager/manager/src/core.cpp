@@ -33,8 +33,10 @@ bool valid_name(const std::string& s, std::size_t max_len) {
 // The error code of a scheduler's rejection: its kind survives up to the APIs.
 Errc errc_of(const sched::Rejection& rejection) {
   switch (rejection.kind) {
-    case sched::Rejection::Kind::infeasible: return Errc::infeasible;
-    case sched::Rejection::Kind::invalid: return Errc::invalid_argument;
+    case sched::Rejection::Kind::infeasible:
+      return Errc::infeasible;
+    case sched::Rejection::Kind::invalid:
+      return Errc::invalid_argument;
   }
   return Errc::internal;
 }
@@ -48,7 +50,7 @@ Percentiles percentiles(std::vector<double> v) {
   for (double x : v) sum += x;
   p.avg = sum / static_cast<double>(v.size());
   auto at = [&](double q) {
-    auto idx = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) ;
+    auto idx = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
     return v[std::min(v.size() - 1, idx == 0 ? 0 : idx - 1)];
   };
   p.p50 = at(0.50);
@@ -60,12 +62,18 @@ Percentiles percentiles(std::vector<double> v) {
 std::string device_state_name(std::optional<sched::DeviceState> s) {
   if (!s) return "unknown";
   switch (*s) {
-    case sched::DeviceState::free: return "free";
-    case sched::DeviceState::leased: return "leased";
-    case sched::DeviceState::draining: return "draining";
-    case sched::DeviceState::unavailable: return "unavailable";
-    case sched::DeviceState::shared: return "shared";
-    case sched::DeviceState::holding: return "holding";
+    case sched::DeviceState::free:
+      return "free";
+    case sched::DeviceState::leased:
+      return "leased";
+    case sched::DeviceState::draining:
+      return "draining";
+    case sched::DeviceState::unavailable:
+      return "unavailable";
+    case sched::DeviceState::shared:
+      return "shared";
+    case sched::DeviceState::holding:
+      return "holding";
   }
   return "unknown";
 }
@@ -75,8 +83,8 @@ std::optional<Error> check_drain_deadline(bool draining, std::optional<double> d
   if (!deadline_s) return std::nullopt;
   if (!draining) return make_error(Errc::invalid_argument, "'deadline_s' applies to drain only");
   if (!std::isfinite(*deadline_s) || *deadline_s < 0 || *deadline_s > kMaxDrainDeadlineS) {
-    return make_error(Errc::invalid_argument,
-                      "'deadline_s' must be a number of seconds in [0, " + std::to_string(static_cast<long>(kMaxDrainDeadlineS)) + "]");
+    return make_error(Errc::invalid_argument, "'deadline_s' must be a number of seconds in [0, " +
+                                                  std::to_string(static_cast<long>(kMaxDrainDeadlineS)) + "]");
   }
   return std::nullopt;
 }
@@ -99,7 +107,6 @@ std::optional<std::string> page_of(const Map& map, const PageSpec& spec, Match m
 }
 
 }  // namespace
-
 
 struct PoolCore::Impl {
   struct Sample {
@@ -124,9 +131,9 @@ struct PoolCore::Impl {
   AdminTokens admin_tokens;
   std::string policy_text;
 
-  std::map<std::string, DeviceRecord> devices;            // by name
+  std::map<std::string, DeviceRecord> devices;                     // by name
   std::unordered_map<sched::DeviceId, DeviceRecord*> by_sched_id;  // into `devices`
-  std::unordered_map<std::string, LeaseId> holder;        // device name -> lease holding it
+  std::unordered_map<std::string, LeaseId> holder;                 // device name -> lease holding it
   sched::DeviceId next_sched_id = 0;
 
   std::map<std::string, std::unique_ptr<HostDriver>> hosts;
@@ -163,7 +170,8 @@ struct PoolCore::Impl {
       devices += l.count;
       return;
     }
-    if (auto it = live_by_guest.find(guest); it != live_by_guest.end() && it->second.erase(l.id) && it->second.empty()) {
+    if (auto it = live_by_guest.find(guest);
+        it != live_by_guest.end() && it->second.erase(l.id) && it->second.empty()) {
       live_by_guest.erase(it);
     }
     devices -= std::min<std::uint64_t>(devices, l.count);
@@ -179,14 +187,14 @@ struct PoolCore::Impl {
   // The ids of the only live leases `f` can match when it names one guest (as owner, or tenant and guest); null
   // when it may match any.
   const std::set<LeaseId>* own_leases(const LeaseFilter& f) const;
-  std::map<LeaseId, Lease> ended;  // a window of the most recently ended leases; the store holds them all
-  std::deque<LeaseId> ended_order; // the ids in `ended`, oldest end first
+  std::map<LeaseId, Lease> ended;   // a window of the most recently ended leases; the store holds them all
+  std::deque<LeaseId> ended_order;  // the ids in `ended`, oldest end first
   std::set<std::pair<double, LeaseId>> expiries;
   std::set<std::pair<double, LeaseId>> deadlines;
-  std::map<std::string, double> drain_deadlines;  // device -> when the lease still on it is revoked
-  std::set<std::string> draining_hosts;           // devices these hosts register later join draining
-  double next_prune = 0;                          // when tick() next deletes old ended leases from the store
-  std::unordered_map<LeaseId, std::uint64_t> epoch;       // bumps on every grant: stale completions are ignored
+  std::map<std::string, double> drain_deadlines;     // device -> when the lease still on it is revoked
+  std::set<std::string> draining_hosts;              // devices these hosts register later join draining
+  double next_prune = 0;                             // when tick() next deletes old ended leases from the store
+  std::unordered_map<LeaseId, std::uint64_t> epoch;  // bumps on every grant: stale completions are ignored
   std::unordered_map<LeaseId, std::size_t> pending_prepare;
   std::deque<Sample> samples;
   Counters counters;
@@ -257,7 +265,8 @@ struct PoolCore::Impl {
   }
 
   bool uncommitted() const {
-    return !dirty_leases.empty() || !dirty_devices.empty() || !batch.empty() || !events.empty() || !rotated_tenants.empty();
+    return !dirty_leases.empty() || !dirty_devices.empty() || !batch.empty() || !events.empty() ||
+           !rotated_tenants.empty();
   }
 
   // Every pending change as one commit; none is pending afterwards.
@@ -368,7 +377,8 @@ struct PoolCore::Impl {
     for (const auto& name : l.devices) {
       auto& d = devices.at(name);
       bool reprogram = !l.bitstream.empty() && d.loaded != l.bitstream;
-      if (reprogram) log::info("device reprogrammed", {{"device", name}, {"from", d.loaded}, {"to", l.bitstream}, {"lease", l.id}});
+      if (reprogram)
+        log::info("device reprogrammed", {{"device", name}, {"from", d.loaded}, {"to", l.bitstream}, {"lease", l.id}});
       host::PrepareRequest request;
       request.device = d.local_id;
       request.lease = std::to_string(l.id);
@@ -384,8 +394,7 @@ struct PoolCore::Impl {
     }
   }
 
-  void on_prepared(LeaseId id, std::uint64_t ep, const std::string& name, const Status& s,
-                   host::PrepareResult result) {
+  void on_prepared(LeaseId id, std::uint64_t ep, const std::string& name, const Status& s, host::PrepareResult result) {
     const std::string& loaded = result.loaded;
     double t = now();
     sched::Decisions out;
@@ -456,7 +465,8 @@ struct PoolCore::Impl {
 
   // Drains or undrains one device. `deadline_at`: when a lease still on it is revoked (draining only).
   Status drain(DeviceRecord& d, bool draining, std::optional<double> deadline_at, double t, sched::Decisions& out) {
-    if (auto r = scheduler->set_draining(d.sched_id, draining, t, out)) return make_error(Errc::invalid_state, r->error);
+    if (auto r = scheduler->set_draining(d.sched_id, draining, t, out))
+      return make_error(Errc::invalid_state, r->error);
     d.draining = draining;
     touch(d);
     bool had_deadline = drain_deadlines.erase(d.name) > 0;
@@ -617,7 +627,7 @@ struct PoolCore::Impl {
     if (!l) {
       if (const Lease* e = find_any(id); e && caller.owns(*e)) {
         return make_error(Errc::invalid_state, "lease " + std::to_string(id) + " has already ended (" +
-                                               std::string(to_string(e->state)) + ")");
+                                                   std::string(to_string(e->state)) + ")");
       }
       return make_error(Errc::not_found, "no lease " + std::to_string(id));
     }
@@ -766,7 +776,8 @@ struct PoolCore::Impl {
     sd.id = d.sched_id;
     sd.host = host_ids.intern(d.host);
     sd.kind = kinds.intern(d.kind);
-    sd.model = static_cast<sched::ModelId>(std::min<std::uint32_t>(models_of_kind(sd.kind).intern(sched_model_name(d)), sched::kMaxModelsPerKind));
+    sd.model = static_cast<sched::ModelId>(
+        std::min<std::uint32_t>(models_of_kind(sd.kind).intern(sched_model_name(d)), sched::kMaxModelsPerKind));
     sd.attach = d.passthrough ? sched::AttachMode::passthrough : sched::AttachMode::network;
     sd.loaded = d.loaded.empty() ? sched::kNoBitstream : bitstreams.intern(d.loaded);
     return sd;
@@ -860,8 +871,8 @@ struct PoolCore::Impl {
         end += std::strlen(end);
       }
       auto parent = devices.find(device);
-      if (*end != '\0' || count > kMaxSlotsPerDevice || parent == devices.end() ||
-          !parent->second.parent.empty() || (!shapes.empty() && shapes.size() != count)) {
+      if (*end != '\0' || count > kMaxSlotsPerDevice || parent == devices.end() || !parent->second.parent.empty() ||
+          (!shapes.empty() && shapes.size() != count)) {
         return make_error(Errc::corrupt, "meta " + it->first + " = '" + it->second +
                                              "': not a slot count (and shapes) of a stored device");
       }
@@ -897,7 +908,8 @@ struct PoolCore::Impl {
       LeaseId id = l.id;
       if (is_terminal(l.state)) {
         if (l.state == LeaseState::released && l.first_granted_at > 0) {
-          samples.push_back({l.tenant, l.bitstream, l.ended_at, l.ended_at - l.created_at, l.first_granted_at - l.created_at});
+          samples.push_back(
+              {l.tenant, l.bitstream, l.ended_at, l.ended_at - l.created_at, l.first_granted_at - l.created_at});
         }
         ends.emplace_back(l.ended_at, id);
         ended[id] = std::move(l);
@@ -999,7 +1011,8 @@ Result<std::unique_ptr<PoolCore>> PoolCore::create(CoreOptions options, const Cl
   std::string spec_text = options.policy;
   // A policy set at runtime survives restarts unless the configured one changed since.
   auto& meta = snap->meta;
-  if (auto it = meta.find("policy"); it != meta.end() && meta["policy_config"] == options.policy) spec_text = it->second;
+  if (auto it = meta.find("policy"); it != meta.end() && meta["policy_config"] == options.policy)
+    spec_text = it->second;
   std::string error;
   auto spec = sched::PolicySpec::parse(spec_text, &error);
   if (!spec) return make_error(Errc::invalid_config, "policy '" + spec_text + "': " + error);
@@ -1031,28 +1044,28 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
   for (const auto& hd : *found) {
     if (!valid_name(hd.local_id, 128) || !valid_name(hd.kind, 64)) {
       return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id + "' of kind '" +
-                                                hd.kind + "' with characters outside [A-Za-z0-9._:-]");
+                                                    hd.kind + "' with characters outside [A-Za-z0-9._:-]");
     }
     if (!reported.insert(hd.local_id).second)
       return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id + "' twice");
     if (hd.model.find('\0') != std::string::npos) {  // the scheduler's model names end at one (sched_model_name)
       return make_error(Errc::invalid_argument, "host " + name + " reports device '" + hd.local_id +
-                                                "' with a model that holds a NUL character");
+                                                    "' with a model that holds a NUL character");
     }
     if (hd.slots > kMaxSlotsPerDevice) {
       return make_error(Errc::invalid_argument, "host " + name + " declares " + std::to_string(hd.slots) +
-                                                " slots on device '" + hd.local_id + "' (at most " +
-                                                std::to_string(kMaxSlotsPerDevice) + ")");
+                                                    " slots on device '" + hd.local_id + "' (at most " +
+                                                    std::to_string(kMaxSlotsPerDevice) + ")");
     }
     if (!hd.slot_shapes.empty() && hd.slot_shapes.size() != hd.slots) {
       return make_error(Errc::invalid_argument, "host " + name + " reports " + std::to_string(hd.slot_shapes.size()) +
-                                                " slot shapes for device '" + hd.local_id + "', which has " +
-                                                std::to_string(hd.slots) + " slots: give one shape per slot");
+                                                    " slot shapes for device '" + hd.local_id + "', which has " +
+                                                    std::to_string(hd.slots) + " slots: give one shape per slot");
     }
     for (const auto& shape : hd.slot_shapes) {
       if (!shape.empty() && !valid_slot_shape(shape)) {
         return make_error(Errc::invalid_argument, "host " + name + " reports slot shape '" + shape + "' for device '" +
-                                                  hd.local_id + "': a shape is 1-64 characters of [A-Za-z0-9._:-]");
+                                                      hd.local_id + "': a shape is 1-64 characters of [A-Za-z0-9._:-]");
       }
     }
   }
@@ -1060,7 +1073,7 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     for (std::uint32_t n = 0; n < hd.slots; ++n) {
       if (reported.count(slot_local_id(hd.local_id, n))) {
         return make_error(Errc::invalid_argument, "host " + name + " reports device '" + slot_local_id(hd.local_id, n) +
-                                                  "', the name of a slot of device '" + hd.local_id + "'");
+                                                      "', the name of a slot of device '" + hd.local_id + "'");
       }
     }
   }
@@ -1114,13 +1127,14 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     }
   }
   // Known devices the host no longer reports become unavailable; looked for only when some are missing.
-  if (known_reported < known_before) m.each_device_of(name, [&](DeviceRecord& d) {
-    if (!reported.count(d.local_id) && d.available) {
-      if (!was_lost) (void)m.scheduler->set_available(d.sched_id, false, t, out);
-      d.available = false;
-      m.touch(d);
-    }
-  });
+  if (known_reported < known_before)
+    m.each_device_of(name, [&](DeviceRecord& d) {
+      if (!reported.count(d.local_id) && d.available) {
+        if (!was_lost) (void)m.scheduler->set_available(d.sched_id, false, t, out);
+        d.available = false;
+        m.touch(d);
+      }
+    });
   if (!attached_before) m.host_order.push_back(name);
   if (was_lost) {
     m.lost_hosts.erase(name);
@@ -1137,8 +1151,10 @@ Status PoolCore::attach_host(std::unique_ptr<HostDriver> host, const HostReport&
     if (auto hl = m.holder.find(dev_name); hl != m.holder.end()) {
       if (const Lease* l = m.find_lease(hl->second); l && l->guest == guest) continue;
     }
-    log::warn("device serves a guest without a lease: releasing it", {{"host", name}, {"device", local}, {"guest", guest}});
-    h.release(local, [&m, dev_name](Status s, std::string loaded) { m.on_device_reset(dev_name, s, std::move(loaded)); });
+    log::warn("device serves a guest without a lease: releasing it",
+              {{"host", name}, {"device", local}, {"guest", guest}});
+    h.release(local,
+              [&m, dev_name](Status s, std::string loaded) { m.on_device_reset(dev_name, s, std::move(loaded)); });
   }
   m.apply(out, t);
   m.flush();
@@ -1212,7 +1228,8 @@ std::vector<Lease> PoolCore::end_guest_leases(const std::string& host, const std
 
 Result<std::string> PoolCore::create_tenant(const std::string& name, double weight, std::uint32_t max_devices) {
   auto& m = *impl_;
-  if (!valid_name(name, 64)) return make_error(Errc::invalid_argument, "tenant name must be 1-64 characters of [A-Za-z0-9._:-]");
+  if (!valid_name(name, 64))
+    return make_error(Errc::invalid_argument, "tenant name must be 1-64 characters of [A-Za-z0-9._:-]");
   if (!(weight > 0) || !std::isfinite(weight) || weight > 1e6) {
     return make_error(Errc::invalid_argument, "tenant weight must be a number in (0, 1e6]");
   }
@@ -1277,11 +1294,12 @@ Status PoolCore::delete_tenant(const std::string& name) {
   if (it == m.tenants.end()) return make_error(Errc::not_found, "no tenant " + name);
   std::string holding;
   for (const auto& [id, l] : m.live) {
-    if (l.tenant == name) holding += (holding.empty() ? "" : ", ") + std::to_string(id) + " (" + std::string(to_string(l.state)) + ")";
+    if (l.tenant == name)
+      holding += (holding.empty() ? "" : ", ") + std::to_string(id) + " (" + std::string(to_string(l.state)) + ")";
   }
   if (!holding.empty()) {
     return make_error(Errc::conflict, "tenant " + name + " has live leases " + holding +
-                                      ": release or revoke them, then delete the tenant");
+                                          ": release or revoke them, then delete the tenant");
   }
   m.tenant_by_hash.erase(it->second.token_hash);
   m.tenants.erase(it);
@@ -1326,7 +1344,8 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   if (!common::valid_guest_id(p.guest)) {
     return make_error(Errc::invalid_argument, std::string("guest id must be ") + common::kGuestIdSyntax);
   }
-  if (!valid_name(p.kind, 64)) return make_error(Errc::invalid_argument, "kind must be 1-64 characters of [A-Za-z0-9._:-]");
+  if (!valid_name(p.kind, 64))
+    return make_error(Errc::invalid_argument, "kind must be 1-64 characters of [A-Za-z0-9._:-]");
   if (!p.bitstream.empty() && !valid_name(p.bitstream, 128)) {
     return make_error(Errc::invalid_argument, "bitstream must be 1-128 characters of [A-Za-z0-9._:-]");
   }
@@ -1338,21 +1357,25 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     return make_error(Errc::invalid_argument, "estimate_s must be a number in [0, 1e9]");
   }
   if (!p.label.empty()) {
-    if (!valid_name(p.label, 64)) return make_error(Errc::invalid_argument, "label must be 1-64 characters of [A-Za-z0-9._:-]");
+    if (!valid_name(p.label, 64))
+      return make_error(Errc::invalid_argument, "label must be 1-64 characters of [A-Za-z0-9._:-]");
     const auto it = m.labels_of_tenant.find(p.tenant);
     if (it != m.labels_of_tenant.end() && it->second.size() >= kMaxLabelsPerTenant && !it->second.contains(p.label)) {
-      return make_error(Errc::quota_exceeded, "tenant " + p.tenant + " already gave " + std::to_string(kMaxLabelsPerTenant) +
-                                              " distinct labels, the most one tenant may use; reuse one of them or "
-                                              "give none");
+      return make_error(Errc::quota_exceeded, "tenant " + p.tenant + " already gave " +
+                                                  std::to_string(kMaxLabelsPerTenant) +
+                                                  " distinct labels, the most one tenant may use; reuse one of them or "
+                                                  "give none");
     }
   }
-  if (auto partial = m.options.image_partial && !p.bitstream.empty() ? m.options.image_partial(p.bitstream)
-                                                                       : std::nullopt) {
+  if (auto partial =
+          m.options.image_partial && !p.bitstream.empty() ? m.options.image_partial(p.bitstream) : std::nullopt) {
     const bool slot_asked = p.kind.ends_with(":slot");
     if (*partial && !slot_asked) p.kind = slot_kind(p.kind);
     if (!*partial && slot_asked) {
-      return make_error(Errc::incompatible, "bitstream " + p.bitstream + " is a full image: it takes a whole device, not a "
-                                        "slot (kind '" + p.kind + "')");
+      return make_error(Errc::incompatible, "bitstream " + p.bitstream +
+                                                " is a full image: it takes a whole device, not a "
+                                                "slot (kind '" +
+                                                p.kind + "')");
     }
   }
   const auto kind = m.kinds.find(p.kind);
@@ -1364,25 +1387,26 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
     if (!fit.slot_shape.empty()) patterns += " in slots of shape '" + fit.slot_shape + "'";
     std::string listed;
     const sched::NameTable& table = m.models_of_kind(*kind);
-    for (std::uint32_t i = 0; i < table.size(); ++i) listed += (listed.empty() ? "" : ", ") + Impl::describe_model(table.name(i));
+    for (std::uint32_t i = 0; i < table.size(); ++i)
+      listed += (listed.empty() ? "" : ", ") + Impl::describe_model(table.name(i));
     return make_error(Errc::incompatible, "bitstream " + p.bitstream + " fits device models " + patterns +
-                                          ", but the devices of kind '" + p.kind + "' are " + listed);
+                                              ", but the devices of kind '" + p.kind + "' are " + listed);
   }
   if (m.options.acquire_check) {
     if (auto s = m.options.acquire_check(p); !s) return s.error();
   }
   if (const std::size_t own = m.live_of_guest(p.tenant, p.guest).size(); own >= m.options.max_live_per_guest) {
     return make_error(Errc::quota_exceeded, "guest " + p.guest + " of tenant " + p.tenant + " holds or waits for " +
-                                            std::to_string(own) + " leases, the most one guest may have " +
-                                            "([leases] max_per_guest); release or cancel some first");
+                                                std::to_string(own) + " leases, the most one guest may have " +
+                                                "([leases] max_per_guest); release or cancel some first");
   }
   if (tit->second.max_devices > 0) {
     const auto held = m.live_devices_of_tenant.find(p.tenant);
     const std::uint64_t used = held == m.live_devices_of_tenant.end() ? 0 : held->second;
     if (used + p.count > tit->second.max_devices) {
       return make_error(Errc::quota_exceeded, "tenant " + p.tenant + " may hold or wait for at most " +
-                                              std::to_string(tit->second.max_devices) + " devices (" +
-                                              std::to_string(used) + " in use or queued)");
+                                                  std::to_string(tit->second.max_devices) + " devices (" +
+                                                  std::to_string(used) + " in use or queued)");
     }
   }
   double t = m.now();
@@ -1390,7 +1414,8 @@ Result<Lease> PoolCore::acquire(const AcquireParams& asked) {
   l.id = m.last_id + 1;
   l.tenant = p.tenant;
   l.guest = p.guest;
-  l.guest_host = p.guest_host.empty() ? (m.host_order.empty() ? std::string("local") : m.host_order.front()) : p.guest_host;
+  l.guest_host =
+      p.guest_host.empty() ? (m.host_order.empty() ? std::string("local") : m.host_order.front()) : p.guest_host;
   l.relayed = p.relayed;
   l.kind = p.kind;
   l.bitstream = p.bitstream;
@@ -1422,8 +1447,9 @@ Result<Lease> PoolCore::cancel(const Caller& caller, LeaseId id) {
   auto l = m.owned(caller, id);
   if (!l) return l.error();
   if ((*l)->state != LeaseState::queued) {
-    return make_error(Errc::invalid_state, "lease " + std::to_string(id) + " is " + std::string(to_string((*l)->state)) +
-                                           ", not queued: release it instead");
+    return make_error(Errc::invalid_state, "lease " + std::to_string(id) + " is " +
+                                               std::string(to_string((*l)->state)) +
+                                               ", not queued: release it instead");
   }
   m.end_lease(**l, LeaseState::cancelled, "cancelled by the guest", m.now());
   Lease copy = *m.find_any(id);
@@ -1503,12 +1529,15 @@ namespace {
 
 bool matches(const LeaseFilter& f, const Lease& l) {
   return (!f.tenant || l.tenant == *f.tenant) && (!f.guest || l.guest == *f.guest) && (!f.owner || f.owner->owns(l)) &&
-         (!f.state || l.state == *f.state) && (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
+         (!f.state || l.state == *f.state) &&
+         (!f.device || std::find(l.devices.begin(), l.devices.end(), *f.device) != l.devices.end());
 }
 
 bool wants_ended(const LeaseFilter& f) { return f.include_ended || (f.state && is_terminal(*f.state)); }
 
-const Lease& lease_at(const std::map<LeaseId, Lease>&, const std::pair<const LeaseId, Lease>& entry) { return entry.second; }
+const Lease& lease_at(const std::map<LeaseId, Lease>&, const std::pair<const LeaseId, Lease>& entry) {
+  return entry.second;
+}
 const Lease& lease_at(const std::map<LeaseId, Lease>& leases, LeaseId id) { return leases.at(id); }
 
 // Calls `take` on each lease of `ids` (ascending ids of `leases`, or `leases` itself) that lies beyond `spec`'s
@@ -1587,7 +1616,8 @@ Result<PoolCore::LeasePage> PoolCore::page(const LeaseFilter& f, const LeasePage
   visit_live(impl_->own_leases(f), impl_->live, f, spec, upto_wanted());
   LeasePage page;
   auto take = [&](auto first, auto last) {
-    for (auto it = first; it != last && page.leases.size() < spec.limit; ++it) page.leases.push_back(std::move(it->second));
+    for (auto it = first; it != last && page.leases.size() < spec.limit; ++it)
+      page.leases.push_back(std::move(it->second));
   };
   if (spec.newest_first) {
     take(merged.rbegin(), merged.rend());
@@ -1646,7 +1676,7 @@ Result<DeviceView> PoolCore::device(const std::string& name) const {
   for (sched::DeviceId id : impl_->scheduler->slots_of(it->second.sched_id)) {
     const DeviceRecord& slot = *impl_->device_by_sched(id);
     SlotView sv{slot.name, device_state_name(impl_->scheduler->device_state(id)), slot.loaded, slot.slot_shape,
-                 std::nullopt};
+                std::nullopt};
     if (auto h = impl_->holder.find(slot.name); h != impl_->holder.end()) sv.lease = h->second;
     v.slots.push_back(std::move(sv));
   }
@@ -1739,8 +1769,10 @@ Status PoolCore::set_host_draining(const std::string& host, bool draining, std::
     if (drained) drained = m.drain(d, draining, at, t, out);
   });
   if (!drained) return drained;
-  if (draining) m.draining_hosts.insert(host);
-  else m.draining_hosts.erase(host);
+  if (draining)
+    m.draining_hosts.insert(host);
+  else
+    m.draining_hosts.erase(host);
   m.batch.meta.emplace_back(Impl::host_draining_key(host), draining ? "1" : "");
   m.enforce_drain_deadlines(t);
   m.apply(out, t);
@@ -1760,8 +1792,10 @@ void PoolCore::bitstream_changed(const std::string& bitstream) {
   for (const auto& [id, l] : m.live) {
     if (l.bitstream != bitstream) continue;
     const sched::ModelSet fits = m.fitting_models(m.kinds.intern(l.kind), fit);
-    if (fits != 0) refit.emplace_back(id, fits);
-    else if (l.state == LeaseState::queued) unfit.push_back(id);
+    if (fits != 0)
+      refit.emplace_back(id, fits);
+    else if (l.state == LeaseState::queued)
+      unfit.push_back(id);
     // else: a granted lease keeps its devices and the models it was placed by
   }
   // The leases nothing fits any more end first, so that no placement below can grant them.
@@ -1787,8 +1821,9 @@ Status PoolCore::reset_device(const std::string& name) {
   for (sched::DeviceId id : m.scheduler->slots_of(it->second.sched_id)) parts.push_back(m.device_by_sched(id)->name);
   for (const auto& part : parts) {
     if (m.holder.count(part)) {
-      return make_error(Errc::invalid_state, "device " + part + " is leased (lease " + std::to_string(m.holder.at(part)) +
-                                             "): drain it and revoke the lease first");
+      return make_error(Errc::invalid_state, "device " + part + " is leased (lease " +
+                                                 std::to_string(m.holder.at(part)) +
+                                                 "): drain it and revoke the lease first");
     }
   }
   m.host_call(it->second.host, [&m, name, local = it->second.local_id](HostDriver& h) {
@@ -1819,7 +1854,8 @@ Status PoolCore::set_policy(const std::string& text) {
   if (!spec) return make_error(Errc::invalid_argument, "policy '" + text + "': " + error);
   double t = m.now();
   sched::Decisions out;
-  if (auto r = m.scheduler->set_policy(*spec, t, out)) return make_error(Errc::invalid_argument, "policy '" + text + "': " + r->error);
+  if (auto r = m.scheduler->set_policy(*spec, t, out))
+    return make_error(Errc::invalid_argument, "policy '" + text + "': " + r->error);
   log::info("policy switched", {{"from", m.policy_text}, {"to", spec->to_string()}});
   m.policy_text = spec->to_string();
   m.batch.meta.emplace_back("policy", m.policy_text);

@@ -30,6 +30,7 @@
 
 #include <boost/asio.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -39,7 +40,6 @@
 #include <map>
 #include <set>
 #include <thread>
-#include <unistd.h>
 
 namespace accelpool::manager {
 
@@ -76,7 +76,7 @@ void device_health(PoolCore& core, const std::string& host, const std::string& d
 }
 
 Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::shared_ptr<ImageCatalog>& catalog,
-                                               Poster post, DeviceHealth on_health) {
+                                              Poster post, DeviceHealth on_health) {
   if (h.backend == "static") {
     std::vector<HostDevice> devs;
     std::map<std::string, int> next;
@@ -90,7 +90,8 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
     }
     return make_static_host(h.name, std::move(devs), std::move(post));
   }
-  if (!h.devices.empty()) return make_error(Errc::invalid_config, "host " + h.name + ": 'devices' is only for backend \"static\"");
+  if (!h.devices.empty())
+    return make_error(Errc::invalid_config, "host " + h.name + ": 'devices' is only for backend \"static\"");
 #ifdef ACCELPOOL_HAVE_BACKENDS
   auto listed = host_backends(h);
   if (!listed) return listed.error();
@@ -106,7 +107,8 @@ Result<std::unique_ptr<HostDriver>> make_host(const HostConfig& h, const std::sh
 #else
   (void)catalog;
   (void)on_health;
-  return make_error(Errc::invalid_config, "host " + h.name + ": this build has no device backends; use backend = \"static\"");
+  return make_error(Errc::invalid_config,
+                    "host " + h.name + ": this build has no device backends; use backend = \"static\"");
 #endif
 }
 
@@ -171,7 +173,9 @@ class ReadOnlyStore final : public SharedStoreUse {
  public:
   using SharedStoreUse::SharedStoreUse;
   Status apply(const Batch&) override { return Status::ok(); }
-  Status backup(const std::filesystem::path&) override { return make_error(Errc::not_leader, "a standby does not back up the store"); }
+  Status backup(const std::filesystem::path&) override {
+    return make_error(Errc::not_leader, "a standby does not back up the store");
+  }
 };
 
 // The admin reads a standby serves (GET): the admin API over the pool as the store holds it, restored as a
@@ -188,7 +192,8 @@ class StandbyView {
       metrics_.reset();
       core_.reset();
       auto core = PoolCore::create(config_.core, clock_, reader_);
-      if (!core) return AdminApi::error(Errc::store, "standby: cannot read the pool from the store: " + core.error().message);
+      if (!core)
+        return AdminApi::error(Errc::store, "standby: cannot read the pool from the store: " + core.error().message);
       core_ = std::move(*core);
       metrics_ = std::make_unique<Metrics>(*core_, config_.metrics.max_label_values);
       api_ = std::make_unique<AdminApi>(*core_, *metrics_, kOpenApiYaml, [] { return false; });
@@ -255,7 +260,10 @@ Status wait_for_leadership(SharedStore& store, const ManagerInfo& me, const Conf
     if (leading->epoch != told) {
       told = leading->epoch;
       log::info("standby: another manager leads; taking over when it is gone",
-                {{"manager", me.name}, {"leader", leading->leader.name}, {"epoch", leading->epoch}, {"leader_admin", leading->leader.admin_url}});
+                {{"manager", me.name},
+                 {"leader", leading->leader.name},
+                 {"epoch", leading->epoch},
+                 {"leader_admin", leading->leader.admin_url}});
     }
     ioc.restart();
     ioc.run_for(poll);
@@ -277,10 +285,12 @@ int run_daemon(const Config& given, std::ostream& out) {
   // Every connection the limits allow must get a file descriptor: accept() never runs out in normal operation.
   auto fd_limit = common::raise_fd_limit();
   if (!fd_limit) return fail(fd_limit.error().message);
-  if (auto notice = config.fit_default_connections(*fd_limit)) log::warn("connection limit lowered", {{"detail", *notice}});
-  if (auto s = common::check_fd_budget(config.connection_budget(), *fd_limit,
-                                       "[limits] max_connections for guests and for the admin API" +
-                                           std::string(config.agents.listen.empty() ? "" : ", [agents] max_connections"));
+  if (auto notice = config.fit_default_connections(*fd_limit))
+    log::warn("connection limit lowered", {{"detail", *notice}});
+  if (auto s =
+          common::check_fd_budget(config.connection_budget(), *fd_limit,
+                                  "[limits] max_connections for guests and for the admin API" +
+                                      std::string(config.agents.listen.empty() ? "" : ", [agents] max_connections"));
       !s) {
     return fail(s.error().message);
   }
@@ -329,8 +339,9 @@ int run_daemon(const Config& given, std::ostream& out) {
   if ((*registry)->list().empty()) {
     log::warn("bitstream registry empty",
               {{"dir", (*registry)->dir().string()},
-               {"detail", "acquires naming a bitstream are refused (not_found) until one is registered (accelpoolctl "
-                          "bitstreams register FILE.toml; [bitstreams] seed fills a new registry, docs/bitstreams.md)"}});
+               {"detail",
+                "acquires naming a bitstream are refused (not_found) until one is registered (accelpoolctl "
+                "bitstreams register FILE.toml; [bitstreams] seed fills a new registry, docs/bitstreams.md)"}});
   }
   auto catalog = std::make_shared<ImageCatalog>(*registry);
   CoreOptions core_options = config.core;
@@ -361,10 +372,11 @@ int run_daemon(const Config& given, std::ostream& out) {
     hosts.push_back(h);
   }
   for (const auto& h : hosts) {
-    auto driver = make_host(h, catalog, post, [&core, host = h.name](const std::string& device, const std::string& health,
-                                                                     const std::string& detail) {
-      device_health(*core, host, device, health, detail);
-    });
+    auto driver = make_host(
+        h, catalog, post,
+        [&core, host = h.name](const std::string& device, const std::string& health, const std::string& detail) {
+          device_health(*core, host, device, health, detail);
+        });
     if (!driver) return fail(driver.error().message);
     // Devices the host found failed (its first health check) join unusable: never granted while so.
     PoolCore::HostReport report;
@@ -372,7 +384,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     if (!listed) return fail("host " + h.name + ": " + listed.error().message);
     for (const auto& d : *listed)
       if (!d.usable) report.unusable.insert(d.local_id);
-    if (auto s = core->attach_host(std::move(*driver), report); !s) return fail("host " + h.name + ": " + s.error().message);
+    if (auto s = core->attach_host(std::move(*driver), report); !s)
+      return fail("host " + h.name + ": " + s.error().message);
     log::info("host joined", {{"host", h.name}, {"agent", false}, {"unusable", report.unusable.size()}});
   }
 
@@ -393,17 +406,20 @@ int run_daemon(const Config& given, std::ostream& out) {
       if (auto s = core->attach_host(std::move(h), report); !s) {
         Error why = s.error();
         if (why.code == Errc::conflict)
-          why.message += " (a host the manager runs itself, or another live agent, has this name: give the agent "
-                         "another [agent] host)";
+          why.message +=
+              " (a host the manager runs itself, or another live agent, has this name: give the agent "
+              "another [agent] host)";
         log::warn("host refused", {{"host", name}, {"error", why.message}});
         return why;
       }
-      log::info(returning ? "host returned" : "host joined", {{"host", name}, {"agent", true}, {"unusable", report.unusable.size()}});
+      log::info(returning ? "host returned" : "host joined",
+                {{"host", name}, {"agent", true}, {"unusable", report.unusable.size()}});
       return Status::ok();
     };
     ev.host_lost = [&core](const std::string& host, const Error& why) {
       log::warn("host lost", {{"host", host}, {"reason", why.message}});
-      if (auto s = core->host_lost(host); !s) log::warn("host loss not applied", {{"host", host}, {"error", s.error().message}});
+      if (auto s = core->host_lost(host); !s)
+        log::warn("host loss not applied", {{"host", host}, {"error", s.error().message}});
     };
     ev.vm_stopped = [&core](const std::string& host, const agent::VmStopped& vm) {
       std::string reason = "VM " + (vm.vm_name.empty() ? vm.vm_uuid : vm.vm_name) + " on host " + host + " " +
@@ -446,8 +462,8 @@ int run_daemon(const Config& given, std::ostream& out) {
   GuestServerOptions guest_options;
   guest_options.max_connections = config.max_connections;
   guest_options.max_silent = config.guest_max_silent;
-  guest_options.hello_timeout =
-      std::chrono::milliseconds(static_cast<long>(std::min(config.guest_hello_timeout_s, config.request_timeout_s) * 1000));
+  guest_options.hello_timeout = std::chrono::milliseconds(
+      static_cast<long>(std::min(config.guest_hello_timeout_s, config.request_timeout_s) * 1000));
   guest_options.network_thread = config.guest_network_thread;
   GuestServer guests(ioc, protocol, guest_options);
   core->add_listener(&metrics);
@@ -526,8 +542,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     InFlight done = std::move(*in_flight);
     in_flight.reset();
     if (done.writing_since) {
-      metrics.commit_written(std::chrono::duration<double>(std::chrono::steady_clock::now() - *done.writing_since).count(),
-                             on_writer);
+      metrics.commit_written(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - *done.writing_since).count(), on_writer);
     }
     guests.send_held(std::move(done.held));
     core->finish_commit(std::move(done.commit));
@@ -545,12 +561,13 @@ int run_daemon(const Config& given, std::ostream& out) {
     const bool changed = core->has_uncommitted();
     PoolCore::Commit commit = core->take_commit();
     Batch batch = std::move(commit.batch);
-    in_flight = InFlight{.id = ++commits_started,
-                         .commit = std::move(commit),
-                         .held = guests.take_held(),
-                         .touched = core->take_touched(),
-                         .changed = changed,
-                         .writing_since = batch.empty() ? std::nullopt : std::optional(std::chrono::steady_clock::now())};
+    in_flight =
+        InFlight{.id = ++commits_started,
+                 .commit = std::move(commit),
+                 .held = guests.take_held(),
+                 .touched = core->take_touched(),
+                 .changed = changed,
+                 .writing_since = batch.empty() ? std::nullopt : std::optional(std::chrono::steady_clock::now())};
     if (batch.empty()) return complete_commit(false);
     writer.write(std::move(batch), [&, id = in_flight->id](Status s) {
       if (!s) PoolCore::fail_store(s.error());  // the process ends before anything more is sent
@@ -617,7 +634,9 @@ int run_daemon(const Config& given, std::ostream& out) {
   }
   guests.start();
 
-  AdminApi api(*core, metrics, kOpenApiYaml, [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_now(); });
+  AdminApi api(
+      *core, metrics, kOpenApiYaml,
+      [&] { return !core->device_page({}, PageSpec{.after = {}, .limit = 1}).devices.empty(); }, [&] { commit_now(); });
   api.set_catalog(catalog);
   api.set_poster(post);  // uploads are written and verified on the catalog's worker, answered back here
   api.set_agent_token(config.agents.token);
@@ -646,7 +665,8 @@ int run_daemon(const Config& given, std::ostream& out) {
   std::vector<std::string> token_lines;
   for (const auto& t : tenants) {
     if (known.count(t.name)) {
-      if (auto s = core->update_tenant(t.name, t.weight, t.max_devices); !s) return fail("tenant " + t.name + ": " + s.error().message);
+      if (auto s = core->update_tenant(t.name, t.weight, t.max_devices); !s)
+        return fail("tenant " + t.name + ": " + s.error().message);
       continue;
     }
     auto token = core->create_tenant(t.name, t.weight, t.max_devices);
@@ -661,9 +681,11 @@ int run_daemon(const Config& given, std::ostream& out) {
   commit_now();
   for (const auto& line : token_lines) out << line << "\n";
 
-  std::string admin_url = (*admin_tls ? "https://" : "http://") + admin_ep->first + ":" + std::to_string((*admin)->port());
+  std::string admin_url =
+      (*admin_tls ? "https://" : "http://") + admin_ep->first + ":" + std::to_string((*admin)->port());
   out << "accelpool-manager: admin API " << admin_url << " (metrics at " << admin_url << "/metrics)\n";
-  if (!tcp_text.empty()) out << "accelpool-manager: guests on " << (config.guest_tls.enabled() ? "tls " : "tcp ") << tcp_text << "\n";
+  if (!tcp_text.empty())
+    out << "accelpool-manager: guests on " << (config.guest_tls.enabled() ? "tls " : "tcp ") << tcp_text << "\n";
   if (!unix_text.empty()) out << "accelpool-manager: guests on unix " << unix_text << "\n";
   if (!agents_text.empty()) out << "accelpool-manager: host agents on " << agents_text << "\n";
   if (shared) {
@@ -714,7 +736,8 @@ int run_daemon(const Config& given, std::ostream& out) {
     ioc.stop();
   });
   // Last: whoever waits for endpoints.json (tests, scripts) finds the tokens and URLs above already written.
-  if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text, agents_text); !s) return fail(s.error().message);
+  if (auto s = write_endpoints(config.data_dir, admin_url, tcp_text, unix_text, agents_text); !s)
+    return fail(s.error().message);
 
   ioc.run();
 #ifdef ACCELPOOL_HAVE_AGENT_LINK

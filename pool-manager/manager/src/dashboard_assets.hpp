@@ -11,7 +11,7 @@ struct DashboardAsset {
   std::string_view name;          // the file's name in the folder, e.g. "app.js"
   std::string_view content_type;  // from its extension
   std::string_view body;
-  std::string_view etag;          // "\"<sha256 of the body>\""
+  std::string_view etag;  // "\"<sha256 of the body>\""
 };
 
 // The asset named `name` ("index.html", "app.js", ...), or nullptr.

@@ -1,11 +1,11 @@
 #include "data_lock.hpp"
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
-#include <string>
 #include <sys/file.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <string>
 
 namespace accelpool::manager {
 
@@ -21,8 +21,8 @@ Result<std::unique_ptr<DataLock>> DataLock::acquire(const std::filesystem::path&
     std::string holder = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : std::string("?");
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     if (err == EWOULDBLOCK) {
-      return make_error(Errc::busy, "data folder " + data_dir.string() + " is in use by accelpool-manager (pid " + holder +
-                                    ", lock " + file.string() + ")");
+      return make_error(Errc::busy, "data folder " + data_dir.string() + " is in use by accelpool-manager (pid " +
+                                        holder + ", lock " + file.string() + ")");
     }
     return make_error(Errc::io_error, "cannot lock " + file.string() + ": " + std::strerror(err));
   }

@@ -79,10 +79,12 @@ void EventStream::put_device(const DeviceView& view) {
   for (const auto& slot : view.slots) {
     if (slot.lease && !live_.count(*slot.lease)) pending_leases_.insert(*slot.lease);
   }
-  const bool holding = view.state == "holding" ||
-                       std::any_of(view.slots.begin(), view.slots.end(), [](const SlotView& s) { return s.state == "holding"; });
-  if (holding) holding_.insert(view.record.name);
-  else holding_.erase(view.record.name);
+  const bool holding = view.state == "holding" || std::any_of(view.slots.begin(), view.slots.end(),
+                                                              [](const SlotView& s) { return s.state == "holding"; });
+  if (holding)
+    holding_.insert(view.record.name);
+  else
+    holding_.erase(view.record.name);
   devices_[view.record.name] = std::move(t);
   changes_.devices.insert(view.record.name);
 }
@@ -176,7 +178,9 @@ void EventStream::refresh() {
   queue_ = std::move(queue);
   changes_.queue = queue_changed;
   Counters n = core_.counters();
-  counters_ = {{"grants", n.grants}, {"reprogrammings", n.reprogrammings}, {"preemptions", n.preemptions},
+  counters_ = {{"grants", n.grants},
+               {"reprogrammings", n.reprogrammings},
+               {"preemptions", n.preemptions},
                {"expirations", n.expirations}};
   policy_ = core_.policy();
   stats_ = to_json(core_.stats(kStatsWindowS));
@@ -206,8 +210,11 @@ json::object EventStream::summary(const Viewer& viewer) const {
     stats["by_tenant"] = std::move(own);
     stats.erase("by_bitstream");
   }
-  return {{"now", now_},          {"policy", policy_}, {"counters", counters_},
-          {"queue_length", queue_length_}, {"stats", std::move(stats)}};
+  return {{"now", now_},
+          {"policy", policy_},
+          {"counters", counters_},
+          {"queue_length", queue_length_},
+          {"stats", std::move(stats)}};
 }
 
 std::string EventStream::queue_text(const Viewer& viewer) const {
@@ -229,10 +236,11 @@ std::shared_ptr<const std::string> EventStream::snapshot(const Viewer& viewer) c
   for (const auto& [id, l] : live_) {
     if (sees_lease(viewer, id)) append_item(leases, l.text);
   }
-  return cached = std::make_shared<const std::string>("event: snapshot\ndata: {\"seq\":" + std::to_string(sequence_) +
-         ",\"viewer\":" + json::serialize(viewer_json(viewer)) + ",\"summary\":" + json::serialize(summary(viewer)) +
-         ",\"devices\":" + devices + "],\"hosts\":" + hosts + "],\"leases\":" + leases +
-         "],\"queue\":" + queue_text(viewer) + "}\n\n");
+  return cached = std::make_shared<const std::string>(
+             "event: snapshot\ndata: {\"seq\":" + std::to_string(sequence_) +
+             ",\"viewer\":" + json::serialize(viewer_json(viewer)) +
+             ",\"summary\":" + json::serialize(summary(viewer)) + ",\"devices\":" + devices + "],\"hosts\":" + hosts +
+             "],\"leases\":" + leases + "],\"queue\":" + queue_text(viewer) + "}\n\n");
 }
 
 std::string EventStream::delta(const Viewer& viewer) const {
@@ -242,8 +250,10 @@ std::string EventStream::delta(const Viewer& viewer) const {
   std::string up = "[", gone = "[";
   for (const auto& name : c.devices) {
     auto it = devices_.find(name);
-    if (it == devices_.end()) append_item(gone, json::serialize(json::value(name)));
-    else append_item(up, device_text(viewer, it->second));
+    if (it == devices_.end())
+      append_item(gone, json::serialize(json::value(name)));
+    else
+      append_item(up, device_text(viewer, it->second));
   }
   std::string out = "event: delta\ndata: {\"seq\":" + std::to_string(sequence_) +
                     ",\"summary\":" + json::serialize(summary(viewer)) + ",\"devices\":{\"upsert\":" + up +
@@ -252,8 +262,10 @@ std::string EventStream::delta(const Viewer& viewer) const {
   gone = "[";
   for (const auto& name : c.hosts) {
     auto it = hosts_.find(name);
-    if (it == hosts_.end()) append_item(gone, json::serialize(json::value(name)));
-    else append_item(up, it->second);
+    if (it == hosts_.end())
+      append_item(gone, json::serialize(json::value(name)));
+    else
+      append_item(up, it->second);
   }
   out += ",\"hosts\":{\"upsert\":" + up + "],\"remove\":" + gone + "]}";
   up = "[";
@@ -263,7 +275,8 @@ std::string EventStream::delta(const Viewer& viewer) const {
     auto it = live_.find(id);
     if (it != live_.end()) {
       if (sees_lease(viewer, id)) append_item(up, it->second.text);
-    } else if (auto t = c.gone_tenant.find(id); t != c.gone_tenant.end() && (viewer.admin() || t->second == viewer.tenant)) {
+    } else if (auto t = c.gone_tenant.find(id);
+               t != c.gone_tenant.end() && (viewer.admin() || t->second == viewer.tenant)) {
       append_item(gone, std::to_string(id));
     }
   }

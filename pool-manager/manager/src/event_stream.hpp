@@ -72,10 +72,10 @@ class EventStream {
     std::string tenant, text;
   };
   struct Changes {
-    std::set<std::string> devices, hosts;              // upserted (present) or removed (absent now)
-    std::set<LeaseId> leases;                          // live leases upserted or no longer live
-    std::map<LeaseId, std::string> gone_tenant;        // the tenants of the leases no longer live
-    std::vector<LiveLease> ended;                      // leases that ended since the last refresh
+    std::set<std::string> devices, hosts;        // upserted (present) or removed (absent now)
+    std::set<LeaseId> leases;                    // live leases upserted or no longer live
+    std::map<LeaseId, std::string> gone_tenant;  // the tenants of the leases no longer live
+    std::vector<LiveLease> ended;                // leases that ended since the last refresh
     bool queue = false;
   };
   void read_lease(LeaseId id);
@@ -104,8 +104,8 @@ class EventStream {
   boost::json::object counters_, stats_;
   std::size_t queue_length_ = 0;
   double now_ = 0;
-  Changes changes_;  // since the last refresh (being gathered by work())
-  Changes sealed_;   // of the last refresh: what delta() sends
+  Changes changes_;                                         // since the last refresh (being gathered by work())
+  Changes sealed_;                                          // of the last refresh: what delta() sends
   mutable std::map<std::string, std::string> delta_cache_;  // by tenant ("" admin), for the last refresh
   mutable std::map<std::string, std::shared_ptr<const std::string>> snapshot_cache_;  // the same for snapshots
 };

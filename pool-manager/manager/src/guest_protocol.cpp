@@ -56,10 +56,18 @@ std::string GuestProtocol::token_rotated_error(const std::string& tenant) {
 std::string GuestProtocol::notification(const Lease& lease, LeaseEvent event) {
   const char* method = "lease.ended";
   switch (event) {
-    case LeaseEvent::granted: method = "lease.granted"; break;
-    case LeaseEvent::revoking: method = "lease.revoking"; break;
-    case LeaseEvent::requeued: method = "lease.requeued"; break;
-    case LeaseEvent::ended: method = "lease.ended"; break;
+    case LeaseEvent::granted:
+      method = "lease.granted";
+      break;
+    case LeaseEvent::revoking:
+      method = "lease.revoking";
+      break;
+    case LeaseEvent::requeued:
+      method = "lease.requeued";
+      break;
+    case LeaseEvent::ended:
+      method = "lease.ended";
+      break;
   }
   Scratch scratch;
   const auto sp = scratch.storage();
@@ -81,7 +89,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     const auto& v = it->value();
     if (!(v.is_string() || v.is_int64() || v.is_uint64() || v.is_null()) ||
         (v.is_string() && v.get_string().size() > 128)) {
-      return error_reply(nullptr, Errc::invalid_request, "'id' must be an integer or a string of at most 128 characters");
+      return error_reply(nullptr, Errc::invalid_request,
+                         "'id' must be an integer or a string of at most 128 characters");
     }
     id = v;
     has_id = true;
@@ -126,7 +135,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     session.relayed = true;
     session.guest = *vm;
     session.guest_host = *host;
-    return reply(result_reply(id, json::object{{"protocol", kGuestProtocolVersion}, {"guest", *vm}, {"guest_host", *host}}));
+    return reply(
+        result_reply(id, json::object{{"protocol", kGuestProtocolVersion}, {"guest", *vm}, {"guest_host", *host}}));
   }
   if (method == "hello") {
     auto version = in.uint("protocol", true, 1000);
@@ -136,8 +146,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     if (auto e = in.finish()) return reply(error_reply(id, *e));
     if (*version != static_cast<std::uint64_t>(kGuestProtocolVersion)) {
       return reply(error_reply(id, Errc::unsupported_version,
-                               "protocol version " + std::to_string(*version) + " is not supported; this manager speaks " +
-                                   std::to_string(kGuestProtocolVersion)));
+                               "protocol version " + std::to_string(*version) +
+                                   " is not supported; this manager speaks " + std::to_string(kGuestProtocolVersion)));
     }
     if (session.relayed && (*guest != session.guest || (host && *host != session.guest_host))) {
       return reply(error_reply(id, Errc::forbidden,
@@ -147,7 +157,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     }
     auto tenant = core_.authenticate(*token);
     if (!tenant) {
-      log::info("guest hello refused", {{"guest", *guest}, {"relayed", session.relayed}, {"error", to_string(tenant.error().code)}});
+      log::info("guest hello refused",
+                {{"guest", *guest}, {"relayed", session.relayed}, {"error", to_string(tenant.error().code)}});
       return reply(error_reply(id, tenant.error()));
     }
     log::debug("guest hello", {{"tenant", *tenant}, {"guest", *guest}, {"relayed", session.relayed}});
@@ -185,8 +196,13 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     p.label = label.value_or("");
     auto l = core_.acquire(p);
     if (!l) return reply(error_reply(id, l.error()));
-    log::info("lease acquired", {{"lease", l->id}, {"tenant", l->tenant}, {"guest", l->guest}, {"kind", l->kind},
-                                 {"bitstream", l->bitstream}, {"count", l->count}, {"state", to_string(l->state)}});
+    log::info("lease acquired", {{"lease", l->id},
+                                 {"tenant", l->tenant},
+                                 {"guest", l->guest},
+                                 {"kind", l->kind},
+                                 {"bitstream", l->bitstream},
+                                 {"count", l->count},
+                                 {"state", to_string(l->state)}});
     return reply(result_reply(id, json::object({{"lease", to_json(*l, sp)}}, sp)));
   }
   if (method == "cancel" || method == "release" || method == "get") {
@@ -207,7 +223,8 @@ std::string GuestProtocol::handle(GuestSession& session, std::string_view line) 
     // Every lease renewed in one call shares its expiry. The reply to a heartbeat of every lease counts them
     // instead of listing them, so that its size does not grow with the number of leases.
     json::object result({{"renewed", ls->size()},
-                         {"expires_at", ls->empty() ? json::value(nullptr) : json::value(ls->front().expires_at)}}, sp);
+                         {"expires_at", ls->empty() ? json::value(nullptr) : json::value(ls->front().expires_at)}},
+                        sp);
     if (lease) result["leases"] = to_json(*ls, sp);
     return reply(result_reply(id, std::move(result)));
   }

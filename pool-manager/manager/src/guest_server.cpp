@@ -10,8 +10,8 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -47,11 +47,12 @@ constexpr std::size_t kMaxQueuedBytes = 64 * 1024 * 1024;
 // A guest that sends faster than the owner handles its calls stops being read while this much waits.
 constexpr std::size_t kMaxBacklogBytes = 1024 * 1024;
 
-
 // Routes lease events to the connections of the lease's guest. Owner thread only.
 class GuestHub final : public CoreListener {
  public:
-  void add(const std::string& tenant, const std::string& guest, GuestConnection* c) { by_guest_[key(tenant, guest)].insert(c); }
+  void add(const std::string& tenant, const std::string& guest, GuestConnection* c) {
+    by_guest_[key(tenant, guest)].insert(c);
+  }
   void remove(const std::string& tenant, const std::string& guest, GuestConnection* c) {
     auto it = by_guest_.find(key(tenant, guest));
     if (it == by_guest_.end()) return;
@@ -84,9 +85,12 @@ class GuestHub final : public CoreListener {
 
 struct GuestServer::Impl {
   Impl(asio::io_context& o, GuestProtocol& p, GuestServerOptions opt)
-      : owner(o), protocol(p), options(opt),
+      : owner(o),
+        protocol(p),
+        options(opt),
         own_net(opt.network_thread ? std::make_unique<asio::io_context>(1) : nullptr),
-        net(own_net ? *own_net : o), tcp_listener(std::in_place, net.get_executor(), ""),
+        net(own_net ? *own_net : o),
+        tcp_listener(std::in_place, net.get_executor(), ""),
         unix_listener(std::in_place, net.get_executor(), "") {}  // named by listen_*
 
   asio::io_context& owner;
@@ -120,7 +124,7 @@ struct GuestServer::Impl {
     return true;
   }
   std::atomic<std::size_t> batches_waiting{0};  // posted to the owner by the network thread, not handled yet
-  bool stopped = false;  // owner thread (or after it stopped)
+  bool stopped = false;                         // owner thread (or after it stopped)
 
   // Owner thread.
   GuestHub hub;
@@ -146,7 +150,10 @@ template <typename Socket>
 class GuestSessionConn final : public GuestConnection, public std::enable_shared_from_this<GuestSessionConn<Socket>> {
  public:
   GuestSessionConn(Socket socket, std::shared_ptr<GuestServer::Impl> server)
-      : keep_(std::move(server)), server_(*keep_), socket_(std::move(socket)), in_(kMaxGuestLine),
+      : keep_(std::move(server)),
+        server_(*keep_),
+        socket_(std::move(socket)),
+        in_(kMaxGuestLine),
         hello_timer_(std::in_place, socket_->get_executor()) {
     ++server_.connections;
   }
@@ -173,12 +180,13 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     if constexpr (std::is_same_v<Socket, tls_stream>) {
       // A failed handshake (not TLS, an untrusted client) ends the connection without a word: there is no
       // channel to say it on.
-      socket_->async_handshake(asio::ssl::stream_base::server, [self = this->shared_from_this()](boost::system::error_code ec) {
-        if (self->closed_) return;
-        if (ec) return self->close_net();
-        self->handshaken_ = true;
-        self->read();
-      });
+      socket_->async_handshake(asio::ssl::stream_base::server,
+                               [self = this->shared_from_this()](boost::system::error_code ec) {
+                                 if (self->closed_) return;
+                                 if (ec) return self->close_net();
+                                 self->handshaken_ = true;
+                                 self->read();
+                               });
     } else {
       handshaken_ = true;
       read();
@@ -216,12 +224,14 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // Reads on, unless a read is in flight, the connection is closing, or reading waits: for the owner to handle
   // the calls already read (paused_; the owner resumes it) or for the replies to be written (write() resumes it).
   void read() {
-    if (!socket_ || closed_ || closing_ || reading_ || paused_.load() || queued_bytes_ > kPauseReadingQueuedBytes) return;
+    if (!socket_ || closed_ || closing_ || reading_ || paused_.load() || queued_bytes_ > kPauseReadingQueuedBytes)
+      return;
     reading_ = true;
-    socket_->async_read_some(asio::buffer(rbuf_), [self = this->shared_from_this()](boost::system::error_code ec, std::size_t n) {
-      self->reading_ = false;
-      self->on_read(ec, n);
-    });
+    socket_->async_read_some(asio::buffer(rbuf_),
+                             [self = this->shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                               self->reading_ = false;
+                               self->on_read(ec, n);
+                             });
   }
 
   void on_read(boost::system::error_code ec, std::size_t n) {
@@ -272,15 +282,16 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
     batch_.swap(out_);
     out_.clear();
     writing_ = true;
-    asio::async_write(*socket_, asio::buffer(batch_), [self = this->shared_from_this()](boost::system::error_code ec, std::size_t) {
-      self->writing_ = false;
-      if (self->closed_) return;
-      if (ec) return self->close_net();
-      self->queued_bytes_ -= self->batch_.size();
-      self->batch_.clear();
-      self->write();
-      self->read();  // if it waited for the replies to leave
-    });
+    asio::async_write(*socket_, asio::buffer(batch_),
+                      [self = this->shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        if (self->closed_) return;
+                        if (ec) return self->close_net();
+                        self->queued_bytes_ -= self->batch_.size();
+                        self->batch_.clear();
+                        self->write();
+                        self->read();  // if it waited for the replies to leave
+                      });
   }
 
   void close_net() {
@@ -372,11 +383,11 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   std::string batch_;  // being written
   bool writing_ = false;
   bool closed_ = false;
-  bool closing_ = false;  // close once out_ is written
-  bool reading_ = false;  // a read is in flight
-  bool handshaken_ = false;  // TLS: the handshake is done (plain: from the start)
+  bool closing_ = false;          // close once out_ is written
+  bool reading_ = false;          // a read is in flight
+  bool handshaken_ = false;       // TLS: the handshake is done (plain: from the start)
   std::size_t queued_bytes_ = 0;  // in out_ and batch_
-  std::uint64_t seq_ = 0;  // its key in Impl::silent
+  std::uint64_t seq_ = 0;         // its key in Impl::silent
   std::optional<asio::steady_timer> hello_timer_;
 
   // Both: bytes of lines posted to the owner and not handled yet, and whether reading waits for them.
@@ -386,7 +397,7 @@ class GuestSessionConn final : public GuestConnection, public std::enable_shared
   // Owner thread.
   GuestSession session_;
   bool registered_ = false;  // in the hub under session_'s tenant and guest
-  std::string pending_;  // lines to send, joined
+  std::string pending_;      // lines to send, joined
   bool flush_posted_ = false;
   std::size_t held_ = 0;  // replies in Impl::held, not sent yet
   bool owner_closing_ = false;
@@ -487,7 +498,8 @@ Result<std::string> GuestServer::listen_unix(const std::filesystem::path& path) 
   a.open(unix_stream(), ec);
   if (!ec) a.bind(unix_stream::endpoint(path.string()), ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return make_error(Errc::invalid_config, "guest.unix: cannot listen on " + path.string() + ": " + ec.message());
+  if (ec)
+    return make_error(Errc::invalid_config, "guest.unix: cannot listen on " + path.string() + ": " + ec.message());
   impl_->unix_path = path;
   accept_guests(*impl_->unix_listener, impl_);
   return path.string();

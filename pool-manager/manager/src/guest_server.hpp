@@ -32,12 +32,12 @@ class GuestConnection;  // one guest's connection, as the owner thread sees it
 using HeldReplies = std::vector<std::pair<std::weak_ptr<GuestConnection>, std::string>>;
 
 struct GuestServerOptions {
-  std::size_t max_connections = 1024;                  // further connections are closed at once (see below)
+  std::size_t max_connections = 1024;  // further connections are closed at once (see below)
   // Connections that have not sent a complete line (their hello) yet, at most. A new connection over either
   // limit closes the oldest of these to make room; with none of them open it is closed itself.
   std::size_t max_silent = 64;
-  std::chrono::milliseconds hello_timeout{2'000};      // a connection must say hello (or relay) within this
-  bool network_thread = false;                         // socket I/O on a thread of its own (see above)
+  std::chrono::milliseconds hello_timeout{2'000};  // a connection must say hello (or relay) within this
+  bool network_thread = false;                     // socket I/O on a thread of its own (see above)
 };
 
 class GuestServer {

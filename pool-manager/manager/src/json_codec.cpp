@@ -49,7 +49,9 @@ json::array device_info(const Lease& l, const json::storage_ptr& sp) {
 
 json::object to_json(const LearnedGroup& g) {
   const EstimateRecord& e = g.group;
-  auto name_or_null = [&](const std::string& s) { return e.whole_kind || s.empty() ? json::value(nullptr) : json::value(s); };
+  auto name_or_null = [&](const std::string& s) {
+    return e.whole_kind || s.empty() ? json::value(nullptr) : json::value(s);
+  };
   json::object o;
   o["kind"] = e.kind;
   o["whole_kind"] = e.whole_kind;
@@ -78,7 +80,10 @@ json::object to_json(const Lease& l, json::storage_ptr sp) {
   o["kind"] = l.kind;
   o["bitstream"] = l.bitstream;
   o["count"] = l.count;
-  if (l.estimate_s) o["estimate_s"] = *l.estimate_s; else o["estimate_s"] = nullptr;
+  if (l.estimate_s)
+    o["estimate_s"] = *l.estimate_s;
+  else
+    o["estimate_s"] = nullptr;
   o["label"] = l.label.empty() ? json::value(nullptr) : json::value(l.label);
   json::array devs(sp);
   devs.reserve(l.devices.size());
@@ -212,8 +217,10 @@ std::optional<std::uint64_t> FieldReader::uint(std::string_view key, bool requir
   const auto* v = take(key, required);
   if (!v) return std::nullopt;
   std::optional<std::uint64_t> out;
-  if (v->is_uint64()) out = v->get_uint64();
-  else if (v->is_int64() && v->get_int64() >= 0) out = static_cast<std::uint64_t>(v->get_int64());
+  if (v->is_uint64())
+    out = v->get_uint64();
+  else if (v->is_int64() && v->get_int64() >= 0)
+    out = static_cast<std::uint64_t>(v->get_int64());
   if (!out || *out > max) {
     fail("field '" + std::string(key) + "' must be an integer in 0.." + std::to_string(max));
     return std::nullopt;

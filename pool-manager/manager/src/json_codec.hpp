@@ -17,7 +17,7 @@ boost::json::value json_number(double v);
 // `sp`: where the values live (a scratch resource when the caller serializes them at once).
 boost::json::object to_json(const Lease& l, boost::json::storage_ptr sp = {});
 boost::json::object to_json(const DeviceView& d);
-boost::json::object to_json(const HostView& h);  // without its devices
+boost::json::object to_json(const HostView& h);      // without its devices
 boost::json::object to_json(const TenantRecord& t);  // never the hash
 boost::json::object to_json(const Stats& s);
 // A group of learned run times: its key (null for what the group does not fix), observations, warm, and what

@@ -45,8 +45,8 @@ class LocalHost final : public HostDriver {
   Result<std::vector<HostDevice>> devices() override {
     std::vector<HostDevice> out;
     for (const auto& d : runtime_->devices()) {
-      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed", d.info.slots,
-                     backends::slot_shapes_of(d.info)});
+      out.push_back({d.info.local_id, d.info.kind, d.info.model, d.info.passthrough, d.loaded, d.health != "failed",
+                     d.info.slots, backends::slot_shapes_of(d.info)});
     }
     if (catalog_) catalog_->add_devices(out);
     return out;
@@ -54,8 +54,8 @@ class LocalHost final : public HostDriver {
 
   void prepare(const host::PrepareRequest& request, PrepareDone done) override {
     std::string sha256 = request.sha256;
-    runtime_->prepare(request, [post = post_, done = std::move(done), catalog = catalog_,
-                                sha256 = std::move(sha256)](Status s, host::PrepareResult result) {
+    runtime_->prepare(request, [post = post_, done = std::move(done), catalog = catalog_, sha256 = std::move(sha256)](
+                                   Status s, host::PrepareResult result) {
       // The manager's own file failed to verify: acquires of it are refused from now on, not only after the
       // catalog's worker has looked at it again.
       if (!s && catalog && !sha256.empty() &&
@@ -69,7 +69,9 @@ class LocalHost final : public HostDriver {
 
   void release(const std::string& local_id, Done done) override {
     runtime_->release(local_id, [post = post_, done = std::move(done)](Status s, host::ReleaseResult result) {
-      post([done, s = std::move(s), loaded = std::move(result.loaded)]() mutable { done(std::move(s), std::move(loaded)); });
+      post([done, s = std::move(s), loaded = std::move(result.loaded)]() mutable {
+        done(std::move(s), std::move(loaded));
+      });
     });
   }
 
@@ -290,8 +292,8 @@ Status ImageCatalog::check(const std::string& kind, const std::string& bitstream
   auto b = registry_->get(bitstream);
   if (!b) {
     return make_error(Errc::not_found, "bitstream '" + bitstream + "' is not in the manager's registry (" +
-                                       registry_->dir().string() +
-                                       "); register it first (accelpoolctl bitstreams register)");
+                                           registry_->dir().string() +
+                                           "); register it first (accelpoolctl bitstreams register)");
   }
   std::lock_guard lock(mu_);
   auto verdict = verdicts_.find(b->manifest.sha256);

@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
   bool new_store = false;
   app.add_option("--config", config_file, "TOML configuration file (docs/operations.md)")->type_name("FILE");
   app.add_option("--data-dir", data_dir, "data folder (overrides data_dir of the config)")->type_name("DIR");
-  auto* guest_tcp_option = app.add_option("--guest-tcp", guest_tcp, "guest TCP listener, e.g. 127.0.0.1:0 for any free port (\"\" disables)")
-      ->type_name("IP:PORT");
+  auto* guest_tcp_option =
+      app.add_option("--guest-tcp", guest_tcp, "guest TCP listener, e.g. 127.0.0.1:0 for any free port (\"\" disables)")
+          ->type_name("IP:PORT");
   app.add_option("--admin", admin, "admin API listener, e.g. 127.0.0.1:0")->type_name("IP:PORT");
   app.add_flag("--new-store", new_store,
                "start a new, empty pool even though the store of this data folder is missing or empty (without it "
@@ -49,8 +50,9 @@ int main(int argc, char** argv) {
   accelpool::common::add_log_options(app, log_level, log_format);
 
   TokenCommand token;
-  auto* token_cmd = app.add_subcommand("token", "offline: list, create, rotate or revoke the tokens of a stopped "
-                                                 "manager's store (token --help)");
+  auto* token_cmd = app.add_subcommand("token",
+                                       "offline: list, create, rotate or revoke the tokens of a stopped "
+                                       "manager's store (token --help)");
   token_cmd->footer(kTokenFooter);
   token_cmd->require_subcommand(1);
   token_cmd->fallthrough();  // --data-dir and --config may follow the subcommand too

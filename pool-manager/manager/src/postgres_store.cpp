@@ -55,8 +55,10 @@ CREATE TABLE estimates (
   count BIGINT NOT NULL, label TEXT NOT NULL, observations BIGINT NOT NULL, weights TEXT NOT NULL,
   sums TEXT NOT NULL, PRIMARY KEY (kind, whole_kind, tenant, bitstream, count, label));
 )sql"
-    "CREATE INDEX leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
-    "CREATE INDEX leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n"
+    "CREATE INDEX leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE
+    ";\n"
+    "CREATE INDEX leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE
+    ";\n"
     R"sql(
 CREATE TABLE leader (
   id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, name TEXT NOT NULL, admin_url TEXT NOT NULL,
@@ -83,10 +85,10 @@ END $fence$;
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
-constexpr const char* kFencedState = "AP001";      // raised by accelpool_fence
-constexpr const char* kLockTimeoutState = "55P03";  // lock_not_available
+constexpr const char* kFencedState = "AP001";            // raised by accelpool_fence
+constexpr const char* kLockTimeoutState = "55P03";       // lock_not_available
 constexpr const char* kConnectionExceptionClass = "08";  // connection_exception, connection_failure, ...
-constexpr const char* kServerShutdownClass = "57P";     // admin_shutdown (pg_terminate_backend), crash_shutdown, ...
+constexpr const char* kServerShutdownClass = "57P";      // admin_shutdown (pg_terminate_backend), crash_shutdown, ...
 // Held (for its transaction) while a manager reads or changes the schema, so managers starting together
 // migrate once.
 constexpr const char* kSchemaLockKey = "7165001";
@@ -129,7 +131,9 @@ class PgResult {
 struct PgRow {
   PGresult* r;
   int row;
-  std::string text(int c) const { return std::string(PQgetvalue(r, row, c), static_cast<std::size_t>(PQgetlength(r, row, c))); }
+  std::string text(int c) const {
+    return std::string(PQgetvalue(r, row, c), static_cast<std::size_t>(PQgetlength(r, row, c)));
+  }
   double real(int c) const { return std::strtod(PQgetvalue(r, row, c), nullptr); }
   std::int64_t integer(int c) const { return std::strtoll(PQgetvalue(r, row, c), nullptr, 10); }
   bool is_null(int c) const { return PQgetisnull(r, row, c) != 0; }
@@ -228,7 +232,8 @@ class PostgresStore final : public SharedStore {
   Result<Snapshot> load(std::size_t recent_ended) override {
     std::lock_guard lock(mu_);
     // One snapshot of the whole database: what a concurrent leader commits meanwhile is all in or all out.
-    if (auto s = command("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}, "reading the store"); !s) return s.error();
+    if (auto s = command("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}, "reading the store"); !s)
+      return s.error();
     auto snap = read_snapshot(recent_ended);
     (void)command("COMMIT", {}, "reading the store");
     return snap;
@@ -252,7 +257,8 @@ class PostgresStore final : public SharedStore {
     // Walks the primary key from the cursor; each filter is a no-op when its parameter is NULL. A device matches
     // as a whole item of the comma-separated list.
     const std::string sql =
-        std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
+        std::string("SELECT ") + kLeaseColumns +
+        " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
         " AND ($1::text IS NULL OR tenant = $1::text) AND ($2::text IS NULL OR guest = $2::text)"
         " AND ($3::text IS NULL OR state = $3::text)"
         " AND ($4::text IS NULL OR strpos(',' || devices || ',', ',' || $4::text || ',') > 0)"
@@ -295,8 +301,8 @@ class PostgresStore final : public SharedStore {
   Status backup(const std::filesystem::path& dest) override {
     std::lock_guard lock(mu_);
     return make_error(Errc::store, "cannot back up a PostgreSQL store to " + dest.string() +
-                                   ": back it up with PostgreSQL's own tools (pg_dump, or pg_basebackup with WAL "
-                                   "archiving; docs/ha.md)");
+                                       ": back it up with PostgreSQL's own tools (pg_dump, or pg_basebackup with WAL "
+                                       "archiving; docs/ha.md)");
   }
 
   Result<bool> try_lead(const ManagerInfo& me, double timeout_s) override {
@@ -338,10 +344,11 @@ class PostgresStore final : public SharedStore {
 
   Status publish(const ManagerInfo& me) override {
     std::lock_guard lock(mu_);
-    auto r = query("UPDATE leader SET name = $1, admin_url = $2, guest_tcp = $3, agents = $4 WHERE id = 1 AND "
-                   "epoch = $5::bigint",
-                   {me.name, me.admin_url, me.guest_tcp, me.agents, num(static_cast<std::int64_t>(epoch_.load()))},
-                   "publishing the leader's addresses");
+    auto r = query(
+        "UPDATE leader SET name = $1, admin_url = $2, guest_tcp = $3, agents = $4 WHERE id = 1 AND "
+        "epoch = $5::bigint",
+        {me.name, me.admin_url, me.guest_tcp, me.agents, num(static_cast<std::int64_t>(epoch_.load()))},
+        "publishing the leader's addresses");
     if (!r) return r.error();
     if (std::strcmp(PQcmdTuples(r->get()), "1") != 0) {
       return make_error(Errc::fenced, "fenced: another manager took over before this one published its addresses");
@@ -412,8 +419,8 @@ class PostgresStore final : public SharedStore {
   Result<PgResult> query(const std::string& sql, const Params& params, const std::string& what) {
     std::vector<const char*> values;
     for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
-    PgResult r(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                            nullptr, 0));
+    PgResult r(
+        PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0));
     if (!r.get()) return connection_error(what);
     if (r.status() != PGRES_COMMAND_OK && r.status() != PGRES_TUPLES_OK) {
       return make_error(failure_code(r.sqlstate()), what + ": " + r.message());
@@ -438,8 +445,9 @@ class PostgresStore final : public SharedStore {
       (void)command("ROLLBACK", {}, "upgrading the schema");
       return e;
     };
-    for (const std::string& sql : {"SELECT pg_advisory_xact_lock(" + std::string(kSchemaLockKey) + ")",
-                                   std::string("CREATE TABLE IF NOT EXISTS accelpool_schema (version INTEGER NOT NULL)")}) {
+    for (const std::string& sql :
+         {"SELECT pg_advisory_xact_lock(" + std::string(kSchemaLockKey) + ")",
+          std::string("CREATE TABLE IF NOT EXISTS accelpool_schema (version INTEGER NOT NULL)")}) {
       if (auto s = command(sql, {}, "reading the schema version"); !s) return fail(s.error());
     }
     auto v = query("SELECT COALESCE(MAX(version), 0) FROM accelpool_schema", {}, "reading the schema version");
@@ -447,20 +455,20 @@ class PostgresStore final : public SharedStore {
     const auto version = static_cast<int>(PgRow{v->get(), 0}.integer(0));
     if (version > kSchemaVersion) {
       return fail(make_error(Errc::store, "the database has schema version " + std::to_string(version) +
-                                          ", newer than this manager understands (" + std::to_string(kSchemaVersion) +
-                                          ")"));
+                                              ", newer than this manager understands (" +
+                                              std::to_string(kSchemaVersion) + ")"));
     }
     for (int from = version; from < kSchemaVersion; ++from) {
       // Several statements in one string: the simple query protocol (PQexec), inside this transaction.
       PgResult r(PQexec(conn_, kMigrations[from]));
       if (!r.get() || r.status() != PGRES_COMMAND_OK) {
         return fail(make_error(Errc::store, "upgrading the schema from version " + std::to_string(from) + ": " +
-                                            (r.get() ? r.message() : "connection lost")));
+                                                (r.get() ? r.message() : "connection lost")));
       }
     }
-    for (const std::string& sql : {std::string("DELETE FROM accelpool_schema"),
-                                  "INSERT INTO accelpool_schema VALUES (" + std::to_string(kSchemaVersion) + ")",
-                                  std::string("COMMIT")}) {
+    for (const std::string& sql :
+         {std::string("DELETE FROM accelpool_schema"),
+          "INSERT INTO accelpool_schema VALUES (" + std::to_string(kSchemaVersion) + ")", std::string("COMMIT")}) {
       if (auto s = command(sql, {}, "setting the schema version"); !s) return fail(s.error());
     }
     return Status::ok();
@@ -469,22 +477,40 @@ class PostgresStore final : public SharedStore {
   // The write statements, prepared once per connection. Each upsert writes every row of its table in the batch
   // at once: its parameters are one array per column (ColumnArrays), read back as rows by unnest.
   Status prepare() {
-    const std::string lease_sql =
-        std::string("INSERT INTO leases(") + kLeaseColumns + ") SELECT * FROM " +
-        unnest({"bigint", "text", "text", "text", "text", "text", "bigint", "double precision", "text",
-                "double precision", "double precision", "double precision", "double precision", "double precision",
-                "double precision", "integer", "integer", "text", "bigint", "bigint", "text", "integer", "text",
-                "text"}) +
-        " ON CONFLICT(id) DO UPDATE SET " + lease_update_set();
+    const std::string lease_sql = std::string("INSERT INTO leases(") + kLeaseColumns + ") SELECT * FROM " +
+                                  unnest({"bigint",
+                                          "text",
+                                          "text",
+                                          "text",
+                                          "text",
+                                          "text",
+                                          "bigint",
+                                          "double precision",
+                                          "text",
+                                          "double precision",
+                                          "double precision",
+                                          "double precision",
+                                          "double precision",
+                                          "double precision",
+                                          "double precision",
+                                          "integer",
+                                          "integer",
+                                          "text",
+                                          "bigint",
+                                          "bigint",
+                                          "text",
+                                          "integer",
+                                          "text",
+                                          "text"}) +
+                                  " ON CONFLICT(id) DO UPDATE SET " + lease_update_set();
     const std::pair<const char*, std::string> statements[] = {
         {"fence", "SELECT accelpool_fence($1::bigint)"},
         {"meta", "INSERT INTO meta(key, value) SELECT * FROM " + unnest({"text", "text"}) +
                      " ON CONFLICT(key) DO UPDATE SET value = excluded.value"},
-        {"tenant",
-         "INSERT INTO tenants(name, weight, max_devices, token_hash) SELECT * FROM " +
-             unnest({"text", "double precision", "bigint", "text"}) +
-             " ON CONFLICT(name) DO UPDATE SET weight = excluded.weight, max_devices = excluded.max_devices, "
-             "token_hash = excluded.token_hash"},
+        {"tenant", "INSERT INTO tenants(name, weight, max_devices, token_hash) SELECT * FROM " +
+                       unnest({"text", "double precision", "bigint", "text"}) +
+                       " ON CONFLICT(name) DO UPDATE SET weight = excluded.weight, max_devices = excluded.max_devices, "
+                       "token_hash = excluded.token_hash"},
         {"delete_tenant", "DELETE FROM tenants WHERE name = ANY($1::text[])"},
         {"device",
          "INSERT INTO devices(sched_id, name, host, local_id, kind, model, passthrough, loaded, draining, available) "
@@ -500,15 +526,14 @@ class PostgresStore final : public SharedStore {
              unnest({"text", "integer", "text", "text", "bigint", "text", "bigint", "text", "text"}) +
              " ON CONFLICT(kind, whole_kind, tenant, bitstream, count, label) DO UPDATE SET "
              "observations = excluded.observations, weights = excluded.weights, sums = excluded.sums"},
-        {"prune",
-         "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < $1::double precision AND "
-         "id < (SELECT MAX(id) FROM leases)"},
+        {"prune", "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < $1::double precision AND "
+                  "id < (SELECT MAX(id) FROM leases)"},
     };
     for (const auto& [name, sql] : statements) {
       PgResult r(PQprepare(conn_, name, sql.c_str(), 0, nullptr));
       if (!r.get() || r.status() != PGRES_COMMAND_OK) {
         return make_error(Errc::store, std::string("preparing statement ") + name + ": " +
-                                       (r.get() ? r.message() : "connection lost"));
+                                           (r.get() ? r.message() : "connection lost"));
       }
     }
     return Status::ok();
@@ -555,14 +580,14 @@ class PostgresStore final : public SharedStore {
     devices.write("device", "writing devices", out);
     ColumnArrays leases(1);
     for (const auto& l : batch.leases) {
-      Params p = {num(static_cast<std::int64_t>(l.id)), l.tenant, l.guest, l.guest_host, l.kind, l.bitstream,
+      Params p = {num(static_cast<std::int64_t>(l.id)),   l.tenant, l.guest, l.guest_host, l.kind, l.bitstream,
                   num(static_cast<std::int64_t>(l.count))};
       p.push_back(l.estimate_s ? std::optional<std::string>(num(*l.estimate_s)) : std::nullopt);
       for (auto v : {std::string(to_string(l.state)), num(l.created_at), num(l.granted_at), num(l.first_granted_at),
                      num(l.ended_at), num(l.expires_at), num(l.revoke_deadline), num(l.requeue_on_deadline),
                      num(l.ready), join_devices(l.devices), num(static_cast<std::int64_t>(l.reprogrammed)),
-                     num(static_cast<std::int64_t>(l.preemptions)), l.end_reason, num(l.relayed),
-                     grants_text(l.grants), l.label}) {
+                     num(static_cast<std::int64_t>(l.preemptions)), l.end_reason, num(l.relayed), grants_text(l.grants),
+                     l.label}) {
         p.push_back(std::move(v));
       }
       leases.add(std::move(p), std::to_string(l.id));
@@ -601,8 +626,8 @@ class PostgresStore final : public SharedStore {
       const auto& s = statements[i];
       std::vector<const char*> values;
       for (const auto& p : s.params) values.push_back(p ? p->c_str() : nullptr);
-      if (PQsendQueryPrepared(conn_, s.prepared, static_cast<int>(values.size()), values.data(), nullptr, nullptr,
-                              0) != 1) {
+      if (PQsendQueryPrepared(conn_, s.prepared, static_cast<int>(values.size()), values.data(), nullptr, nullptr, 0) !=
+          1) {
         failed = connection_error(s.what);
         connected = false;
         break;
@@ -623,7 +648,9 @@ class PostgresStore final : public SharedStore {
     if (connected && read_results(statements.size())) {
       PgResult sync(PQgetResult(conn_));
       if (!sync.get() || sync.status() != PGRES_PIPELINE_SYNC) {
-        if (!failed) failed = sync.get() ? make_error(Errc::store, "committing: " + sync.message()) : connection_error("committing");
+        if (!failed)
+          failed =
+              sync.get() ? make_error(Errc::store, "committing: " + sync.message()) : connection_error("committing");
       }
     }
     if (PQexitPipelineMode(conn_) != 1 && !failed) failed = connection_error("ending the transaction");
@@ -667,18 +694,20 @@ class PostgresStore final : public SharedStore {
       PgRow s{r->get(), i};
       snap.tenants.push_back({s.text(0), s.real(1), static_cast<std::uint32_t>(s.integer(2)), s.text(3)});
     }
-    r = query("SELECT name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id FROM "
-              "devices ORDER BY sched_id",
-              {}, "reading devices");
+    r = query(
+        "SELECT name, host, local_id, kind, model, passthrough, loaded, draining, available, sched_id FROM "
+        "devices ORDER BY sched_id",
+        {}, "reading devices");
     if (!r) return r.error();
     for (int i = 0; i < r->rows(); ++i) {
       PgRow s{r->get(), i};
       snap.devices.push_back(device_from_row(s));
     }
     const std::string cols = kLeaseColumns;
-    r = query("SELECT " + cols + " FROM leases WHERE " ACCELPOOL_LIVE_LEASE " UNION ALL SELECT * FROM (SELECT " +
-                  cols + " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " ORDER BY ended_at DESC LIMIT $1::bigint) "
-                         "recent ORDER BY id",
+    r = query("SELECT " + cols + " FROM leases WHERE " ACCELPOOL_LIVE_LEASE " UNION ALL SELECT * FROM (SELECT " + cols +
+                  " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
+                  " ORDER BY ended_at DESC LIMIT $1::bigint) "
+                  "recent ORDER BY id",
               {num(static_cast<std::int64_t>(std::min<std::size_t>(recent_ended, INT64_MAX)))}, "reading leases");
     if (!r) return r.error();
     if (auto s = read_leases(*r, snap.leases); !s) return s.error();

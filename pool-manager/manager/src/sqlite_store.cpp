@@ -33,7 +33,8 @@ using namespace store_rows;
 // its rows at the end of one B-tree, with no second index by name to keep (the pool keeps names unique).
 constexpr int kSchemaVersion = 7;
 
-constexpr const char* kSchema = R"sql(
+constexpr const char* kSchema =
+    R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
   name TEXT PRIMARY KEY, weight REAL NOT NULL, max_devices INTEGER NOT NULL, token_hash TEXT NOT NULL);
@@ -54,7 +55,8 @@ CREATE TABLE IF NOT EXISTS estimates (
   count INTEGER NOT NULL, label TEXT NOT NULL, observations INTEGER NOT NULL, weights TEXT NOT NULL,
   sums TEXT NOT NULL, PRIMARY KEY (kind, whole_kind, tenant, bitstream, count, label));
 )sql"
-    "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE ";\n"
+    "CREATE INDEX IF NOT EXISTS leases_live_by_id ON leases(id) WHERE " ACCELPOOL_LIVE_LEASE
+    ";\n"
     "CREATE INDEX IF NOT EXISTS leases_ended_by_time ON leases(ended_at) WHERE NOT " ACCELPOOL_LIVE_LEASE ";\n";
 
 // From schema version 1: its full indexes give way to the partial ones.
@@ -114,10 +116,14 @@ class Stmt {
     sqlite3_reset(stmt_);
     sqlite3_clear_bindings(stmt_);
   }
-  void bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
   void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   template <std::integral Int>  // bool and unsigned counts too, stored as INTEGER
-  void bind(int i, Int v) { sqlite3_bind_int64(stmt_, i, static_cast<std::int64_t>(v)); }
+  void bind(int i, Int v) {
+    sqlite3_bind_int64(stmt_, i, static_cast<std::int64_t>(v));
+  }
   void bind(int i, const std::optional<double>& v) { v ? bind(i, *v) : bind_null(i); }
   void bind_null(int i) { sqlite3_bind_null(stmt_, i); }
   // Runs a statement that returns no rows with `values` bound to ?1, ?2, ... in order. False on error (the
@@ -131,7 +137,8 @@ class Stmt {
   }
   std::string text(int i) {
     auto* p = sqlite3_column_text(stmt_, i);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i))) : std::string();
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i)))
+             : std::string();
   }
   double real(int i) { return sqlite3_column_double(stmt_, i); }
   std::int64_t integer(int i) { return sqlite3_column_int64(stmt_, i); }
@@ -296,8 +303,8 @@ class SqliteStore final : public Store {
   Status init(const std::filesystem::path& file, bool full_sync, const std::string& lost_if_empty) {
     // journal_size_limit: after a checkpoint starts the WAL over, a file larger than this is cut back to it;
     // one at most this size is kept and overwritten, which costs less than growing a file.
-    std::string pragmas = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") + (full_sync ? "FULL" : "NORMAL") +
-                          "; PRAGMA foreign_keys=ON; PRAGMA journal_size_limit=" +
+    std::string pragmas = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") +
+                          (full_sync ? "FULL" : "NORMAL") + "; PRAGMA foreign_keys=ON; PRAGMA journal_size_limit=" +
                           std::to_string(std::int64_t{Checkpointer::kRestartPages + Checkpointer::kPages} * 4096) + ";";
     if (auto s = exec(pragmas.c_str(), "setting pragmas"); !s) return s;
     std::int64_t version = 0;
@@ -307,12 +314,15 @@ class SqliteStore final : public Store {
       version = v.integer(0);
     }  // finished before the schema changes: an open statement would lock the tables
     if (version == 0 && !lost_if_empty.empty()) {
-      return make_error(Errc::store_missing, "the database holds no pool (no schema, as after losing its write-ahead "
-                                         "log), but " + lost_if_empty);
+      return make_error(Errc::store_missing,
+                        "the database holds no pool (no schema, as after losing its write-ahead "
+                        "log), but " +
+                            lost_if_empty);
     }
     if (version > kSchemaVersion) {
       return make_error(Errc::store, "the database has schema version " + std::to_string(version) +
-                                     ", newer than this manager understands (" + std::to_string(kSchemaVersion) + ")");
+                                         ", newer than this manager understands (" + std::to_string(kSchemaVersion) +
+                                         ")");
     }
     // Every step and the new version in one transaction: a failure halfway leaves the old schema whole.
     if (auto s = exec("BEGIN IMMEDIATE", "upgrading the schema"); !s) return s;
@@ -373,8 +383,7 @@ class SqliteStore final : public Store {
       return read_lease_rows(db_, s, snap.leases);
     };
     std::string cols = kLeaseColumns;
-    if (auto st = read_leases("SELECT " + cols +
-                              " FROM leases WHERE " ACCELPOOL_LIVE_LEASE " AND ?1 >= 0 ORDER BY id");
+    if (auto st = read_leases("SELECT " + cols + " FROM leases WHERE " ACCELPOOL_LIVE_LEASE " AND ?1 >= 0 ORDER BY id");
         !st) {
       return st.error();
     }
@@ -411,14 +420,15 @@ class SqliteStore final : public Store {
     if (f.state && !is_terminal(*f.state)) return out;
     // Walks the primary key from the cursor; each filter is a no-op when its parameter is NULL. A device matches
     // as a whole item of the comma-separated list.
-    const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
-                            " AND (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR guest = ?2)"
-                            " AND (?3 IS NULL OR state = ?3)"
-                            " AND (?4 IS NULL OR instr(',' || devices || ',', ',' || ?4 || ',') > 0)"
-                            // Caller::owns: the owner's tenant, guest and voucher (and host, when relayed)
-                            " AND (?7 IS NULL OR (tenant = ?7 AND guest = ?8 AND relayed = ?9 AND (?9 = 0 OR guest_host = ?10)))" +
-                            (spec.newest_first ? " AND id < ?5 ORDER BY id DESC" : " AND id > ?5 ORDER BY id") +
-                            " LIMIT ?6";
+    const std::string sql =
+        std::string("SELECT ") + kLeaseColumns +
+        " FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
+        " AND (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR guest = ?2)"
+        " AND (?3 IS NULL OR state = ?3)"
+        " AND (?4 IS NULL OR instr(',' || devices || ',', ',' || ?4 || ',') > 0)"
+        // Caller::owns: the owner's tenant, guest and voucher (and host, when relayed)
+        " AND (?7 IS NULL OR (tenant = ?7 AND guest = ?8 AND relayed = ?9 AND (?9 = 0 OR guest_host = ?10)))" +
+        (spec.newest_first ? " AND id < ?5 ORDER BY id DESC" : " AND id > ?5 ORDER BY id") + " LIMIT ?6";
     Stmt s(db_, sql.c_str());
     if (!s.ok()) return db_error(db_, "listing ended leases");
     auto bind_opt = [&](int i, const std::optional<std::string>& v) { v ? s.bind(i, *v) : s.bind_null(i); };
@@ -427,7 +437,7 @@ class SqliteStore final : public Store {
     bind_opt(3, f.state ? std::optional<std::string>(std::string(to_string(*f.state))) : std::nullopt);
     bind_opt(4, f.device);
     const std::int64_t cursor = spec.after ? static_cast<std::int64_t>(std::min<LeaseId>(*spec.after, INT64_MAX))
-                                            : (spec.newest_first ? INT64_MAX : -1);
+                                           : (spec.newest_first ? INT64_MAX : -1);
     s.bind(5, cursor);
     s.bind(6, static_cast<std::int64_t>(std::min<std::size_t>(spec.limit, INT64_MAX)));
     if (f.owner && !f.owner->tenant.empty()) {  // an admin owns every lease: no condition
@@ -531,7 +541,8 @@ class SqliteStore final : public Store {
       if (!meta_->execute(k, v)) return db_error(db_, "writing meta " + k);
     }
     for (const auto& t : batch.tenants) {
-      if (!tenant_->execute(t.name, t.weight, t.max_devices, t.token_hash)) return db_error(db_, "writing tenant " + t.name);
+      if (!tenant_->execute(t.name, t.weight, t.max_devices, t.token_hash))
+        return db_error(db_, "writing tenant " + t.name);
     }
     for (const auto& name : batch.deleted_tenants) {
       if (!delete_tenant_->execute(name)) return db_error(db_, "deleting tenant " + name);
@@ -543,10 +554,9 @@ class SqliteStore final : public Store {
     }
     for (const auto& l : batch.leases) {
       if (!lease_->execute(l.id, l.tenant, l.guest, l.guest_host, l.kind, l.bitstream, l.count, l.estimate_s,
-                           std::string(to_string(l.state)), l.created_at, l.granted_at, l.first_granted_at,
-                           l.ended_at, l.expires_at, l.revoke_deadline, l.requeue_on_deadline, l.ready,
-                           join_devices(l.devices), l.reprogrammed, l.preemptions, l.end_reason, l.relayed,
-                           grants_text(l.grants), l.label))
+                           std::string(to_string(l.state)), l.created_at, l.granted_at, l.first_granted_at, l.ended_at,
+                           l.expires_at, l.revoke_deadline, l.requeue_on_deadline, l.ready, join_devices(l.devices),
+                           l.reprogrammed, l.preemptions, l.end_reason, l.relayed, grants_text(l.grants), l.label))
         return db_error(db_, "writing lease " + std::to_string(l.id));
     }
     if (batch.prune_ended_before > 0 && !prune_->execute(batch.prune_ended_before))
@@ -569,18 +579,21 @@ class SqliteStore final : public Store {
         "model=excluded.model, passthrough=excluded.passthrough, loaded=excluded.loaded, draining=excluded.draining, "
         "available=excluded.available");
     // An upsert, not INSERT OR REPLACE (see lease_update_set).
-    std::string sql = std::string("INSERT INTO leases(") + kLeaseColumns +
-                      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) "
-                      "ON CONFLICT(id) DO UPDATE SET " + lease_update_set();
+    std::string sql =
+        std::string("INSERT INTO leases(") + kLeaseColumns +
+        ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) "
+        "ON CONFLICT(id) DO UPDATE SET " +
+        lease_update_set();
     lease_ = std::make_unique<Stmt>(db_, sql.c_str());
     estimate_ = std::make_unique<Stmt>(
-        db_, "INSERT OR REPLACE INTO estimates(kind, whole_kind, tenant, bitstream, count, label, observations, weights, "
-             "sums) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+        db_,
+        "INSERT OR REPLACE INTO estimates(kind, whole_kind, tenant, bitstream, count, label, observations, weights, "
+        "sums) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     begin_ = std::make_unique<Stmt>(db_, "BEGIN IMMEDIATE");
     commit_ = std::make_unique<Stmt>(db_, "COMMIT");
     rollback_ = std::make_unique<Stmt>(db_, "ROLLBACK");
-    prune_ = std::make_unique<Stmt>(
-        db_, "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE " AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
+    prune_ = std::make_unique<Stmt>(db_, "DELETE FROM leases WHERE NOT " ACCELPOOL_LIVE_LEASE
+                                         " AND ended_at < ?1 AND id < (SELECT MAX(id) FROM leases)");
     for (Stmt* st : {meta_.get(), tenant_.get(), delete_tenant_.get(), device_.get(), lease_.get(), prune_.get(),
                      begin_.get(), commit_.get(), rollback_.get(), estimate_.get()}) {
       if (!st->ok()) return db_error(db_, "preparing the write statements");
@@ -600,8 +613,9 @@ class SqliteStore final : public Store {
 
 namespace {
 
-constexpr const char* kLostAdvice = ": the pool's leases and tokens are not there. Restore the store from a backup, "
-                                    "or start with --new-store to begin a new, empty pool";
+constexpr const char* kLostAdvice =
+    ": the pool's leases and tokens are not there. Restore the store from a backup, "
+    "or start with --new-store to begin a new, empty pool";
 
 std::string created_here(const std::filesystem::path& marker) {
   return "a store was created here before (" + marker.string() + ")";
@@ -631,11 +645,11 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& fi
   std::string lost_if_empty;
   if (creation == StoreCreation::first_only) {
     if (auto why = lost_store(file, marker)) return make_error(Errc::store_missing, *why + kLostAdvice);
-    if (std::error_code ec; std::filesystem::exists(marker, ec))
-      lost_if_empty = created_here(marker) + kLostAdvice;
+    if (std::error_code ec; std::filesystem::exists(marker, ec)) lost_if_empty = created_here(marker) + kLostAdvice;
   }
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Error e = db_error(db, "opening " + file.string());
     sqlite3_close(db);
@@ -648,9 +662,10 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& fi
   }
   if (std::error_code ec; !std::filesystem::exists(marker, ec)) {
     std::FILE* f = std::fopen(marker.c_str(), "w");
-    bool written = f && std::fputs("accelpool: the store beside this file was created; while this file exists the "
-                                   "manager will not start on a missing or empty store (see --new-store)\n",
-                                   f) >= 0;
+    bool written = f && std::fputs(
+                            "accelpool: the store beside this file was created; while this file exists the "
+                            "manager will not start on a missing or empty store (see --new-store)\n",
+                            f) >= 0;
     if (f && std::fclose(f) != 0) written = false;
     if (!written) return make_error(Errc::store, "cannot write " + marker.string());
   }

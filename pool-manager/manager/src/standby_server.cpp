@@ -25,7 +25,8 @@ enum class Listener { guest, agents, admin };
 }  // namespace
 
 struct StandbyServer::Impl : std::enable_shared_from_this<StandbyServer::Impl> {
-  Impl(asio::io_context& ioc, StandbyAddresses at, std::string self, std::function<ApiResponse(const ApiRequest&)> reads)
+  Impl(asio::io_context& ioc, StandbyAddresses at, std::string self,
+       std::function<ApiResponse(const ApiRequest&)> reads)
       : ioc(ioc), at(std::move(at)), self(std::move(self)), reads(std::move(reads)) {}
   asio::io_context& ioc;
   StandbyAddresses at;
@@ -42,8 +43,10 @@ struct StandbyServer::Impl : std::enable_shared_from_this<StandbyServer::Impl> {
     switch (which) {
       case Listener::guest:
         return leader.leader.guest_tcp.empty() ? "" : (at.guest_tls ? "tls://" : "tcp://") + leader.leader.guest_tcp;
-      case Listener::agents: return leader.leader.agents;
-      case Listener::admin: return leader.leader.admin_url;
+      case Listener::agents:
+        return leader.leader.agents;
+      case Listener::admin:
+        return leader.leader.admin_url;
     }
     return "";
   }
@@ -86,10 +89,14 @@ struct StandbyServer::Impl : std::enable_shared_from_this<StandbyServer::Impl> {
       std::string value = line.substr(colon + 1);
       value.erase(0, value.find_first_not_of(" \t"));
       value.erase(value.find_last_not_of(" \t\r") + 1);
-      if (name == "authorization") in.authorization = value;
-      else if (name == "origin") in.origin = value;
-      else if (name == "host") in.host = value;
-      else if (name == "if-none-match") in.if_none_match = value;
+      if (name == "authorization")
+        in.authorization = value;
+      else if (name == "origin")
+        in.origin = value;
+      else if (name == "host")
+        in.host = value;
+      else if (name == "if-none-match")
+        in.if_none_match = value;
     }
     ApiResponse out;
     if (in.method == "GET" && reads && in.target.substr(0, in.target.find('?')) != "/v1/events") {

@@ -56,7 +56,8 @@ Result<Lease> lease_from_row(Row& s) {
   l.count = static_cast<std::uint32_t>(s.integer(6));
   if (!s.is_null(7)) l.estimate_s = s.real(7);
   auto state = parse_lease_state(s.text(8));
-  if (!state) return make_error(Errc::corrupt, "lease " + std::to_string(l.id) + " has unknown state '" + s.text(8) + "'");
+  if (!state)
+    return make_error(Errc::corrupt, "lease " + std::to_string(l.id) + " has unknown state '" + s.text(8) + "'");
   l.state = *state;
   l.created_at = s.real(9);
   l.granted_at = s.real(10);
@@ -86,8 +87,15 @@ inline constexpr const char* kEstimateColumns =
 // Errors: "corrupt".
 template <typename Row>
 Result<EstimateRecord> estimate_from_row(Row& s) {
-  EstimateRecord e{s.text(0), s.integer(1) != 0, s.text(2), s.text(3), static_cast<std::uint32_t>(s.integer(4)),
-                   s.text(5), static_cast<std::uint64_t>(s.integer(6)), {}, {}};
+  EstimateRecord e{s.text(0),
+                   s.integer(1) != 0,
+                   s.text(2),
+                   s.text(3),
+                   static_cast<std::uint32_t>(s.integer(4)),
+                   s.text(5),
+                   static_cast<std::uint64_t>(s.integer(6)),
+                   {},
+                   {}};
   auto weights = parse_numbers(s.text(7)), sums = parse_numbers(s.text(8));
   if (!weights || !sums) return make_error(Errc::corrupt, "estimates of kind " + e.kind + ": malformed histogram");
   e.weights = std::move(*weights);

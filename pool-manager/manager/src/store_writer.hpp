@@ -57,11 +57,11 @@ class StoreWriter {
     Batch batch;
     std::function<void(Status)> done;
   };
-  std::optional<Job> job_;  // guarded by mu_: the batch handed over and not applied yet, or in flight
-  bool busy_ = false;       // guarded by mu_: a batch was handed over and its `done` has not returned
-  bool stopping_ = false;   // guarded by mu_
+  std::optional<Job> job_;         // guarded by mu_: the batch handed over and not applied yet, or in flight
+  bool busy_ = false;              // guarded by mu_: a batch was handed over and its `done` has not returned
+  bool stopping_ = false;          // guarded by mu_
   std::atomic<bool> slow_{false};  // the last transaction took slow_write_ or longer
-  std::thread thread_;      // last: starts after the members above exist
+  std::thread thread_;             // last: starts after the members above exist
 };
 
 }  // namespace accelpool::manager

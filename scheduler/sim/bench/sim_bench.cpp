@@ -28,8 +28,10 @@ namespace sch = accelpool::scheduler;
 namespace {
 
 int usage(const char* why) {
-  std::fprintf(stderr, "accelpool-sim-bench: %s\nusage: accelpool-sim-bench [--jobs N] [--devices D] [--load X] "
-                       "[--policy a,b,c] [--seed S] [--repeat R]\n", why);
+  std::fprintf(stderr,
+               "accelpool-sim-bench: %s\nusage: accelpool-sim-bench [--jobs N] [--devices D] [--load X] "
+               "[--policy a,b,c] [--seed S] [--repeat R]\n",
+               why);
   return 2;
 }
 

@@ -26,14 +26,14 @@ Status apply_window(Trace& trace, const TraceSource& source) {
   const double to = source.window_to_s.value_or(std::numeric_limits<double>::infinity());
   if (!(from >= 0) || !(to > from)) {
     return make_error(Errc::invalid_argument, "window: expected 0 <= from < to, got [" + std::to_string(from) + ", " +
-                                              std::to_string(to) + ")");
+                                                  std::to_string(to) + ")");
   }
   double first = std::numeric_limits<double>::infinity();
   for (const auto& j : trace.jobs) first = std::min(first, j.arrival_s);
   std::erase_if(trace.jobs, [&](const Job& j) { return j.arrival_s - first < from || j.arrival_s - first >= to; });
   if (trace.jobs.empty()) {
     return make_error(Errc::invalid_argument, "window [" + std::to_string(from) + ", " + std::to_string(to) +
-                                              ") keeps no job of " + source.path);
+                                                  ") keeps no job of " + source.path);
   }
   return Status::ok();
 }
@@ -62,7 +62,7 @@ Result<ExperimentResult> run_experiment(const Experiment& experiment) {
   ExperimentResult out;
   out.meta.seed = experiment.options.seed;
   out.meta.trace = experiment.trace.synthetic > 0 ? "synthetic:" + std::to_string(experiment.trace.synthetic)
-                                                   : experiment.trace.path;
+                                                  : experiment.trace.path;
   if (experiment.load > 0) {
     if (auto st = rescale_load(*trace, pool->total_devices(), experiment.load); !st) return st.error();
   }

@@ -73,10 +73,15 @@ int main(int argc, char** argv) {
       ->group("Synthetic trace");
   app.add_option("--sigma", gen.lognormal_sigma, "Synthetic: lognormal sigma")->group("Synthetic trace");
   app.add_option("--pareto-alpha", gen.pareto_alpha, "Synthetic: bounded Pareto shape")->group("Synthetic trace");
-  app.add_option("--pareto-min", gen.pareto_min_s, "Synthetic: bounded Pareto lower bound, seconds")->group("Synthetic trace");
-  app.add_option("--pareto-max", gen.pareto_max_s, "Synthetic: bounded Pareto upper bound, seconds")->group("Synthetic trace");
-  app.add_option("--gangs", gangs, "Synthetic: gang-size mix SIZE:WEIGHT,... (default 1:1)")->type_name("MIX")->group("Synthetic trace");
-  app.add_option("--bitstreams", gen.bitstreams, "Synthetic: number of bitstreams, Zipf-popular")->group("Synthetic trace");
+  app.add_option("--pareto-min", gen.pareto_min_s, "Synthetic: bounded Pareto lower bound, seconds")
+      ->group("Synthetic trace");
+  app.add_option("--pareto-max", gen.pareto_max_s, "Synthetic: bounded Pareto upper bound, seconds")
+      ->group("Synthetic trace");
+  app.add_option("--gangs", gangs, "Synthetic: gang-size mix SIZE:WEIGHT,... (default 1:1)")
+      ->type_name("MIX")
+      ->group("Synthetic trace");
+  app.add_option("--bitstreams", gen.bitstreams, "Synthetic: number of bitstreams, Zipf-popular")
+      ->group("Synthetic trace");
   app.add_option("--zipf", gen.zipf_s, "Synthetic: Zipf exponent of bitstream popularity")->group("Synthetic trace");
   app.add_option("--tenants", gen.tenants, "Synthetic: number of tenants (uniform)")->group("Synthetic trace");
   app.add_option("--partial-fraction", gen.partial_fraction,
@@ -95,7 +100,9 @@ int main(int argc, char** argv) {
   auto* dev_opt = app.add_option("--devices", devices, "Homogeneous pool of N network-attached fpga devices")
                       ->check(CLI::Range(1U, 10'000'000U))
                       ->group("Pool");
-  auto* pool_opt = app.add_option("--pool", pool_path, "Pool description (JSON, see docs/simulator.md)")->type_name("FILE")->group("Pool");
+  auto* pool_opt = app.add_option("--pool", pool_path, "Pool description (JSON, see docs/simulator.md)")
+                       ->type_name("FILE")
+                       ->group("Pool");
   dev_opt->excludes(pool_opt);
   app.add_option("--reconfig-s", reconfig_s, "With --devices: seconds to program a bitstream")
       ->check(CLI::NonNegativeNumber)
@@ -111,7 +118,8 @@ int main(int argc, char** argv) {
   app.add_option("--slot-share", slot_share, "With --slots: share of its device's bandwidth a slot's lease may demand")
       ->check(CLI::Range(0.0, 1.0))
       ->group("Pool");
-  app.add_option("--partial-reconfig-s", partial_reconfig_s, "With --slots: seconds to program a slot with a partial image")
+  app.add_option("--partial-reconfig-s", partial_reconfig_s,
+                 "With --slots: seconds to program a slot with a partial image")
       ->check(CLI::NonNegativeNumber)
       ->group("Pool");
 
@@ -119,11 +127,13 @@ int main(int argc, char** argv) {
   double load = 0;
   std::string estimates;
   sim::SimOptions options;
-  app.add_option("--policy", policies,
-                 "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+age[=SLOWDOWN]][+hold[=S]][+reuse[=S]][+nopreempt], "
-                 "each run on the same trace. "
-                 "Orderings: " + join(sch::ordering_names()) + ". Placements: " + join(sch::placement_names()) +
-                     ". Default: fifo, sjf, srpt, las, djsf and fair with first-fit")
+  app.add_option(
+         "--policy", policies,
+         "Comma-separated policies ORDERING[+PLACEMENT][+guard=S][+age[=SLOWDOWN]][+hold[=S]][+reuse[=S]][+nopreempt], "
+         "each run on the same trace. "
+         "Orderings: " +
+             join(sch::ordering_names()) + ". Placements: " + join(sch::placement_names()) +
+             ". Default: fifo, sjf, srpt, las, djsf and fair with first-fit")
       ->type_name("LIST")
       ->group("Experiment");
   app.add_option("--load", load, "Rescale arrival times so the offered load is X (device-seconds asked / available)")
@@ -159,7 +169,9 @@ int main(int argc, char** argv) {
 
   std::string json_path, csv_path, plot_dir;
   bool deterministic = false, quiet = false;
-  app.add_option("--json", json_path, "Write {\"meta\":..., \"runs\":[...]} to FILE")->type_name("FILE")->group("Output");
+  app.add_option("--json", json_path, "Write {\"meta\":..., \"runs\":[...]} to FILE")
+      ->type_name("FILE")
+      ->group("Output");
   app.add_option("--csv", csv_path, "Write one row per job and policy to FILE")->type_name("FILE")->group("Output");
   app.add_option("--plot", plot_dir, "Write jct_cdf.svg and queue.svg to DIR")->type_name("DIR")->group("Output");
   app.add_flag("--deterministic", deterministic,
@@ -175,9 +187,9 @@ int main(int argc, char** argv) {
     return fail("--reconfig-s, --attach-s and --slots apply to --devices; with --pool put them in the pool file");
   }
   if (synthetic == 0) {
-    for (const char* flag : {"--rate", "--runtime-dist", "--mean-runtime", "--sigma", "--pareto-alpha",
-                             "--pareto-min", "--pareto-max", "--gangs", "--bitstreams", "--zipf", "--tenants",
-                             "--partial-fraction", "--demand"}) {
+    for (const char* flag :
+         {"--rate", "--runtime-dist", "--mean-runtime", "--sigma", "--pareto-alpha", "--pareto-min", "--pareto-max",
+          "--gangs", "--bitstreams", "--zipf", "--tenants", "--partial-fraction", "--demand"}) {
       if (app.count(flag) > 0) return fail(std::string(flag) + " applies only to --synthetic");
     }
   }

@@ -50,7 +50,8 @@ class PoolParser {
       if (auto st = only(h, where, {"name", "repeat", "devices"}); !st) return st.error();
       std::string name = "host" + std::to_string(i);
       if (h.contains("name")) {
-        if (!h["name"].is_string() || h["name"].get<std::string>().empty()) return fail(where + ".name", "expected a non-empty string");
+        if (!h["name"].is_string() || h["name"].get<std::string>().empty())
+          return fail(where + ".name", "expected a non-empty string");
         name = h["name"].get<std::string>();
       }
       std::uint64_t repeat = 1;
@@ -72,7 +73,8 @@ class PoolParser {
         DeviceGroupSpec g;
         for (const char* key : {"kind", "model"}) {
           if (!d.contains(key)) continue;
-          if (!d[key].is_string() || d[key].get<std::string>().empty()) return fail(dw + "." + key, "expected a non-empty string");
+          if (!d[key].is_string() || d[key].get<std::string>().empty())
+            return fail(dw + "." + key, "expected a non-empty string");
           (std::string(key) == "kind" ? g.kind : g.model) = d[key].get<std::string>();
         }
         if (d.contains("attach")) {
@@ -164,7 +166,8 @@ Result<PoolSpec> parse_pool_json(const std::string& text, const std::string& sou
   try {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
-    return make_error(Errc::invalid_argument, source + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    return make_error(Errc::invalid_argument,
+                      source + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
   return PoolParser(source).parse(root);
 }

@@ -41,8 +41,8 @@ double round_sig(double v) {
 void write_table(std::ostream& out, const RunMeta& meta, const std::vector<RunResult>& runs) {
   if (!runs.empty()) {
     out << "trace " << meta.trace << ": " << runs.front().jobs << " jobs on " << runs.front().devices
-        << " devices, offered load " << fixed(meta.load, 3) << ", estimates " << meta.estimates << ", seed " << meta.seed
-        << "\nlower bound on avg JCT: " << fixed(runs.front().lower_bound_avg_jct_s, 1) << " s\n\n";
+        << " devices, offered load " << fixed(meta.load, 3) << ", estimates " << meta.estimates << ", seed "
+        << meta.seed << "\nlower bound on avg JCT: " << fixed(runs.front().lower_bound_avg_jct_s, 1) << " s\n\n";
   }
   std::size_t w = 6;
   for (const auto& r : runs) w = std::max(w, r.policy.size());
@@ -90,8 +90,7 @@ void write_json(std::ostream& out, const RunMeta& meta, const std::vector<RunRes
     j["preemptions"] = r.preemptions;
     j["makespan_s"] = round_sig(r.makespan_s);
     j["lower_bound_avg_jct_s"] = round_sig(r.lower_bound_avg_jct_s);
-    j["avg_jct_over_bound"] =
-        round_sig(r.lower_bound_avg_jct_s > 0 ? r.avg_jct_s / r.lower_bound_avg_jct_s : 0);
+    j["avg_jct_over_bound"] = round_sig(r.lower_bound_avg_jct_s > 0 ? r.avg_jct_s / r.lower_bound_avg_jct_s : 0);
     j["max_waiting"] = r.max_waiting;
     j["wall_s"] = wall_time ? round_sig(r.wall_s) : 0.0;
     j["events"] = r.events;
@@ -105,10 +104,10 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
          "preemptions\n";
   for (const auto& r : runs) {
     for (const auto& j : r.per_job) {
-      out << r.policy << ',' << j.id << ',' << fixed(j.arrival_s, 3) << ',' << fixed(j.runtime_s, 3) << ','
-          << j.devices << ',' << fixed(j.first_start_s, 3) << ',' << fixed(j.finish_s, 3) << ',' << fixed(j.jct_s, 3)
-          << ',' << fixed(j.wait_s, 3) << ',' << fixed(j.slowdown, 4) << ',' << j.reconfigurations << ','
-          << j.preemptions << '\n';
+      out << r.policy << ',' << j.id << ',' << fixed(j.arrival_s, 3) << ',' << fixed(j.runtime_s, 3) << ',' << j.devices
+          << ',' << fixed(j.first_start_s, 3) << ',' << fixed(j.finish_s, 3) << ',' << fixed(j.jct_s, 3) << ','
+          << fixed(j.wait_s, 3) << ',' << fixed(j.slowdown, 4) << ',' << j.reconfigurations << ',' << j.preemptions
+          << '\n';
     }
   }
 }
@@ -132,7 +131,9 @@ Status write_plots(const std::string& dir, const std::vector<RunResult>& runs) {
     if (!r.queue.empty()) t_max = std::max(t_max, r.queue.back().t);
   }
   const double unit = t_max > 4 * 86400.0 ? 86400.0 : t_max > 4 * 3600.0 ? 3600.0 : 1.0;
-  queue.x_label = unit == 86400.0 ? "simulated time (days)" : unit == 3600.0 ? "simulated time (hours)" : "simulated time (s)";
+  queue.x_label = unit == 86400.0  ? "simulated time (days)"
+                  : unit == 3600.0 ? "simulated time (hours)"
+                                   : "simulated time (s)";
   queue.y_label = "waiting requests";
   for (const auto& r : runs) {
     std::vector<double> jct;

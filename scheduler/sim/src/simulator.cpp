@@ -105,19 +105,19 @@ struct Event {
 // line: completions come in no particular order, so every further per-job array read there would cost a
 // cache miss of its own.
 struct alignas(64) JobState {
-  double remaining = 0;            // run seconds still to do
-  double lease_start = 0;          // grant time of the current lease
-  double run_start = 0;            // lease_start + setup
-  double finish = 0;               // when it completed
+  double remaining = 0;                // run seconds still to do
+  double lease_start = 0;              // grant time of the current lease
+  double run_start = 0;                // lease_start + setup
+  double finish = 0;                   // when it completed
   std::uint32_t first_device = kNone;  // the lease's devices, chained through DeviceInfo::next_in_lease
-  std::uint32_t count = 1;         // gang size
-  std::uint32_t gen = 0;           // bumped on every grant and preemption; stale completions carry an old one
+  std::uint32_t count = 1;             // gang size
+  std::uint32_t gen = 0;               // bumped on every grant and preemption; stale completions carry an old one
   std::uint32_t reconfigs = 0;
   std::uint32_t preemptions = 0;
   bool arrived = false;
   bool running = false;
   bool done = false;
-  float weight = 1;                // devices' worth of the lease: 1 a whole device, 1/n a slot of n
+  float weight = 1;  // devices' worth of the lease: 1 a whole device, 1/n a slot of n
 };
 
 // What a device is and who holds it, for checking grants, setup costs and the self-checks. The devices of
@@ -130,8 +130,8 @@ struct DeviceInfo {
   std::uint32_t next_in_lease = kNone;  // the holder's next device, or kNone
   std::uint32_t cost = 0;               // index into Engine::costs_
   sch::AttachMode attach = sch::AttachMode::network;
-  std::uint32_t parent = kNone;         // a slot: its device
-  float weight = 1;                     // 1 a whole device, 1/n a slot of n
+  std::uint32_t parent = kNone;  // a slot: its device
+  float weight = 1;              // 1 a whole device, 1/n a slot of n
 };
 
 // A job running on slots: its speed (1 alone, less while its devices' slot leases demand more bandwidth than
@@ -179,23 +179,23 @@ class Engine {
   std::vector<ModelCost> costs_;  // of each device group of the pool
   // Per job index (the request id, replay order). The trace's Job records are large, so the run reads each
   // of them once in setup and keeps compact copies of what it needs.
-  std::vector<std::uint32_t> order_;            // job index -> position in trace_.jobs
+  std::vector<std::uint32_t> order_;  // job index -> position in trace_.jobs
   std::vector<sch::Request> requests_;
   std::vector<JobState> state_;
-  std::vector<std::uint64_t> ids_;              // Job::id
+  std::vector<std::uint64_t> ids_;  // Job::id
   std::vector<double> arrival_;
   std::vector<double> runtime_;
-  std::vector<double> first_start_;             // -1 until the first grant
+  std::vector<double> first_start_;  // -1 until the first grant
   void free_lease(JobState& s);
   // Slot jobs (interference): brings a running slot job's remaining work up to `now` at its current rate.
   void settle(std::uint32_t j, double now);
   // Adds (+1) or removes (-1) a slot job's demand on its devices, then re-rates every slot job on them.
   void change_demand(std::uint32_t j, int sign, double now);
   bool on_slots(std::uint32_t j) const { return devices_[state_[j].first_device].parent != kNone; }
-  std::vector<double> device_demand_;                 // by device: demand of the slot leases on its slots
+  std::vector<double> device_demand_;                  // by device: demand of the slot leases on its slots
   std::vector<std::vector<std::uint32_t>> slot_jobs_;  // by device: jobs running on its slots
-  std::vector<SlotRun> slot_run_;                     // by job index; empty unless the pool has slots
-  std::uint64_t top_devices_ = 0;                     // devices, not counting slots
+  std::vector<SlotRun> slot_run_;                      // by job index; empty unless the pool has slots
+  std::uint64_t top_devices_ = 0;                      // devices, not counting slots
   std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
   std::optional<double> pending_tick_;
   std::optional<double> ticked_at_;  // time of the last tick, while no other event has happened since
@@ -242,7 +242,8 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   std::map<sch::KindId, std::uint64_t> network;
   sch::Decisions out;
   for (const auto& h : pool_.hosts) {
-    if (hosts_.find(h.name)) return make_error(Errc::invalid_argument, "pool: host \"" + h.name + "\" is declared twice");
+    if (hosts_.find(h.name))
+      return make_error(Errc::invalid_argument, "pool: host \"" + h.name + "\" is declared twice");
     const sch::HostId host = hosts_.intern(h.name);
     for (const auto& g : h.devices) {
       const sch::KindId kind = kinds_.intern(g.kind);
@@ -297,8 +298,8 @@ Status Engine::setup(const sch::PolicySpec& policy) {
           if (auto rej = sched_->add_slot(slot, parent, 0, out)) {
             return internal("scheduler rejected slot " + std::to_string(slot.id) + ": " + rej->error);
           }
-          devices_.push_back({host, slot_kind, kNone, kNone, cost_index, g.attach, parent,
-                              1.0F / static_cast<float>(g.slots)});
+          devices_.push_back(
+              {host, slot_kind, kNone, kNone, cost_index, g.attach, parent, 1.0F / static_cast<float>(g.slots)});
         }
         if (g.slots > 0) count_reachable(slot_kind, g.slots);
       }
@@ -319,7 +320,9 @@ Status Engine::setup(const sch::PolicySpec& policy) {
   bool ids_increasing = true;  // so no id repeats
   for (std::uint32_t i = 0; i < n; ++i) {
     const Job& jb = trace_.jobs[i];
-    auto bad = [&](const char* what) { return make_error(Errc::invalid_argument, "job " + std::to_string(jb.id) + ": " + what); };
+    auto bad = [&](const char* what) {
+      return make_error(Errc::invalid_argument, "job " + std::to_string(jb.id) + ": " + what);
+    };
     if (!std::isfinite(jb.arrival_s) || jb.arrival_s < 0) return bad("arrival_s must be a finite number >= 0");
     if (!std::isfinite(jb.runtime_s) || jb.runtime_s < 0) return bad("runtime_s must be a finite number >= 0");
     if (jb.devices == 0) return bad("devices must be >= 1");
@@ -348,9 +351,8 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     };
     std::vector<Key> keys(n);
     for (std::uint32_t i = 0; i < n; ++i) keys[i] = {trace_.jobs[i].arrival_s, trace_.jobs[i].id, i};
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-      return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id;
-    });
+    std::sort(keys.begin(), keys.end(),
+              [](const Key& a, const Key& b) { return a.arrival != b.arrival ? a.arrival < b.arrival : a.id < b.id; });
     for (std::uint32_t j = 0; j < n; ++j) order_[j] = keys[j].index;
   }
   requests_.resize(n);
@@ -380,7 +382,9 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     const Job& jb = job(j);
     if (!last_kind_name || jb.kind != *last_kind_name || jb.host != *last_host_name) {
       auto kind = kinds_.find(jb.kind);
-      if (!kind) return make_error(Errc::invalid_argument, job_name(j) + ": the pool has no devices of kind \"" + jb.kind + "\"");
+      if (!kind)
+        return make_error(Errc::invalid_argument,
+                          job_name(j) + ": the pool has no devices of kind \"" + jb.kind + "\"");
       sch::HostId host = 0;
       if (!jb.host.empty()) {
         auto h = hosts_.find(jb.host);
@@ -400,9 +404,9 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     const sch::HostId host = last_host;
     const std::uint64_t reachable = last_reachable;
     if (jb.devices > reachable) {
-      return make_error(Errc::invalid_argument, job_name(j) + " asks for " + std::to_string(jb.devices) + " " + jb.kind +
-                                                " devices but only " + std::to_string(reachable) +
-                                                " are reachable from host \"" + hosts_.name(host) + "\"");
+      return make_error(Errc::invalid_argument, job_name(j) + " asks for " + std::to_string(jb.devices) + " " +
+                                                    jb.kind + " devices but only " + std::to_string(reachable) +
+                                                    " are reachable from host \"" + hosts_.name(host) + "\"");
     }
     sch::Request& r = requests_[j];
     r.id = j;
@@ -413,11 +417,13 @@ Status Engine::setup(const sch::PolicySpec& policy) {
     r.count = jb.devices;
     r.guest_host = host;
     if (auto shares = shares_.find(kind); shares != shares_.end()) {
-      if (!(jb.demand >= 0 && jb.demand <= 1)) return make_error(Errc::invalid_argument, job_name(j) + ": demand must be in [0, 1]");
+      if (!(jb.demand >= 0 && jb.demand <= 1))
+        return make_error(Errc::invalid_argument, job_name(j) + ": demand must be in [0, 1]");
       r.models = sch::shapes_admitting(shares->second, 1.0, jb.demand);
       r.demand = jb.demand;
       if (r.models == 0) {
-        return make_error(Errc::invalid_argument, job_name(j) + ": demand " + fmt_num(jb.demand) + " exceeds the share of every slot");
+        return make_error(Errc::invalid_argument,
+                          job_name(j) + ": demand " + fmt_num(jb.demand) + " exceeds the share of every slot");
       }
     }
     r.estimate_s = jb.estimate_s;
@@ -459,8 +465,8 @@ Status Engine::grant(const sch::Grant& g, double now) {
   JobState& s = state_[j];
   if (!s.arrived || s.running || s.done) return internal("grant for " + job_name(j) + " which is not waiting");
   if (g.devices.size() != s.count) {
-    return internal("grant for " + job_name(j) + " has " + std::to_string(g.devices.size()) + " devices, it asked for " +
-                    std::to_string(s.count));
+    return internal("grant for " + job_name(j) + " has " + std::to_string(g.devices.size()) +
+                    " devices, it asked for " + std::to_string(s.count));
   }
   double reconfig = 0;
   double attach = 0;
@@ -473,7 +479,8 @@ Status Engine::grant(const sch::Grant& g, double now) {
       return internal("device " + std::to_string(dg.device) + " granted to " + job_name(j) + " while held by " +
                       job_name(d.holder));
     }
-    if (d.kind != requests_[j].kind) return internal("device " + std::to_string(dg.device) + " of another kind granted to " + job_name(j));
+    if (d.kind != requests_[j].kind)
+      return internal("device " + std::to_string(dg.device) + " of another kind granted to " + job_name(j));
     if (d.attach == sch::AttachMode::passthrough && d.host != requests_[j].guest_host) {
       return internal("passthrough device " + std::to_string(dg.device) + " granted to a guest on another host (" +
                       job_name(j) + ")");
@@ -742,7 +749,8 @@ Status Engine::self_check(double now) {
     std::uint64_t avail = free_net[r.kind] + free_pt[{r.kind, r.guest_host}];
     if (avail >= r.count) {
       return internal("invariant: not work-conserving at t=" + fmt_num(now) + ": " + job_name(j) + " waits for " +
-                      std::to_string(r.count) + " devices while " + std::to_string(avail) + " fitting devices are free");
+                      std::to_string(r.count) + " devices while " + std::to_string(avail) +
+                      " fitting devices are free");
     }
   }
   return Status::ok();
@@ -774,8 +782,7 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   double now = 0;
   while (next_arrival < n || !heap_.empty()) {
     // Completions and ticks before arrivals at the same time: freed devices are visible to newcomers.
-    const bool take_arrival =
-        next_arrival < n && (heap_.empty() || arrival_[next_arrival] < heap_.top().t);
+    const bool take_arrival = next_arrival < n && (heap_.empty() || arrival_[next_arrival] < heap_.top().t);
     if (take_arrival) {
       const std::uint32_t j = next_arrival++;
       now = arrival_[j];
@@ -890,8 +897,8 @@ Result<RunResult> Engine::run(const sch::PolicySpec& policy) {
   const double capacity = static_cast<double>(top_devices_) * r.makespan_s;
   r.utilization = capacity > 0 ? held_device_s_ / capacity : 0;
   r.useful_utilization = capacity > 0 ? useful_device_s_ / capacity : 0;
-  r.lower_bound_avg_jct_s = options_.lower_bound_avg_jct_s ? *options_.lower_bound_avg_jct_s
-                                                           : lower_bound_avg_jct(trace_, top_devices_);
+  r.lower_bound_avg_jct_s =
+      options_.lower_bound_avg_jct_s ? *options_.lower_bound_avg_jct_s : lower_bound_avg_jct(trace_, top_devices_);
   r.reconfigurations = reconfigs_;
   r.preemptions = preemptions_;
   r.events = events_;

@@ -19,11 +19,20 @@ std::string esc(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -86,7 +95,7 @@ std::string render_svg(const Chart& chart) {
   if (!std::isfinite(xmin)) xmin = 0, xmax = 1, ymax = 1;
   if (ymax <= ymin) ymax = ymin + 1;
   if (!chart.fixed_y) ymax += (ymax - ymin) * 0.05;  // headroom so peaks do not touch the frame
-  double lx0 = 0, lx1 = 1;  // log10 range
+  double lx0 = 0, lx1 = 1;                           // log10 range
   if (chart.log_x) {
     if (!std::isfinite(min_pos)) min_pos = 1;
     lx0 = std::floor(std::log10(min_pos));
@@ -130,8 +139,8 @@ std::string render_svg(const Chart& chart) {
   }
   o << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\"" << ph
     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  o << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kHeight - 18 << "\" text-anchor=\"middle\">"
-    << esc(chart.x_label) << "</text>\n";
+  o << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kHeight - 18 << "\" text-anchor=\"middle\">" << esc(chart.x_label)
+    << "</text>\n";
   o << "<text transform=\"translate(20," << kTop + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
     << esc(chart.y_label) << "</text>\n";
   // Series and legend.
@@ -141,7 +150,8 @@ std::string render_svg(const Chart& chart) {
     if (!s.band.empty()) {
       o << "<polygon fill=\"" << color << "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"";
       for (const auto& [x, lo, hi] : s.band) o << num(px(x)) << ',' << num(py(hi)) << ' ';
-      for (auto it = s.band.rbegin(); it != s.band.rend(); ++it) o << num(px((*it)[0])) << ',' << num(py((*it)[1])) << ' ';
+      for (auto it = s.band.rbegin(); it != s.band.rend(); ++it)
+        o << num(px((*it)[0])) << ',' << num(py((*it)[1])) << ' ';
       o << "\"/>\n";
     }
     o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";

@@ -22,7 +22,7 @@ struct Chart {
   std::string title;
   std::string x_label;
   std::string y_label;
-  bool log_x = false;  // points with x <= 0 are clamped to the smallest positive x
+  bool log_x = false;    // points with x <= 0 are clamped to the smallest positive x
   bool fixed_y = false;  // y axis ends exactly at the largest y (e.g. 1 for a CDF)
   std::vector<Series> series;
 };

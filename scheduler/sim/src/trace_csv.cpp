@@ -56,8 +56,8 @@ class LineReader {
   }
   std::size_t line_no() const { return line_no_; }
   Error error(std::size_t column, const std::string& what) const {
-    return make_error(Errc::invalid_argument,
-                      source_ + ":" + std::to_string(std::max<std::size_t>(line_no_, 1)) + ":" + std::to_string(column) + ": " + what);
+    return make_error(Errc::invalid_argument, source_ + ":" + std::to_string(std::max<std::size_t>(line_no_, 1)) + ":" +
+                                                  std::to_string(column) + ": " + what);
   }
   // Calls `row` with the fields of each remaining data row, in order. Stops at the first error: a row without
   // `width` fields, an error `row` returns, or a read error.
@@ -129,8 +129,7 @@ std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
 
 // "YYYY-MM-DD HH:MM:SS" (UTC) to seconds since the epoch.
 std::optional<double> parse_timestamp(std::string_view s) {
-  if (s.size() != 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' ||
-      s[16] != ':') {
+  if (s.size() != 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' || s[16] != ':') {
     return std::nullopt;
   }
   auto num = [&](std::size_t pos, std::size_t len) -> std::optional<int> {
@@ -177,8 +176,7 @@ Status parse_field(const LineReader& reader, const std::vector<std::string_view>
 
 // Maps header names to column positions; rejects unknown and repeated names.
 Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const std::vector<std::string>& known,
-                                                       const std::vector<std::string>& required,
-                                                       std::size_t& width) {
+                                                       const std::vector<std::string>& required, std::size_t& width) {
   std::string line;
   if (!reader.next(line)) return reader.error(1, "no header line (expected columns " + required.front() + ",...)");
   const auto fields = split(line);
@@ -199,15 +197,19 @@ Result<std::map<std::string, std::size_t>> read_header(LineReader& reader, const
   return cols;
 }
 
-Error no_jobs(const std::string& source) { return make_error(Errc::invalid_argument, source + ": the trace has no jobs"); }
+Error no_jobs(const std::string& source) {
+  return make_error(Errc::invalid_argument, source + ": the trace has no jobs");
+}
 
 }  // namespace
 
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   LineReader reader(in, source);
   std::size_t width = 0;
-  auto header = read_header(reader, {"arrival_s", "runtime_s", "devices", "bitstream", "tenant", "estimate_s", "kind", "host", "label", "demand"},
-                            {"arrival_s", "runtime_s"}, width);
+  auto header = read_header(
+      reader,
+      {"arrival_s", "runtime_s", "devices", "bitstream", "tenant", "estimate_s", "kind", "host", "label", "demand"},
+      {"arrival_s", "runtime_s"}, width);
   if (!header) return header.error();
   const auto& cols = *header;
   auto col = [&](const char* name) -> std::optional<std::size_t> {
@@ -216,8 +218,8 @@ Result<Trace> parse_native_csv(std::istream& in, const std::string& source) {
   };
   const auto c_arrival = *col("arrival_s"), c_runtime = *col("runtime_s");
   const auto c_devices = col("devices"), c_bitstream = col("bitstream"), c_tenant = col("tenant"),
-             c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host"),
-             c_label = col("label"), c_demand = col("demand");
+             c_estimate = col("estimate_s"), c_kind = col("kind"), c_host = col("host"), c_label = col("label"),
+             c_demand = col("demand");
 
   Trace trace;
   auto rows = reader.each_row(width, [&](const std::vector<std::string_view>& f) -> Status {
@@ -331,7 +333,8 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
                       "use none for requests that carry no estimate");
   } else if (text.rfind("noisy:", 0) == 0) {
     auto sigma = parse_seconds(std::string_view(text).substr(6));
-    if (!sigma) return make_error(Errc::invalid_argument, "estimates: noisy:SIGMA needs a number >= 0, got \"" + text + "\"");
+    if (!sigma)
+      return make_error(Errc::invalid_argument, "estimates: noisy:SIGMA needs a number >= 0, got \"" + text + "\"");
     spec.mode = Mode::noisy;
     spec.sigma = *sigma;
   } else {
@@ -343,9 +346,12 @@ Result<EstimateSpec> EstimateSpec::parse(const std::string& text) {
 
 std::string EstimateSpec::to_string() const {
   switch (mode) {
-    case Mode::trace: return "trace";
-    case Mode::oracle: return "oracle";
-    case Mode::none: return "none";
+    case Mode::trace:
+      return "trace";
+    case Mode::oracle:
+      return "oracle";
+    case Mode::none:
+      return "none";
     case Mode::noisy: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "noisy:%g", sigma);
@@ -357,7 +363,8 @@ std::string EstimateSpec::to_string() const {
 
 EstimateSpec default_estimates(const Trace& trace) {
   EstimateSpec spec;
-  const bool any = std::any_of(trace.jobs.begin(), trace.jobs.end(), [](const Job& j) { return j.estimate_s.has_value(); });
+  const bool any =
+      std::any_of(trace.jobs.begin(), trace.jobs.end(), [](const Job& j) { return j.estimate_s.has_value(); });
   spec.mode = any ? EstimateSpec::Mode::trace : EstimateSpec::Mode::oracle;
   return spec;
 }
@@ -367,10 +374,17 @@ void apply_estimates(Trace& trace, const EstimateSpec& spec, std::uint64_t seed)
   detail::Rng rng(seed ^ 0x9e3779b97f4a7c15ULL);
   for (Job& j : trace.jobs) {
     switch (spec.mode) {
-      case EstimateSpec::Mode::trace: break;
-      case EstimateSpec::Mode::oracle: j.estimate_s = j.runtime_s; break;
-      case EstimateSpec::Mode::none: j.estimate_s.reset(); break;
-      case EstimateSpec::Mode::noisy: j.estimate_s = j.runtime_s * rng.lognormal(0, spec.sigma); break;
+      case EstimateSpec::Mode::trace:
+        break;
+      case EstimateSpec::Mode::oracle:
+        j.estimate_s = j.runtime_s;
+        break;
+      case EstimateSpec::Mode::none:
+        j.estimate_s.reset();
+        break;
+      case EstimateSpec::Mode::noisy:
+        j.estimate_s = j.runtime_s * rng.lognormal(0, spec.sigma);
+        break;
     }
   }
 }

@@ -31,9 +31,8 @@ Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed) {
   if (spec.runtime == RuntimeDist::lognormal && !(spec.lognormal_sigma >= 0 && std::isfinite(spec.lognormal_sigma))) {
     return bad("lognormal sigma must be >= 0");
   }
-  if (spec.runtime == RuntimeDist::pareto &&
-      (!positive(spec.pareto_alpha) || !positive(spec.pareto_min_s) || !positive(spec.pareto_max_s) ||
-       spec.pareto_max_s <= spec.pareto_min_s)) {
+  if (spec.runtime == RuntimeDist::pareto && (!positive(spec.pareto_alpha) || !positive(spec.pareto_min_s) ||
+                                              !positive(spec.pareto_max_s) || spec.pareto_max_s <= spec.pareto_min_s)) {
     return bad("bounded Pareto needs alpha > 0 and 0 < min < max");
   }
   if (spec.gang_sizes.empty() || spec.gang_sizes.size() != spec.gang_weights.size()) {
@@ -93,18 +92,24 @@ Result<Trace> generate_trace(const GeneratorSpec& spec, std::uint64_t seed) {
     job.id = i;
     job.arrival_s = t;
     switch (spec.runtime) {
-      case RuntimeDist::exponential: job.runtime_s = rng.exponential(1.0 / spec.mean_runtime_s); break;
-      case RuntimeDist::lognormal: job.runtime_s = rng.lognormal(mu, spec.lognormal_sigma); break;
+      case RuntimeDist::exponential:
+        job.runtime_s = rng.exponential(1.0 / spec.mean_runtime_s);
+        break;
+      case RuntimeDist::lognormal:
+        job.runtime_s = rng.lognormal(mu, spec.lognormal_sigma);
+        break;
       case RuntimeDist::pareto:
         // Inverse CDF of the Pareto distribution truncated to [min, max].
-        job.runtime_s = spec.pareto_min_s / std::pow(1.0 - rng.uniform() * (1.0 - pareto_ratio), 1.0 / spec.pareto_alpha);
+        job.runtime_s =
+            spec.pareto_min_s / std::pow(1.0 - rng.uniform() * (1.0 - pareto_ratio), 1.0 / spec.pareto_alpha);
         job.runtime_s = std::min(job.runtime_s, spec.pareto_max_s);
         break;
     }
     job.devices = spec.gang_sizes[draw(rng, gang_cum)];
     const std::size_t image = draw(rng, zipf_cum);
     job.bitstream = bitstream_names[image];
-    job.tenant = tenant_names[std::min<std::size_t>(static_cast<std::size_t>(rng.uniform() * spec.tenants), spec.tenants - 1)];
+    job.tenant =
+        tenant_names[std::min<std::size_t>(static_cast<std::size_t>(rng.uniform() * spec.tenants), spec.tenants - 1)];
     job.kind = partial[image] ? slot_kind : spec.kind;
     if (partial[image]) job.demand = demand[image];
     trace.jobs.push_back(std::move(job));
@@ -118,7 +123,8 @@ Status parse_gang_mix(const std::string& text, GeneratorSpec& spec) {
   std::stringstream ss(text);
   std::string item;
   auto bad = [&](const std::string& why) {
-    return make_error(Errc::invalid_argument, "gang mix \"" + text + "\": " + why + " (expected SIZE:WEIGHT,... e.g. 1:0.8,4:0.2)");
+    return make_error(Errc::invalid_argument,
+                      "gang mix \"" + text + "\": " + why + " (expected SIZE:WEIGHT,... e.g. 1:0.8,4:0.2)");
   };
   while (std::getline(ss, item, ',')) {
     const auto colon = item.find(':');

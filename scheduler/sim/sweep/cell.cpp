@@ -36,7 +36,8 @@ Result<nlohmann::ordered_json> run_cell(const Cell& cell) {
   nlohmann::ordered_json quantiles = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < kJctQuantiles && !jct.empty(); ++i) {
     const double q = static_cast<double>(i) / static_cast<double>(kJctQuantiles - 1);
-    const auto rank = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(q * static_cast<double>(jct.size()) - 1e-9)));
+    const auto rank =
+        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(q * static_cast<double>(jct.size()) - 1e-9)));
     quantiles.push_back(sim::round_sig(jct[std::min(rank, jct.size()) - 1]));
   }
   nlohmann::ordered_json doc;

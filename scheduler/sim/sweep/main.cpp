@@ -39,8 +39,8 @@ sweep::Layout layout_for(const sweep::Study& study, const std::string& out) {
 
 // Prints a run's end: counts, and each failed cell with its log and how to retry it.
 int finish(const sweep::Study& study, const sweep::Layout& layout, const sweep::RunSummary& s) {
-  std::cout << "sweep " << study.name << ": " << s.ok << " ran, " << s.skipped << " already done, "
-            << s.failed.size() << " failed\n";
+  std::cout << "sweep " << study.name << ": " << s.ok << " ran, " << s.skipped << " already done, " << s.failed.size()
+            << " failed\n";
   for (const auto* c : s.failed) {
     std::cout << "failed " << c->id << ": log " << layout.log(c->id).string() << "; retry: accelpool-sweep run --study "
               << study.file.string() << " --out " << layout.out.string() << " --cell " << c->id << '\n';
@@ -85,15 +85,17 @@ int main(int argc, char** argv) {
   add_common(run_cell);
   run_cell->add_option("--cell", cell_id, "Cell id")->required()->type_name("ID");
   pid_t parent = 0;
-  run_cell->add_option("--parent", parent,
-                       "The process that started this cell (the runner passes its own): the cell ends with it, and "
-                       "does not start when it is already gone")
+  run_cell
+      ->add_option("--parent", parent,
+                   "The process that started this cell (the runner passes its own): the cell ends with it, and "
+                   "does not start when it is already gone")
       ->type_name("PID")
       ->check(CLI::PositiveNumber);
 
   std::vector<std::string> sbatch_args;
   bool no_submit = false;
-  auto* slurm = app.add_subcommand("slurm", "Write a Slurm job array for the slices with unfinished cells and submit it");
+  auto* slurm =
+      app.add_subcommand("slurm", "Write a Slurm job array for the slices with unfinished cells and submit it");
   add_common(slurm);
   slurm->add_option("--tasks", tasks, "Slices of the grid (default: [slurm] tasks, else min(cells, 64))")
       ->check(CLI::Range(1, 1'000'000));
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
   add_common(status);
 
   bool partial = false;
-  auto* merge = app.add_subcommand("merge", "Merge the cell results: OUT/merged/{study.json,cells.csv,groups.csv,plots/}");
+  auto* merge =
+      app.add_subcommand("merge", "Merge the cell results: OUT/merged/{study.json,cells.csv,groups.csv,plots/}");
   add_common(merge);
   merge->add_flag("--partial", partial, "Merge the cells done so far even if some are not");
 
@@ -140,7 +143,8 @@ int main(int argc, char** argv) {
       auto doc = sweep::run_cell(c);
       if (!doc) return fail("cell " + c.id + ": " + doc.error().message);
       if (auto st = layout.create(); !st) return fail(st.error().message);
-      if (auto st = sweep::write_atomically(layout.result(c.id), doc->dump(2) + "\n"); !st) return fail(st.error().message);
+      if (auto st = sweep::write_atomically(layout.result(c.id), doc->dump(2) + "\n"); !st)
+        return fail(st.error().message);
       std::cout << "wrote " << layout.result(c.id).string() << '\n';
       return 0;
     }
@@ -195,8 +199,8 @@ int main(int argc, char** argv) {
   if (*merge) {
     auto m = sweep::merge(*study, layout, partial);
     if (!m) return fail(m.error().message);
-    std::cout << "merged " << m->cells << " cells into " << m->groups << " groups; simulation time "
-              << m->run_wall_s << " s in all\n";
+    std::cout << "merged " << m->cells << " cells into " << m->groups << " groups; simulation time " << m->run_wall_s
+              << " s in all\n";
     for (const auto& f : m->files) std::cout << f << '\n';
     return 0;
   }
@@ -204,7 +208,9 @@ int main(int argc, char** argv) {
     for (const auto& c : study->cells) {
       const auto st = sweep::state_of(layout, c);
       std::cout << c.id << ' '
-                << (st == sweep::CellState::done ? "done" : st == sweep::CellState::failed ? "failed" : "remaining")
+                << (st == sweep::CellState::done     ? "done"
+                    : st == sweep::CellState::failed ? "failed"
+                                                     : "remaining")
                 << ' ' << c.params.dump() << '\n';
     }
     return 0;

@@ -18,11 +18,11 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 double t95(std::size_t df) {
-  static constexpr double kTable[] = {
-      12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252, 2.306004135,
-      2.262157163,  2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546, 2.119905299,
-      2.109815578,  2.100922040, 2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
-      2.059538553,  2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456};
+  static constexpr double kTable[] = {12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851,
+                                      2.364624252,  2.306004135, 2.262157163, 2.228138852, 2.200985160, 2.178812830,
+                                      2.160368656,  2.144786688, 2.131449546, 2.119905299, 2.109815578, 2.100922040,
+                                      2.093024054,  2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
+                                      2.059538553,  2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456};
   if (df >= 1 && df <= 30) return kTable[df - 1];
   const double z = 1.959963984540054, v = static_cast<double>(df);
   const double z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
@@ -82,7 +82,8 @@ std::vector<std::pair<std::string, double>> metrics_of(const json& run) {
 
 bool same_names(const std::vector<std::pair<std::string, double>>& a,
                 const std::vector<std::pair<std::string, double>>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) { return x.first == y.first; });
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const auto& x, const auto& y) { return x.first == y.first; });
 }
 
 Result<CellResult> read_result(const Layout& layout, const Cell& cell, double* wall_s) {
@@ -92,8 +93,8 @@ Result<CellResult> read_result(const Layout& layout, const Cell& cell, double* w
   json doc = json::parse(*text, nullptr, false);
   if (doc.is_discarded() || !doc.contains("result") || !doc["result"].contains("runs") ||
       doc["result"]["runs"].size() != 1 || !doc.contains("jct_quantiles") || doc.value("cell", "") != cell.id) {
-    return make_error(Errc::invalid_argument, path.string() + ": not a result of cell " + cell.id +
-                                              " (delete it and run the cell again)");
+    return make_error(Errc::invalid_argument,
+                      path.string() + ": not a result of cell " + cell.id + " (delete it and run the cell again)");
   }
   CellResult r;
   r.cell = &cell;
@@ -128,8 +129,8 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
   if (missing > 0 && !partial) {
     const Cell* first = !t.failed.empty() ? t.failed.front() : t.remaining.front();
     return make_error(Errc::incomplete, std::to_string(missing) + " of " + std::to_string(study.cells.size()) +
-                                        " cells are not done (" + std::to_string(t.failed.size()) +
-                                        " failed; first: " + first->id + "); run them or merge with --partial");
+                                            " cells are not done (" + std::to_string(t.failed.size()) +
+                                            " failed; first: " + first->id + "); run them or merge with --partial");
   }
   if (t.done.empty()) return make_error(Errc::incomplete, "no cell is done yet");
 
@@ -139,10 +140,11 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
     auto r = read_result(layout, *c, &summary.run_wall_s);
     if (!r) return r.error();
     if (!results.empty() && !same_names(r->metrics, results.front().metrics)) {
-      return make_error(Errc::invalid_argument, layout.result(c->id).string() + ": its metrics differ from those of cell " +
-                                                results.front().cell->id +
-                                                " (written by another accelpool-sweep version?); delete it and run "
-                                                "the cell again");
+      return make_error(Errc::invalid_argument, layout.result(c->id).string() +
+                                                    ": its metrics differ from those of cell " +
+                                                    results.front().cell->id +
+                                                    " (written by another accelpool-sweep version?); delete it and run "
+                                                    "the cell again");
     }
     results.push_back(std::move(*r));
   }
@@ -173,8 +175,8 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
   groups_csv << '\n';
   for (const auto& r : results) {
     const auto& c = *r.cell;
-    json j = {{"cell", c.id},         {"trace", c.trace}, {"pool", c.pool},          {"estimates", c.estimates},
-              {"policy", c.policy},   {"load", c.load},   {"seed", c.seed},          {"offered_load", r.offered_load}};
+    json j = {{"cell", c.id},       {"trace", c.trace}, {"pool", c.pool}, {"estimates", c.estimates},
+              {"policy", c.policy}, {"load", c.load},   {"seed", c.seed}, {"offered_load", r.offered_load}};
     cells_csv << c.id << ',' << csv(c.trace) << ',' << csv(c.pool) << ',' << csv(c.estimates) << ',' << csv(c.policy)
               << ',' << num(c.load) << ',' << c.seed << ',' << num(r.offered_load);
     for (const auto& [name, v] : r.metrics) {
@@ -186,8 +188,12 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
   }
   doc["groups"] = json::array();
   for (const auto& g : groups) {
-    json j = {{"trace", std::get<0>(g.panel)}, {"pool", std::get<1>(g.panel)}, {"estimates", std::get<2>(g.panel)},
-              {"policy", g.policy},            {"load", g.load},               {"seeds", g.cells.size()}};
+    json j = {{"trace", std::get<0>(g.panel)},
+              {"pool", std::get<1>(g.panel)},
+              {"estimates", std::get<2>(g.panel)},
+              {"policy", g.policy},
+              {"load", g.load},
+              {"seeds", g.cells.size()}};
     groups_csv << csv(std::get<0>(g.panel)) << ',' << csv(std::get<1>(g.panel)) << ',' << csv(std::get<2>(g.panel))
                << ',' << csv(g.policy) << ',' << num(g.load) << ',' << g.cells.size();
     json metrics = json::object();
@@ -290,7 +296,8 @@ Result<MergeSummary> merge(const Study& study, const Layout& layout, bool partia
         for (const auto* r : g.cells) {
           if (i < r->quantiles.size()) sum += r->quantiles[i], ++n;
         }
-        if (n > 0 && i > 0) s.points.emplace_back(sum / static_cast<double>(n), static_cast<double>(i) / (kJctQuantiles - 1));
+        if (n > 0 && i > 0)
+          s.points.emplace_back(sum / static_cast<double>(n), static_cast<double>(i) / (kJctQuantiles - 1));
       }
       cdf.series.push_back(std::move(s));
     }

@@ -5,8 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -70,9 +70,15 @@ Tally tally(const Layout& layout, const std::vector<Cell>& cells) {
   Tally t;
   for (const auto& c : cells) {
     switch (state_of(layout, c)) {
-      case CellState::done: t.done.push_back(&c); break;
-      case CellState::failed: t.failed.push_back(&c); break;
-      case CellState::remaining: t.remaining.push_back(&c); break;
+      case CellState::done:
+        t.done.push_back(&c);
+        break;
+      case CellState::failed:
+        t.failed.push_back(&c);
+        break;
+      case CellState::remaining:
+        t.remaining.push_back(&c);
+        break;
     }
   }
   return t;
@@ -111,8 +117,8 @@ Result<RunSummary> run_cells(const Study& study, const Layout& layout, const std
     const std::size_t finished = summary.ok + summary.failed.size();
     const std::size_t remaining = todo.size() - finished;
     const double elapsed = std::chrono::duration<double>(now - start).count();
-    log << "sweep: " << summary.skipped + summary.ok << " done, " << summary.failed.size() << " failed, "
-        << remaining << " remaining, " << duration_text(elapsed) << " elapsed";
+    log << "sweep: " << summary.skipped + summary.ok << " done, " << summary.failed.size() << " failed, " << remaining
+        << " remaining, " << duration_text(elapsed) << " elapsed";
     if (finished > 0 && remaining > 0) {
       log << ", ~" << duration_text(elapsed / static_cast<double>(finished) * static_cast<double>(remaining))
           << " left";
@@ -149,8 +155,7 @@ Result<RunSummary> run_cells(const Study& study, const Layout& layout, const std
       fs::remove(layout.failed(c->id), ec);
       ++summary.ok;
     } else {
-      (void)write_atomically(layout.failed(c->id),
-                             exit_text(status) + "\nlog: " + layout.log(c->id).string() + "\n");
+      (void)write_atomically(layout.failed(c->id), exit_text(status) + "\nlog: " + layout.log(c->id).string() + "\n");
       summary.failed.push_back(c);
     }
     report(false);
@@ -181,7 +186,9 @@ std::string sh_quote(const std::string& s) {
 Result<SlurmPlan> write_slurm_script(const Study& study, const Layout& layout, std::size_t tasks,
                                      const std::vector<std::string>& extra_sbatch_args, const fs::path& self) {
   SlurmPlan plan;
-  plan.tasks = tasks > 0 ? tasks : study.slurm.tasks > 0 ? study.slurm.tasks : std::min<std::size_t>(study.cells.size(), 64);
+  plan.tasks = tasks > 0               ? tasks
+               : study.slurm.tasks > 0 ? study.slurm.tasks
+                                       : std::min<std::size_t>(study.cells.size(), 64);
   plan.tasks = std::min(plan.tasks, study.cells.size());
   for (std::size_t t = 0; t < plan.tasks; ++t) {
     for (const auto* c : slice(study.cells, plan.tasks, t)) {

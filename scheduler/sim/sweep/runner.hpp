@@ -26,9 +26,9 @@ Tally tally(const Layout& layout, const std::vector<Cell>& cells);
 void print_status(std::ostream& out, const Layout& layout, const Tally& t);
 
 struct RunOptions {
-  std::filesystem::path self;   // the accelpool-sweep binary (its run-cell command runs each cell)
-  std::size_t jobs = 1;         // parallel child processes, >= 1
-  bool progress = true;         // a progress line on `log` at most every 2 s and at the end
+  std::filesystem::path self;  // the accelpool-sweep binary (its run-cell command runs each cell)
+  std::size_t jobs = 1;        // parallel child processes, >= 1
+  bool progress = true;        // a progress line on `log` at most every 2 s and at the end
 };
 
 struct RunSummary {

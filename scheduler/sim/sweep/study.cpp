@@ -83,9 +83,8 @@ class Reader {
   }
   // A list of strings; a missing key leaves `out` as it is, an empty list is an error.
   Status strings(const char* key, std::vector<std::string>& out) const {
-    return list(key, out, "strings", "expected a string", [](const toml::node& e) {
-      return e.is_string() ? e.value<std::string>() : std::nullopt;
-    });
+    return list(key, out, "strings", "expected a string",
+                [](const toml::node& e) { return e.is_string() ? e.value<std::string>() : std::nullopt; });
   }
   // A list of numbers > min (or >= min).
   Status numbers(const char* key, std::vector<double>& out, double min, bool min_open) const {
@@ -145,9 +144,12 @@ struct TraceDef {
 
 const char* dist_name(sim::RuntimeDist d) {
   switch (d) {
-    case sim::RuntimeDist::lognormal: return "lognormal";
-    case sim::RuntimeDist::pareto: return "pareto";
-    case sim::RuntimeDist::exponential: break;
+    case sim::RuntimeDist::lognormal:
+      return "lognormal";
+    case sim::RuntimeDist::pareto:
+      return "pareto";
+    case sim::RuntimeDist::exponential:
+      break;
   }
   return "exponential";
 }
@@ -155,9 +157,9 @@ const char* dist_name(sim::RuntimeDist d) {
 Result<TraceDef> parse_trace(const fs::path& file, const toml::table& t, std::size_t index) {
   const std::string prefix = "traces[" + std::to_string(index) + "].";
   Reader r(file, t, prefix);
-  SWEEP_TRY(r.known_keys({"name", "file", "format", "window_s", "synthetic", "rate", "runtime_dist", "mean_runtime",
-                          "sigma", "pareto_alpha", "pareto_min", "pareto_max", "gangs", "bitstreams", "zipf",
-                          "tenants"}));
+  SWEEP_TRY(
+      r.known_keys({"name", "file", "format", "window_s", "synthetic", "rate", "runtime_dist", "mean_runtime", "sigma",
+                    "pareto_alpha", "pareto_min", "pareto_max", "gangs", "bitstreams", "zipf", "tenants"}));
   TraceDef def;
   std::string path, format = "native";
   SWEEP_TRY(r.string("file", path));
@@ -171,8 +173,8 @@ Result<TraceDef> parse_trace(const fs::path& file, const toml::table& t, std::si
     return r.error(*t.get("format"), "format", "expected \"native\" or \"philly\", got \"" + format + "\"");
   }
   if (!path.empty()) {
-    for (const char* k : {"rate", "runtime_dist", "mean_runtime", "sigma", "pareto_alpha", "pareto_min",
-                          "pareto_max", "gangs", "bitstreams", "zipf", "tenants"}) {
+    for (const char* k : {"rate", "runtime_dist", "mean_runtime", "sigma", "pareto_alpha", "pareto_min", "pareto_max",
+                          "gangs", "bitstreams", "zipf", "tenants"}) {
       if (t.get(k)) return r.error(*t.get(k), k, "applies only to synthetic traces");
     }
     if (def.name.empty()) def.name = fs::path(path).stem().string();
@@ -219,11 +221,19 @@ Result<TraceDef> parse_trace(const fs::path& file, const toml::table& t, std::si
   if (def.name.empty()) def.name = "synthetic" + std::to_string(index);
   nlohmann::ordered_json mix = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < g.gang_sizes.size(); ++i) mix.push_back({g.gang_sizes[i], g.gang_weights[i]});
-  def.params = {{"name", def.name},           {"synthetic", def.source.synthetic}, {"rate", g.arrival_rate},
-                {"runtime_dist", dist_name(g.runtime)}, {"mean_runtime", g.mean_runtime_s},
-                {"sigma", g.lognormal_sigma}, {"pareto_alpha", g.pareto_alpha},   {"pareto_min", g.pareto_min_s},
-                {"pareto_max", g.pareto_max_s}, {"gangs", mix},                   {"bitstreams", g.bitstreams},
-                {"zipf", g.zipf_s},           {"tenants", g.tenants}};
+  def.params = {{"name", def.name},
+                {"synthetic", def.source.synthetic},
+                {"rate", g.arrival_rate},
+                {"runtime_dist", dist_name(g.runtime)},
+                {"mean_runtime", g.mean_runtime_s},
+                {"sigma", g.lognormal_sigma},
+                {"pareto_alpha", g.pareto_alpha},
+                {"pareto_min", g.pareto_min_s},
+                {"pareto_max", g.pareto_max_s},
+                {"gangs", mix},
+                {"bitstreams", g.bitstreams},
+                {"zipf", g.zipf_s},
+                {"tenants", g.tenants}};
   return def;
 }
 
@@ -257,8 +267,8 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
     return make_error(Errc::invalid_argument, o.str());
   }
   Reader top(file, root, "");
-  SWEEP_TRY(top.known_keys({"name", "traces", "policies", "loads", "devices", "pools", "estimates", "seeds",
-                            "cdf_load", "options", "slurm"}));
+  SWEEP_TRY(top.known_keys({"name", "traces", "policies", "loads", "devices", "pools", "estimates", "seeds", "cdf_load",
+                            "options", "slurm"}));
   Study study;
   study.file = fs::absolute(file);
   study.name = file.stem().string();
@@ -291,8 +301,8 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
     const auto* ot = on->as_table();
     if (!ot) return top.error(*on, "options", "expected a table");
     Reader r(file, *ot, "options.");
-    SWEEP_TRY(r.known_keys({"reconfig_s", "attach_s", "restore_s", "batch_completions", "learn_warmup",
-                            "learn_half_life"}));
+    SWEEP_TRY(
+        r.known_keys({"reconfig_s", "attach_s", "restore_s", "batch_completions", "learn_warmup", "learn_half_life"}));
     SWEEP_TRY(r.number("reconfig_s", reconfig_s, 0));
     SWEEP_TRY(r.number("attach_s", attach_s, 0));
     SWEEP_TRY(r.number("restore_s", options.restore_s, 0));
@@ -317,7 +327,8 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
         return top.error(e, "devices[" + std::to_string(i) + "]", "expected an integer from 1 to 10000000");
       }
       PoolDef p;
-      p.source = {.devices = static_cast<std::uint32_t>(*v), .reconfig_s = reconfig_s, .attach_s = attach_s, .path = ""};
+      p.source = {
+          .devices = static_cast<std::uint32_t>(*v), .reconfig_s = reconfig_s, .attach_s = attach_s, .path = ""};
       p.label = "devices=" + std::to_string(*v);
       p.params = {{"devices", *v}, {"reconfig_s", reconfig_s}, {"attach_s", attach_s}};
       pools.push_back(std::move(p));
@@ -332,11 +343,13 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
     p.params = {{"file", f}};
     pools.push_back(std::move(p));
   }
-  if (pools.empty()) return make_error(Errc::invalid_argument, file.filename().string() + ": give devices = [N, ...] or pools = [\"pool.json\", ...]");
+  if (pools.empty())
+    return make_error(Errc::invalid_argument,
+                      file.filename().string() + ": give devices = [N, ...] or pools = [\"pool.json\", ...]");
   if (!pool_files.empty() && (reconfig_s > 0 || attach_s > 0)) {
     return make_error(Errc::invalid_argument, file.filename().string() +
-                                              ": options.reconfig_s and options.attach_s apply to devices; put the "
-                                              "costs of pools in their files");
+                                                  ": options.reconfig_s and options.attach_s apply to devices; put the "
+                                                  "costs of pools in their files");
   }
 
   // Policies, loads, estimates, seeds.
@@ -347,7 +360,9 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
     std::string error;
     auto spec = scheduler::PolicySpec::parse(policy_names[i], &error);
     if (spec && !scheduler::Scheduler::create(*spec, &error)) spec.reset();
-    if (!spec) return top.error(*root.get("policies"), "policies[" + std::to_string(i) + "]", "\"" + policy_names[i] + "\": " + error);
+    if (!spec)
+      return top.error(*root.get("policies"), "policies[" + std::to_string(i) + "]",
+                       "\"" + policy_names[i] + "\": " + error);
     policies.push_back(*spec);
   }
   std::vector<double> loads{0};
@@ -380,7 +395,8 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
   if (const auto* cn = root.get("cdf_load")) {
     double v = 0;
     SWEEP_TRY(top.number("cdf_load", v, 0, true));
-    if (std::find(loads.begin(), loads.end(), v) == loads.end()) return top.error(*cn, "cdf_load", "is not one of loads");
+    if (std::find(loads.begin(), loads.end(), v) == loads.end())
+      return top.error(*cn, "cdf_load", "is not one of loads");
     study.cdf_load = v;
   }
 
@@ -411,13 +427,14 @@ Result<Study> parse_study(const std::string& toml_text, const fs::path& file) {
               c.policy = policy.to_string();
               c.load = load;
               c.seed = seed;
-              c.params = {{"trace", trace.params}, {"pool", pool.params}, {"estimates", est},
-                          {"policy", c.policy},    {"load", load},        {"seed", seed},
+              c.params = {{"trace", trace.params},    {"pool", pool.params}, {"estimates", est},
+                          {"policy", c.policy},       {"load", load},        {"seed", seed},
                           {"options", options_params}};
               c.id = cell_id(c.params);
               if (!ids.insert(c.id).second) {
-                return make_error(Errc::invalid_argument, file.filename().string() + ": two cells have the same parameters (" +
-                                                          c.params.dump() + "): a value is repeated in a list");
+                return make_error(Errc::invalid_argument, file.filename().string() +
+                                                              ": two cells have the same parameters (" +
+                                                              c.params.dump() + "): a value is repeated in a list");
               }
               c.experiment.trace = trace.source;
               c.experiment.pool = pool.source;

@@ -18,7 +18,7 @@ namespace accelpool::sweep {
 // policy, load, pool, estimates, seed, options); `id` is a hash of it, so the same parameters give the same
 // id in every expansion, whatever the order of the study file.
 struct Cell {
-  std::string id;  // 16 hex digits
+  std::string id;         // 16 hex digits
   std::size_t index = 0;  // position in the grid (order of the study file)
   nlohmann::ordered_json params;
   // Grouping and labels (also in params).
@@ -39,8 +39,8 @@ struct SlurmSettings {
 
 struct Study {
   std::string name;
-  std::filesystem::path file;  // the study file, absolute
-  std::vector<Cell> cells;     // grid order
+  std::filesystem::path file;      // the study file, absolute
+  std::vector<Cell> cells;         // grid order
   std::optional<double> cdf_load;  // load of the JCT CDF plot; default: the grid's highest load
   SlurmSettings slurm;
 };

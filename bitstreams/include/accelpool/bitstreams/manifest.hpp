@@ -13,22 +13,22 @@ namespace accelpool::bitstreams {
 
 // How a backend loads an image. Inferred from the file extension unless the manifest sets `format`.
 enum class ImageFormat {
-  xclbin,          // Xilinx .xclbin container, loaded by the XRT backend
-  opencl_source,   // OpenCL C source (.cl), built for the device when programmed
-  opencl_binary,   // a device-specific OpenCL program binary (clCreateProgramWithBinary)
-  opaque,          // anything else (e.g. images only the simulated backend "programs")
+  xclbin,         // Xilinx .xclbin container, loaded by the XRT backend
+  opencl_source,  // OpenCL C source (.cl), built for the device when programmed
+  opencl_binary,  // a device-specific OpenCL program binary (clCreateProgramWithBinary)
+  opaque,         // anything else (e.g. images only the simulated backend "programs")
 };
 
 std::string_view to_string(ImageFormat format);
 
 struct Manifest {
-  std::string name;     // [a-z0-9._-], starts with a letter or digit
-  std::string version;  // [A-Za-z0-9._+-]
-  std::string kind;     // scheduling class of the devices it targets: "fpga", "gpu", "cpu", ...
+  std::string name;                     // [a-z0-9._-], starts with a letter or digit
+  std::string version;                  // [A-Za-z0-9._+-]
+  std::string kind;                     // scheduling class of the devices it targets: "fpga", "gpu", "cpu", ...
   std::vector<std::string> compatible;  // device models / shells (VBNV); '*' and '?' wildcards allowed
-  std::string file;     // image file name in the manifest's folder: [A-Za-z0-9._+-], no leading '.', not *.toml
-  std::string sha256;   // 64 lowercase hex digits of the image file
-  double programming_seconds = 0;  // expected time to program a device with it (a partial image: one slot)
+  std::string file;    // image file name in the manifest's folder: [A-Za-z0-9._+-], no leading '.', not *.toml
+  std::string sha256;  // 64 lowercase hex digits of the image file
+  double programming_seconds = 0;    // expected time to program a device with it (a partial image: one slot)
   std::vector<std::string> kernels;  // kernel names the image provides
   ImageFormat format = ImageFormat::opaque;
   std::string description;  // optional, free text
@@ -54,7 +54,6 @@ Result<Manifest> load_manifest(const std::filesystem::path& path);
 // Every path that stores a bitstream (registry load, Registry::add, the admin upload, an agent's image cache)
 // goes through it, so name, version and file name follow one rule wherever they are stored.
 Status validate_manifest(const Manifest& manifest, std::string_view origin);
-
 
 // Serialises a manifest to TOML that parse_manifest reads back unchanged.
 std::string to_toml(const Manifest& manifest);

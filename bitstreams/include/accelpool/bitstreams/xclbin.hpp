@@ -14,8 +14,8 @@
 namespace accelpool::bitstreams {
 
 struct XclbinInfo {
-  std::string uuid;      // lowercase, dashed, e.g. "3f1c...-..."
-  std::string platform;  // target platform / shell VBNV, e.g. "xilinx_u250_gen3x16_xdma_4_1_202210_1"
+  std::string uuid;                  // lowercase, dashed, e.g. "3f1c...-..."
+  std::string platform;              // target platform / shell VBNV, e.g. "xilinx_u250_gen3x16_xdma_4_1_202210_1"
   std::vector<std::string> kernels;  // kernel names (empty when parsed_by_xrt is false)
   // axlf_header::m_mode, XRT's XCLBIN_MODE: 0 flat (the shell is reprogrammed whole), 1 partial reconfiguration
   // (the image goes into the shell's reconfigurable user region), 2 tandem stage 2, 3 tandem stage 2 with partial

@@ -29,36 +29,45 @@ enum class Object : std::uint8_t { device = 1, context, queue, mem, program, ker
 
 // Which clGet*Info a kGetInfo request asks (`extra` names the device or argument where the call takes one).
 enum class Info : std::uint8_t {
-  device = 1, context, queue, mem, program, program_build, kernel, kernel_work_group, kernel_arg, event,
+  device = 1,
+  context,
+  queue,
+  mem,
+  program,
+  program_build,
+  kernel,
+  kernel_work_group,
+  kernel_arg,
+  event,
   event_profiling
 };
 
 enum class Op : std::uint16_t {
   reply = 0,
-  hello,            // u32 version, str capability -> status
-  get_info,         // u8 Info, u64 id, u32 param, u64 extra -> status, bytes value
-  create_context,   // u64 new -> status
-  create_queue,     // u64 new, u64 context, u64 properties -> status
-  create_buffer,    // u64 new, u64 context, u64 flags, u64 size, bytes initial ("" none) -> status
+  hello,                  // u32 version, str capability -> status
+  get_info,               // u8 Info, u64 id, u32 param, u64 extra -> status, bytes value
+  create_context,         // u64 new -> status
+  create_queue,           // u64 new, u64 context, u64 properties -> status
+  create_buffer,          // u64 new, u64 context, u64 flags, u64 size, bytes initial ("" none) -> status
   create_program_source,  // u64 new, u64 context, str source -> status
   create_program_binary,  // u64 new, u64 context, bytes binary -> status, i32 binary_status
-  build_program,    // u64 program, str options -> status
-  program_binary,   // u64 program -> status, bytes binary
-  create_kernel,    // u64 new, u64 program, str name -> status
-  create_kernels,   // u64 program, u32 n, n x u64 new -> status, u32 kernels in program
-  set_kernel_arg,   // u64 kernel, u32 index, u8 ArgKind, then: bytes value | u64 mem | u64 local size
-  write_buffer,     // u64 queue, u64 mem, u64 offset, bytes data, waits, u64 event
-  read_buffer,      // u64 queue, u64 mem, u64 offset, u64 size, waits, u64 event -> status, bytes data
-  copy_buffer,      // u64 queue, u64 src, u64 dst, u64 src_offset, u64 dst_offset, u64 size, waits, u64 event
-  fill_buffer,      // u64 queue, u64 mem, bytes pattern, u64 offset, u64 size, waits, u64 event
-  ndrange,          // u64 queue, u64 kernel, u32 dims, dims x u64 offset, dims x u64 global, u8 has_local,
-                    // [dims x u64 local], waits, u64 event
-  marker,           // u64 queue, waits, u64 event (a marker with a wait list)
-  barrier,          // u64 queue, waits, u64 event
-  flush,            // u64 queue
-  finish,           // u64 queue -> status (or the first kept error)
-  wait_events,      // waits -> status (or the first kept error)
-  release,          // u8 Object, u64 id
+  build_program,          // u64 program, str options -> status
+  program_binary,         // u64 program -> status, bytes binary
+  create_kernel,          // u64 new, u64 program, str name -> status
+  create_kernels,         // u64 program, u32 n, n x u64 new -> status, u32 kernels in program
+  set_kernel_arg,         // u64 kernel, u32 index, u8 ArgKind, then: bytes value | u64 mem | u64 local size
+  write_buffer,           // u64 queue, u64 mem, u64 offset, bytes data, waits, u64 event
+  read_buffer,            // u64 queue, u64 mem, u64 offset, u64 size, waits, u64 event -> status, bytes data
+  copy_buffer,            // u64 queue, u64 src, u64 dst, u64 src_offset, u64 dst_offset, u64 size, waits, u64 event
+  fill_buffer,            // u64 queue, u64 mem, bytes pattern, u64 offset, u64 size, waits, u64 event
+  ndrange,                // u64 queue, u64 kernel, u32 dims, dims x u64 offset, dims x u64 global, u8 has_local,
+                          // [dims x u64 local], waits, u64 event
+  marker,                 // u64 queue, waits, u64 event (a marker with a wait list)
+  barrier,                // u64 queue, waits, u64 event
+  flush,                  // u64 queue
+  finish,                 // u64 queue -> status (or the first kept error)
+  wait_events,            // waits -> status (or the first kept error)
+  release,                // u8 Object, u64 id
 };
 // "waits" is u32 n, then n x u64 event ids.
 
@@ -182,7 +191,8 @@ inline bool parse_endpoint(std::string_view text, Endpoint& out) {
   const auto colon = address.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) return false;
   out.host = std::string(address.substr(0, colon));
-  if (out.host.size() > 2 && out.host.front() == '[' && out.host.back() == ']') out.host = out.host.substr(1, out.host.size() - 2);
+  if (out.host.size() > 2 && out.host.front() == '[' && out.host.back() == ']')
+    out.host = out.host.substr(1, out.host.size() - 2);
   out.port = std::string(address.substr(colon + 1));
   out.capability = std::string(text.substr(slash + 1));
   return !out.capability.empty();

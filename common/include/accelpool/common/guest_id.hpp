@@ -24,7 +24,8 @@ inline bool valid_guest_id(std::string_view id) {
 // A guest id made from any text (a host name): other characters become '_', and it is cut to the longest id.
 inline std::string guest_id_from(std::string_view text) {
   std::string id(text.substr(0, kMaxGuestId));
-  std::replace_if(id.begin(), id.end(), [](char c) { return !is_name_char(c); }, '_');
+  std::replace_if(
+      id.begin(), id.end(), [](char c) { return !is_name_char(c); }, '_');
   return id;
 }
 

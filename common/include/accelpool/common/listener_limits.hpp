@@ -27,7 +27,8 @@ constexpr std::uint64_t kReservedFds = 64;
 // Raises the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force. Errors: "io_error".
 inline Result<std::uint64_t> raise_fd_limit() {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return make_error(Errc::io_error, std::string("getrlimit: ") + std::strerror(errno));
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0)
+    return make_error(Errc::io_error, std::string("getrlimit: ") + std::strerror(errno));
   if (lim.rlim_cur < lim.rlim_max) {
     rlimit raised = lim;
     raised.rlim_cur = lim.rlim_max;
@@ -40,15 +41,18 @@ inline Result<std::uint64_t> raise_fd_limit() {
 // Errors: "invalid_config", saying what is needed and the two ways out.
 inline Status check_fd_budget(std::uint64_t connections, std::uint64_t fd_limit, const std::string& which_limits) {
   if (connections + kReservedFds <= fd_limit) return Status::ok();
-  return make_error(Errc::invalid_config, "the connection limits (" + which_limits + ": " + std::to_string(connections) +
-                                  " connections) need " + std::to_string(connections + kReservedFds) +
-                                  " file descriptors, but the limit (RLIMIT_NOFILE, hard) is " +
-                                  std::to_string(fd_limit) + ": lower the limits or raise the limit (ulimit -n, "
-                                  "LimitNOFILE= in the systemd unit)");
+  return make_error(Errc::invalid_config,
+                    "the connection limits (" + which_limits + ": " + std::to_string(connections) +
+                        " connections) need " + std::to_string(connections + kReservedFds) +
+                        " file descriptors, but the limit (RLIMIT_NOFILE, hard) is " + std::to_string(fd_limit) +
+                        ": lower the limits or raise the limit (ulimit -n, "
+                        "LimitNOFILE= in the systemd unit)");
 }
 
 // Whether a failed accept() ran out of a resource (descriptors, kernel memory) rather than losing one connection.
-inline bool accept_out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
+inline bool accept_out_of_resources(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
 
 // The back-off of one listener. One thread at a time (the listener's).
 class AcceptBackoff {
@@ -64,8 +68,9 @@ class AcceptBackoff {
   std::chrono::milliseconds failed(int err) {
     if (!accept_out_of_resources(err)) return std::chrono::milliseconds(0);
     if (refusals_++ == 0) {
-      std::fprintf(stderr, "%s: %s: cannot accept connections: %s; retrying every %lld ms until connections close "
-                           "(raise the file descriptor limit or lower the connection limits)\n",
+      std::fprintf(stderr,
+                   "%s: %s: cannot accept connections: %s; retrying every %lld ms until connections close "
+                   "(raise the file descriptor limit or lower the connection limits)\n",
                    program_invocation_short_name, listener_.c_str(), std::strerror(err),
                    static_cast<long long>(kPause.count()));
     }

@@ -36,8 +36,9 @@ class Field {
   Field(std::string_view key, const char* text) : Field(key, std::string_view(text)) {}
   Field(std::string_view key, bool b) : key_(key), value_(b ? "true" : "false"), quoted_(false) {}
   template <typename N>
-    requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool> && !std::is_same_v<N, char>)
-  Field(std::string_view key, N n) : key_(key), value_(text_of(n)), quoted_(false) {}
+  requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool> && !std::is_same_v<N, char>)
+      Field(std::string_view key, N n)
+      : key_(key), value_(text_of(n)), quoted_(false) {}
 
   std::string_view key() const { return key_; }
   const std::string& value() const { return value_; }

@@ -44,7 +44,7 @@ inline bool valid_slot_shape(std::string_view shape) {
 }
 
 struct SlotId {
-  std::string device;      // the whole device's local id
+  std::string device;       // the whole device's local id
   std::uint32_t index = 0;  // < kMaxSlotsPerDevice
 };
 

@@ -60,8 +60,8 @@ struct Outbox : std::enable_shared_from_this<Outbox> {
     std::string text;  // empty: only look at the connection
   };
   std::mutex mu;
-  std::vector<Line> lines;  // guarded by mu
-  bool closed = false;      // guarded by mu
+  std::vector<Line> lines;            // guarded by mu
+  bool closed = false;                // guarded by mu
   std::atomic<bool> sleeping{false};  // the I/O thread is (about to be) blocked in epoll_wait
   int wake_fd = -1;
   manager::Poster after_turn;  // set before any link exists; may be empty
@@ -127,8 +127,8 @@ struct AgentListener::Impl {
     std::shared_ptr<Link> link;
     std::string reserved;  // the host name this connection holds in `live` (pending or admitted)
     Clock::time_point last_seen;
-    bool watching_out = false;  // EPOLLOUT is registered: output waits for the socket to take it
-    std::uint64_t served_in = 0;  // the last round of serve_sent() that served it
+    bool watching_out = false;                  // EPOLLOUT is registered: output waits for the socket to take it
+    std::uint64_t served_in = 0;                // the last round of serve_sent() that served it
     std::map<std::string, std::string> health;  // device -> "health\ndetail"
   };
   // When a connection's silence ends it. One entry per connection: an entry that comes due for a connection
@@ -281,7 +281,7 @@ struct AgentListener::Impl {
     std::vector<Outbox::Line> lines = outbox->take();
     if (lines.empty()) return false;
     for (auto& l : lines) {
-      if (l.text.empty()) continue;  // only to look at
+      if (l.text.empty()) continue;          // only to look at
       if (Conn* c = find(l.fd, l.serial)) {  // else it ended: the owner thread fails its requests (end_requests)
         std::lock_guard lock(c->link->mu);
         if (c->link->out.empty()) {
@@ -490,8 +490,9 @@ struct AgentListener::Impl {
     }
     if (m.method == "agent.register") return reply_register(c, m);
     if (registration(c) != Registration::admitted)
-      return reply(c, m, make_error(Errc::unauthorized, m.method + ": the agent is not registered (send agent.register "
-                                                               "with the agent token first)"));
+      return reply(c, m,
+                   make_error(Errc::unauthorized, m.method + ": the agent is not registered (send agent.register "
+                                                             "with the agent token first)"));
     if (m.method == "agent.heartbeat") return reply(c, m, health_update(c, m, "agent.heartbeat"));
     if (m.method == "device.health") return reply(c, m, health_update(c, m, "device.health"));
     if (m.method == "vm.stopped") return reply(c, m, vm_stopped(c, m));
@@ -503,17 +504,21 @@ struct AgentListener::Impl {
     const char* where = "agent.register";
     release_if_refused(c);
     if (registration(c) != Registration::none)
-      return reply(c, m, make_error(Errc::invalid_state, "agent.register: this connection is already registered as host '" +
-                                                         c.link->host + "'"));
+      return reply(c, m,
+                   make_error(Errc::invalid_state,
+                              "agent.register: this connection is already registered as host '" + c.link->host + "'"));
     auto token = get_string(m.params, "token", where, true);
     if (!token) return reply(c, m, token.error());
-    if (*token != options.token) return reply(c, m, make_error(Errc::unauthorized, "agent.register: wrong agent token"));
+    if (*token != options.token)
+      return reply(c, m, make_error(Errc::unauthorized, "agent.register: wrong agent token"));
     if (auto s = only_fields(m.params, "token,host,protocol,agent,devices", where); !s) return reply(c, m, s);
     auto* proto = m.params.if_contains("protocol");
     if (!proto || !proto->is_int64() || proto->get_int64() != kAgentProtocolVersion)
-      return reply(c, m, make_error(Errc::unsupported_version, "agent.register: field 'protocol': this manager speaks "
-                                                           "agent protocol version " +
-                                                               std::to_string(kAgentProtocolVersion)));
+      return reply(c, m,
+                   make_error(Errc::unsupported_version,
+                              "agent.register: field 'protocol': this manager speaks "
+                              "agent protocol version " +
+                                  std::to_string(kAgentProtocolVersion)));
     auto host = get_string(m.params, "host", where, true);
     if (!host) return reply(c, m, host.error());
     auto* devs = m.params.if_contains("devices");
@@ -531,7 +536,8 @@ struct AgentListener::Impl {
       w += ']';
       if (!v.is_object()) return reply(c, m, make_error(Errc::invalid_argument, w + " must be an object"));
       const auto& o = v.get_object();
-      if (auto s = only_fields(o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state,slots,slot_shapes", w);
+      if (auto s = only_fields(
+              o, "id,kind,model,passthrough,pci,loaded,health,detail,vm,lease,attach_state,slots,slot_shapes", w);
           !s)
         return reply(c, m, s);
       AgentDevice d;
@@ -550,7 +556,8 @@ struct AgentListener::Impl {
                               hl.status(), detail.status(), vm.status(), lease.status(), state.status()})
         if (!s) return reply(c, m, s);
       if (id->empty()) return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'id' is empty"));
-      if (health.count(*id)) return reply(c, m, make_error(Errc::invalid_argument, w + ": device id '" + *id + "' repeats"));
+      if (health.count(*id))
+        return reply(c, m, make_error(Errc::invalid_argument, w + ": device id '" + *id + "' repeats"));
       std::string h = hl->empty() ? "ok" : *hl;
       if (!valid_health(h))
         return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'health' must be ok, degraded or failed"));
@@ -561,23 +568,26 @@ struct AgentListener::Impl {
       d.device.loaded = *loaded;
       if (const auto* slots = o.if_contains("slots")) {  // optional (docs/agent-protocol.md): 0 when absent
         if (!slots->is_int64() || slots->get_int64() < 0 || slots->get_int64() > manager::kMaxSlotsPerDevice) {
-          return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slots' must be an integer in 0.." +
-                                                                std::to_string(manager::kMaxSlotsPerDevice)));
+          return reply(c, m,
+                       make_error(Errc::invalid_argument, w + ": field 'slots' must be an integer in 0.." +
+                                                              std::to_string(manager::kMaxSlotsPerDevice)));
         }
         d.device.slots = static_cast<std::uint32_t>(slots->get_int64());
       }
       if (const auto* shapes = o.if_contains("slot_shapes")) {  // optional: no shapes when absent
         const auto* list = shapes->if_array();
         if (!list || !std::all_of(list->begin(), list->end(), [](const json::value& v) { return v.is_string(); }))
-          return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
+          return reply(c, m,
+                       make_error(Errc::invalid_argument, w + ": field 'slot_shapes' must be an array of strings"));
         for (const auto& shape : *list) d.device.slot_shapes.emplace_back(shape.get_string());
       }
       d.pci_bdf = *pci;
       d.health = h;
       d.detail = *detail;
       if (!state->empty() && *state != "attached" && *state != "quarantined" && *state != "recorded")
-        return reply(c, m, make_error(Errc::invalid_argument, w + ": field 'attach_state' must be attached, quarantined or "
-                                                              "recorded"));
+        return reply(c, m,
+                     make_error(Errc::invalid_argument, w + ": field 'attach_state' must be attached, quarantined or "
+                                                            "recorded"));
       d.vm = *vm;
       d.lease = *lease;
       d.attach_state = *state;
@@ -587,8 +597,9 @@ struct AgentListener::Impl {
     {
       std::lock_guard lock(hosts_mu);
       if (live.count(*host))
-        return reply(c, m, make_error(Errc::already_registered, "agent.register: host '" + *host +
-                                                                "' is already registered by a live agent connection"));
+        return reply(c, m,
+                     make_error(Errc::already_registered, "agent.register: host '" + *host +
+                                                              "' is already registered by a live agent connection"));
       live[*host] = c.link;
     }
     c.reserved = *host;
@@ -638,7 +649,8 @@ struct AgentListener::Impl {
       auto detail = get_string(o, "detail", w, false);
       for (const Status& s : {id.status(), h.status(), detail.status()})
         if (!s) return s;
-      if (!valid_health(*h)) return make_error(Errc::invalid_argument, w + ": field 'health' must be ok, degraded or failed");
+      if (!valid_health(*h))
+        return make_error(Errc::invalid_argument, w + ": field 'health' must be ok, degraded or failed");
       if (!c.health.count(*id))
         return make_error(Errc::not_found, w + ": host '" + c.link->host + "' registered no device '" + *id + "'");
       updates.emplace_back(*id, *h, *detail);
@@ -681,7 +693,8 @@ struct AgentListener::Impl {
     auto reason = get_string(m.params, "reason", where, false);
     for (const Status& s : {name.status(), uuid.status(), reason.status()})
       if (!s) return s;
-    if (name->empty() && uuid->empty()) return make_error(Errc::invalid_argument, where + ": needs 'vm_name' or 'vm_uuid'");
+    if (name->empty() && uuid->empty())
+      return make_error(Errc::invalid_argument, where + ": needs 'vm_name' or 'vm_uuid'");
     vm.vm_name = *name;
     vm.vm_uuid = *uuid;
     vm.reason = *reason;
@@ -703,7 +716,8 @@ Result<std::unique_ptr<AgentListener>> AgentListener::create(ListenerOptions opt
   if (options.token.empty()) return make_error(Errc::invalid_argument, "agent listener: the agent token is empty");
   if (options.heartbeat_timeout.count() <= 0)
     return make_error(Errc::invalid_argument, "agent listener: heartbeat timeout must be positive");
-  if (options.max_connections == 0) return make_error(Errc::invalid_argument, "agent listener: max_connections must be positive");
+  if (options.max_connections == 0)
+    return make_error(Errc::invalid_argument, "agent listener: max_connections must be positive");
   if (!post) return make_error(Errc::invalid_argument, "agent listener: no poster");
   auto impl = std::make_unique<Impl>();
   std::unique_ptr<AgentListener> self(new AgentListener());

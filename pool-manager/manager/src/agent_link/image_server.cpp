@@ -34,8 +34,8 @@ void ImageServer::serve(std::shared_ptr<Link> link, Message request) {
   }
   if (request.has_id) {
     link->send(error_line(request.id, make_error(Errc::unavailable, request.method + ": more than " +
-                                                                     std::to_string(kMaxQueuedPerLink) +
-                                                                     " image requests of this agent wait already")),
+                                                                        std::to_string(kMaxQueuedPerLink) +
+                                                                        " image requests of this agent wait already")),
                false);
   }
 }

@@ -52,7 +52,8 @@ ReplyDone loaded_reply(manager::HostDriver::Done done) {
   return [done = std::move(done)](Status s, json::value result) {
     std::string loaded;
     if (result.is_object()) {
-      if (auto* l = result.get_object().if_contains("loaded"); l && l->is_string()) loaded = std::string(l->get_string());
+      if (auto* l = result.get_object().if_contains("loaded"); l && l->is_string())
+        loaded = std::string(l->get_string());
     }
     done(std::move(s), std::move(loaded));
   };

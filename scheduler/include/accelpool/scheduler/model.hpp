@@ -5,8 +5,8 @@
 #pragma once
 
 #include <compare>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -19,13 +19,13 @@ namespace accelpool::scheduler {
 // Seconds on the caller's clock. The scheduler never reads a clock: every event carries its time.
 using Time = double;
 
-using DeviceId = std::uint32_t;  // dense small integers chosen by the caller; storage grows with the largest id
-using RequestId = std::uint64_t; // any value, unique among live requests
+using DeviceId = std::uint32_t;   // dense small integers chosen by the caller; storage grows with the largest id
+using RequestId = std::uint64_t;  // any value, unique among live requests
 using HostId = std::uint32_t;
-using KindId = std::uint32_t;    // interchangeable class of device, e.g. "fpga" or "fpga-u250"
+using KindId = std::uint32_t;  // interchangeable class of device, e.g. "fpga" or "fpga-u250"
 using BitstreamId = std::uint32_t;
 using TenantId = std::uint32_t;
-using LabelId = std::uint32_t;   // a name the guest gives its job (e.g. its command), for learned run times
+using LabelId = std::uint32_t;  // a name the guest gives its job (e.g. its command), for learned run times
 // A device model within its kind, numbered densely per kind from 0 by the caller (e.g. "u250" and "u280" of kind
 // "fpga"): a device's model decides which bitstreams it can run. At most kMaxModelsPerKind per kind.
 using ModelId = std::uint8_t;
@@ -33,7 +33,9 @@ using ModelId = std::uint8_t;
 using ModelSet = std::uint64_t;
 inline constexpr std::uint32_t kMaxModelsPerKind = 64;
 inline constexpr ModelSet kAnyModel = ~ModelSet{0};
-inline constexpr bool model_in(ModelSet set, ModelId model) { return model < kMaxModelsPerKind && ((set >> model) & 1U); }
+inline constexpr bool model_in(ModelSet set, ModelId model) {
+  return model < kMaxModelsPerKind && ((set >> model) & 1U);
+}
 
 inline constexpr BitstreamId kNoBitstream = std::numeric_limits<BitstreamId>::max();
 inline constexpr LabelId kNoLabel = std::numeric_limits<LabelId>::max();
@@ -55,13 +57,13 @@ struct Request {
   RequestId id = 0;
   TenantId tenant = 0;
   KindId kind = 0;
-  BitstreamId bitstream = kNoBitstream;   // kNoBitstream: any image will do, nothing to program
-  std::uint32_t count = 1;                // gang size, granted all-or-nothing
-  HostId guest_host = 0;                  // where the guest runs (matters for passthrough devices)
-  std::optional<double> estimate_s;       // run time the guest expects, if it said
+  BitstreamId bitstream = kNoBitstream;  // kNoBitstream: any image will do, nothing to program
+  std::uint32_t count = 1;               // gang size, granted all-or-nothing
+  HostId guest_host = 0;                 // where the guest runs (matters for passthrough devices)
+  std::optional<double> estimate_s;      // run time the guest expects, if it said
   Time arrival = 0;
-  LabelId label = kNoLabel;               // groups learned run times (see estimator.hpp), optional
-  ModelSet models = kAnyModel;            // device models of its kind it may run on (those its bitstream fits)
+  LabelId label = kNoLabel;     // groups learned run times (see estimator.hpp), optional
+  ModelSet models = kAnyModel;  // device models of its kind it may run on (those its bitstream fits)
   // On slots: the share of its device's memory bandwidth it uses alone (0 to 1, interference.hpp). Placement
   // spreads slot leases so that the demands on a device stay within its bandwidth where they can.
   double demand = 0;

@@ -54,8 +54,8 @@ class TenantLedger {
  private:
   struct Account {
     double weight = 1;
-    double used = 0;             // device-seconds up to `since`
-    std::uint32_t running = 0;   // devices held now
+    double used = 0;            // device-seconds up to `since`
+    std::uint32_t running = 0;  // devices held now
     Time since = 0;
   };
   Account& account(TenantId tenant);
@@ -87,16 +87,12 @@ class OrderingPolicy {
 
   // When the running lease's running_key next changes in a way that its victim_rank no longer reflects
   // (a LAS queue demotion). nullopt: never.
-  virtual std::optional<Time> next_key_change(const RequestView& /*r*/, Time /*now*/) const {
-    return std::nullopt;
-  }
+  virtual std::optional<Time> next_key_change(const RequestView& /*r*/, Time /*now*/) const { return std::nullopt; }
 
   // Whether the queue is split per tenant and tenants are served by tenant_rank first.
   virtual bool per_tenant() const { return false; }
   // Lower is served first; compared before keys. Only called when per_tenant(). O(1).
-  virtual double tenant_rank(const TenantLedger& /*ledger*/, TenantId /*tenant*/, Time /*now*/) const {
-    return 0;
-  }
+  virtual double tenant_rank(const TenantLedger& /*ledger*/, TenantId /*tenant*/, Time /*now*/) const { return 0; }
 };
 
 // Builds an ordering policy by name: fifo, sjf, srpt, las, djsf, fair, gittins. Options after a colon, comma-free:

@@ -127,8 +127,7 @@ class PlacementPolicy {
   // Chooses the devices of a grant. Called only when `eligible.free() >= request.count`, with `out` empty;
   // must append exactly request.count distinct devices from the eligible groups to `out` (the caller reuses
   // its capacity), must not modify anything else, and should be O(count * log n). Cannot fail.
-  virtual void place(const Request& request, const FreeIndex::Eligible& eligible,
-                     std::vector<DeviceId>& out) const = 0;
+  virtual void place(const Request& request, const FreeIndex::Eligible& eligible, std::vector<DeviceId>& out) const = 0;
 };
 
 // Builds a placement policy by name: first-fit, affinity, pack. nullptr and `error` set if unknown.

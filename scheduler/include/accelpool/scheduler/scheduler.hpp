@@ -55,7 +55,7 @@ struct PolicySpec {
   // served next, as if it had passed the tail guard. Requests without an estimate (own or learned) age
   // only by the guard.
   std::optional<double> age_slowdown;
-  bool preemption = true;              // allow preemption when the ordering is preemptive
+  bool preemption = true;  // allow preemption when the ordering is preemptive
   // The hold rule (docs/policies.md, "The hold rule"): a device freed while holding a bitstream whose requests
   // arrive often enough that one is more likely than not within `hold_s` seconds is kept for that bitstream
   // (state `holding`) for at most `hold_s` seconds instead of being reprogrammed for another; a waiting request
@@ -212,8 +212,8 @@ class Scheduler {
   struct alignas(64) Entry {
     Request request;
     RequestPhase phase = RequestPhase::waiting;
-    bool protected_ = false;            // granted by the tail guard: never preempted
-    bool live = false;                  // the slot holds a request (see entries_)
+    bool protected_ = false;  // granted by the tail guard: never preempted
+    bool live = false;        // the slot holds a request (see entries_)
     double attained_device_s = 0;
     double attained_s = 0;
     Time granted_at = 0;
@@ -233,7 +233,7 @@ class Scheduler {
     bool draining : 1 = false;
     bool available : 1 = true;
     bool held : 1 = false;
-    bool counted : 1 = false;  // its state is in state_counts_ (present or held)
+    bool counted : 1 = false;    // its state is in state_counts_ (present or held)
     bool is_slot : 1 = false;    // added by add_slot: parent_of_ names its device
     bool has_slots : 1 = false;  // slots_of_ lists its slots
     bool on_hold : 1 = false;    // kept for its loaded bitstream (holds_)
@@ -334,9 +334,7 @@ class Scheduler {
   struct Window {
     Time shadow;
     std::size_t extra;
-    bool ends_in_time(const Entry& e, Time now) const {
-      return e.estimate_s && now + remaining_estimate(e) <= shadow;
-    }
+    bool ends_in_time(const Entry& e, Time now) const { return e.estimate_s && now + remaining_estimate(e) <= shadow; }
     void take(const Entry& e, Time now) {
       if (!ends_in_time(e, now)) extra -= std::min(extra, std::size_t{e.request.count});
     }
@@ -351,8 +349,7 @@ class Scheduler {
   // Grants free devices holding a bitstream to the best waiting requests for it that they cover, unless a request
   // of their kind has waited reuse_s or more, or the kind's devices are kept for a preempting request (`blocked`)
   // or a reservation (`windows`).
-  void serve_loaded(Time now, Decisions& out, const std::set<KindId>& blocked,
-                    const std::map<KindId, Window>& windows);
+  void serve_loaded(Time now, Decisions& out, const std::set<KindId>& blocked, const std::map<KindId, Window>& windows);
   // Whether serving e ahead of the ordering would pass over another request of its kind that has waited
   // reuse_s or more.
   bool reuse_passes_over_aged(const Entry& e, Time now) const;
@@ -390,12 +387,13 @@ class Scheduler {
   std::map<BucketKey, Bucket> buckets_;
   // Waiting requests per kind by (ages_at, arrival, id); kept only with a tail guard or aging.
   std::unordered_map<KindId, std::set<std::tuple<Time, Time, RequestId>>> aging_;
-  std::unordered_map<KindId, std::set<PriorityKey>> victims_;                    // running, preemptible
-  std::set<std::pair<Time, RequestId>> key_changes_;                             // running, by next demotion
+  std::unordered_map<KindId, std::set<PriorityKey>> victims_;  // running, preemptible
+  std::set<std::pair<Time, RequestId>> key_changes_;           // running, by next demotion
   std::unordered_map<KindId, std::size_t> revoking_devices_;
   std::map<KindId, RequestId> reservations_;
   // Running leases with estimates by estimated finish, per kind; kept only with a tail guard.
-  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>> finishes_;  // per kind: the request that preempted leases are making room for
+  std::unordered_map<KindId, std::set<std::pair<Time, RequestId>>>
+      finishes_;  // per kind: the request that preempted leases are making room for
   // Present devices by model per (kind, host) and per kind for network devices, to reject impossible requests.
   std::map<std::pair<KindId, HostId>, ModelCounts> passthrough_total_;
   std::unordered_map<KindId, ModelCounts> network_total_;

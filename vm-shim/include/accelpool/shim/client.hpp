@@ -45,14 +45,14 @@ struct ClientOptions {
   std::string uri;
   // tls://: the PEM CA file that verifies the pool's certificate ("": $ACCELPOOL_POOL_CA, else the system's CAs).
   std::string tls_ca_file;
-  std::string token;   // tenant token (apt_...)
-  std::string guest;   // guest id, 1-128 of [A-Za-z0-9._:-]; the same id after a reconnect resumes the leases
-  std::string guest_host;                        // optional: the host the guest runs on
-  Seconds connect_timeout{5.0};                  // per connection attempt
-  Seconds call_timeout{10.0};                    // a call with no reply within this fails with "timeout"
-  bool reconnect = true;                         // reconnect and resume leases when the stream drops
-  Seconds reconnect_max_backoff{2.0};            // backoff between attempts doubles from 50 ms up to this
-  std::optional<Seconds> heartbeat_interval;     // default: a third of the lease TTL the server reports
+  std::string token;             // tenant token (apt_...)
+  std::string guest;             // guest id, 1-128 of [A-Za-z0-9._:-]; the same id after a reconnect resumes the leases
+  std::string guest_host;        // optional: the host the guest runs on
+  Seconds connect_timeout{5.0};  // per connection attempt
+  Seconds call_timeout{10.0};    // a call with no reply within this fails with "timeout"
+  bool reconnect = true;         // reconnect and resume leases when the stream drops
+  Seconds reconnect_max_backoff{2.0};                      // backoff between attempts doubles from 50 ms up to this
+  std::optional<Seconds> heartbeat_interval;               // default: a third of the lease TTL the server reports
   std::string serial_sys_dir = "/sys/class/virtio-ports";  // where serial:// names are looked up
   std::string serial_dev_dir = "/dev";                     // where the port's device node is
 };
@@ -63,26 +63,26 @@ struct ClientOptions {
 // from what the documented device id formats say (HOST/opencl:P:D[.N], HOST/xrt:BDF, HOST/sim:N), as is the PCI
 // address of an xrt device when the server sent no entry.
 struct DeviceInfo {
-  std::string name;                          // pool device name, e.g. "local/sim:0"
-  std::string host;                          // the part before '/', e.g. "local"
-  std::string local_id;                      // the part after '/', e.g. "opencl:0:0.1"
-  std::string backend;                       // "opencl", "xrt", "sim", ... (prefix of local_id)
-  std::string kind;                          // "fpga", "gpu", ... when the server reports it
-  std::string model;                         // when the server reports it
-  std::string vendor;                        // when the server reports it
-  std::uint32_t pci_vendor_id = 0;           // PCI ids (0: unknown)
+  std::string name;                 // pool device name, e.g. "local/sim:0"
+  std::string host;                 // the part before '/', e.g. "local"
+  std::string local_id;             // the part after '/', e.g. "opencl:0:0.1"
+  std::string backend;              // "opencl", "xrt", "sim", ... (prefix of local_id)
+  std::string kind;                 // "fpga", "gpu", ... when the server reports it
+  std::string model;                // when the server reports it
+  std::string vendor;               // when the server reports it
+  std::uint32_t pci_vendor_id = 0;  // PCI ids (0: unknown)
   std::uint32_t pci_device_id = 0;
-  std::uint64_t memory_bytes = 0;            // device memory (0: unknown)
+  std::uint64_t memory_bytes = 0;  // device memory (0: unknown)
   // How the guest reaches the device: "pci_hostdev" or "emulated" (a PCI device in this VM, at pci_address),
   // "network" (at endpoint), "in_process" (the manager's own host), "none"; "" when the server did not say.
   std::string attach;
-  std::string loaded;                        // bitstream the device held when it was prepared
-  std::string pci_address;                   // PCI address (in the guest when attached, else the host's BDF)
-  std::optional<int> opencl_platform;        // OpenCL platform index (device local to the caller)
-  std::optional<int> opencl_device;          // OpenCL device index
-  std::optional<int> opencl_subdevice;       // sub-device index when the pool splits a device
-  std::optional<int> xrt_index;              // XRT device index when reported
-  std::string endpoint;                      // network endpoint for network-attached devices, when reported
+  std::string loaded;                   // bitstream the device held when it was prepared
+  std::string pci_address;              // PCI address (in the guest when attached, else the host's BDF)
+  std::optional<int> opencl_platform;   // OpenCL platform index (device local to the caller)
+  std::optional<int> opencl_device;     // OpenCL device index
+  std::optional<int> opencl_subdevice;  // sub-device index when the pool splits a device
+  std::optional<int> xrt_index;         // XRT device index when reported
+  std::string endpoint;                 // network endpoint for network-attached devices, when reported
 };
 
 enum class LeaseState { queued, granted, revoking, released, cancelled, expired, revoked, unknown };
@@ -111,15 +111,15 @@ Result<LeaseInfo> parse_lease(const std::string& json_text);
 using LeaseCallback = std::function<void(const LeaseInfo&)>;
 
 struct AcquireOptions {
-  std::string kind;                          // required, e.g. "fpga"
-  std::string bitstream;                     // optional
-  std::uint32_t count = 1;                   // all or nothing
-  std::optional<double> estimate_s;          // run-time estimate for sjf/srpt policies
-  std::string label;                         // optional name of the job, e.g. its command: the pool learns run
-                                             // times per label (1-64 characters of [A-Za-z0-9._:-])
-  std::optional<Seconds> timeout;            // none: wait as long as it takes
-  LeaseCallback on_revoking;                 // optional; set here so a revocation right after the grant is seen
-  LeaseCallback on_ended;                    // optional: the lease ended without our release (expired, revoked)
+  std::string kind;                  // required, e.g. "fpga"
+  std::string bitstream;             // optional
+  std::uint32_t count = 1;           // all or nothing
+  std::optional<double> estimate_s;  // run-time estimate for sjf/srpt policies
+  std::string label;                 // optional name of the job, e.g. its command: the pool learns run
+                                     // times per label (1-64 characters of [A-Za-z0-9._:-])
+  std::optional<Seconds> timeout;    // none: wait as long as it takes
+  LeaseCallback on_revoking;         // optional; set here so a revocation right after the grant is seen
+  LeaseCallback on_ended;            // optional: the lease ended without our release (expired, revoked)
 };
 
 class Client;

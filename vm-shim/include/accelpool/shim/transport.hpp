@@ -24,8 +24,8 @@ struct PoolUri {
   std::string text;  // the URI as given
 };
 
-// Parses tcp://HOST:PORT, tls://HOST:PORT (TCP with TLS), unix:///PATH (or unix:PATH), serial://NAME. Errors: "invalid_argument" naming the URI
-// and what is wrong with it. Changes nothing.
+// Parses tcp://HOST:PORT, tls://HOST:PORT (TCP with TLS), unix:///PATH (or unix:PATH), serial://NAME. Errors:
+// "invalid_argument" naming the URI and what is wrong with it. Changes nothing.
 Result<PoolUri> parse_pool_uri(const std::string& uri);
 
 // Parses a list of pool URIs separated by commas, the managers of one pool in the order to try them
@@ -43,7 +43,7 @@ Result<std::string> find_virtio_port(const std::string& name, const std::string&
 // Read and write it with stream_read/stream_write, wait on `fd` with poll(), end it with close_stream.
 struct Stream {
   int fd = -1;
-  bool socket = false;  // true: use send(MSG_NOSIGNAL); false: write()
+  bool socket = false;    // true: use send(MSG_NOSIGNAL); false: write()
   ssl_st* tls = nullptr;  // tls:// only
 };
 
@@ -69,8 +69,9 @@ struct SerialDirs {
 // The local guest daemon's socket (accelpool-guestd --listen default).
 inline constexpr const char* kGuestDaemonSocket = "/run/accelpool/guest.sock";
 
-// The pool URI to use when none is given (a list of URIs, see parse_pool_uris): $ACCELPOOL_POOL when set, else the local guest daemon
-// (unix:///run/accelpool/guest.sock) when its socket exists, else tcp://127.0.0.1:7070 (development).
+// The pool URI to use when none is given (a list of URIs, see parse_pool_uris): $ACCELPOOL_POOL when set, else the
+// local guest daemon (unix:///run/accelpool/guest.sock) when its socket exists, else tcp://127.0.0.1:7070
+// (development).
 std::string default_pool_uri();
 
 // Opens the stream named by `uri`, waiting at most `timeout` for a TCP connect, and as long again for a TLS

@@ -30,8 +30,8 @@ Files table_files(const std::string& table, std::string cert, std::string key, s
                   const std::string& ca_key);
 
 // A server context (TLS 1.2 or newer) presenting files.cert/files.key. With files.ca, clients must present a
-// certificate that it verifies (mutual TLS); without, none is asked. Errors: "invalid_config" naming the key, the file and
-// what is wrong (cannot read, not a PEM certificate or key, key does not match the certificate).
+// certificate that it verifies (mutual TLS); without, none is asked. Errors: "invalid_config" naming the key, the file
+// and what is wrong (cannot read, not a PEM certificate or key, key does not match the certificate).
 Result<Context> server_context(const Files& files);
 
 // A client context (TLS 1.2 or newer) that verifies the server's certificate against files.ca (the system's

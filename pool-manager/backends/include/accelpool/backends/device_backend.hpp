@@ -25,9 +25,9 @@ namespace accelpool::backends {
 // of the agent (e.g. "xrt:0000:65:00.1", "opencl:0:0.2", "sim:3").
 struct DeviceInfo {
   std::string local_id;
-  std::string kind;     // scheduling class: "fpga", "gpu", "cpu", ...
-  std::string model;    // e.g. "xilinx_u250_gen3x16_xdma_4_1_202210_1", "pthread-haswell", "sim-u250"
-  std::string pci_bdf;  // "0000:65:00.1" when the device is a PCI function, else empty
+  std::string kind;         // scheduling class: "fpga", "gpu", "cpu", ...
+  std::string model;        // e.g. "xilinx_u250_gen3x16_xdma_4_1_202210_1", "pthread-haswell", "sim-u250"
+  std::string pci_bdf;      // "0000:65:00.1" when the device is a PCI function, else empty
   bool passthrough = true;  // false: network-attached, reachable from guests on any host
   std::map<std::string, std::string> attributes;  // backend-specific facts (serial, vendor, memory, ...)
   // Partial-reconfiguration slots (common/slots.hpp): 0 for a device programmed whole only. Slot n is addressed
@@ -52,12 +52,12 @@ inline std::vector<std::string> slot_shapes_of(const DeviceInfo& device) {
 // What to program: a bitstream image already verified by the registry (checksum, compatibility).
 // make_image() in <accelpool/backends/factory.hpp> builds one from a registry entry.
 struct Image {
-  std::string name;                  // registry name, e.g. "vadd"
+  std::string name;  // registry name, e.g. "vadd"
   std::string version;
-  std::string sha256;                // identity of the image
-  std::filesystem::path file;        // .xclbin, OpenCL source (.cl) or binary; may be empty for the sim backend
+  std::string sha256;          // identity of the image
+  std::filesystem::path file;  // .xclbin, OpenCL source (.cl) or binary; may be empty for the sim backend
   std::uint64_t size_bytes = 0;
-  std::string format;                // "xclbin", "opencl-source", "opencl-binary", "opaque"; "" = by file extension
+  std::string format;                   // "xclbin", "opencl-source", "opencl-binary", "opaque"; "" = by file extension
   std::vector<std::string> compatible;  // device models/shells it fits ('*' wildcards); empty = not checked
   std::vector<std::string> kernels;     // kernel names it provides
   bool partial = false;                 // a partial image: goes into one slot of a device, never a whole device

@@ -84,23 +84,23 @@ struct RuntimeOptions {
 // One device as the runtime knows it now.
 struct DeviceState {
   backends::DeviceInfo info;
-  std::string loaded;           // bitstream name the device holds, "" for none
-  std::string health = "ok";    // "ok", "degraded", "failed"
-  std::string detail;           // why, when not ok
-  std::string vm;               // the VM the device serves ("" for none): attached, or only recorded
-  std::string lease;            // the lease it serves, as the prepare said
-  std::string guest_pci;        // where the VM sees it, when attached
-  bool attached = false;        // put into `vm` through the attacher
-  bool quarantined = false;     // a detach the guest never acknowledged: granted to no one
-  std::string endpoint;         // where the lease's program reaches it over the network, while served so
+  std::string loaded;         // bitstream name the device holds, "" for none
+  std::string health = "ok";  // "ok", "degraded", "failed"
+  std::string detail;         // why, when not ok
+  std::string vm;             // the VM the device serves ("" for none): attached, or only recorded
+  std::string lease;          // the lease it serves, as the prepare said
+  std::string guest_pci;      // where the VM sees it, when attached
+  bool attached = false;      // put into `vm` through the attacher
+  bool quarantined = false;   // a detach the guest never acknowledged: granted to no one
+  std::string endpoint;       // where the lease's program reaches it over the network, while served so
   // "" (serves no VM), "recorded", "attached" or "quarantined" (the agent protocol's attach_state).
   std::string attach_state() const;
 };
 
 // What a release did besides resetting the device.
 struct ReleaseResult {
-  std::string loaded;                               // bitstream name the device holds afterwards
-  std::optional<hypervisor::DetachResult> detach;   // set when the device was detached from its VM
+  std::string loaded;                              // bitstream name the device holds afterwards
+  std::optional<hypervisor::DetachResult> detach;  // set when the device was detached from its VM
 };
 
 // A VM the runtime had devices in has ended; those devices are free again.
@@ -152,9 +152,10 @@ class HostRuntime {
   // unless its file is unchanged since it last verified. Then, with `request.vm` set, attaches a passthrough
   // device to that VM through the attacher (when there is one; else the VM is only recorded). `done` gets the
   // result: what the device holds (also on failure), how the guest reaches it, the guest PCI address, the
-  // device's details (on failure only what the device holds). Errors: "not_found" (no such device), "invalid_state" (quarantined, or serving another
-  // VM), the image's errors ("not_found", "checksum_mismatch", "corrupt_image", "missing_file", fetch errors),
-  // the backend's programming errors, "attach_failed"; every message names the host and the device.
+  // device's details (on failure only what the device holds). Errors: "not_found" (no such device), "invalid_state"
+  // (quarantined, or serving another VM), the image's errors ("not_found", "checksum_mismatch", "corrupt_image",
+  // "missing_file", fetch errors), the backend's programming errors, "attach_failed"; every message names the host and
+  // the device.
   virtual void prepare(const PrepareRequest& request, PrepareDone done) = 0;
 
   // Takes the device back after a lease: detaches it from its VM (waiting for the guest; a removal the guest

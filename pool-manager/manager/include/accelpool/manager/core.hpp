@@ -28,10 +28,9 @@ namespace accelpool::manager {
 
 struct AcquireParams;
 
-
 struct CoreOptions {
-  double lease_ttl_s = 30;      // a lease whose guest has not heartbeaten for this long is reclaimed
-  double revoke_grace_s = 10;   // time a guest has to release after a revocation warning
+  double lease_ttl_s = 30;     // a lease whose guest has not heartbeaten for this long is reclaimed
+  double revoke_grace_s = 10;  // time a guest has to release after a revocation warning
   std::string policy = "fifo+first-fit";
   std::size_t history = 10000;  // ended leases kept in memory for stats and listing
   // Live (queued or granted) leases one guest of a tenant may hold: bounds what `hello` and `list` return.
@@ -71,8 +70,8 @@ struct CoreOptions {
   std::function<double(const std::string& bitstream)> image_demand;
 };
 
-// Sets acquire_check, image_sha256, image_models, image_partial, image_slot_shape and image_demand of `options` to answer from
-// `catalog` (the manager's registry), as the daemon runs the core.
+// Sets acquire_check, image_sha256, image_models, image_partial, image_slot_shape and image_demand of `options` to
+// answer from `catalog` (the manager's registry), as the daemon runs the core.
 void answer_from_catalog(CoreOptions& options, std::shared_ptr<ImageCatalog> catalog);
 
 enum class LeaseEvent : std::uint8_t {
@@ -185,9 +184,9 @@ struct Stats {
 // One group of learned run times as the admin API shows it: the stored record and what it says.
 struct LearnedGroup {
   EstimateRecord group;
-  bool warm = false;          // observed at least the estimator's warm-up: requests of the group go by it
-  double mean_device_s = 0;   // decayed mean service, device-seconds
-  double estimate_s = 0;      // the learned run time of one request: mean_device_s / gang size (whole kind: the mean)
+  bool warm = false;         // observed at least the estimator's warm-up: requests of the group go by it
+  double mean_device_s = 0;  // decayed mean service, device-seconds
+  double estimate_s = 0;     // the learned run time of one request: mean_device_s / gang size (whole kind: the mean)
   double p50_device_s = 0, p90_device_s = 0;  // the bins that hold these quantiles (their means)
 };
 
@@ -272,10 +271,11 @@ class PoolCore {
 
   // --- leases ---------------------------------------------------------------------------------------------
   // A new lease, returned queued or granted, on devices of its kind whose model its bitstream fits
-  // (CoreOptions::image_models); on slots for a partial image (CoreOptions::image_partial). Errors: "invalid_argument", "not_found" (unknown tenant), "quota_exceeded" (the
-  // tenant's max_devices, or the guest already has max_live_per_guest live leases), "incompatible" (its bitstream
-  // fits no device model of its kind; the message names the bitstream's models and the kind's), "infeasible" (no
-  // such devices in the pool, or too few of the models it fits).
+  // (CoreOptions::image_models); on slots for a partial image (CoreOptions::image_partial). Errors: "invalid_argument",
+  // "not_found" (unknown tenant), "quota_exceeded" (the tenant's max_devices, or the guest already has
+  // max_live_per_guest live leases), "incompatible" (its bitstream fits no device model of its kind; the message names
+  // the bitstream's models and the kind's), "infeasible" (no such devices in the pool, or too few of the models it
+  // fits).
   Result<Lease> acquire(const AcquireParams& params);
   // The calls below see only the leases `caller` owns (Caller::owns); others are "not_found".
   // Gives up a queued lease. Errors: "not_found", "invalid_state".

@@ -27,7 +27,7 @@ class DeviceBackend;
 namespace accelpool::bitstreams {
 class SharedRegistry;
 class VerifiedImages;
-}
+}  // namespace accelpool::bitstreams
 
 namespace accelpool::manager {
 
@@ -154,7 +154,7 @@ class ImageCatalog {
   std::shared_ptr<bitstreams::SharedRegistry> registry_;
   std::shared_ptr<const Clock> clock_;
   mutable std::mutex mu_;
-  std::set<std::string> image_kinds_;  // kinds with devices that take registry images
+  std::set<std::string> image_kinds_;                     // kinds with devices that take registry images
   std::unique_ptr<bitstreams::VerifiedImages> verified_;  // images verified once per file version
   // The worker: its jobs, the bitstream names queued for verification (at most once each), and the verdict of
   // each image's last verification by sha256. Guarded by mu_.

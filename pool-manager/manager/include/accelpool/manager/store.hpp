@@ -21,14 +21,14 @@ struct Snapshot {
   std::vector<Lease> leases;  // every live lease, plus the most recent ended ones (for stats), by id
   std::map<std::string, std::string> meta;
   std::vector<EstimateRecord> estimates;  // the scheduler's learned run times, every group
-  LeaseId max_lease_id = 0;   // the largest id ever used (ended leases included)
+  LeaseId max_lease_id = 0;               // the largest id ever used (ended leases included)
 };
 
 // One atomic set of changes: either all of it is durable or none.
 struct Batch {
-  std::vector<Lease> leases;          // upserts by id
-  std::vector<DeviceRecord> devices;  // upserts by name
-  std::vector<TenantRecord> tenants;  // upserts by name
+  std::vector<Lease> leases;                 // upserts by id
+  std::vector<DeviceRecord> devices;         // upserts by name
+  std::vector<TenantRecord> tenants;         // upserts by name
   std::vector<std::string> deleted_tenants;  // deleted by name (none of them also in `tenants`)
   std::vector<std::pair<std::string, std::string>> meta;
   std::vector<EstimateRecord> estimates;  // upserts by group (kind, whole_kind, tenant, bitstream, count, label)
@@ -37,8 +37,7 @@ struct Batch {
   double prune_ended_before = 0;
   bool empty() const {
     return leases.empty() && devices.empty() && tenants.empty() && deleted_tenants.empty() && meta.empty() &&
-           estimates.empty() &&
-           prune_ended_before == 0;
+           estimates.empty() && prune_ended_before == 0;
   }
 };
 
@@ -95,8 +94,8 @@ struct ManagerInfo {
 struct Leadership {
   std::uint64_t epoch = 0;  // 0: nobody ever led
   ManagerInfo leader;
-  double since = 0;         // when the leader took over (Unix seconds, the database's clock)
-  double renewed_at = 0;    // the leader's last renewal (same clock)
+  double since = 0;                   // when the leader took over (Unix seconds, the database's clock)
+  double renewed_at = 0;              // the leader's last renewal (same clock)
   std::vector<ManagerInfo> standbys;  // managers that announced themselves within their timeout, the leader left out
 };
 

@@ -33,19 +33,19 @@ struct Lease {
   std::string guest_host;  // host the guest runs on (passthrough devices serve only their own host's guests)
   bool relayed = false;    // acquired through a host agent's relay, which vouches for `guest` and `guest_host`
   std::string kind;
-  std::string bitstream;   // "" when any image will do
+  std::string bitstream;  // "" when any image will do
   std::uint32_t count = 1;
   std::optional<double> estimate_s;
-  std::string label;       // the guest's name for its job ("" none); learned run times are grouped by it
+  std::string label;  // the guest's name for its job ("" none); learned run times are grouped by it
   LeaseState state = LeaseState::queued;
   double created_at = 0;
-  double granted_at = 0;       // last grant
-  double first_granted_at = 0; // first grant (wait time = first_granted_at - created_at)
+  double granted_at = 0;        // last grant
+  double first_granted_at = 0;  // first grant (wait time = first_granted_at - created_at)
   double ended_at = 0;
-  double expires_at = 0;       // TTL deadline, renewed by heartbeats
-  double revoke_deadline = 0;  // while revoking
+  double expires_at = 0;             // TTL deadline, renewed by heartbeats
+  double revoke_deadline = 0;        // while revoking
   bool requeue_on_deadline = false;  // revoking for priority: back to the queue at the deadline
-  bool ready = false;          // every device is programmed and attached
+  bool ready = false;                // every device is programmed and attached
   std::vector<std::string> devices;
   // What each device's host did to prepare it (what it holds, how the guest reaches it, what it is), aligned with
   // `devices`: filled as the hosts answer (an entry stays empty until its device is prepared); empty while queued.
@@ -61,13 +61,15 @@ struct Lease {
 // the guest id said at hello: a direct connection naming a relayed VM owns none of that VM's leases. Leases a
 // caller does not own are reported as not found, like ids that do not exist.
 struct Caller {
-  std::string tenant;      // "" : an admin
+  std::string tenant;  // "" : an admin
   std::string guest;
   std::string guest_host;  // compared for relayed callers only (a direct caller's host is its own claim)
   bool relayed = false;
   static Caller admin() { return {}; }
   // A guest on a direct TCP or Unix connection: its id is the one it said at hello.
-  static Caller direct(std::string tenant, std::string guest) { return {std::move(tenant), std::move(guest), "", false}; }
+  static Caller direct(std::string tenant, std::string guest) {
+    return {std::move(tenant), std::move(guest), "", false};
+  }
   bool owns(const Lease& lease) const;
 };
 
@@ -94,16 +96,16 @@ struct LeasePageSpec {
 };
 
 struct DeviceRecord {
-  std::string name;      // "<host>/<local_id>", unique in the pool
+  std::string name;  // "<host>/<local_id>", unique in the pool
   std::string host;
   std::string local_id;
   std::string kind;
   std::string model;
   bool passthrough = true;
-  std::string loaded;    // bitstream name held now, "" for none
+  std::string loaded;  // bitstream name held now, "" for none
   bool draining = false;
-  bool available = true;  // the device itself: its host's health reports, its failed operations (a lost host's
-                          // devices keep theirs; the loss is the host's, stored once as meta host_lost:<host>)
+  bool available = true;       // the device itself: its host's health reports, its failed operations (a lost host's
+                               // devices keep theirs; the loss is the host's, stored once as meta host_lost:<host>)
   std::uint32_t sched_id = 0;  // stable dense id used by the scheduler
   // A slot (partial-reconfiguration region, docs/hosts.md "Slots"): the name of its device; "" for a whole
   // device. Slot records are derived from their host's report at each attach and never stored.

@@ -30,7 +30,7 @@ struct PoolSource {
   std::uint32_t devices = 0;
   double reconfig_s = 0;
   double attach_s = 0;
-  std::uint32_t slots = 0;          // per device (DeviceGroupSpec::slots)
+  std::uint32_t slots = 0;  // per device (DeviceGroupSpec::slots)
   double slot_share = 1;
   double partial_reconfig_s = 0;
   std::string path;
@@ -39,8 +39,8 @@ struct PoolSource {
 struct Experiment {
   TraceSource trace;
   PoolSource pool;
-  double load = 0;        // > 0: rescale arrivals to this offered load; 0: the trace's own times
-  std::string estimates;  // EstimateSpec text; empty: default_estimates(trace)
+  double load = 0;                              // > 0: rescale arrivals to this offered load; 0: the trace's own times
+  std::string estimates;                        // EstimateSpec text; empty: default_estimates(trace)
   std::vector<scheduler::PolicySpec> policies;  // each run on the same trace, in this order
   // seed, learning, restore, checks, keep_per_job and progress as for simulate(); progress_label and
   // lower_bound_avg_jct_s are filled in per run.

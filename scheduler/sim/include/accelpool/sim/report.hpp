@@ -12,7 +12,7 @@ namespace accelpool::sim {
 
 // Facts about the experiment printed with the runs.
 struct RunMeta {
-  std::string trace;      // file name or "synthetic:N"
+  std::string trace;  // file name or "synthetic:N"
   std::uint64_t seed = 1;
   std::string estimates;  // EstimateSpec::to_string()
   double load = 0;        // offered load after rescaling

@@ -21,16 +21,16 @@ namespace accelpool::sim {
 // One job of a trace: it asks for `devices` devices of `kind` holding `bitstream` at `arrival_s` and runs
 // for `runtime_s` seconds once they are set up.
 struct Job {
-  std::uint64_t id = 0;                 // unique in the trace (row order by default)
-  double arrival_s = 0;                 // >= 0
-  double runtime_s = 0;                 // >= 0, the run time on the devices (setup excluded)
-  std::uint32_t devices = 1;            // gang size, >= 1, granted all-or-nothing
+  std::uint64_t id = 0;       // unique in the trace (row order by default)
+  double arrival_s = 0;       // >= 0
+  double runtime_s = 0;       // >= 0, the run time on the devices (setup excluded)
+  std::uint32_t devices = 1;  // gang size, >= 1, granted all-or-nothing
   std::string bitstream = "default";
   std::string tenant = "default";
-  std::optional<double> estimate_s;     // what the guest tells the scheduler (see apply_estimates)
+  std::optional<double> estimate_s;  // what the guest tells the scheduler (see apply_estimates)
   std::string kind = "fpga";
-  std::string host;                     // where the guest runs; "" = the pool's first host
-  std::string label;                    // groups learned run times (e.g. the job's command); "" = none
+  std::string host;   // where the guest runs; "" = the pool's first host
+  std::string label;  // groups learned run times (e.g. the job's command); "" = none
   // A job of a slot kind ("<kind>/slot", see DeviceGroupSpec::slots) runs a partial image on slots: `demand`
   // is the share of its device's memory bandwidth it uses alone (0 to 1; 0: negligible). It may take only a
   // slot whose share admits it, and it runs slower while the slot leases of its device demand more than the
@@ -47,7 +47,7 @@ struct Trace {
 
 // Cost of one device model: seconds to program a new bitstream, and seconds to attach it to a guest.
 struct ModelCost {
-  double reconfig_s = 0;          // a full image on the whole device
+  double reconfig_s = 0;  // a full image on the whole device
   double attach_s = 0;
   double partial_reconfig_s = 0;  // a partial image on one slot
 };
@@ -85,9 +85,9 @@ struct PoolSpec {
 };
 
 struct SimOptions {
-  double restore_s = 0;      // extra setup seconds charged when a preempted job is granted again
-  std::uint64_t seed = 1;    // for any randomized choice of the engine (none today; kept in the output)
-  bool progress = false;     // a progress line on stderr while running
+  double restore_s = 0;    // extra setup seconds charged when a preempted job is granted again
+  std::uint64_t seed = 1;  // for any randomized choice of the engine (none today; kept in the output)
+  bool progress = false;   // a progress line on stderr while running
   std::string progress_label;
   // Checks invariants after every event (no device held twice, grants match requests, and, when
   // `check_work_conserving`, no free device while a waiting request fits). Slow: O(devices + jobs in the
@@ -115,9 +115,9 @@ struct JobResult {
   std::uint32_t devices = 1;
   double first_start_s = 0;  // time of the first grant
   double finish_s = 0;
-  double jct_s = 0;          // finish - arrival: waiting + setup + run time (+ restore after preemptions)
-  double wait_s = 0;         // first grant - arrival
-  double slowdown = 0;       // jct / max(runtime, 1 s)
+  double jct_s = 0;                    // finish - arrival: waiting + setup + run time (+ restore after preemptions)
+  double wait_s = 0;                   // first grant - arrival
+  double slowdown = 0;                 // jct / max(runtime, 1 s)
   std::uint32_t reconfigurations = 0;  // devices programmed for this job, over all its grants
   std::uint32_t preemptions = 0;
 };
@@ -142,13 +142,13 @@ struct RunResult {
   double useful_utilization = 0;
   double makespan_s = 0;  // last finish - first arrival
   double lower_bound_avg_jct_s = 0;
-  double wall_s = 0;      // host seconds the run took (not deterministic)
+  double wall_s = 0;                   // host seconds the run took (not deterministic)
   std::uint64_t reconfigurations = 0;  // devices programmed, summed over grants
   std::uint64_t preemptions = 0;
-  std::uint64_t events = 0;            // arrivals + completions + scheduler wake-ups processed
+  std::uint64_t events = 0;  // arrivals + completions + scheduler wake-ups processed
   std::uint64_t max_waiting = 0;
-  std::vector<JobResult> per_job;      // by job id
-  std::vector<QueueSample> queue;      // evenly spaced over the run, at most SimOptions::max_queue_samples
+  std::vector<JobResult> per_job;  // by job id
+  std::vector<QueueSample> queue;  // evenly spaced over the run, at most SimOptions::max_queue_samples
 };
 
 // Replays `trace` on `pool` under `policy`. Errors (code "invalid_argument"): an empty trace, a job that can

@@ -16,9 +16,9 @@
 namespace accelpool::sim {
 
 // Native CSV: a header naming columns, then one job per line. `arrival_s` and `runtime_s` are required;
-// `devices`, `bitstream`, `tenant`, `estimate_s`, `kind`, `host`, `label`, `demand` are optional, in any order. An empty
-// optional cell takes the default. Blank lines and lines starting with '#' are skipped. Job ids are the
-// 0-based data row numbers. `source` names the input in error messages.
+// `devices`, `bitstream`, `tenant`, `estimate_s`, `kind`, `host`, `label`, `demand` are optional, in any order. An
+// empty optional cell takes the default. Blank lines and lines starting with '#' are skipped. Job ids are the 0-based
+// data row numbers. `source` names the input in error messages.
 Result<Trace> parse_native_csv(std::istream& in, const std::string& source);
 
 // Philly CSV (columns timestamp,duration,num_gpus,gpu_time,cluster in any order): timestamp
@@ -85,7 +85,8 @@ Status rescale_load(Trace& trace, std::uint64_t pool_devices, double load);
 struct EstimateSpec {
   enum class Mode { trace, oracle, none, noisy } mode = Mode::trace;
   double sigma = 0;
-  static Result<EstimateSpec> parse(const std::string& text);  // "trace", "oracle", "none", "noisy:0.5"; "learned" is refused (see parse)
+  static Result<EstimateSpec> parse(
+      const std::string& text);  // "trace", "oracle", "none", "noisy:0.5"; "learned" is refused (see parse)
   std::string to_string() const;
 };
 // Default when no --estimates is given: `trace` if any job carries an estimate, else `oracle`.

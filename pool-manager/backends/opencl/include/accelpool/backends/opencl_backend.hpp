@@ -24,7 +24,7 @@
 namespace accelpool::backends {
 
 struct OpenClConfig {
-  int subdevices = 0;           // 0 or 1: whole devices; N >= 2: split each device into N equal sub-devices
+  int subdevices = 0;  // 0 or 1: whole devices; N >= 2: split each device into N equal sub-devices
   // 0: no slots; N >= 1 (`slots = N`): each device declares N slots, each an equal sub-device (compute units / N).
   // Every device must support equal partitioning into N (CL_DEVICE_PARTITION_EQUALLY).
   std::uint32_t slots = 0;
@@ -33,9 +33,9 @@ struct OpenClConfig {
   // counts, have at least the counts' sum of compute units and allow as many sub-devices as there are counts
   // (CL_DEVICE_PARTITION_MAX_SUB_DEVICES). Neither form goes with `subdevices`.
   std::vector<std::uint32_t> slot_counts;
-  std::string platform;         // only platforms whose name contains this ("" = all)
+  std::string platform;             // only platforms whose name contains this ("" = all)
   std::string device_type = "all";  // "all", "cpu", "gpu", "accelerator"
-  std::string cache_dir;        // when set, POCL_CACHE_DIR for PoCL's kernel cache (set before discovery)
+  std::string cache_dir;            // when set, POCL_CACHE_DIR for PoCL's kernel cache (set before discovery)
   // Serving devices to programs on other machines (docs/remote-opencl.md): "HOST:PORT" to listen on ("" serves
   // none), and the "HOST:PORT" guests reach it at ("" the listening address).
   std::string remote_listen;
@@ -59,15 +59,25 @@ struct KernelArg {
   std::span<std::byte> memory;   // Kind::shared: the caller's memory, which must outlive the call
 
   template <typename T>
-  static KernelArg in(std::span<const T> data) { return {Kind::input, to_bytes(data), {}}; }
+  static KernelArg in(std::span<const T> data) {
+    return {Kind::input, to_bytes(data), {}};
+  }
   template <typename T>
-  static KernelArg inout(std::span<const T> data) { return {Kind::inout, to_bytes(data), {}}; }
+  static KernelArg inout(std::span<const T> data) {
+    return {Kind::inout, to_bytes(data), {}};
+  }
   template <typename T>
-  static KernelArg out(std::size_t count) { return {Kind::output, std::vector<std::byte>(count * sizeof(T)), {}}; }
+  static KernelArg out(std::size_t count) {
+    return {Kind::output, std::vector<std::byte>(count * sizeof(T)), {}};
+  }
   template <typename T>
-  static KernelArg scalar(const T& value) { return {Kind::scalar, to_bytes(std::span<const T>(&value, 1)), {}}; }
+  static KernelArg scalar(const T& value) {
+    return {Kind::scalar, to_bytes(std::span<const T>(&value, 1)), {}};
+  }
   template <typename T>
-  static KernelArg shared(std::span<T> memory) { return {Kind::shared, {}, std::as_writable_bytes(memory)}; }
+  static KernelArg shared(std::span<T> memory) {
+    return {Kind::shared, {}, std::as_writable_bytes(memory)};
+  }
 
   // Reads the buffer back as an array of T.
   template <typename T>

@@ -35,19 +35,19 @@ struct SimDeviceGroup {
 
 struct SimConfig {
   std::vector<SimDeviceGroup> devices{{"fpga", "xilinx_u250_gen3x16_xdma_4_1_202210_1", 4}};
-  double program_bytes_per_second = 64.0 * 1024 * 1024;  // programming speed
+  double program_bytes_per_second = 64.0 * 1024 * 1024;                   // programming speed
   std::chrono::nanoseconds program_base = std::chrono::milliseconds(20);  // fixed cost per programming
   // Partial-reconfiguration slots of every device (DeviceInfo::slots), and the fixed cost of programming a partial
   // image into one (published shells reconfigure a region in tens of milliseconds on the hardware path and
   // under a second end to end; docs/bitstreams.md).
   std::uint32_t slots = 0;
   std::chrono::nanoseconds partial_program_base = std::chrono::milliseconds(50);
-  std::chrono::nanoseconds hang_duration = std::chrono::seconds(60);      // how long an injected hang blocks
-  std::string attach = "shmem";   // "shmem": passthrough as an emulated PCI device; "network": any host
-  bool reset_unloads = false;     // whether reset() also unloads the image
-  std::vector<std::string> failed_devices;            // failed from the start
-  std::map<std::string, int> program_failures;        // device -> number of next programmings that fail
-  std::vector<std::string> hanging_devices;           // next programming hangs
+  std::chrono::nanoseconds hang_duration = std::chrono::seconds(60);  // how long an injected hang blocks
+  std::string attach = "shmem";                 // "shmem": passthrough as an emulated PCI device; "network": any host
+  bool reset_unloads = false;                   // whether reset() also unloads the image
+  std::vector<std::string> failed_devices;      // failed from the start
+  std::map<std::string, int> program_failures;  // device -> number of next programmings that fail
+  std::vector<std::string> hanging_devices;     // next programming hangs
 };
 
 // Parses the "sim" config keys (docs/hosts.md). Errors: "invalid_argument" naming the key.
@@ -83,16 +83,16 @@ class SimBackend final : public DeviceBackend {
   Result<std::uint64_t> program_count(std::string_view local_id) const;
 
  private:
-  struct Region {                // the whole device, or one of its slots
+  struct Region {  // the whole device, or one of its slots
     std::string loaded_sha256;
     std::uint64_t programs = 0;
   };
   struct Device {
     DeviceInfo info;
     Region whole;
-    std::vector<Region> slots;   // info.slots of them
-    std::string failure;  // non-empty: failed, with the reason (its slots with it)
-    int failures_pending = 0;    // injected failures and hangs hit the next programming of the device or a slot
+    std::vector<Region> slots;  // info.slots of them
+    std::string failure;        // non-empty: failed, with the reason (its slots with it)
+    int failures_pending = 0;   // injected failures and hangs hit the next programming of the device or a slot
     bool hang_pending = false;
   };
   // What a local id names: a device, and the device's region it addresses (the whole device or a slot).
