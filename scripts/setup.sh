@@ -4,8 +4,8 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake ninja-build pkg-config git
+  # toolchain; clang-format checks the sources' layout (scripts/format.sh, the test command's phase "format")
+  build-essential cmake ninja-build pkg-config git clang-format
   # tests and benchmarks; clang and its runtimes for the libFuzzer harnesses (fuzz/, docs/testing.md)
   catch2 libbenchmark-dev clang libclang-rt-14-dev
   # JSON, config, logging, CLI

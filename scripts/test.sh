@@ -2,6 +2,7 @@
 # Sets up a fresh machine, builds everything and runs every test. The one command CI runs (docs/testing.md).
 #
 # Phases, each timed:
+#   0. the C and C++ sources formatted as .clang-format says (scripts/format.sh --check);
 #   1. the normal build (build/) and the whole suite;
 #   2. the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/);
 #   3. the suite under ThreadSanitizer (build-tsan/).
@@ -13,12 +14,12 @@
 # The sanitizer runs leave out the tests labelled "vm" (real VMs booted under libvirt: minutes each, and their
 # programs are the static guest tools, which cannot be built with a sanitizer), "package" (a sanitizer build makes
 # no Debian packages) and "docs" (the documentation's examples, run as a user would, with the normal build).
-# ACCELPOOL_TEST_PHASES (default "normal asan tsan") picks phases, e.g. ACCELPOOL_TEST_PHASES="asan fuzz".
+# ACCELPOOL_TEST_PHASES (default "format normal asan tsan") picks phases, e.g. ACCELPOOL_TEST_PHASES="asan fuzz".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-phases=${ACCELPOOL_TEST_PHASES:-normal asan tsan}
+phases=${ACCELPOOL_TEST_PHASES:-format normal asan tsan}
 jobs=$(nproc)
 timings=()
 
@@ -79,8 +80,9 @@ for phase in $phases; do
     asan) sanitized_suite asan address "vm|package|docs" || failed+=("$phase") ;;
     tsan) sanitized_suite tsan thread "vm|package|docs" || failed+=("$phase") ;;
     fuzz) timed "fuzz regress" scripts/fuzz.sh --regress || failed+=("$phase") ;;
+    format) timed "format check" scripts/format.sh --check || failed+=("$phase") ;;
     *)
-      echo "test.sh: unknown phase '$phase' (normal, asan, tsan, fuzz)" >&2
+      echo "test.sh: unknown phase '$phase' (format, normal, asan, tsan, fuzz)" >&2
       exit 2
       ;;
   esac
