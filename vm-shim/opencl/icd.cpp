@@ -150,12 +150,15 @@ T* made(std::shared_ptr<Link> link, std::uint64_t id, cl_int status, cl_int* err
 }
 
 // Sends a request that needs a reply on `link`; returns its status (and the reply's fields in `reply`).
-cl_int ask(Link& link, clwire::Writer& w, std::string* reply = nullptr) {
+// `tail`: the data of the request's last field, sent from where it is (Link::post).
+cl_int ask(Link& link, clwire::Writer& w, std::string* reply = nullptr, const std::string_view* tail = nullptr) {
   std::string ignored;
-  return link.call(w, reply != nullptr ? *reply : ignored);
+  return link.call(w, reply != nullptr ? *reply : ignored, tail);
 }
 // Sends a request without a reply; CL_DEVICE_NOT_AVAILABLE when the link is lost.
-cl_int tell(Link& link, clwire::Writer& w) { return link.post(w) ? CL_SUCCESS : kLinkLost; }
+cl_int tell(Link& link, clwire::Writer& w, const std::string_view* tail = nullptr) {
+  return link.post(w, tail) ? CL_SUCCESS : kLinkLost;
+}
 
 void release_remote(Remote* o, Object type) {
   clwire::Writer w(Op::release);
@@ -450,13 +453,25 @@ bool wait_ids(const Link& link, cl_uint n, const cl_event* events, std::vector<s
 
 // An enqueue: `w` gets the wait list and the id of the event the program asked for; the request is sent with a
 // reply when `wait`, else batched. The new event goes to `*event` when the request was accepted.
+// How an enqueue's request travels: batched (the default), or waiting for its reply; with bulk data as its last
+// field (`tail`, sent from the program's memory), or with its reply's data read straight into `into`.
+struct Send {
+  bool wait = false;
+  const std::string_view* tail = nullptr;
+  void* into = nullptr;
+  std::size_t into_size = 0;
+};
+
 cl_int enqueue(cl_command_queue q, clwire::Writer& w, cl_uint num_waits, const cl_event* waits, cl_event* event,
-               cl_command_type type, bool wait, std::string* reply = nullptr) {
+               cl_command_type type, Send send = {}) {
   std::vector<std::uint64_t> ids;
   if (!wait_ids(*q->link, num_waits, waits, ids)) return CL_INVALID_EVENT_WAIT_LIST;
   const std::uint64_t event_id = event != nullptr ? q->link->next_id() : 0;
   w.ids(ids).u64(event_id);
-  cl_int status = wait ? ask(*q->link, w, reply) : tell(*q->link, w);
+  if (send.tail != nullptr) w.u64(send.tail->size());
+  cl_int status = send.into != nullptr ? q->link->call_into(w, send.into, send.into_size)
+                  : send.wait          ? ask(*q->link, w, nullptr, send.tail)
+                                       : tell(*q->link, w, send.tail);
   if (status == CL_SUCCESS && event != nullptr) {
     auto* e = made<_cl_event>(q->link, event_id, CL_SUCCESS, nullptr);
     e->context = q->context;
@@ -523,13 +538,9 @@ cl_mem CL_API_CALL create_buffer(cl_context c, cl_mem_flags flags, std::size_t s
   }
   const auto id = c->link->next_id();
   clwire::Writer w(Op::create_buffer, clwire::kWantsReply);
-  w.u64(id).u64(c->id).u64(flags).u64(size);
-  if (uses_host) {
-    w.bytes(host_ptr, size);
-  } else {
-    w.str("");
-  }
-  auto* m = made<_cl_mem>(c->link, id, ask(*c->link, w), errcode_ret);
+  const std::string_view initial(static_cast<const char*>(host_ptr), uses_host ? size : 0);
+  w.u64(id).u64(c->id).u64(flags).u64(size).u64(initial.size());  // the initial data follows as the tail
+  auto* m = made<_cl_mem>(c->link, id, ask(*c->link, w, nullptr, &initial), errcode_ret);
   if (m != nullptr) {
     m->context = c;
     m->flags = flags;
@@ -591,14 +602,7 @@ cl_int read_into(cl_command_queue q, cl_mem m, std::size_t offset, std::size_t s
   if (ptr == nullptr || offset + size > m->size) return CL_INVALID_VALUE;
   clwire::Writer w(Op::read_buffer, clwire::kWantsReply);
   w.u64(q->id).u64(m->id).u64(offset).u64(size);
-  std::string reply;
-  cl_int status = enqueue(q, w, num_waits, waits, event, type, true, &reply);
-  if (status != CL_SUCCESS) return status;
-  clwire::Reader r(reply);
-  std::string_view data = r.bytes();
-  if (data.size() != size) return kLinkLost;
-  std::memcpy(ptr, data.data(), size);
-  return CL_SUCCESS;
+  return enqueue(q, w, num_waits, waits, event, type, {.wait = true, .into = ptr, .into_size = size});
 }
 
 cl_int write_from(cl_command_queue q, cl_mem m, bool blocking, std::size_t offset, std::size_t size, const void* ptr,
@@ -607,8 +611,9 @@ cl_int write_from(cl_command_queue q, cl_mem m, bool blocking, std::size_t offse
   if (!same_link(q, m)) return CL_INVALID_MEM_OBJECT;
   if (ptr == nullptr || offset + size > m->size) return CL_INVALID_VALUE;
   clwire::Writer w(Op::write_buffer, blocking ? clwire::kWantsReply : 0);
-  w.u64(q->id).u64(m->id).u64(offset).bytes(ptr, size);
-  return enqueue(q, w, num_waits, waits, event, type, blocking);
+  w.u64(q->id).u64(m->id).u64(offset);
+  const std::string_view data(static_cast<const char*>(ptr), size);
+  return enqueue(q, w, num_waits, waits, event, type, {.wait = blocking, .tail = &data});
 }
 
 cl_int CL_API_CALL enqueue_read_buffer(cl_command_queue q, cl_mem m, cl_bool, std::size_t offset, std::size_t size,
@@ -630,7 +635,7 @@ cl_int CL_API_CALL enqueue_copy_buffer(cl_command_queue q, cl_mem src, cl_mem ds
   if (src_offset + size > src->size || dst_offset + size > dst->size) return CL_INVALID_VALUE;
   clwire::Writer w(Op::copy_buffer);
   w.u64(q->id).u64(src->id).u64(dst->id).u64(src_offset).u64(dst_offset).u64(size);
-  return enqueue(q, w, num_waits, waits, event, CL_COMMAND_COPY_BUFFER, false);
+  return enqueue(q, w, num_waits, waits, event, CL_COMMAND_COPY_BUFFER);
 }
 
 cl_int CL_API_CALL enqueue_fill_buffer(cl_command_queue q, cl_mem m, const void* pattern, std::size_t pattern_size,
@@ -641,7 +646,7 @@ cl_int CL_API_CALL enqueue_fill_buffer(cl_command_queue q, cl_mem m, const void*
   if (pattern == nullptr || pattern_size == 0 || offset + size > m->size) return CL_INVALID_VALUE;
   clwire::Writer w(Op::fill_buffer);
   w.u64(q->id).u64(m->id).bytes(pattern, pattern_size).u64(offset).u64(size);
-  return enqueue(q, w, num_waits, waits, event, CL_COMMAND_FILL_BUFFER, false);
+  return enqueue(q, w, num_waits, waits, event, CL_COMMAND_FILL_BUFFER);
 }
 
 // A mapped region: the program works in host memory of ours, written back at unmap when mapped for writing.
@@ -673,7 +678,7 @@ void* CL_API_CALL enqueue_map_buffer(cl_command_queue q, cl_mem m, cl_bool, cl_m
   if (flags & CL_MAP_WRITE_INVALIDATE_REGION) {
     clwire::Writer w(Op::marker);
     w.u64(q->id);
-    status = enqueue(q, w, num_waits, waits, event, CL_COMMAND_MAP_BUFFER, false);
+    status = enqueue(q, w, num_waits, waits, event, CL_COMMAND_MAP_BUFFER);
   } else {
     status = read_into(q, m, offset, size, ptr, num_waits, waits, event, CL_COMMAND_MAP_BUFFER);
   }
@@ -707,7 +712,7 @@ cl_int CL_API_CALL enqueue_unmap(cl_command_queue q, cl_mem m, void* ptr, cl_uin
   } else {
     clwire::Writer w(Op::marker);
     w.u64(q->id);
-    status = enqueue(q, w, num_waits, waits, event, CL_COMMAND_UNMAP_MEM_OBJECT, false);
+    status = enqueue(q, w, num_waits, waits, event, CL_COMMAND_UNMAP_MEM_OBJECT);
   }
   if (map.owned) std::free(ptr);
   return status;
@@ -938,7 +943,7 @@ cl_int CL_API_CALL enqueue_ndrange(cl_command_queue q, cl_kernel k, cl_uint dims
   for (cl_uint d = 0; d < dims; ++d) w.u64(global[d]);
   w.u8(local != nullptr ? 1 : 0);
   for (cl_uint d = 0; local != nullptr && d < dims; ++d) w.u64(local[d]);
-  return enqueue(q, w, num_waits, waits, event, CL_COMMAND_NDRANGE_KERNEL, false);
+  return enqueue(q, w, num_waits, waits, event, CL_COMMAND_NDRANGE_KERNEL);
 }
 
 cl_int CL_API_CALL enqueue_task(cl_command_queue q, cl_kernel k, cl_uint num_waits, const cl_event* waits,
@@ -951,7 +956,7 @@ cl_int marker_or_barrier(Op op, cl_command_queue q, cl_uint num_waits, const cl_
   if (q == nullptr) return CL_INVALID_COMMAND_QUEUE;
   clwire::Writer w(op);
   w.u64(q->id);
-  return enqueue(q, w, num_waits, waits, event, op == Op::marker ? CL_COMMAND_MARKER : CL_COMMAND_BARRIER, false);
+  return enqueue(q, w, num_waits, waits, event, op == Op::marker ? CL_COMMAND_MARKER : CL_COMMAND_BARRIER);
 }
 
 cl_int CL_API_CALL enqueue_marker_with_wait_list(cl_command_queue q, cl_uint n, const cl_event* waits,

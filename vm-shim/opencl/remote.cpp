@@ -108,28 +108,56 @@ bool Link::flush_locked() {
   return ok;
 }
 
-bool Link::post(clwire::Writer& request) {
-  std::lock_guard lock(mu_);
-  if (lost_) return false;
-  const std::string& frame = request.frame();
-  if (frame.size() >= kQueueLimit) return flush_locked() && send_locked(frame.data(), frame.size());
+bool Link::send_request_locked(clwire::Writer& request, const std::string_view* tail) {
+  const std::string& frame = request.frame(tail != nullptr ? tail->size() : 0);
+  if (tail != nullptr || frame.size() >= kQueueLimit) {
+    return flush_locked() && send_locked(frame.data(), frame.size()) &&
+           (tail == nullptr || send_locked(tail->data(), tail->size()));
+  }
   queued_ += frame;
   return queued_.size() < kQueueLimit || flush_locked();
 }
 
-std::int32_t Link::call(clwire::Writer& request, std::string& reply) {
+bool Link::post(clwire::Writer& request, const std::string_view* tail) {
   std::lock_guard lock(mu_);
-  const std::string& frame = request.frame();
-  bool sent = false;
-  if (!queued_.empty() && queued_.size() + frame.size() < kQueueLimit) {
-    queued_ += frame;
-    sent = flush_locked();
-  } else {
-    sent = flush_locked() && send_locked(frame.data(), frame.size());
-  }
-  if (!sent) return kLinkLost;
+  return !lost_ && send_request_locked(request, tail);
+}
+
+std::int32_t Link::call(clwire::Writer& request, std::string& reply, const std::string_view* tail) {
+  std::lock_guard lock(mu_);
+  if (lost_ || !send_request_locked(request, tail) || !flush_locked()) return kLinkLost;
   const std::int32_t status = read_reply(stream_, reply);
   if (status == kLinkLost) lose_locked();
+  return status;
+}
+
+std::int32_t Link::call_into(clwire::Writer& request, void* out, std::size_t size) {
+  std::lock_guard lock(mu_);
+  if (lost_ || !send_request_locked(request, nullptr) || !flush_locked()) return kLinkLost;
+  char head[20];  // frame length, op, flags, status, the data's length
+  if (!read_all(stream_, head, 12)) {
+    lose_locked();
+    return kLinkLost;
+  }
+  clwire::Reader r(std::string_view(head, 12));
+  const std::uint32_t frame = r.u32();
+  const auto op = static_cast<clwire::Op>(r.u16());
+  r.u16();
+  const std::int32_t status = r.i32();
+  const bool whole = frame == 16 + size;  // op, flags, status, length, data
+  std::uint64_t length = 0;
+  bool ok = op == clwire::Op::reply && frame >= 8 && frame <= clwire::kMaxFrame;
+  if (ok && status == 0 && whole) {
+    ok = read_all(stream_, head + 12, 8) && (std::memcpy(&length, head + 12, 8), length == size) &&
+         read_all(stream_, static_cast<char*>(out), size);
+  } else if (ok) {
+    std::string rest(frame - 8, '\0');  // an error's (empty) data, or a reply of another size: not the data asked
+    ok = read_all(stream_, rest.data(), rest.size()) && status != 0;
+  }
+  if (!ok) {
+    lose_locked();
+    return kLinkLost;
+  }
   return status;
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 namespace accelpool::clicd {
 
@@ -27,11 +28,15 @@ class Link {
   ~Link();
 
   // A request with no reply: queued and sent with the next request that has one, at flush(), or when the queue
-  // holds a megabyte. False when the link is lost (the request is dropped).
-  bool post(clwire::Writer& request);
-  // A request and its reply: sends what is queued, then `request`, and waits for the answer. Returns the reply's
-  // status (kLinkLost when the link is lost) and leaves the reply's fields in `reply` for the caller to read.
-  std::int32_t call(clwire::Writer& request, std::string& reply);
+  // holds a megabyte. False when the link is lost (the request is dropped). `tail`: the data of the request's last
+  // field (see Writer::frame), sent from where it is, at once: the caller may reuse that memory when this returns.
+  bool post(clwire::Writer& request, const std::string_view* tail = nullptr);
+  // A request and its reply: sends what is queued, then `request` (and `tail`), and waits for the answer. Returns
+  // the reply's status (kLinkLost when the link is lost) and leaves the reply's fields in `reply`.
+  std::int32_t call(clwire::Writer& request, std::string& reply, const std::string_view* tail = nullptr);
+  // A request whose reply is a status and one bytes field of `size` bytes, read straight into `out` (untouched
+  // unless the status is 0). Returns the status; kLinkLost also when the data is not of that size.
+  std::int32_t call_into(clwire::Writer& request, void* out, std::size_t size);
   // Sends what is queued. False when the link is lost.
   bool flush();
 
@@ -42,6 +47,7 @@ class Link {
  private:
   explicit Link(shim::Stream stream) : stream_(stream) {}
   bool send_locked(const char* data, std::size_t size);
+  bool send_request_locked(clwire::Writer& request, const std::string_view* tail);
   bool flush_locked();
   void lose_locked();
 

@@ -22,6 +22,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <cstring>
 #include <list>
 #include <map>
@@ -74,12 +76,14 @@ struct Channel {
     if (ssl == nullptr) return clwire::write_all(fd, p, n);
     return clwire::move_all([this](const char* at, std::size_t left) { return SSL_write(ssl, at, chunk(left)); }, p, n);
   }
-  // Reads one frame's payload of at most `limit` bytes into `payload`.
-  bool read_frame(std::string& payload, std::uint32_t limit) const {
+  // Reads one frame's payload of at most `limit` bytes into `buffer`, which only grows (a big frame after small ones
+  // is not zero-filled again), and returns where it is. nullopt when the connection ended or the frame is too big.
+  std::optional<std::string_view> read_frame(std::string& buffer, std::uint32_t limit) const {
     std::uint32_t size = 0;
-    if (!read(reinterpret_cast<char*>(&size), 4) || size < 4 || size > limit) return false;
-    payload.resize(size);
-    return read(payload.data(), size);
+    if (!read(reinterpret_cast<char*>(&size), 4) || size < 4 || size > limit) return std::nullopt;
+    if (buffer.size() < size) buffer.resize(size);
+    if (!read(buffer.data(), size)) return std::nullopt;
+    return std::string_view(buffer.data(), size);
   }
 
  private:
@@ -93,8 +97,9 @@ class Session {
 
   // Serves frames until the peer leaves or the connection is cut, then releases every object.
   void serve() {
-    std::string payload;
-    while (channel_.read_frame(payload, clwire::kMaxFrame) && handle(payload)) {
+    std::string buffer;
+    for (auto payload = channel_.read_frame(buffer, clwire::kMaxFrame); payload && handle(*payload);
+         payload = channel_.read_frame(buffer, clwire::kMaxFrame)) {
     }
     release_all();
   }
@@ -123,24 +128,29 @@ class Session {
     return true;
   }
 
-  bool reply(Writer& w) { return channel_.write(w.frame().data(), w.frame().size()); }
 
   // One request. False ends the connection (a malformed frame or a failed reply).
-  bool handle(const std::string& payload) {
+  bool handle(std::string_view payload) {
     Reader r(payload);
     const auto op = static_cast<Op>(r.u16());
     const bool wants_reply = (r.u16() & clwire::kWantsReply) != 0;
-    Writer out(Op::reply);
+    Writer out(Op::reply, 0, std::move(reply_buffer_));
     constexpr std::size_t kStatusAt = 8;  // after the frame length, op and flags
     out.i32(CL_SUCCESS);
     cl_int status = run(op, r, out);
-    if (r.failed() || !r.at_end()) return false;
-    if (!wants_reply) {
+    bool ok = !r.failed() && r.at_end();
+    if (ok && !wants_reply) {
       if (status != CL_SUCCESS && kept_ == CL_SUCCESS) kept_ = status;
-      return true;
+    } else if (ok) {
+      out.set_i32(kStatusAt, status);
+      const std::string& frame = out.frame(tail_.size());
+      ok = channel_.write(frame.data(), frame.size()) && channel_.write(tail_.data(), tail_.size());
     }
-    out.set_i32(kStatusAt, status);
-    return reply(out);
+    if (unmap_) unmap_();
+    unmap_ = nullptr;
+    tail_ = {};
+    reply_buffer_ = out.take();
+    return ok;
   }
 
   // Runs `op` with the fields `r` holds; results go to `out`. Returns the OpenCL status.
@@ -252,8 +262,10 @@ class Session {
         auto q = find<cl_command_queue>(r.u64(), Object::queue);
         auto m = find<cl_mem>(r.u64(), Object::mem);
         const auto offset = r.u64();
-        auto data = r.bytes();
-        return enqueue(r, q, [&](cl_uint n, const cl_event* w, cl_event* e) {
+        auto wait_ids = r.ids();
+        const auto event_id = r.u64();
+        auto data = r.bytes();  // last: the sender writes it from where it is
+        return enqueue(wait_ids, event_id, r, q, [&](cl_uint n, const cl_event* w, cl_event* e) {
           return m == nullptr ? CL_INVALID_MEM_OBJECT
                               : clEnqueueWriteBuffer(q, m, CL_TRUE, offset, data.size(), data.data(), n, w, e);
         });
@@ -263,15 +275,20 @@ class Session {
         auto m = find<cl_mem>(r.u64(), Object::mem);
         const auto offset = r.u64();
         const auto size = r.u64();
-        const std::size_t before = out.size();
+        // The data goes out from the buffer mapped for reading, as the reply's tail (no copy here), then it is
+        // unmapped (handle()).
+        void* mapped = nullptr;
         cl_int status = enqueue(r, q, [&](cl_uint n, const cl_event* w, cl_event* e) {
           if (m == nullptr) return CL_INVALID_MEM_OBJECT;
           if (size > clwire::kMaxFrame - 64) return CL_INVALID_VALUE;
-          return clEnqueueReadBuffer(q, m, CL_TRUE, offset, size, out.bytes_in_place(size), n, w, e);
+          cl_int err = CL_SUCCESS;
+          mapped = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, offset, size, n, w, e, &err);
+          return err;
         });
-        if (status != CL_SUCCESS) {
-          out.truncate(before);
-          out.str("");
+        out.u64(status == CL_SUCCESS ? size : 0);
+        if (status == CL_SUCCESS) {
+          tail_ = std::string_view(static_cast<const char*>(mapped), size);
+          unmap_ = [q, m, mapped] { clEnqueueUnmapMemObject(q, m, mapped, 0, nullptr, nullptr); };
         }
         return status;
       }
@@ -348,6 +365,13 @@ class Session {
   cl_int enqueue(Reader& r, cl_command_queue q, Call call) {
     auto wait_ids = r.ids();
     const auto event_id = r.u64();
+    return enqueue(wait_ids, event_id, r, q, call);
+  }
+
+  // Runs `call` with the events `wait_ids` names and keeps the event it made as `event_id` (when `r` read well).
+  template <typename Call>
+  cl_int enqueue(const std::vector<std::uint64_t>& wait_ids, std::uint64_t event_id, const Reader& r,
+                 cl_command_queue q, Call call) {
     if (r.failed()) return CL_INVALID_VALUE;
     if (q == nullptr) return CL_INVALID_COMMAND_QUEUE;
     std::vector<cl_event> waits;
@@ -547,6 +571,9 @@ class Session {
 
   const Channel& channel_;
   cl_device_id device_;
+  std::string reply_buffer_;  // kept across replies: a big reply does not fault in fresh pages each time
+  std::string_view tail_;     // sent after the reply: a read's data, from the buffer mapped for it
+  std::function<void()> unmap_;  // ends that mapping once the data is sent
   std::unordered_map<std::uint64_t, Held> objects_;
   cl_int kept_ = CL_SUCCESS;
 };
@@ -633,8 +660,9 @@ struct RemoteServer::Impl {
     cl_device_id device = nullptr;
     cl_int status = CL_INVALID_VALUE;
     std::string payload;
-    if (ready && channel.read_frame(payload, 4096)) {
-      Reader r(payload);
+    std::optional<std::string_view> hello;
+    if (ready && (hello = channel.read_frame(payload, 4096))) {
+      Reader r(*hello);
       const auto op = static_cast<Op>(r.u16());
       r.u16();
       const auto version = r.u32();

@@ -56,7 +56,7 @@ enum class Op : std::uint16_t {
   create_kernel,          // u64 new, u64 program, str name -> status
   create_kernels,         // u64 program, u32 n, n x u64 new -> status, u32 kernels in program
   set_kernel_arg,         // u64 kernel, u32 index, u8 ArgKind, then: bytes value | u64 mem | u64 local size
-  write_buffer,           // u64 queue, u64 mem, u64 offset, bytes data, waits, u64 event
+  write_buffer,           // u64 queue, u64 mem, u64 offset, waits, u64 event, bytes data
   read_buffer,            // u64 queue, u64 mem, u64 offset, u64 size, waits, u64 event -> status, bytes data
   copy_buffer,            // u64 queue, u64 src, u64 dst, u64 src_offset, u64 dst_offset, u64 size, waits, u64 event
   fill_buffer,            // u64 queue, u64 mem, bytes pattern, u64 offset, u64 size, waits, u64 event
@@ -76,7 +76,10 @@ enum class ArgKind : std::uint8_t { value = 1, mem, local, null_mem };
 // Appends fields to a payload.
 class Writer {
  public:
-  explicit Writer(Op op, std::uint16_t flags = 0) {
+  // `reuse`: a buffer whose memory the frame takes over (a big frame in fresh memory costs a page fault per page;
+  // a sender that keeps its buffer across frames, take() then the next Writer, pays them once).
+  explicit Writer(Op op, std::uint16_t flags = 0, std::string&& reuse = {}) : buf_(std::move(reuse)) {
+    buf_.clear();
     u32(0);  // the frame length, set by frame()
     u16(static_cast<std::uint16_t>(op));
     u16(flags);
@@ -108,12 +111,15 @@ class Writer {
   std::size_t size() const { return buf_.size(); }
   // Overwrites the i32 at byte `at` of the frame (a field written before its value was known).
   void set_i32(std::size_t at, std::int32_t v) { std::memcpy(buf_.data() + at, &v, 4); }
-  // The whole frame, its length set.
-  std::string& frame() {
-    const auto n = static_cast<std::uint32_t>(buf_.size() - 4);
+  // The whole frame, its length set. `tail`: bytes the sender writes right after these, as the frame's last field
+  // (the data of a bytes() field whose length u64 ends this buffer), so bulk data goes from where it is.
+  std::string& frame(std::size_t tail = 0) {
+    const auto n = static_cast<std::uint32_t>(buf_.size() - 4 + tail);
     std::memcpy(buf_.data(), &n, 4);
     return buf_;
   }
+  // The buffer, for the next Writer to reuse.
+  std::string take() { return std::move(buf_); }
 
  private:
   Writer& raw(const void* p, std::size_t n) {
