@@ -22,12 +22,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <functional>
-#include <optional>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -127,7 +127,6 @@ class Session {
     }
     return true;
   }
-
 
   // One request. False ends the connection (a malformed frame or a failed reply).
   bool handle(std::string_view payload) {
@@ -571,8 +570,8 @@ class Session {
 
   const Channel& channel_;
   cl_device_id device_;
-  std::string reply_buffer_;  // kept across replies: a big reply does not fault in fresh pages each time
-  std::string_view tail_;     // sent after the reply: a read's data, from the buffer mapped for it
+  std::string reply_buffer_;     // kept across replies: a big reply does not fault in fresh pages each time
+  std::string_view tail_;        // sent after the reply: a read's data, from the buffer mapped for it
   std::function<void()> unmap_;  // ends that mapping once the data is sent
   std::unordered_map<std::uint64_t, Held> objects_;
   cl_int kept_ = CL_SUCCESS;
