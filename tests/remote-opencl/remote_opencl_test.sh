@@ -5,7 +5,7 @@
 # program is changed or wrapped.
 #
 # Usage: remote_opencl_test.sh BIN_DIR VENDORS_DIR CASE
-#   CASE: clinfo | clblast | clpeak | faults | network | tls
+#   CASE: clinfo | clblast | clpeak | faults | network | queue | tls
 # Prints "ok: ..." per check, "SKIPPED: ..." and exits 77 when a program it needs is not installed.
 set -u
 bin=$1 vendors=$2 case=$3
@@ -218,6 +218,30 @@ case $case in
     check "its lease ends" wait_for "the lease to end" no_lease_held
     ip link set "$host_if" up
     check "once the network is back the device serves a program again" runs_a_program
+    ;;
+  queue)
+    # The only device is held by one program; a second program's first call waits in the pool's queue (its lease
+    # queued, labelled with the program's name, as the shim's are) and goes on once the first program is done.
+    need clpeak
+    need curl
+    lease_lines() { curl -s -H "Authorization: Bearer $admin_token" "$(field admin)/v1/leases?all=true" | tr '{' '\n'; }
+    queued_clinfo() { lease_lines | grep '"state":"queued"' | grep -q '"label":"clinfo"'; }
+    "${remote_env[@]}" clpeak --global-bandwidth >"$work/first.log" 2>&1 &
+    first=$!
+    pids+=($first)
+    wait_for "the first program to hold the device" grep -q 'Global memory bandwidth' "$work/first.log"
+    "${remote_env[@]}" clinfo -l >"$work/second.log" 2>&1 &
+    second=$!
+    pids+=($second)
+    check "the second program's lease waits in the queue, labelled clinfo" wait_for "a queued lease" queued_clinfo
+    check "the first program's lease is labelled clpeak" grep -q '"label":"clpeak"' <<<"$(lease_lines)"
+    check "the second program has not run yet" test ! -s "$work/second.log"
+    wait "$first"
+    wait "$second"
+    rc=$?
+    cat "$work/second.log"
+    check "the second program ran once the device was free (exit $rc)" grep -q 'Device #0' "$work/second.log"
+    check "both leases end" wait_for "the leases to end" no_lease_held
     ;;
   tls)
     # The agent serves over TLS: a program that trusts the host's CA runs; one that does not is refused, told why.
